@@ -1,0 +1,3 @@
+//! Sans-IO UDP transport and lockstep turn sessions.
+//!
+//! Filled by the transport and turn-session work: see the README's crate map.

@@ -1,0 +1,1 @@
+//! The relay: authority on what each lockstep turn contains.

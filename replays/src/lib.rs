@@ -1,0 +1,1 @@
+//! Replay files: crash-safe, checksummed command logs of lockstep matches.
