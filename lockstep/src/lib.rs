@@ -1,3 +1,7 @@
 //! Sans-IO UDP transport and lockstep turn sessions.
 //!
 //! Filled by the transport and turn-session work: see the README's crate map.
+
+pub mod time;
+
+pub use time::{Duration, Instant};
