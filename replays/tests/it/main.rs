@@ -2,6 +2,8 @@
 
 // Helpers are shared between test modules of this one binary.
 #![allow(unreachable_pub)]
+// Test helpers outside #[test] functions unwrap too: a failure should stop the test.
+#![allow(clippy::unwrap_used)]
 
 mod damage;
 mod toy;
