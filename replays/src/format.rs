@@ -232,6 +232,14 @@ pub enum Record {
         /// [`sim::Simulation::snapshot`] bytes.
         snapshot: Vec<u8>,
     },
+    /// The world before turn 0, for a match that does not start from
+    /// `Simulation::new(setup)` (a scenario); at most one, before any turn.
+    Start {
+        /// The world's hash.
+        hash: StateHash,
+        /// [`sim::Simulation::snapshot`] bytes.
+        snapshot: Vec<u8>,
+    },
     /// Every keyframe of the file (written by `finish`, before the trailer).
     KeyframeIndex(Vec<KeyframeEntry>),
     /// The last record of a finished file.
@@ -265,6 +273,8 @@ pub mod kind {
     pub const KEYFRAME_INDEX: u8 = 8;
     /// [`super::Record::Trailer`]
     pub const TRAILER: u8 = 9;
+    /// [`super::Record::Start`]
+    pub const START: u8 = 10;
 }
 
 /// Name of a record kind byte, for messages and `replay export`.
@@ -280,6 +290,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::KEYFRAME => "keyframe",
         kind::KEYFRAME_INDEX => "keyframe_index",
         kind::TRAILER => "trailer",
+        kind::START => "start",
         _ => "unknown",
     }
 }
@@ -299,6 +310,13 @@ struct KeyframeWire<'a> {
     snapshot: &'a [u8],
 }
 
+#[derive(Serialize, Deserialize)]
+struct StartWire<'a> {
+    hash: StateHash,
+    #[serde(borrow)]
+    snapshot: &'a [u8],
+}
+
 impl Record {
     /// This record's kind byte.
     #[must_use]
@@ -313,6 +331,7 @@ impl Record {
             Self::Keyframe { .. } => kind::KEYFRAME,
             Self::KeyframeIndex(_) => kind::KEYFRAME_INDEX,
             Self::Trailer { .. } => kind::TRAILER,
+            Self::Start { .. } => kind::START,
         }
     }
 
@@ -327,7 +346,7 @@ impl Record {
             | Self::Keyframe { turn, .. } => Some(*turn),
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
             Self::Trailer { final_turn, .. } => Some(*final_turn),
-            Self::Header(_) | Self::KeyframeIndex(_) => None,
+            Self::Header(_) | Self::KeyframeIndex(_) | Self::Start { .. } => None,
         }
     }
 
@@ -368,6 +387,9 @@ impl Record {
                 snapshot,
             } => {
                 return encode_keyframe(*turn, *hash, snapshot, out);
+            }
+            Self::Start { hash, snapshot } => {
+                return encode_start(*hash, snapshot, out);
             }
             Self::KeyframeIndex(entries) => postcard::to_io(entries, &mut *out),
             Self::Trailer {
@@ -443,6 +465,13 @@ impl Record {
                     snapshot: w.snapshot.to_vec(),
                 }
             }
+            kind::START => {
+                let w: StartWire<'_> = exact(payload).map_err(bad)?;
+                Self::Start {
+                    hash: w.hash,
+                    snapshot: w.snapshot.to_vec(),
+                }
+            }
             kind::KEYFRAME_INDEX => Self::KeyframeIndex(exact(payload).map_err(bad)?),
             kind::TRAILER => {
                 let (final_turn, final_hash, turns) = exact(payload).map_err(bad)?;
@@ -495,6 +524,17 @@ pub(crate) fn encode_keyframe(
     )
     .map(|_| ())
     .map_err(|e| malformed_out(kind::KEYFRAME, &e))
+}
+
+/// Encodes a start-state payload from a borrowed snapshot.
+pub(crate) fn encode_start(
+    hash: StateHash,
+    snapshot: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ReplayError> {
+    postcard::to_io(&StartWire { hash, snapshot }, &mut *out)
+        .map(|_| ())
+        .map_err(|e| malformed_out(kind::START, &e))
 }
 
 fn malformed_out(kind: u8, e: &postcard::Error) -> ReplayError {
@@ -577,6 +617,10 @@ mod tests {
                 final_turn: Turn(6),
                 final_hash: h,
                 turns: 7,
+            },
+            Record::Start {
+                hash: h,
+                snapshot: vec![1, 2, 3],
             },
         ]
     }

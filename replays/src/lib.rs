@@ -46,8 +46,9 @@
 //! | 7 | keyframe | turn, hash, `Simulation::snapshot` bytes (state after stepping the turn) |
 //! | 8 | keyframe index | list of (turn, byte offset, hash), written by `finish` |
 //! | 9 | trailer | final turn, final hash, number of turn records |
+//! | 10 | start | hash, snapshot of the world before turn 0, for a match that starts from a scenario rather than `Simulation::new(setup)` |
 //!
-//! Rules: turn records strictly increase; a hash record may come after later
+//! Rules: a start record, if any, comes before the first turn; turn records strictly increase; a hash record may come after later
 //! turns (the peers agree on a hash after the relay closed further turns);
 //! nothing follows the trailer. A turn missing between two recorded turns is
 //! simulated as empty.

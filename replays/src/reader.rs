@@ -61,6 +61,8 @@ pub struct ReadSummary {
     pub drops: u32,
     /// Delay-change records read.
     pub delay_changes: u32,
+    /// True when the file holds a start state (a scenario match).
+    pub started: bool,
     /// The trailer's final turn and hash, when the file has one.
     pub trailer: Option<(Turn, StateHash)>,
     /// Bytes of intact records (the whole file when complete).
@@ -222,6 +224,7 @@ impl<R: Read> Reader<R> {
                 desyncs: 0,
                 drops: 0,
                 delay_changes: 0,
+                started: false,
                 trailer: None,
                 intact_bytes: PREAMBLE_LEN,
                 ending: Ending::Unread,
@@ -421,6 +424,12 @@ impl<R: Read> Reader<R> {
             Record::Drop { .. } => s.drops += 1,
             Record::DelayChange { .. } => s.delay_changes += 1,
             Record::KeyframeIndex(_) => {}
+            Record::Start { .. } => {
+                if s.turns > 0 || s.started {
+                    return Err(seq("a start state after the first turn or twice".into()));
+                }
+                s.started = true;
+            }
             Record::Trailer {
                 final_turn,
                 final_hash,

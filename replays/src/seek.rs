@@ -5,7 +5,7 @@
 use crate::Record;
 use crate::error::{LastTurn, ReplayError};
 use crate::reader::{ReadSummary, Reader};
-use crate::verify::{Replayer, check_game};
+use crate::verify::{Replayer, check_game, restore_checked};
 use crate::writer::{Sink, SyncPolicy, Writer};
 use sim::{PlayerId, Simulation, StateHash, Turn};
 use std::io::Read;
@@ -39,6 +39,7 @@ pub fn seek<S: Simulation, R: Read>(
     check_game::<S>(reader.header())?;
     let header = reader.header().clone();
     let mut base: Option<(Turn, StateHash, Vec<u8>)> = None;
+    let mut start: Option<(StateHash, Vec<u8>)> = None;
     let mut pending: Vec<(Turn, TurnInputs)> = Vec::new();
     let mut reached = false;
     let mut recorded_hash = None;
@@ -71,6 +72,7 @@ pub fn seek<S: Simulation, R: Read>(
                 pending.retain(|(t, _)| *t > turn);
                 base = Some((turn, hash, snapshot));
             }
+            Record::Start { hash, snapshot } => start = Some((hash, snapshot)),
             Record::Hash { turn, hash } if turn == target => {
                 recorded_hash = Some(hash);
                 if reached {
@@ -90,26 +92,23 @@ pub fn seek<S: Simulation, R: Read>(
 
     let (mut rp, keyframe) = match base {
         Some((turn, hash, snapshot)) => {
-            let world =
-                S::restore(&snapshot).map_err(|source| ReplayError::Snapshot { turn, source })?;
-            let actual = world.state_hash();
-            if actual != hash {
-                return Err(ReplayError::KeyframeHash {
-                    turn,
-                    expected: hash,
-                    actual,
-                });
-            }
+            let world = restore_checked::<S>(turn, &snapshot, hash)?;
             (Replayer::from_world(world, turn.0 + 1), Some(turn))
         }
-        None => (Replayer::<S>::start(&header)?, None),
+        None => {
+            let mut rp = Replayer::<S>::start(&header)?;
+            if let Some((hash, snapshot)) = start {
+                rp.begin_from(&snapshot, hash)?;
+            }
+            (rp, None)
+        }
     };
     for (turn, inputs) in &pending {
-        rp.step(*turn, inputs, |_, _| {});
+        rp.step(*turn, inputs, |_, _| {})?;
     }
     if rp.current() != Some(target) {
         // The target lies in a gap after the last recorded turn before it.
-        rp.step(target, &[], |_, _| {});
+        rp.step(target, &[], |_, _| {})?;
     }
     Ok(Seeked {
         world: rp.world,
@@ -159,7 +158,7 @@ pub fn reindex<S: Simulation, R: Read, W: Sink>(
                         hashes.pop_front();
                     }
                     hashes.push_back((t, world.state_hash()));
-                });
+                })?;
                 w.record_turn(turn, &inputs)?;
                 if turn.0 % every == 0 {
                     let hash = rp.world.state_hash();
@@ -184,6 +183,10 @@ pub fn reindex<S: Simulation, R: Read, W: Sink>(
                 hashes: h,
                 sections,
             } => w.record_desync(turn, &h, &sections)?,
+            Record::Start { hash, snapshot } => {
+                rp.begin_from(&snapshot, hash)?;
+                w.record_start(&snapshot, hash)?;
+            }
             Record::Drop { player, turn } => w.record_drop(player, turn)?,
             Record::DelayChange { delay, from_turn } => w.record_delay_change(delay, from_turn)?,
             Record::Trailer {

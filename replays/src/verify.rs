@@ -104,21 +104,19 @@ pub(crate) struct Replayer<S: Simulation> {
     pub(crate) rejected: u32,
     pub(crate) simulated: u32,
     inputs: Vec<Stamped<S::Command>>,
+    /// Rules hash to check before the first step (`None`: checked or not applicable).
+    rules: Option<StateHash>,
 }
 
 impl<S: Simulation> Replayer<S> {
-    /// A fresh world for `header`, after checking the game and rules match.
+    /// A fresh world for `header`, after checking the game matches. The rules
+    /// hash is checked before the first step, once a start record had its chance
+    /// to replace the world.
     pub(crate) fn start(header: &Header) -> Result<Self, ReplayError> {
         check_game::<S>(header)?;
-        let world = S::new(&header.setup);
-        let ours = world.rules_hash();
-        if ours != header.rules_hash {
-            return Err(ReplayError::RulesMismatch {
-                file: header.rules_hash,
-                ours,
-            });
-        }
-        Ok(Self::from_world(world, 0))
+        let mut rp = Self::from_world(S::new(&header.setup), 0);
+        rp.rules = Some(header.rules_hash);
+        Ok(rp)
     }
 
     pub(crate) const fn from_world(world: S, next: u32) -> Self {
@@ -128,7 +126,28 @@ impl<S: Simulation> Replayer<S> {
             rejected: 0,
             simulated: 0,
             inputs: Vec::new(),
+            rules: None,
         }
+    }
+
+    /// Replaces the initial world with a recorded start state (a scenario).
+    pub(crate) fn begin_from(
+        &mut self,
+        snapshot: &[u8],
+        hash: StateHash,
+    ) -> Result<(), ReplayError> {
+        self.world = restore_checked::<S>(Turn(0), snapshot, hash)?;
+        Ok(())
+    }
+
+    fn check_rules(&mut self) -> Result<(), ReplayError> {
+        if let Some(file) = self.rules.take() {
+            let ours = self.world.rules_hash();
+            if ours != file {
+                return Err(ReplayError::RulesMismatch { file, ours });
+            }
+        }
+        Ok(())
     }
 
     /// Simulates empty turns up to `turn`, then `turn` with `inputs`.
@@ -138,7 +157,8 @@ impl<S: Simulation> Replayer<S> {
         turn: Turn,
         inputs: &[(PlayerId, Vec<u8>)],
         mut each: impl FnMut(Turn, &S),
-    ) {
+    ) -> Result<(), ReplayError> {
+        self.check_rules()?;
         while self.next < turn.0 {
             let t = Turn(self.next);
             self.world.step(t, &[]);
@@ -148,7 +168,7 @@ impl<S: Simulation> Replayer<S> {
         }
         if turn.0 < self.next {
             // Older than the world: the reader already refuses decreasing turns.
-            return;
+            return Ok(());
         }
         self.inputs.clear();
         for (player, bytes) in inputs {
@@ -162,12 +182,31 @@ impl<S: Simulation> Replayer<S> {
         self.next = turn.0 + 1;
         self.simulated += 1;
         each(turn, &self.world);
+        Ok(())
     }
 
     /// The last simulated turn.
     pub(crate) fn current(&self) -> Option<Turn> {
         self.next.checked_sub(1).map(Turn)
     }
+}
+
+/// Restores a snapshot and checks it hashes to what was recorded with it.
+pub(crate) fn restore_checked<S: Simulation>(
+    turn: Turn,
+    snapshot: &[u8],
+    hash: StateHash,
+) -> Result<S, ReplayError> {
+    let world = S::restore(snapshot).map_err(|source| ReplayError::Snapshot { turn, source })?;
+    let actual = world.state_hash();
+    if actual != hash {
+        return Err(ReplayError::KeyframeHash {
+            turn,
+            expected: hash,
+            actual,
+        });
+    }
+    Ok(world)
 }
 
 /// Refuses a replay of another game or game version.
@@ -266,7 +305,7 @@ pub fn verify<S: Simulation, R: Read>(
                         }
                     }
                     progress(Progress { turn: t, position });
-                });
+                })?;
                 if report.first_divergence.is_none() {
                     report.first_divergence = div;
                 }
@@ -289,16 +328,7 @@ pub fn verify<S: Simulation, R: Read>(
                 hash,
                 snapshot,
             } if simulating => {
-                let restored = S::restore(&snapshot)
-                    .map_err(|source| ReplayError::Snapshot { turn, source })?;
-                let restored_hash = restored.state_hash();
-                if restored_hash != hash {
-                    return Err(ReplayError::KeyframeHash {
-                        turn,
-                        expected: hash,
-                        actual: restored_hash,
-                    });
-                }
+                let restored = restore_checked::<S>(turn, &snapshot, hash)?;
                 report.keyframes_checked += 1;
                 if let Some(actual) = lookup(&computed, turn) {
                     report.hashes_checked += 1;
@@ -318,6 +348,7 @@ pub fn verify<S: Simulation, R: Read>(
                     simulating = false;
                 }
             }
+            Record::Start { hash, snapshot } => rp.begin_from(&snapshot, hash)?,
             Record::Desync { turn, sections, .. } => {
                 report.recorded_desyncs.push(turn);
                 desync_sections.insert(turn, sections);

@@ -63,6 +63,7 @@ pub struct Writer<W: Sink = File> {
     sync: SyncPolicy,
     unsynced_turns: u32,
     closed: bool,
+    started: bool,
 }
 
 impl Writer<File> {
@@ -99,6 +100,7 @@ impl<W: Sink> Writer<W> {
             sync,
             unsynced_turns: 0,
             closed: false,
+            started: false,
         };
         w.write_raw(&format::preamble())?;
         debug_assert_eq!(w.offset, PREAMBLE_LEN);
@@ -172,6 +174,22 @@ impl<W: Sink> Writer<W> {
     /// Records an input-delay change effective from `from_turn`.
     pub fn record_delay_change(&mut self, delay: u32, from_turn: Turn) -> Result<(), ReplayError> {
         self.record(&Record::DelayChange { delay, from_turn })
+    }
+
+    /// Records the world before turn 0 when the match does not start from
+    /// `Simulation::new(setup)` (a scenario). Only before the first turn.
+    pub fn record_start(&mut self, snapshot: &[u8], hash: StateHash) -> Result<(), ReplayError> {
+        if self.last_turn.is_some() || self.started {
+            return Err(ReplayError::Sequence {
+                offset: self.offset,
+                reason: "a start state must come once, before the first turn".into(),
+            });
+        }
+        self.buf.clear();
+        format::encode_start(hash, snapshot, &mut self.buf)?;
+        self.emit(kind::START)?;
+        self.started = true;
+        self.flush()
     }
 
     /// Records a full snapshot of the world after stepping `turn`.
