@@ -94,8 +94,10 @@
 //! # Ok::<(), replays::ReplayError>(())
 //! ```
 
+pub mod botmatch;
 pub mod diff;
 pub mod error;
+pub mod fixtures;
 pub mod format;
 pub mod reader;
 pub mod seek;
