@@ -5,6 +5,8 @@
 // Test helpers outside #[test] functions unwrap too: a failure should stop the test.
 #![allow(clippy::unwrap_used)]
 
+mod cli;
 mod damage;
+mod golden;
 mod toy;
 mod toy_replays;
