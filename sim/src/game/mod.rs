@@ -28,7 +28,7 @@ pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
 pub const TICK_MS: u32 = 50;
 
 /// Resources each player starts with.
-pub const START_RESOURCES: u32 = 200;
+pub const START_RESOURCES: u32 = 300;
 
 /// Most units (buildings excluded) a player may own; training waits beyond it.
 pub const POPULATION_CAP: u32 = 300;
@@ -105,7 +105,7 @@ const ARCHER: Stats = Stats {
     radius: fx_ratio(3, 10),
 };
 const BASE: Stats = Stats {
-    hp: 2000,
+    hp: 1200,
     speed: Fx::ZERO,
     range: Fx::ZERO,
     damage: 0,
@@ -181,9 +181,9 @@ impl fmt::Display for UnitKind {
 }
 
 /// Resources one worker trip carries.
-pub const CARRY: u32 = 8;
+pub const CARRY: u32 = 10;
 /// Ticks a worker spends at a mine to fill up.
-pub const GATHER_TICKS: u16 = 20;
+pub const GATHER_TICKS: u16 = 14;
 /// Resources a fresh mine holds.
 pub const MINE_AMOUNT: u32 = 1500;
 /// Most entries in a base's training queue.

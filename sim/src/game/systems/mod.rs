@@ -62,6 +62,8 @@ impl Plan {
 const ARRIVE: Fx = fx_ratio(1, 2);
 /// Within this distance of its goal a unit walks straight (tiles).
 const DIRECT: Fx = fx_int(5);
+/// Within this distance a chased target is approached straight (tiles).
+const CHASE_DIRECT: Fx = fx_int(12);
 /// Reach for working a mine / handing in at a base / building (tiles).
 const MINE_REACH: Fx = fx_ratio(3, 2);
 const BASE_REACH: Fx = fx_ratio(5, 2);
@@ -184,8 +186,17 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
                     plan.intent = Intent::Hit(ti);
                 }
             } else {
-                let (tx, ty) = t.pos.tile();
-                plan.goal = walk_to(e.pos, t.pos, combat::coarse(&s.map, (tx, ty)));
+                // Near targets are chased straight; far ones through a flow
+                // field to a coarse tile that many chasers share.
+                plan.goal = if within(e.pos, t.pos, CHASE_DIRECT) {
+                    Goal::Point(t.pos)
+                } else {
+                    let (tx, ty) = t.pos.tile();
+                    Goal::Field {
+                        dest: combat::coarse(&s.map, (tx, ty)),
+                        point: t.pos,
+                    }
+                };
             }
             return plan;
         }
