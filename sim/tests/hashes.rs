@@ -4,29 +4,33 @@
 
 use sim::game::World;
 use sim::{Simulation, Turn, scenarios};
-use std::fmt::Write as _;
 
 /// Steps `world` through turns `0..=last`, with the bots' inputs if any,
 /// and tabulates the hash (and unit count) after each turn in `marks`.
 fn table(mut world: World, bot_seed: Option<u64>, last: u32, marks: &[u32]) -> String {
     let mut bots = bot_seed.map_or_else(Vec::new, |s| scenarios::bots(&world, s, 300));
     let mut out = String::new();
-    writeln!(out, "rules {}", world.rules_hash().short()).unwrap();
-    writeln!(out, "start {} units {}", world.state_hash().short(), world.unit_count()).unwrap();
+    out += &format!("rules {}", world.rules_hash().short());
+    out.push('\n');
+    out += &format!(
+        "start {} units {}",
+        world.state_hash().short(),
+        world.unit_count()
+    );
+    out.push('\n');
     for t in 0..=last {
         let inputs = scenarios::bot_inputs(&world, &mut bots, Turn(t));
         world.step(Turn(t), &inputs);
         if marks.contains(&t) {
-            writeln!(
-                out,
+            out += &format!(
                 "turn {t:>4} {} units {}",
                 world.state_hash().short(),
                 world.unit_count()
-            )
-            .unwrap();
+            );
+            out.push('\n');
         }
     }
-    write!(out, "{}", world.summary()).unwrap();
+    out += &world.summary().to_string();
     out
 }
 

@@ -188,3 +188,6 @@ pub const GATHER_TICKS: u16 = 14;
 pub const MINE_AMOUNT: u32 = 1500;
 /// Most entries in a base's training queue.
 pub const MAX_QUEUE: usize = 5;
+
+#[cfg(test)]
+mod tests;
