@@ -10,7 +10,7 @@ mod step;
 mod systems;
 pub(crate) mod world;
 
-pub use command::{Command, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
+pub use command::{Command, MAX_PATH_COMMANDS_PER_TURN, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
 pub use map::{Map, MapConfig, Tile};
 pub use world::{
     Entity, Order, Outcome, PlayerState, PlayerSummary, RejectStats, World, WorldSummary,

@@ -9,6 +9,7 @@ pub(crate) mod movement;
 use super::UnitKind;
 use super::flow::FlowCache;
 use super::grid::Grid;
+use super::map::Map;
 use super::world::{Order, State};
 use crate::contract::PlayerId;
 use crate::num::{Fx, Vec2, fx_int, fx_ratio};
@@ -118,9 +119,10 @@ fn within(a: Vec2, b: Vec2, r: Fx) -> bool {
     a.dist_sq_bits(b) <= rb.saturating_mul(rb)
 }
 
-/// A goal that walks to `point`: straight when near, by flow field otherwise.
-fn walk_to(from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
-    if within(from, point, DIRECT) {
+/// A goal that walks to `point`: straight when near with nothing in the
+/// way, by the flow field towards `dest` otherwise.
+fn walk_to(map: &Map, from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
+    if within(from, point, DIRECT) && movement::clear_line(map, from, point) {
         Goal::Point(point)
     } else {
         Goal::Field { dest, point }
@@ -209,7 +211,7 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
             if within(e.pos, *slot, ARRIVE) {
                 plan.order = Some(Order::Idle);
             } else {
-                plan.goal = walk_to(e.pos, *slot, *dest);
+                plan.goal = walk_to(&s.map, e.pos, *slot, *dest);
             }
         }
         Order::Gather { mine, returning } => {
@@ -220,7 +222,7 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
             if within(e.pos, point, BUILD_REACH) {
                 plan.intent = Intent::Build;
             } else {
-                plan.goal = walk_to(e.pos, point, *site);
+                plan.goal = walk_to(&s.map, e.pos, point, *site);
             }
         }
     }
