@@ -37,11 +37,16 @@ fn main() {
             );
         }
     }
+    let (worst_turn, worst) = steps
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, s)| **s)
+        .map_or((0, 0), |(t, s)| (t, *s));
     println!(
-        "median step {} us, median hash {} us, max step {} us",
+        "median step {} us, median hash {} us, max step {worst} us (turn {worst_turn}), {} flow fields computed",
         median(steps.clone()),
         median(hashes),
-        steps.iter().max().copied().unwrap_or(0)
+        world.flow_fields_computed()
     );
     println!("{}", world.summary());
     for (name, mut w) in [

@@ -14,7 +14,7 @@ const MAX_RADIUS: Fx = fx_ratio(35, 100);
 /// Largest separation push per tick (tiles).
 const MAX_PUSH: Fx = fx_ratio(8, 100);
 /// Neighbours considered per unit per tick (bounds the cost in dense crowds).
-const MAX_NEIGHBOURS: u32 = 10;
+const MAX_NEIGHBOURS: u32 = 16;
 
 /// The unit's position after one tick of walking towards `goal` at `speed`.
 pub(crate) fn steer(map: &Map, flow: &FlowCache, pos: Vec2, goal: Goal, speed: Fx) -> Vec2 {
