@@ -3,8 +3,8 @@
 //! the simulation relies on, so a corrupt snapshot is an error, never a panic.
 
 use crate::contract::{MAX_PLAYERS, SnapshotError};
-use crate::game::World;
 use crate::game::world::State;
+use crate::game::{Order, World};
 
 const MAGIC: &[u8; 4] = b"SIMW";
 const VERSION: u8 = 1;
@@ -70,6 +70,14 @@ fn validate(s: &State) -> Result<(), SnapshotError> {
         }
         if e.pos.x < 0 || e.pos.y < 0 || !s.map.contains(e.pos.tile()) {
             return bad(format!("entity {} outside the map", e.id));
+        }
+        let dest = match &e.order {
+            Order::Move { dest, .. } | Order::AttackMove { dest, .. } => Some(*dest),
+            Order::Build { site } => Some(*site),
+            _ => None,
+        };
+        if dest.is_some_and(|d| !s.map.contains(d)) {
+            return bad(format!("entity {} has an order outside the map", e.id));
         }
         if e.queue.len() > crate::game::MAX_QUEUE {
             return bad(format!("entity {} has an oversized queue", e.id));
