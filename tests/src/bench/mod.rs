@@ -2,5 +2,6 @@
 //! statistics, plots, machine stamps, and the sections of `BENCHMARKS.md`.
 
 pub mod machine;
+pub mod sim_bench;
 pub mod stats;
 pub mod svg;
