@@ -18,6 +18,18 @@ fn main() {
     let turns: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
     let mut world = scenarios::melee(units, 1);
     println!("melee({units}): {}", world.summary());
+    let a = Instant::now();
+    let bytes = world.snapshot();
+    let b = Instant::now();
+    let back = sim::game::World::restore(&bytes).map(|w| w.state_hash());
+    let c = Instant::now();
+    println!(
+        "snapshot {} bytes in {} us, restore in {} us, same hash: {}",
+        bytes.len(),
+        (b - a).as_micros(),
+        (c - b).as_micros(),
+        back == Ok(world.state_hash())
+    );
     let (mut steps, mut hashes) = (Vec::new(), Vec::new());
     for t in 0..turns {
         let a = Instant::now();

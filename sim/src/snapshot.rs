@@ -9,6 +9,10 @@ use crate::game::{Order, World};
 const MAGIC: &[u8; 4] = b"SIMW";
 const VERSION: u8 = 1;
 
+/// Highest entity id a world may reach; a snapshot claiming more is corrupt
+/// (a real match spawns orders of magnitude fewer).
+pub const MAX_ENTITY_ID: u32 = 1 << 30;
+
 pub(crate) fn encode(s: &State) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + s.entities.len() * 48);
     out.extend_from_slice(MAGIC);
@@ -56,6 +60,9 @@ fn validate(s: &State) -> Result<(), SnapshotError> {
     if s.setup.ticks_per_turn == 0 {
         return bad("zero ticks per turn".into());
     }
+    if s.next_id > MAX_ENTITY_ID {
+        return bad(format!("next id {} beyond {MAX_ENTITY_ID}", s.next_id));
+    }
     let mut prev: Option<u32> = None;
     for e in &s.entities {
         if prev.is_some_and(|p| p >= e.id) || e.id >= s.next_id {
@@ -78,6 +85,9 @@ fn validate(s: &State) -> Result<(), SnapshotError> {
         };
         if dest.is_some_and(|d| !s.map.contains(d)) {
             return bad(format!("entity {} has an order outside the map", e.id));
+        }
+        if e.queue.iter().any(|k| !k.is_trainable()) {
+            return bad(format!("entity {} queues an untrainable kind", e.id));
         }
         if e.queue.len() > crate::game::MAX_QUEUE {
             return bad(format!("entity {} has an oversized queue", e.id));
