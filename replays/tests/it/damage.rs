@@ -232,3 +232,56 @@ fn recovered_message_counts_turns() {
         "{msg}"
     );
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn original() -> (Vec<u8>, Vec<Record>) {
+        let bytes = small();
+        let records = Reader::from_bytes(&bytes)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        (bytes, records)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Several bytes overwritten anywhere: never a panic, and whatever is
+        /// read is a prefix of the real records (a damaged file never reads
+        /// as something else).
+        #[test]
+        fn random_edits_never_panic_nor_invent_records(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8)
+        ) {
+            let (mut bytes, records) = original();
+            let len = bytes.len();
+            for (pos, val) in edits {
+                bytes[pos % len] = val;
+            }
+            if let Ok(mut r) = Reader::from_bytes(&bytes) {
+                let got: Vec<Record> = r.by_ref().filter_map(Result::ok).collect();
+                prop_assert!(got.len() <= records.len());
+                prop_assert_eq!(&got[..], &records[..got.len()]);
+                if r.summary().is_complete() {
+                    prop_assert_eq!(got, records);
+                }
+            }
+        }
+
+        /// Random bytes after a valid header: never a panic, never complete.
+        #[test]
+        fn random_tail_never_panics(tail in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let (bytes, _) = original();
+            let header_end = usize::try_from(Reader::from_bytes(&bytes).unwrap().position()).unwrap();
+            let mut file = bytes[..header_end].to_vec();
+            file.extend_from_slice(&tail);
+            let mut r = Reader::from_bytes(&file).unwrap();
+            let n = r.by_ref().filter(Result::is_ok).count();
+            prop_assert_eq!(n, 0);
+            prop_assert!(!r.summary().is_complete());
+        }
+    }
+}
