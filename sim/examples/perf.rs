@@ -61,6 +61,46 @@ fn main() {
         world.flow_fields_computed()
     );
     println!("{}", world.summary());
+    // Worst case a hostile player can cause: every path command a new destination.
+    let mut w = scenarios::economy(5);
+    let mut cmds = Vec::new();
+    let units: Vec<u32> = w
+        .entities()
+        .iter()
+        .filter(|e| e.kind.is_mobile())
+        .map(|e| e.id)
+        .collect();
+    for p in 0..4u8 {
+        let own: Vec<u32> = units
+            .iter()
+            .copied()
+            .filter(|&id| {
+                w.entity(id)
+                    .is_some_and(|e| e.owner == Some(sim::PlayerId(p)))
+            })
+            .collect();
+        for k in 0..sim::game::MAX_PATH_COMMANDS_PER_TURN {
+            let k = u16::try_from(k).unwrap_or(0);
+            cmds.push(sim::Stamped {
+                player: sim::PlayerId(p),
+                seq: k,
+                command: sim::game::Command::Move {
+                    units: own.clone(),
+                    x: 10 + 7 * k + u16::from(p),
+                    y: 20 + 5 * k + 3 * u16::from(p),
+                },
+            });
+        }
+    }
+    let before = w.flow_fields_computed();
+    let a = Instant::now();
+    w.step(sim::Turn(0), &cmds);
+    println!(
+        "hostile turn: {} path commands, {} new flow fields, {} us",
+        cmds.len(),
+        w.flow_fields_computed() - before,
+        a.elapsed().as_micros()
+    );
     for (name, mut w) in [
         ("skirmish", scenarios::skirmish(3)),
         ("economy", scenarios::economy(3)),

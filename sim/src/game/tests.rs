@@ -253,3 +253,30 @@ fn hostile_setup_is_clamped() {
     assert_eq!(w.players().len(), usize::from(crate::MAX_PLAYERS));
     assert_eq!(w.setup().ticks_per_turn, 1);
 }
+
+#[test]
+fn path_commands_per_turn_are_capped() {
+    let mut w = open_world();
+    let a = w.spawn_at(Some(PlayerId(0)), UnitKind::Soldier, (20, 20));
+    let cmds: Vec<Stamped<Command>> = (0..6u16)
+        .map(|k| Stamped {
+            player: PlayerId(0),
+            seq: k,
+            command: Command::Move {
+                units: vec![a],
+                x: 10 + k,
+                y: 10,
+            },
+        })
+        .collect();
+    w.step(Turn(0), &cmds);
+    assert_eq!(
+        w.rejected_commands() as usize,
+        6 - MAX_PATH_COMMANDS_PER_TURN
+    );
+    // The last accepted one wins: seq 3, tile (13, 10).
+    assert!(matches!(
+        w.entity(a).unwrap().order,
+        Order::Move { dest: (13, 10), .. }
+    ));
+}
