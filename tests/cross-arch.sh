@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Cross-architecture determinism check.
+#
+# Builds the `replay` tool for x86_64, i686 (32-bit), aarch64 (run under
+# qemu-user) and wasm32-wasip1 (run under Node's WASI), re-simulates every
+# golden replay in replays/tests/data with `replay verify --json
+# --print-hashes` on each, and requires the outputs (every per-turn hash, the
+# verdict and the exit code) to be byte-identical to the host's. Installs
+# missing prerequisites itself (rustup targets; apt packages only when a tool
+# is missing). Exit 0 only when every architecture agrees and every fixture
+# has its expected verdict.
+#
+# Environment: CARGO_TARGET_DIR (default ./target), CROSSARCH_PROFILE
+# (default crossarch, see the root Cargo.toml), CROSSARCH_TARGETS (a
+# space-separated subset of the targets below).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+profile=${CROSSARCH_PROFILE:-crossarch}
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+fixtures_dir=$root/replays/tests/data
+targets=${CROSSARCH_TARGETS:-x86_64-unknown-linux-gnu i686-unknown-linux-gnu aarch64-unknown-linux-gnu wasm32-wasip1}
+# Fixtures recorded from a deliberately corrupted peer: they must diverge (exit 1).
+expect_diverge='*desync*'
+
+export CARGO_TERM_COLOR=never
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER:-aarch64-linux-gnu-gcc}
+# blake3's build script compiles C/assembly for the target with this compiler.
+export CC_aarch64_unknown_linux_gnu=${CC_aarch64_unknown_linux_gnu:-aarch64-linux-gnu-gcc}
+
+host=$(rustc -vV | sed -n 's/^host: //p')
+start=$SECONDS
+log() { printf '== %s\n' "$*"; }
+
+# ---------------------------------------------------------------- prerequisites
+apt_packages=()
+want() { apt_packages+=("$@"); }
+has() { command -v "$1" >/dev/null 2>&1; }
+
+for t in $targets; do
+    case $t in
+    i686-unknown-linux-gnu)
+        # Rust links i686 with `cc -m32`: it needs 32-bit libc and libgcc
+        # dev files. Not gcc-multilib: on Debian it conflicts with (and
+        # removes) gcc-aarch64-linux-gnu.
+        has cc || want gcc
+        probe=$(mktemp -d)
+        if ! printf 'int main(void){return 0;}\n' |
+            cc -m32 -x c - -o "$probe/a.out" >/dev/null 2>&1; then
+            gcc_major=$(gcc -dumpversion 2>/dev/null | cut -d. -f1 || true)
+            want libc6-dev-i386 "lib32gcc-${gcc_major:-12}-dev"
+        fi
+        rm -rf "$probe"
+        ;;
+    aarch64-unknown-linux-gnu)
+        if [[ $host != aarch64-* ]]; then
+            has aarch64-linux-gnu-gcc || want gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+            has qemu-aarch64 || want qemu-user
+        fi
+        ;;
+    wasm32-wasip1)
+        has node || want nodejs
+        ;;
+    esac
+done
+
+if ((${#apt_packages[@]})); then
+    log "installing ${apt_packages[*]}"
+    sudo=()
+    [[ $(id -u) == 0 ]] || sudo=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq >/dev/null
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
+fi
+
+installed_targets=$(rustup target list --installed)
+for t in $targets; do
+    if ! grep -qx "$t" <<<"$installed_targets"; then
+        log "rustup target add $t"
+        rustup target add "$t" >/dev/null 2>&1
+    fi
+done
+
+# ---------------------------------------------------------------- build
+for t in $targets; do
+    log "build replay for $t (profile $profile)"
+    t0=$SECONDS
+    cargo build --quiet --locked --profile "$profile" -p replays --bin replay --target "$t"
+    echo "   $((SECONDS - t0)) s"
+done
+
+# ---------------------------------------------------------------- run
+# run TARGET ARGS... : the target's replay binary with ARGS, under the right runner.
+run() {
+    local t=$1
+    shift
+    local dir=$target_dir/$t/$profile
+    case $t in
+    wasm32-wasip1)
+        node --experimental-wasi-unstable-preview1 --no-warnings \
+            "$root/tests/wasi-run.mjs" "$dir/replay.wasm" "$fixtures_dir" "$@"
+        ;;
+    aarch64-unknown-linux-gnu)
+        if [[ $host == aarch64-* ]]; then
+            "$dir/replay" "$@"
+        else
+            qemu-aarch64 -L /usr/aarch64-linux-gnu "$dir/replay" "$@"
+        fi
+        ;;
+    *) "$dir/replay" "$@" ;;
+    esac
+}
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+shopt -s nullglob
+fixtures=("$fixtures_dir"/*.replay)
+shopt -u nullglob
+if ((${#fixtures[@]} == 0)); then
+    echo "cross-arch: no fixtures in $fixtures_dir" >&2
+    exit 1
+fi
+
+failures=0
+rows=()
+for f in "${fixtures[@]}"; do
+    name=$(basename "$f" .replay)
+    # shellcheck disable=SC2053 # glob match on purpose
+    if [[ $name == $expect_diverge ]]; then want_rc=1; else want_rc=0; fi
+    reference=
+    for t in $targets; do
+        o=$out/$t.$name.json
+        rc=0
+        run "$t" verify --json --print-hashes "$f" >"$o" 2>"$out/$t.$name.err" || rc=$?
+        verified=$(sed -n 's/^  "verified": \(.*\),\{0,1\}$/\1/p' "$o" | tr -d ',')
+        final=$(sed -n 's/^  "final_hash": "\{0,1\}\([0-9a-z]*\)"\{0,1\},\{0,1\}$/\1/p' "$o")
+        turns=$(sed -n 's/^  "turns": \([0-9]*\),\{0,1\}$/\1/p' "$o")
+        div=$(sed -n '/"first_divergence": {/,/^  }/s/^    "turn": \([0-9]*\),\{0,1\}$/\1/p' "$o")
+        status=ok
+        if [[ $rc != "$want_rc" ]]; then
+            status="FAIL: exit $rc, expected $want_rc"
+        elif [[ ! -s $o ]]; then
+            status="FAIL: no output"
+        elif [[ -z $reference ]]; then
+            reference=$t
+        elif ! cmp -s "$out/$reference.$name.json" "$o"; then
+            status="FAIL: output differs from $reference"
+            diff "$out/$reference.$name.json" "$o" | head -n 8 >&2 || true
+        fi
+        if [[ $status != ok ]]; then
+            failures=$((failures + 1))
+            sed -n '1,5p' "$out/$t.$name.err" >&2
+        fi
+        rows+=("$(printf '%-26s %-24s %-8s %-9s %-5s %-16s %s' \
+            "$t" "$name" "${verified:-?}" "${div:--}" "$turns" "${final:0:16}" "$status")")
+    done
+done
+
+echo
+printf '%-26s %-24s %-8s %-9s %-5s %-16s %s\n' \
+    target fixture verified diverged turns "final hash" result
+for r in "${rows[@]}"; do echo "$r"; done
+echo
+if ((failures)); then
+    echo "cross-arch: $failures failure(s) ($((SECONDS - start)) s)" >&2
+    exit 1
+fi
+echo "cross-arch: every per-turn hash identical on: $targets ($((SECONDS - start)) s)"
