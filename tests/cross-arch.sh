@@ -34,45 +34,58 @@ start=$SECONDS
 log() { printf '== %s\n' "$*"; }
 
 # ---------------------------------------------------------------- prerequisites
-apt_packages=()
-want() { apt_packages+=("$@"); }
 has() { command -v "$1" >/dev/null 2>&1; }
+apt_updated=
+# Installs Debian packages quietly; apt's output is shown only if it fails.
+apt_install() {
+    log "apt-get install $*"
+    local sudo=() aptlog
+    [[ $(id -u) == 0 ]] || sudo=(sudo)
+    aptlog=$(mktemp)
+    if { [[ -n $apt_updated ]] ||
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -qq; } >"$aptlog" 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" \
+            apt-get install -y -qq --no-install-recommends "$@" >>"$aptlog" 2>&1; then
+        apt_updated=1
+        rm -f "$aptlog"
+    else
+        cat "$aptlog" >&2
+        rm -f "$aptlog"
+        echo "cross-arch: apt-get install $* failed" >&2
+        exit 1
+    fi
+}
+# Links a trivial 32-bit C program, as rustc does for i686 (`cc -m32`).
+links_m32() {
+    local probe rc=0
+    probe=$(mktemp -d)
+    printf 'int main(void){return 0;}\n' |
+        cc -m32 -x c - -o "$probe/a.out" >/dev/null 2>&1 || rc=1
+    rm -rf "$probe"
+    return "$rc"
+}
 
 for t in $targets; do
     case $t in
     i686-unknown-linux-gnu)
-        # Rust links i686 with `cc -m32`: it needs 32-bit libc and libgcc
-        # dev files. Not gcc-multilib: on Debian it conflicts with (and
-        # removes) gcc-aarch64-linux-gnu.
-        has cc || want gcc
-        probe=$(mktemp -d)
-        if ! printf 'int main(void){return 0;}\n' |
-            cc -m32 -x c - -o "$probe/a.out" >/dev/null 2>&1; then
-            gcc_major=$(gcc -dumpversion 2>/dev/null | cut -d. -f1 || true)
-            want libc6-dev-i386 "lib32gcc-${gcc_major:-12}-dev"
+        has cc || apt_install gcc
+        # 32-bit libc and libgcc dev files. Not gcc-multilib: on Debian it
+        # conflicts with (and removes) gcc-aarch64-linux-gnu.
+        if ! links_m32; then
+            apt_install libc6-dev-i386 "lib32gcc-$(gcc -dumpversion | cut -d. -f1)-dev"
         fi
-        rm -rf "$probe"
         ;;
     aarch64-unknown-linux-gnu)
         if [[ $host != aarch64-* ]]; then
-            has aarch64-linux-gnu-gcc || want gcc-aarch64-linux-gnu libc6-dev-arm64-cross
-            has qemu-aarch64 || want qemu-user
+            has aarch64-linux-gnu-gcc || apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+            has qemu-aarch64 || apt_install qemu-user
         fi
         ;;
     wasm32-wasip1)
-        has node || want nodejs
+        has node || apt_install nodejs
         ;;
     esac
 done
-
-if ((${#apt_packages[@]})); then
-    log "installing ${apt_packages[*]}"
-    sudo=()
-    [[ $(id -u) == 0 ]] || sudo=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${sudo[@]}" apt-get update -qq >/dev/null
-    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${apt_packages[@]}" >/dev/null
-fi
 
 installed_targets=$(rustup target list --installed)
 for t in $targets; do
@@ -83,12 +96,14 @@ for t in $targets; do
 done
 
 # ---------------------------------------------------------------- build
-for t in $targets; do
-    log "build replay for $t (profile $profile)"
-    t0=$SECONDS
-    cargo build --quiet --locked --profile "$profile" -p replays --bin replay --target "$t"
-    echo "   $((SECONDS - t0)) s"
-done
+# One cargo invocation for every target: host-side proc macros and build
+# scripts are compiled once, and both cores stay busy.
+target_args=()
+for t in $targets; do target_args+=(--target "$t"); done
+log "build replay for: $targets (profile $profile)"
+t0=$SECONDS
+cargo build --quiet --locked --profile "$profile" -p replays --bin replay "${target_args[@]}"
+echo "   built in $((SECONDS - t0)) s"
 
 # ---------------------------------------------------------------- run
 # run TARGET ARGS... : the target's replay binary with ARGS, under the right runner.
