@@ -2,7 +2,8 @@
 # Cross-architecture determinism check.
 #
 # Builds the `replay` tool for x86_64, i686 (32-bit), aarch64 (run under
-# qemu-user) and wasm32-wasip1 (run under Node's WASI), re-simulates every
+# qemu-user) and wasm32-wasip1 (run under Node's WASI) -- plus, on request,
+# big-endian s390x (qemu-user) -- re-simulates every
 # golden replay in replays/tests/data with `replay verify --json
 # --print-hashes` on each, and requires the outputs (every per-turn hash, the
 # verdict and the exit code) to be byte-identical to the host's. Installs
@@ -12,7 +13,8 @@
 #
 # Environment: CARGO_TARGET_DIR (default ./target), CROSSARCH_PROFILE
 # (default crossarch, see the root Cargo.toml), CROSSARCH_TARGETS (a
-# space-separated subset of the targets below).
+# space-separated list; the default is below, s390x-unknown-linux-gnu may be
+# added).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,11 +27,24 @@ targets=${CROSSARCH_TARGETS:-x86_64-unknown-linux-gnu i686-unknown-linux-gnu aar
 expect_diverge='*desync*'
 
 export CARGO_TERM_COLOR=never
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=${CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER:-aarch64-linux-gnu-gcc}
-# blake3's build script compiles C/assembly for the target with this compiler.
-export CC_aarch64_unknown_linux_gnu=${CC_aarch64_unknown_linux_gnu:-aarch64-linux-gnu-gcc}
-
 host=$(rustc -vV | sed -n 's/^host: //p')
+
+# A Linux target of another CPU (not i686, which x86_64 runs natively) is
+# cross-linked with Debian's cross gcc and run under qemu-user.
+cross_cpu() {
+    local cpu=${1%%-*}
+    [[ $1 == *-linux-gnu && $cpu != i686 && $cpu != "${host%%-*}" ]] && echo "$cpu"
+}
+for t in $targets; do
+    if cpu=$(cross_cpu "$t"); then
+        upper=$(tr 'a-z-' 'A-Z_' <<<"$t")
+        var=CARGO_TARGET_${upper}_LINKER
+        export "$var=${!var:-$cpu-linux-gnu-gcc}"
+        # blake3's build script compiles C/assembly for the target with this.
+        var=CC_${t//-/_}
+        export "$var=${!var:-$cpu-linux-gnu-gcc}"
+    fi
+done
 start=$SECONDS
 log() { printf '== %s\n' "$*"; }
 
@@ -75,10 +90,16 @@ for t in $targets; do
             apt_install libc6-dev-i386 "lib32gcc-$(gcc -dumpversion | cut -d. -f1)-dev"
         fi
         ;;
-    aarch64-unknown-linux-gnu)
-        if [[ $host != aarch64-* ]]; then
-            has aarch64-linux-gnu-gcc || apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
-            has qemu-aarch64 || apt_install qemu-user
+    *-linux-gnu)
+        if cpu=$(cross_cpu "$t"); then
+            case $cpu in
+            aarch64) debian_arch=arm64 ;;
+            powerpc64le) debian_arch=ppc64el ;;
+            *) debian_arch=$cpu ;;
+            esac
+            has "$cpu-linux-gnu-gcc" ||
+                apt_install "gcc-$cpu-linux-gnu" "libc6-dev-$debian_arch-cross"
+            has "qemu-$cpu" || apt_install qemu-user
         fi
         ;;
     wasm32-wasip1)
@@ -116,14 +137,14 @@ run() {
         node --experimental-wasi-unstable-preview1 --no-warnings \
             "$root/tests/wasi-run.mjs" "$dir/replay.wasm" "$fixtures_dir" "$@"
         ;;
-    aarch64-unknown-linux-gnu)
-        if [[ $host == aarch64-* ]]; then
-            "$dir/replay" "$@"
+    *)
+        local cpu
+        if cpu=$(cross_cpu "$t"); then
+            "qemu-$cpu" -L "/usr/$cpu-linux-gnu" "$dir/replay" "$@"
         else
-            qemu-aarch64 -L /usr/aarch64-linux-gnu "$dir/replay" "$@"
+            "$dir/replay" "$@"
         fi
         ;;
-    *) "$dir/replay" "$@" ;;
     esac
 }
 
