@@ -4,4 +4,11 @@
 
 pub mod time;
 
+pub mod builder;
+pub mod event;
+pub mod input_delay;
+pub mod proto;
+pub mod session;
+pub mod turn_buffer;
+
 pub use time::{Duration, Instant};
