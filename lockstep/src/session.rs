@@ -116,12 +116,17 @@ struct Running {
     epoch: Instant,
     next_exec: Turn,
     buffer: TurnBuffer,
+    /// When each buffered bundle arrived (stall time ends there, not when the driver polls).
+    arrived: BTreeMap<Turn, Instant>,
     delay: DelaySchedule,
     next_input: Turn,
     /// Submitted chunks not yet sent, with their submit time.
     pending: VecDeque<(Instant, Vec<u8>)>,
     /// Submit times of our chunks, by the turn they will be simulated in.
-    in_flight: BTreeMap<Turn, Vec<Instant>>,
+    in_flight: BTreeMap<Turn, Vec<InFlight>>,
+    /// Our chunks that were missing from their turn's bundle: the relay will
+    /// say where they landed. By intended turn.
+    awaiting_late: BTreeMap<Turn, Vec<Instant>>,
     /// Section hashes of recent turns, oldest first.
     sections: VecDeque<(Turn, Vec<SectionHash>)>,
     last_hashed: Option<Turn>,
@@ -151,6 +156,15 @@ impl Running {
                 .turn_length
                 .saturating_mul(self.ticks(now).saturating_add(1))
     }
+}
+
+/// One of our command chunks on its way to being simulated.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    /// When the game submitted it.
+    at: Instant,
+    /// Sent for this turn (false: a late chunk the relay moved here).
+    own: bool,
 }
 
 /// A peer's lockstep session; see the module docs.
@@ -292,7 +306,7 @@ impl Session {
                 }
             }
             ToPeer::Start(start) => self.start(now, start),
-            ToPeer::Bundle(bundle) => self.on_bundle(bundle),
+            ToPeer::Bundle(bundle) => self.on_bundle(now, bundle),
             ToPeer::Desync(d) => self.events.push_back(Event::Desync {
                 turn: d.turn,
                 hashes: d.hashes,
@@ -321,9 +335,11 @@ impl Session {
             ToPeer::LateInput { turn, landed_in } => {
                 if let Phase::Running(r) = &mut self.phase {
                     self.stats.late_inputs += 1;
-                    if let Some(times) = r.in_flight.remove(&turn) {
-                        r.in_flight.entry(landed_in).or_default().extend(times);
-                    }
+                    let times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                    r.in_flight
+                        .entry(landed_in)
+                        .or_default()
+                        .extend(times.into_iter().map(|at| InFlight { at, own: false }));
                     self.events.push_back(Event::LateInput { turn, landed_in });
                 }
             }
@@ -376,7 +392,10 @@ impl Session {
         let mut s = self.stats.clone();
         if let Phase::Running(r) = &self.phase {
             let due = r.due(r.next_exec);
-            if now > due && r.end.is_none_or(|(t, _)| r.next_exec <= t) {
+            if now > due
+                && !r.buffer.has(r.next_exec)
+                && r.end.is_none_or(|(t, _)| r.next_exec <= t)
+            {
                 s.stall += now.saturating_since(due.max(r.stall_accounted));
             }
             s.input_delay = r.delay.latest();
@@ -424,10 +443,12 @@ impl Session {
             epoch,
             next_exec: start.first_turn,
             buffer: TurnBuffer::default(),
+            arrived: BTreeMap::new(),
             delay: DelaySchedule::new(start.first_turn, start.input_delay),
             next_input: start.first_turn,
             pending: VecDeque::new(),
             in_flight: BTreeMap::new(),
+            awaiting_late: BTreeMap::new(),
             sections: VecDeque::new(),
             last_hashed: None,
             stall_accounted: epoch,
@@ -438,7 +459,7 @@ impl Session {
         }));
     }
 
-    fn on_bundle(&mut self, bundle: Bundle) {
+    fn on_bundle(&mut self, now: Instant, bundle: Bundle) {
         let Phase::Running(r) = &mut self.phase else {
             self.stats.bad_messages += 1;
             return;
@@ -447,8 +468,11 @@ impl Session {
             self.stats.bad_messages += 1;
             return;
         }
+        let turn = bundle.turn;
         if r.buffer.insert(r.next_exec, bundle).is_err() {
             self.stats.duplicate_bundles += 1;
+        } else {
+            r.arrived.insert(turn, now);
         }
     }
 
@@ -539,7 +563,10 @@ impl Session {
                     }
                     bytes += c.len();
                     if let Some((at, c)) = r.pending.pop_front() {
-                        r.in_flight.entry(turn).or_default().push(at);
+                        r.in_flight
+                            .entry(turn)
+                            .or_default()
+                            .push(InFlight { at, own: true });
                         commands.push(c);
                     }
                 }
@@ -582,22 +609,46 @@ impl Session {
                 }
             }
         }
-        if now > due {
+        // Stall: from when the turn was due until its bundle arrived, not
+        // counting time already counted for an earlier turn.
+        let arrived = r.arrived.remove(&turn).unwrap_or(now);
+        if arrived > due {
             let from = due.max(r.stall_accounted);
-            self.stats.stall += now.saturating_since(from);
+            self.stats.stall += arrived.saturating_since(from);
             self.stats.stalled_turns += 1;
         }
-        r.stall_accounted = r.stall_accounted.max(now);
-        // Anything older than this turn can no longer execute (should not happen).
+        r.stall_accounted = r.stall_accounted.max(arrived);
+        // Turn latency. Our chunks in this bundle are the ones we sent for it
+        // (if they arrived in time) plus late ones the relay said landed here;
+        // if ours are missing, they are late and wait for the relay's notice.
         let keep = r.in_flight.split_off(&turn.next());
-        for (_, times) in std::mem::replace(&mut r.in_flight, keep) {
-            for at in times {
-                if self.latencies.len() >= LATENCY_SAMPLES {
-                    self.latencies.pop_front();
-                }
-                self.latencies.push_back(now.saturating_since(at));
+        let due_here: Vec<InFlight> = std::mem::replace(&mut r.in_flight, keep)
+            .into_values()
+            .flatten()
+            .collect();
+        let ours_in_bundle = bundle
+            .inputs
+            .iter()
+            .filter(|(p, _)| *p == r.your_player)
+            .count();
+        let all_arrived = ours_in_bundle >= due_here.len();
+        for f in due_here {
+            if f.own && !all_arrived {
+                r.awaiting_late.entry(turn).or_default().push(f.at);
+                continue;
             }
+            if self.latencies.len() >= LATENCY_SAMPLES {
+                self.latencies.pop_front();
+            }
+            self.latencies.push_back(now.saturating_since(f.at));
         }
+        // A late notice comes within a few hundred turns or never (dropped);
+        // forget older ones so the map stays bounded.
+        let horizon = Turn(
+            turn.0
+                .saturating_sub(crate::turn_buffer::MAX_BUFFERED_AHEAD),
+        );
+        r.awaiting_late = r.awaiting_late.split_off(&horizon);
         r.next_exec = turn.next();
         self.stats.turns_executed += 1;
         self.stats.last_turn = Some(turn);
@@ -615,4 +666,135 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     }
     let idx = (sorted.len() - 1) * p / 100;
     sorted[idx]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::*;
+    use crate::builder::SessionBuilder;
+    use crate::proto::PlayerInfo;
+    use sim::MatchSetup;
+
+    fn started(now: Instant) -> Session {
+        let mut s = SessionBuilder::new().with_match("m", 2).build(now).unwrap();
+        let (_, join) = s.poll_outgoing().unwrap();
+        assert!(matches!(ToRelay::decode(&join), Ok(ToRelay::Join(_))));
+        let start = ToPeer::Start(Start {
+            your_player: PlayerId(1),
+            setup: MatchSetup {
+                seed: 1,
+                players: 2,
+                ticks_per_turn: 4,
+            },
+            turn_length_us: 100_000,
+            players: (0..2)
+                .map(|i| PlayerInfo {
+                    id: PlayerId(i),
+                    name: format!("p{i}"),
+                })
+                .collect(),
+            input_delay: 2,
+            first_turn: Turn(0),
+            last_turn: Some(Turn(3)),
+        });
+        s.handle_message(now, &start.to_bytes());
+        s
+    }
+
+    fn bundle(turn: u32) -> Vec<u8> {
+        ToPeer::Bundle(Bundle {
+            turn: Turn(turn),
+            inputs: vec![(PlayerId(0), vec![turn as u8])],
+            notices: Vec::new(),
+        })
+        .to_bytes()
+    }
+
+    fn drain(s: &mut Session) -> (Vec<ToRelay>, Vec<Event>) {
+        let mut out = Vec::new();
+        while let Some((_, b)) = s.poll_outgoing() {
+            out.push(ToRelay::decode(&b).unwrap());
+        }
+        let mut ev = Vec::new();
+        while let Some(e) = s.poll_event() {
+            ev.push(e);
+        }
+        (out, ev)
+    }
+
+    #[test]
+    fn yields_each_turn_once_in_order_when_due_and_complete() {
+        let t0 = Instant::from_millis(1000);
+        let mut s = started(t0);
+        let (out, ev) = drain(&mut s);
+        assert!(matches!(ev[..], [Event::Started { .. }]));
+        // The input for turn 0 goes out at the start (turn 0 is due 2 turns later).
+        assert_eq!(
+            out,
+            vec![ToRelay::Input {
+                turn: Turn(0),
+                commands: vec![]
+            }]
+        );
+        // Out of order and duplicated bundles, before anything is due.
+        for t in [2, 1, 1, 0, 2] {
+            s.handle_message(t0, &bundle(t));
+        }
+        assert_eq!(s.stats(t0).duplicate_bundles, 2);
+        let (_, ev) = drain(&mut s);
+        assert!(ev.is_empty(), "nothing is due yet: {ev:?}");
+        let t = s.poll_timeout().unwrap();
+        assert_eq!(t, t0 + Duration::from_millis(100));
+        s.handle_timeout(t0 + Duration::from_millis(200));
+        s.submit(t0 + Duration::from_millis(200), vec![9]).unwrap();
+        let (out, ev) = drain(&mut s);
+        assert!(matches!(ev[..], [Event::TurnReady { turn: Turn(0), .. }]));
+        // Inputs for turns 1 and 2 went out; the command waits for turn 3.
+        assert_eq!(out.len(), 2);
+        // Late by 150 ms: turns 1 and 2 come out together, 3 is missing.
+        s.handle_timeout(t0 + Duration::from_millis(450));
+        let (out, ev) = drain(&mut s);
+        let turns: Vec<u32> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::TurnReady { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(turns, vec![1, 2]);
+        assert!(out.contains(&ToRelay::Input {
+            turn: Turn(3),
+            commands: vec![vec![9]]
+        }));
+        assert_eq!(
+            s.stats(t0 + Duration::from_millis(450)).stall,
+            Duration::ZERO
+        );
+        // Turn 3 was due at +500 ms; a stall is counted and reported.
+        s.handle_timeout(t0 + Duration::from_millis(600));
+        let (_, ev) = drain(&mut s);
+        assert!(matches!(ev[..], [Event::Stalled { turn: Turn(3), .. }]));
+        s.handle_message(t0 + Duration::from_millis(650), &bundle(3));
+        s.handle_message(
+            t0 + Duration::from_millis(650),
+            &ToPeer::MatchEnd {
+                turn: Turn(3),
+                reason: crate::proto::EndReason::Completed,
+            }
+            .to_bytes(),
+        );
+        let (_, ev) = drain(&mut s);
+        assert!(matches!(
+            ev[..],
+            [
+                Event::TurnReady { turn: Turn(3), .. },
+                Event::MatchEnded { turn: Turn(3), .. }
+            ]
+        ));
+        let st = s.stats(t0 + Duration::from_millis(650));
+        assert_eq!(st.stall, Duration::from_millis(150));
+        assert_eq!(st.turns_executed, 4);
+        assert!(s.is_ended());
+    }
 }
