@@ -51,7 +51,7 @@ impl Default for RelayConfig {
             shrink_hold: Duration::from_secs(5),
             silence_timeout: Duration::from_secs(5),
             ping_interval: Duration::from_millis(250),
-            ticks_per_turn: 4,
+            ticks_per_turn: sim::game::DEFAULT_TICKS_PER_TURN,
             seed: None,
             end_grace: Duration::from_secs(2),
             limits: Limits::default(),

@@ -14,6 +14,96 @@ use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 
+/// What a peer in these tests plays: a game plus its bot.
+trait TestGame {
+    fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]);
+    fn hash(&self) -> StateHash;
+    fn sections(&self) -> Vec<SectionHash>;
+    /// Deliberately corrupts this peer's state (the desync fault switch).
+    fn perturb(&mut self, me: PlayerId);
+    /// The bot's encoded commands after simulating `turn`, if any.
+    fn think(&mut self, turn: Turn, rng: &mut Rng) -> Option<Vec<u8>>;
+    /// Commands simulated so far.
+    fn commands(&self) -> u64;
+}
+
+type GameFactory = fn(&sim::MatchSetup, PlayerId, u64) -> Box<dyn TestGame>;
+
+fn toy(setup: &sim::MatchSetup, _me: PlayerId, _seed: u64) -> Box<dyn TestGame> {
+    Box::new(Toy::new(setup.players))
+}
+
+impl TestGame for Toy {
+    fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
+        Self::step(self, turn, inputs);
+    }
+    fn hash(&self) -> StateHash {
+        Self::hash(self)
+    }
+    fn sections(&self) -> Vec<SectionHash> {
+        Self::sections(self)
+    }
+    fn perturb(&mut self, me: PlayerId) {
+        self.acc[usize::from(me.0)] ^= 1;
+    }
+    fn think(&mut self, _turn: Turn, rng: &mut Rng) -> Option<Vec<u8>> {
+        // A command on about a third of the turns.
+        (rng.below(3) == 0).then(|| {
+            let mut bytes = Vec::new();
+            sim::encode_commands(&[rng.next() as u32], &mut bytes);
+            bytes
+        })
+    }
+    fn commands(&self) -> u64 {
+        self.commands
+    }
+}
+
+/// The reference RTS with its seeded bot.
+struct Rts {
+    world: sim::game::World,
+    bot: sim::bot::Bot,
+    commands: u64,
+}
+
+fn rts(setup: &sim::MatchSetup, me: PlayerId, seed: u64) -> Box<dyn TestGame> {
+    use sim::Simulation;
+    Box::new(Rts {
+        world: sim::game::World::new(setup),
+        bot: sim::bot::Bot::new(me, seed, 300),
+        commands: 0,
+    })
+}
+
+impl TestGame for Rts {
+    fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
+        use sim::Simulation;
+        let commands = decode_turn::<sim::game::Command>(inputs);
+        self.commands += commands.len() as u64;
+        self.world.step(turn, &commands);
+    }
+    fn hash(&self) -> StateHash {
+        sim::Simulation::state_hash(&self.world)
+    }
+    fn sections(&self) -> Vec<SectionHash> {
+        sim::Simulation::section_hashes(&self.world)
+    }
+    fn perturb(&mut self, me: PlayerId) {
+        self.world.perturb(u32::from(me.0) * 7 + 3);
+    }
+    fn think(&mut self, turn: Turn, _rng: &mut Rng) -> Option<Vec<u8>> {
+        let commands = self.bot.think(&self.world, turn);
+        (!commands.is_empty()).then(|| {
+            let mut bytes = Vec::new();
+            sim::encode_commands(&commands, &mut bytes);
+            bytes
+        })
+    }
+    fn commands(&self) -> u64 {
+        self.commands
+    }
+}
+
 /// A tiny deterministic game: one accumulator per player.
 #[derive(Clone, Debug)]
 struct Toy {
@@ -110,7 +200,7 @@ type Executed = (Turn, Vec<(PlayerId, Vec<u8>)>, StateHash);
 
 struct Peer {
     session: Session,
-    game: Option<Toy>,
+    game: Option<Box<dyn TestGame>>,
     bot: Rng,
     /// Every yielded turn, in order, with its inputs and resulting hash.
     executed: Vec<Executed>,
@@ -133,6 +223,8 @@ struct Sim {
     last_at: BTreeMap<Dest, Instant>,
     seq: u64,
     router_events: Vec<RouterEvent>,
+    factory: GameFactory,
+    seed: u64,
 }
 
 struct Setup {
@@ -141,6 +233,7 @@ struct Setup {
     config: RelayConfig,
     shapes: Vec<Vec<(Instant, LinkShape)>>,
     seed: u64,
+    factory: GameFactory,
 }
 
 impl Setup {
@@ -160,6 +253,7 @@ impl Setup {
                 peers
             ],
             seed,
+            factory: toy,
         }
     }
 }
@@ -167,7 +261,7 @@ impl Setup {
 impl Sim {
     fn new(setup: Setup) -> Self {
         let now = Instant::from_millis(1);
-        let mut router = Router::new(setup.config);
+        let mut router = Router::new(setup.config.clone());
         let mut peers = Vec::new();
         for i in 0..setup.peers {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 10_000 + i as u16));
@@ -202,6 +296,8 @@ impl Sim {
             last_at: BTreeMap::new(),
             seq: 0,
             router_events: Vec::new(),
+            factory: setup.factory,
+            seed: setup.seed,
         }
     }
 
@@ -270,23 +366,22 @@ impl Sim {
         let now = self.now;
         let p = &mut self.peers[i];
         match &ev {
-            Event::Started { setup, .. } => p.game = Some(Toy::new(setup.players)),
+            Event::Started {
+                setup, your_player, ..
+            } => p.game = Some((self.factory)(setup, *your_player, self.seed + i as u64)),
             Event::TurnReady { turn, inputs } => {
                 let game = p.game.as_mut().unwrap();
                 game.step(*turn, inputs);
                 if p.desync_at == Some(*turn) {
-                    let me = p.session.player().unwrap();
-                    game.acc[usize::from(me.0)] ^= 1;
+                    game.perturb(p.session.player().unwrap());
                 }
                 let hash = game.hash();
                 p.session.report_hash(*turn, hash, game.sections()).unwrap();
                 p.executed.push((*turn, inputs.clone(), hash));
-                // The bot: a command on about a third of its turns.
-                if p.bot.below(3) == 0 {
-                    let cmd = p.bot.next() as u32;
-                    if p.session.submit_commands(now, &[cmd]).is_ok() {
-                        p.submitted += 1;
-                    }
+                if let Some(bytes) = game.think(*turn, &mut p.bot)
+                    && p.session.submit(now, bytes).is_ok()
+                {
+                    p.submitted += 1;
                 }
             }
             Event::MatchEnded { .. } => p.ended = true,
@@ -396,7 +491,7 @@ fn assert_contiguous(sim: &Sim, i: usize) -> u32 {
 }
 
 fn total_commands(sim: &Sim, i: usize) -> u64 {
-    sim.peers[i].game.as_ref().unwrap().commands
+    sim.peers[i].game.as_ref().unwrap().commands()
 }
 
 #[test]
@@ -407,7 +502,7 @@ fn four_peers_play_identically_to_the_end() {
         assert!(sim.peers[i].ended, "peer {i} did not see the match end");
         assert_eq!(assert_contiguous(&sim, i), 200);
         assert_eq!(sim.hashes(i), sim.hashes(0), "peer {i} diverged");
-        assert_eq!(sim.peers[i].executed, sim.peers[0].executed);
+        assert!(sim.peers[i].executed == sim.peers[0].executed);
         assert!(matches!(
             sim.peers[i].events.last(),
             Some(Event::MatchEnded {
@@ -715,4 +810,52 @@ fn clean_leave_is_dropped_at_one_agreed_turn() {
         assert_eq!(assert_contiguous(&sim, i), 100);
         assert_eq!(sim.hashes(i), sim.hashes(1));
     }
+}
+
+#[test]
+fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
+    let mut setup = Setup::new(3, 120, 21);
+    setup.factory = rts;
+    let mut sim = Sim::new(setup);
+    sim.peers[2].desync_at = Some(Turn(80));
+    sim.run(Duration::from_secs(60));
+    for i in 0..3 {
+        assert_eq!(assert_contiguous(&sim, i), 120);
+        let inputs = |k: usize| -> Vec<_> {
+            sim.peers[k]
+                .executed
+                .iter()
+                .map(|(t, inp, _)| (*t, inp.clone()))
+                .collect()
+        };
+        assert!(inputs(i) == inputs(0), "peer {i} saw other bundles");
+    }
+    assert!(total_commands(&sim, 0) > 20, "bots issued too little");
+    let n = 81;
+    assert_eq!(sim.hashes(0)[..n - 1], sim.hashes(2)[..n - 1]);
+    assert_ne!(sim.hashes(0)[n - 1], sim.hashes(2)[n - 1]);
+    let odd = sim.peers[2].session.player().or_else(|| {
+        sim.peers[2].events.iter().find_map(|e| match e {
+            Event::Started { your_player, .. } => Some(*your_player),
+            _ => None,
+        })
+    });
+    let odd = odd.unwrap();
+    assert!(sim.router_events.iter().any(|e| matches!(
+        e,
+        RouterEvent::Desync { turn: Turn(80), odd_players, .. } if odd_players == &[odd]
+    )));
+    let sections = sim
+        .router_events
+        .iter()
+        .find_map(|e| match e {
+            RouterEvent::DesyncSections { turn, sections, .. } => Some((*turn, sections.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(sections.0, Turn(80));
+    assert!(
+        !sections.1.is_empty() && sections.1.len() <= 2,
+        "{sections:?}"
+    );
 }
