@@ -13,6 +13,7 @@ mod desync;
 pub mod event;
 pub mod limits;
 mod matchroom;
+pub mod peer;
 pub mod router;
 pub mod turn_policy;
 

@@ -859,3 +859,98 @@ fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
         "{sections:?}"
     );
 }
+
+/// Runs `relay::peer::GamePeer`s (reference game + bot) against a router over
+/// a fixed 20 ms pipe.
+fn game_peers(n: usize, turns: u32, desync: Option<(usize, u32)>) -> Vec<relay::peer::PeerSummary> {
+    use relay::peer::{GamePeer, PeerConfig};
+    let mut now = Instant::from_millis(1);
+    let mut router = Router::new(RelayConfig::default());
+    let mut peers: Vec<GamePeer> = (0..n)
+        .map(|i| {
+            router.handle_connected(
+                now,
+                ConnId(i as u32),
+                SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16)),
+            );
+            GamePeer::new(
+                now,
+                PeerConfig {
+                    match_name: "g".into(),
+                    players: n as u8,
+                    turns,
+                    seed: 40 + i as u64,
+                    apm: 300,
+                    name: format!("p{i}"),
+                    desync_at: desync.filter(|d| d.0 == i).map(|d| Turn(d.1)),
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    let lag = Duration::from_millis(20);
+    let mut queue: BTreeMap<(Instant, u64), (Dest, Vec<u8>)> = BTreeMap::new();
+    let mut seq = 0;
+    while !peers.iter().all(GamePeer::is_done) && now < Instant::from_millis(120_000) {
+        for (i, p) in peers.iter_mut().enumerate() {
+            p.pump(now);
+            while let Some((_, b)) = p.session().poll_outgoing() {
+                seq += 1;
+                queue.insert((now + lag, seq), (Dest::Router(i), b));
+            }
+        }
+        while let Some((c, _, b)) = router.poll_outgoing() {
+            seq += 1;
+            queue.insert((now + lag, seq), (Dest::Peer(c.0 as usize), b));
+        }
+        while router.poll_event().is_some() {}
+        let mut next = queue.keys().next().map(|k| k.0);
+        for t in peers
+            .iter_mut()
+            .filter_map(|p| p.session().poll_timeout())
+            .chain(router.poll_timeout())
+        {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        let Some(next) = next else { break };
+        now = now.max(next);
+        while let Some((&k, _)) = queue.first_key_value() {
+            if k.0 > now {
+                break;
+            }
+            let (dest, b) = queue.remove(&k).unwrap();
+            match dest {
+                Dest::Router(i) => router.handle_message(now, ConnId(i as u32), &b),
+                Dest::Peer(i) => peers[i].session().handle_message(now, &b),
+            }
+        }
+        router.handle_timeout(now);
+        for p in &mut peers {
+            p.session().handle_timeout(now);
+        }
+    }
+    for p in &mut peers {
+        p.pump(now);
+    }
+    peers.iter().map(|p| p.summary(now)).collect()
+}
+
+#[test]
+fn game_peers_summaries_agree_and_report_a_forced_desync() {
+    let ok = game_peers(3, 80, None);
+    for s in &ok {
+        assert!(s.completed, "{s:?}");
+        assert_eq!(s.final_turn, Some(79));
+        assert_eq!(s.final_hash, ok[0].final_hash);
+        assert!(s.desyncs.is_empty());
+        assert!(s.turn_latency_ms.p50 >= 300.0);
+    }
+    let bad = game_peers(3, 80, Some((1, 40)));
+    let odd = bad[1].player.unwrap();
+    for s in &bad {
+        assert_eq!(s.desyncs.len(), 1, "{s:?}");
+        assert_eq!(s.desyncs[0].turn, 40);
+        assert_eq!(s.desyncs[0].odd_players, vec![odd]);
+        assert!(!s.desyncs[0].sections.is_empty());
+    }
+}
