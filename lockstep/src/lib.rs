@@ -2,6 +2,8 @@
 //!
 //! Filled by the transport and turn-session work: see the README's crate map.
 
+pub mod rng;
 pub mod time;
+pub mod wire;
 
 pub use time::{Duration, Instant};
