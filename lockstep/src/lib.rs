@@ -4,6 +4,7 @@
 
 pub mod rng;
 pub mod time;
+pub mod transport;
 pub mod wire;
 
 pub use time::{Duration, Instant};
