@@ -71,7 +71,7 @@ impl ReceivedPackets {
         }
         let delay = match self.buf.get(ack) {
             Some(&at) => {
-                let ms = now.saturating_since(at).as_micros().div_ceil(1000);
+                let ms = (now.saturating_since(at).as_micros() + 500) / 1000;
                 u8::try_from(ms)
                     .ok()
                     .filter(|&d| d != ACK_DELAY_UNKNOWN)

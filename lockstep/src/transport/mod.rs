@@ -4,5 +4,6 @@
 
 pub mod acks;
 pub mod congestion;
+pub mod messages;
 pub mod rtt;
 pub mod sequence;
