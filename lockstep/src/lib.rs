@@ -2,7 +2,11 @@
 //!
 //! Filled by the transport and turn-session work: see the README's crate map.
 
+pub mod netsim;
+pub mod rng;
 pub mod time;
+pub mod transport;
+pub mod wire;
 
 pub mod builder;
 pub mod event;
