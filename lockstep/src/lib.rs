@@ -11,6 +11,7 @@ pub mod wire;
 pub mod builder;
 pub mod event;
 pub mod input_delay;
+pub mod peer_glue;
 pub mod proto;
 pub mod session;
 pub mod turn_buffer;

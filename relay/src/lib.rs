@@ -15,6 +15,7 @@ pub mod limits;
 mod matchroom;
 pub mod peer;
 pub mod router;
+pub mod server;
 pub mod turn_policy;
 
 pub use config::RelayConfig;

@@ -13,18 +13,10 @@ use lockstep::proto::{Delivery, MAX_REASON_LEN, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
 use sim::PlayerId;
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
 use std::net::SocketAddr;
 
-/// A transport connection, as numbered by the driver (the transport `Server`'s id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ConnId(pub u32);
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn{}", self.0)
-    }
-}
+/// A transport connection, as numbered by the transport `Server`.
+pub use lockstep::transport::ConnId;
 
 /// Counters of everything the router did or refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
