@@ -129,8 +129,9 @@ impl Bot {
             // Save up for an expansion once the economy is running.
             let saving = view.bases.len() < 3
                 && worker_count >= want_workers
+                && view.army >= 6
                 && resources < UnitKind::Base.stats().cost + cost
-                && self.rng.chance(1, 2);
+                && self.rng.chance(2, 3);
             if saving {
                 break;
             }

@@ -49,6 +49,12 @@ pub fn entity_section_name(block: u32) -> String {
     format!("entities {lo}..{}", lo.saturating_add(ENTITY_BLOCK))
 }
 
+/// Name of the section that holds entity `id`.
+#[must_use]
+pub fn section_of(id: u32) -> String {
+    entity_section_name(id / ENTITY_BLOCK)
+}
+
 /// Names of the sections whose hashes differ between two section lists
 /// (sections present in only one list count as differing).
 #[must_use]
@@ -169,5 +175,6 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(entity_section_name(1), "entities 1024..2048");
+        assert_eq!(section_of(2047), "entities 1024..2048");
     }
 }

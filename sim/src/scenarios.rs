@@ -76,7 +76,13 @@ pub fn melee(units: u32, seed: u64) -> World {
             } else {
                 UnitKind::Soldier
             };
-            let t = (8 + col, y0 + row);
+            // Mirror-symmetric blocks: each side's first (full) rows face the enemy.
+            let y = if player.0 == 0 {
+                y0 + rows - 1 - row
+            } else {
+                y0 + row
+            };
+            let t = (8 + col, y);
             let id = world.spawn_at(Some(player), kind, t);
             if let Some(i) = world.index_of(id) {
                 world.entities_mut()[i].order = Order::AttackMove {

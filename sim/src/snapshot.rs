@@ -3,11 +3,15 @@
 //! the simulation relies on, so a corrupt snapshot is an error, never a panic.
 
 use crate::contract::{MAX_PLAYERS, SnapshotError};
-use crate::game::World;
 use crate::game::world::State;
+use crate::game::{Order, World};
 
 const MAGIC: &[u8; 4] = b"SIMW";
 const VERSION: u8 = 1;
+
+/// Highest entity id a world may reach; a snapshot claiming more is corrupt
+/// (a real match spawns orders of magnitude fewer).
+pub const MAX_ENTITY_ID: u32 = 1 << 30;
 
 pub(crate) fn encode(s: &State) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + s.entities.len() * 48);
@@ -56,6 +60,9 @@ fn validate(s: &State) -> Result<(), SnapshotError> {
     if s.setup.ticks_per_turn == 0 {
         return bad("zero ticks per turn".into());
     }
+    if s.next_id > MAX_ENTITY_ID {
+        return bad(format!("next id {} beyond {MAX_ENTITY_ID}", s.next_id));
+    }
     let mut prev: Option<u32> = None;
     for e in &s.entities {
         if prev.is_some_and(|p| p >= e.id) || e.id >= s.next_id {
@@ -70,6 +77,17 @@ fn validate(s: &State) -> Result<(), SnapshotError> {
         }
         if e.pos.x < 0 || e.pos.y < 0 || !s.map.contains(e.pos.tile()) {
             return bad(format!("entity {} outside the map", e.id));
+        }
+        let dest = match &e.order {
+            Order::Move { dest, .. } | Order::AttackMove { dest, .. } => Some(*dest),
+            Order::Build { site } => Some(*site),
+            _ => None,
+        };
+        if dest.is_some_and(|d| !s.map.contains(d)) {
+            return bad(format!("entity {} has an order outside the map", e.id));
+        }
+        if e.queue.iter().any(|k| !k.is_trainable()) {
+            return bad(format!("entity {} queues an untrainable kind", e.id));
         }
         if e.queue.len() > crate::game::MAX_QUEUE {
             return bad(format!("entity {} has an oversized queue", e.id));

@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 /// Most unit ids one command may name; a longer list is rejected whole.
 pub const MAX_UNITS_PER_COMMAND: usize = 256;
 
+/// Most commands with a new destination (`Move`, `AttackMove`, `Build`) one
+/// player may give in one turn: each may need a new flow field, so this caps
+/// the path-finding work a hostile player can cause.
+pub const MAX_PATH_COMMANDS_PER_TURN: usize = 4;
+
 /// Most units one `Train` command may queue.
 pub const MAX_TRAIN_COUNT: u8 = 5;
 

@@ -5,8 +5,7 @@
 //! evicting or rebuilding a field can never change the game.
 
 use super::map::{Map, Tile};
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 /// Distance value of an unreachable tile.
 pub(crate) const UNREACHABLE: u32 = u32::MAX;
@@ -34,36 +33,63 @@ pub(crate) struct FlowField {
 }
 
 impl FlowField {
-    /// Computes the field towards `dest` (Dijkstra; diagonals may not cut corners).
+    /// Computes the field towards `dest` (Dijkstra with a bucket queue, as
+    /// step costs are 2 or 3; diagonals may not cut corners).
     pub(crate) fn compute(map: &Map, dest: Tile) -> Self {
         let mut dist = vec![UNREACHABLE; map.len()];
         if !map.walkable(dest) {
             return Self { dist };
         }
-        let mut heap = BinaryHeap::new();
+        let w = usize::from(map.width());
+        let h = usize::from(map.height());
+        let open = |x: usize, y: usize| map.walkable_index(y * w + x);
+        // Distances grow by at most DIAG per step, so DIAG + 1 rotating buckets suffice.
+        let mut buckets: [Vec<u32>; 4] = Default::default();
         let di = map.index(dest);
         dist[di] = 0;
-        heap.push(Reverse((0u32, u32::try_from(di).unwrap_or(0))));
-        while let Some(Reverse((d, i))) = heap.pop() {
-            let i = i as usize;
-            if d > dist[i] {
-                continue;
-            }
-            let t = map.tile_at(i);
-            for (k, &(dx, dy)) in NEIGHBOURS.iter().enumerate() {
-                let Some(n) = map.offset(t, dx, dy) else {
-                    continue;
-                };
-                if !map.walkable(n) || (k >= 4 && !diagonal_open(map, t, dx, dy)) {
+        buckets[0].push(u32::try_from(di).unwrap_or(0));
+        let mut d = 0u32;
+        let mut pending = 1usize;
+        while pending > 0 {
+            let slot = (d % 4) as usize;
+            let batch = std::mem::take(&mut buckets[slot]);
+            pending -= batch.len();
+            for &i in &batch {
+                let i = i as usize;
+                if dist[i] != d {
                     continue;
                 }
-                let nd = d + if k >= 4 { DIAG } else { STRAIGHT };
-                let ni = map.index(n);
-                if nd < dist[ni] {
-                    dist[ni] = nd;
-                    heap.push(Reverse((nd, u32::try_from(ni).unwrap_or(0))));
+                let (x, y) = (i % w, i / w);
+                for (k, &(dx, dy)) in NEIGHBOURS.iter().enumerate() {
+                    let (Some(nx), Some(ny)) = (
+                        x.checked_add_signed(dx as isize),
+                        y.checked_add_signed(dy as isize),
+                    ) else {
+                        continue;
+                    };
+                    if nx >= w || ny >= h || !open(nx, ny) {
+                        continue;
+                    }
+                    let diagonal = k >= 4;
+                    if diagonal && !(open(nx, y) && open(x, ny)) {
+                        continue;
+                    }
+                    let nd = d + if diagonal { DIAG } else { STRAIGHT };
+                    let ni = ny * w + nx;
+                    if nd < dist[ni] {
+                        dist[ni] = nd;
+                        buckets[(nd % 4) as usize].push(u32::try_from(ni).unwrap_or(0));
+                        pending += 1;
+                    }
                 }
             }
+            // Reuse the allocation for later rounds of this slot.
+            let mut batch = batch;
+            batch.clear();
+            if buckets[slot].is_empty() {
+                buckets[slot] = batch;
+            }
+            d += 1;
         }
         Self { dist }
     }

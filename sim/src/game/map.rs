@@ -132,6 +132,11 @@ impl Map {
         self.contains(t) && self.tiles[self.index(t)] != ROCK
     }
 
+    /// True when the tile at a valid index is not rock.
+    pub(crate) fn walkable_index(&self, i: usize) -> bool {
+        self.tiles.get(i).is_some_and(|&t| t != ROCK)
+    }
+
     /// True when the point lies on a walkable tile (negative coordinates are outside).
     #[must_use]
     pub fn walkable_point(&self, p: Vec2) -> bool {

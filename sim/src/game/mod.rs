@@ -10,7 +10,7 @@ mod step;
 mod systems;
 pub(crate) mod world;
 
-pub use command::{Command, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
+pub use command::{Command, MAX_PATH_COMMANDS_PER_TURN, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
 pub use map::{Map, MapConfig, Tile};
 pub use world::{
     Entity, Order, Outcome, PlayerState, PlayerSummary, RejectStats, World, WorldSummary,
@@ -28,7 +28,7 @@ pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
 pub const TICK_MS: u32 = 50;
 
 /// Resources each player starts with.
-pub const START_RESOURCES: u32 = 200;
+pub const START_RESOURCES: u32 = 300;
 
 /// Most units (buildings excluded) a player may own; training waits beyond it.
 pub const POPULATION_CAP: u32 = 300;
@@ -105,7 +105,7 @@ const ARCHER: Stats = Stats {
     radius: fx_ratio(3, 10),
 };
 const BASE: Stats = Stats {
-    hp: 2000,
+    hp: 1200,
     speed: Fx::ZERO,
     range: Fx::ZERO,
     damage: 0,
@@ -181,10 +181,13 @@ impl fmt::Display for UnitKind {
 }
 
 /// Resources one worker trip carries.
-pub const CARRY: u32 = 8;
+pub const CARRY: u32 = 10;
 /// Ticks a worker spends at a mine to fill up.
-pub const GATHER_TICKS: u16 = 20;
+pub const GATHER_TICKS: u16 = 14;
 /// Resources a fresh mine holds.
 pub const MINE_AMOUNT: u32 = 1500;
 /// Most entries in a base's training queue.
 pub const MAX_QUEUE: usize = 5;
+
+#[cfg(test)]
+mod tests;

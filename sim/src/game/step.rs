@@ -5,7 +5,7 @@
 //! fields for the planned goals → act (move, attack, gather, build) →
 //! training → damage → separation → removal of the dead and win check.
 
-use super::command::{Command, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
+use super::command::{Command, MAX_PATH_COMMANDS_PER_TURN, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
 use super::systems::{self, Goal, Plan};
 use super::world::{Entity, Order, Outcome, World};
 use super::{MAX_QUEUE, UnitKind};
@@ -25,12 +25,24 @@ impl World {
             .collect();
         keyed.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
         let mut per_player = [0usize; 256];
+        let mut paths = [0usize; 256];
         for (player, _, _, cmd) in keyed {
             let n = &mut per_player[usize::from(player.0)];
             *n += 1;
             if *n > MAX_COMMANDS_PER_TURN {
                 self.reject();
                 continue;
+            }
+            if matches!(
+                cmd,
+                Command::Move { .. } | Command::AttackMove { .. } | Command::Build { .. }
+            ) {
+                let p = &mut paths[usize::from(player.0)];
+                *p += 1;
+                if *p > MAX_PATH_COMMANDS_PER_TURN {
+                    self.reject();
+                    continue;
+                }
             }
             self.apply(player, cmd);
         }
@@ -184,19 +196,28 @@ impl World {
             .extend(std::iter::repeat_n(kind, usize::from(count)));
     }
 
-    /// The first `n` walkable tiles around `dest`, nearest first, as formation points.
-    fn slots(&self, dest: (u16, u16), n: usize) -> Vec<crate::num::Vec2> {
-        let mut out = Vec::with_capacity(n);
-        for &(dx, dy) in super::world::ring_offsets() {
-            if out.len() == n {
-                break;
-            }
-            if let Some(t) = self.s.map.offset(dest, dx, dy) {
-                if self.s.map.walkable(t) {
-                    out.push(crate::num::Vec2::tile_center(t.0, t.1));
+    /// Formation points for `n` units: the `n` tiles around `dest` with the
+    /// shortest paths to it (ties in ring order), so a slot is never on the
+    /// far side of a wall when a nearer one exists.
+    fn slots(&mut self, dest: (u16, u16), n: usize) -> Vec<crate::num::Vec2> {
+        self.cache.flow.ensure(&self.s.map, dest);
+        let mut ranked: Vec<(u32, usize, (u16, u16))> = Vec::new();
+        if let Some(field) = self.cache.flow.get(dest) {
+            for (k, &(dx, dy)) in super::world::ring_offsets().iter().enumerate() {
+                if let Some(t) = self.s.map.offset(dest, dx, dy) {
+                    let d = field.dist(&self.s.map, t);
+                    if d != super::flow::UNREACHABLE {
+                        ranked.push((d, k, t));
+                    }
                 }
             }
         }
+        ranked.sort_unstable();
+        let mut out: Vec<crate::num::Vec2> = ranked
+            .iter()
+            .take(n)
+            .map(|&(_, _, t)| crate::num::Vec2::tile_center(t.0, t.1))
+            .collect();
         // More units than ring tiles: the rest share the destination itself.
         while out.len() < n {
             out.push(crate::num::Vec2::tile_center(dest.0, dest.1));

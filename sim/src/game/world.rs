@@ -307,8 +307,12 @@ impl World {
     }
 
     /// Adds an entity at a tile centre with the next id; returns the id.
+    /// Past [`crate::snapshot::MAX_ENTITY_ID`] nothing more is spawned.
     pub(crate) fn spawn_at(&mut self, owner: Option<PlayerId>, kind: UnitKind, t: Tile) -> u32 {
         let id = self.s.next_id;
+        if id >= crate::snapshot::MAX_ENTITY_ID {
+            return id;
+        }
         self.s.next_id += 1;
         let mut e = Entity::new(id, owner, kind, Vec2::tile_center(t.0, t.1));
         if kind == UnitKind::Mine {
@@ -335,8 +339,8 @@ impl World {
         &self.s.entities
     }
 
-    /// Mutable access for scenario set-up (orders, positions); not for game logic.
-    pub fn entities_mut(&mut self) -> &mut [Entity] {
+    /// Mutable access for scenario set-up (orders, positions).
+    pub(crate) fn entities_mut(&mut self) -> &mut [Entity] {
         &mut self.s.entities
     }
 
@@ -476,6 +480,7 @@ impl World {
             players,
             mines,
             outcome: self.s.outcome,
+            winner: self.winner(),
             rejected_commands: self.s.rejected.commands,
         }
     }
@@ -523,6 +528,8 @@ pub struct WorldSummary {
     pub mines: u32,
     /// How the match ended, if it has.
     pub outcome: Option<Outcome>,
+    /// The winner, if the match has one.
+    pub winner: Option<PlayerId>,
     /// Commands ignored as hostile or invalid.
     pub rejected_commands: u32,
 }

@@ -6,8 +6,10 @@ use super::super::grid::Grid;
 use super::super::map::{Map, Tile};
 use super::super::world::State;
 
-/// Index of the nearest live enemy entity within sight of entity `i`
-/// (ties: lower id). Neutral entities are never targets.
+/// Index of the nearest live enemy entity within sight of entity `i`.
+/// Neutral entities are never targets. Ties (common in grid formations) go
+/// to the lowest `mix(attacker id, target id)`: deterministic, yet not always
+/// the enemy with the lowest id, which would systematically favour one side.
 pub(crate) fn nearest_enemy(s: &State, grid: &Grid, i: usize) -> Option<usize> {
     let e = &s.entities[i];
     let sight = e.kind.stats().sight;
@@ -18,13 +20,19 @@ pub(crate) fn nearest_enemy(s: &State, grid: &Grid, i: usize) -> Option<usize> {
         let t = &s.entities[j];
         if t.owner.is_some() && t.owner != e.owner && t.alive() {
             let d = e.pos.dist_sq_bits(t.pos);
-            if d <= r2 && best.is_none_or(|(bd, bid, _)| (d, t.id) < (bd, bid)) {
-                best = Some((d, t.id, j));
+            let tie = mix(e.id, t.id);
+            if d <= r2 && best.is_none_or(|(bd, btie, _)| (d, tie) < (bd, btie)) {
+                best = Some((d, tie, j));
             }
         }
         true
     });
     best.map(|(_, _, j)| j)
+}
+
+/// A cheap integer mix of two ids (Fibonacci hashing of their xor).
+fn mix(a: u32, b: u32) -> u32 {
+    (a ^ b.rotate_left(16)).wrapping_mul(0x9e37_79b9)
 }
 
 /// The flow-field destination used to chase something standing on `t`: the

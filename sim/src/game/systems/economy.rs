@@ -25,7 +25,7 @@ pub(super) fn plan_gather(
         if within(e.pos, base.pos, BASE_REACH) {
             plan.intent = Intent::Deposit;
         } else {
-            plan.goal = walk_to(e.pos, base.pos, base.pos.tile());
+            plan.goal = walk_to(&s.map, e.pos, base.pos, base.pos.tile());
         }
         return;
     }
@@ -48,7 +48,7 @@ pub(super) fn plan_gather(
     if within(e.pos, mpos, MINE_REACH) {
         plan.intent = Intent::Mine(m);
     } else {
-        plan.goal = walk_to(e.pos, mpos, mpos.tile());
+        plan.goal = walk_to(&s.map, e.pos, mpos, mpos.tile());
     }
 }
 

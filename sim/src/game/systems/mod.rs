@@ -9,6 +9,7 @@ pub(crate) mod movement;
 use super::UnitKind;
 use super::flow::FlowCache;
 use super::grid::Grid;
+use super::map::Map;
 use super::world::{Order, State};
 use crate::contract::PlayerId;
 use crate::num::{Fx, Vec2, fx_int, fx_ratio};
@@ -62,6 +63,8 @@ impl Plan {
 const ARRIVE: Fx = fx_ratio(1, 2);
 /// Within this distance of its goal a unit walks straight (tiles).
 const DIRECT: Fx = fx_int(5);
+/// Within this distance a chased target is approached straight (tiles).
+const CHASE_DIRECT: Fx = fx_int(12);
 /// Reach for working a mine / handing in at a base / building (tiles).
 const MINE_REACH: Fx = fx_ratio(3, 2);
 const BASE_REACH: Fx = fx_ratio(5, 2);
@@ -116,9 +119,10 @@ fn within(a: Vec2, b: Vec2, r: Fx) -> bool {
     a.dist_sq_bits(b) <= rb.saturating_mul(rb)
 }
 
-/// A goal that walks to `point`: straight when near, by flow field otherwise.
-fn walk_to(from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
-    if within(from, point, DIRECT) {
+/// A goal that walks to `point`: straight when near with nothing in the
+/// way, by the flow field towards `dest` otherwise.
+fn walk_to(map: &Map, from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
+    if within(from, point, DIRECT) && movement::clear_line(map, from, point) {
         Goal::Point(point)
     } else {
         Goal::Field { dest, point }
@@ -184,8 +188,17 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
                     plan.intent = Intent::Hit(ti);
                 }
             } else {
-                let (tx, ty) = t.pos.tile();
-                plan.goal = walk_to(e.pos, t.pos, combat::coarse(&s.map, (tx, ty)));
+                // Near targets are chased straight; far ones through a flow
+                // field to a coarse tile that many chasers share.
+                plan.goal = if within(e.pos, t.pos, CHASE_DIRECT) {
+                    Goal::Point(t.pos)
+                } else {
+                    let (tx, ty) = t.pos.tile();
+                    Goal::Field {
+                        dest: combat::coarse(&s.map, (tx, ty)),
+                        point: t.pos,
+                    }
+                };
             }
             return plan;
         }
@@ -198,7 +211,7 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
             if within(e.pos, *slot, ARRIVE) {
                 plan.order = Some(Order::Idle);
             } else {
-                plan.goal = walk_to(e.pos, *slot, *dest);
+                plan.goal = walk_to(&s.map, e.pos, *slot, *dest);
             }
         }
         Order::Gather { mine, returning } => {
@@ -209,7 +222,7 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
             if within(e.pos, point, BUILD_REACH) {
                 plan.intent = Intent::Build;
             } else {
-                plan.goal = walk_to(e.pos, point, *site);
+                plan.goal = walk_to(&s.map, e.pos, point, *site);
             }
         }
     }

@@ -14,7 +14,7 @@ const MAX_RADIUS: Fx = fx_ratio(35, 100);
 /// Largest separation push per tick (tiles).
 const MAX_PUSH: Fx = fx_ratio(8, 100);
 /// Neighbours considered per unit per tick (bounds the cost in dense crowds).
-const MAX_NEIGHBOURS: u32 = 10;
+const MAX_NEIGHBOURS: u32 = 16;
 
 /// The unit's position after one tick of walking towards `goal` at `speed`.
 pub(crate) fn steer(map: &Map, flow: &FlowCache, pos: Vec2, goal: Goal, speed: Fx) -> Vec2 {
@@ -43,6 +43,22 @@ pub(crate) fn steer(map: &Map, flow: &FlowCache, pos: Vec2, goal: Goal, speed: F
         }
     };
     slide(map, pos, pos.step_towards(aim, speed))
+}
+
+/// True when every tile the segment `a`-`b` passes over (sampled every
+/// quarter tile) is walkable.
+pub(crate) fn clear_line(map: &Map, a: Vec2, b: Vec2) -> bool {
+    let d = b - a;
+    let len = d.length().to_bits();
+    let quarter = crate::num::ONE_BITS / 4;
+    let steps = (len / quarter).clamp(1, 256);
+    (0..=steps).all(|k| {
+        let p = Vec2::from_bits(
+            a.x.to_bits() + d.x.to_bits() * k / steps,
+            a.y.to_bits() + d.y.to_bits() * k / steps,
+        );
+        map.walkable_point(p)
+    })
 }
 
 /// `to` if walkable; else the walkable axis-aligned part of the move; else `from`.
