@@ -498,27 +498,20 @@ impl fmt::Display for EndReason {
 /// Decodes one turn's inputs (as carried in a [`Bundle`] or
 /// [`Event::TurnReady`](crate::event::Event::TurnReady)) into stamped game commands.
 ///
-/// Each player's chunks are concatenated in bundle order and numbered from 0,
-/// so the canonical order is the order the relay bundled them. A chunk that
-/// does not decode counts as empty, identically on every peer.
+/// Each entry is decoded on its own with `sim::decode_commands` (so `seq`
+/// restarts at 0 per entry, exactly as a replay re-simulation decodes the
+/// recorded entries), then put in [`sim::canonical_order`]; a game breaks
+/// remaining `(player, seq)` ties by content (the reference game does). An
+/// entry that does not decode counts as empty, identically on every peer.
 #[must_use]
 pub fn decode_turn<C: DeserializeOwned>(inputs: &[(PlayerId, Vec<u8>)]) -> Vec<Stamped<C>> {
     let mut out: Vec<Stamped<C>> = Vec::new();
-    let mut next_seq = [0u16; MAX_PLAYERS as usize];
     for (player, bytes) in inputs {
-        let Some(seq) = next_seq.get_mut(usize::from(player.0)) else {
+        if player.0 >= MAX_PLAYERS {
             continue;
-        };
-        let Ok(commands) = sim::decode_commands::<C>(*player, bytes) else {
-            continue;
-        };
-        for c in commands {
-            out.push(Stamped {
-                player: *player,
-                seq: *seq,
-                command: c.command,
-            });
-            *seq = seq.saturating_add(1);
+        }
+        if let Ok(commands) = sim::decode_commands::<C>(*player, bytes) {
+            out.extend(commands);
         }
     }
     sim::canonical_order(&mut out);
@@ -720,7 +713,7 @@ mod tests {
     }
 
     #[test]
-    fn decode_turn_numbers_chunks_per_player() {
+    fn decode_turn_decodes_each_entry_then_orders() {
         let mut a = Vec::new();
         sim::encode_commands(&[10u32, 11], &mut a);
         let mut b = Vec::new();
@@ -733,6 +726,6 @@ mod tests {
         ];
         let out = decode_turn::<u32>(&inputs);
         let got: Vec<(u8, u16, u32)> = out.iter().map(|s| (s.player.0, s.seq, s.command)).collect();
-        assert_eq!(got, vec![(0, 0, 12), (1, 0, 10), (1, 1, 11), (1, 2, 12)]);
+        assert_eq!(got, vec![(0, 0, 12), (1, 0, 10), (1, 0, 12), (1, 1, 11)]);
     }
 }

@@ -14,6 +14,7 @@ pub mod event;
 pub mod limits;
 mod matchroom;
 pub mod peer;
+pub mod recorder;
 pub mod router;
 pub mod server;
 pub mod turn_policy;

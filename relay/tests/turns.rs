@@ -862,7 +862,11 @@ fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
 
 /// Runs `relay::peer::GamePeer`s (reference game + bot) against a router over
 /// a fixed 20 ms pipe.
-fn game_peers(n: usize, turns: u32, desync: Option<(usize, u32)>) -> Vec<relay::peer::PeerSummary> {
+fn game_peers(
+    n: usize,
+    turns: u32,
+    desync: Option<(usize, u32)>,
+) -> (Vec<relay::peer::PeerSummary>, Vec<RouterEvent>) {
     use relay::peer::{GamePeer, PeerConfig};
     let mut now = Instant::from_millis(1);
     let mut router = Router::new(RelayConfig::default());
@@ -891,6 +895,7 @@ fn game_peers(n: usize, turns: u32, desync: Option<(usize, u32)>) -> Vec<relay::
     let lag = Duration::from_millis(20);
     let mut queue: BTreeMap<(Instant, u64), (Dest, Vec<u8>)> = BTreeMap::new();
     let mut seq = 0;
+    let mut events = Vec::new();
     while !peers.iter().all(GamePeer::is_done) && now < Instant::from_millis(120_000) {
         for (i, p) in peers.iter_mut().enumerate() {
             p.pump(now);
@@ -903,7 +908,7 @@ fn game_peers(n: usize, turns: u32, desync: Option<(usize, u32)>) -> Vec<relay::
             seq += 1;
             queue.insert((now + lag, seq), (Dest::Peer(c.0 as usize), b));
         }
-        while router.poll_event().is_some() {}
+        events.extend(std::iter::from_fn(|| router.poll_event()));
         let mut next = queue.keys().next().map(|k| k.0);
         for t in peers
             .iter_mut()
@@ -932,12 +937,35 @@ fn game_peers(n: usize, turns: u32, desync: Option<(usize, u32)>) -> Vec<relay::
     for p in &mut peers {
         p.pump(now);
     }
-    peers.iter().map(|p| p.summary(now)).collect()
+    events.extend(std::iter::from_fn(|| router.poll_event()));
+    (peers.iter().map(|p| p.summary(now)).collect(), events)
+}
+
+/// Records `events` with the relay's recorder and verifies the replay by re-simulation.
+fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
+    let dir = std::env::temp_dir().join(format!("turns-test-{}-{tag}", std::process::id()));
+    let mut rec =
+        relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
+    let mut done = None;
+    for e in events {
+        if let Some(r) = rec.handle(e).unwrap() {
+            done = Some(r);
+        }
+    }
+    let done = done.unwrap();
+    let reader = replays::Reader::open(&done.path).unwrap();
+    let report = replays::verify::<sim::game::World, _>(reader, |_| {}).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    report
 }
 
 #[test]
 fn game_peers_summaries_agree_and_report_a_forced_desync() {
-    let ok = game_peers(3, 80, None);
+    let (ok, events) = game_peers(3, 80, None);
+    let report = record_and_verify(&events, "ok");
+    assert!(report.first_divergence.is_none(), "{report:?}");
+    assert_eq!(report.turns, 80);
+    assert!(report.hashes_checked >= 80);
     for s in &ok {
         assert!(s.completed, "{s:?}");
         assert_eq!(s.final_turn, Some(79));
@@ -945,7 +973,10 @@ fn game_peers_summaries_agree_and_report_a_forced_desync() {
         assert!(s.desyncs.is_empty());
         assert!(s.turn_latency_ms.p50 >= 300.0);
     }
-    let bad = game_peers(3, 80, Some((1, 40)));
+    let (bad, events) = game_peers(3, 80, Some((1, 40)));
+    // The relay's replay follows the majority: it still verifies.
+    let report = record_and_verify(&events, "bad");
+    assert!(report.first_divergence.is_none(), "{report:?}");
     let odd = bad[1].player.unwrap();
     for s in &bad {
         assert_eq!(s.desyncs.len(), 1, "{s:?}");
