@@ -431,6 +431,7 @@ impl Session {
             first_turn: start.first_turn,
             last_turn: start.last_turn,
             input_delay: start.input_delay,
+            turn_length,
         });
         self.stats.input_delay = start.input_delay;
         self.phase = Phase::Running(Box::new(Running {

@@ -9,6 +9,7 @@
 
 pub mod config;
 mod delay;
+pub mod demo;
 mod desync;
 pub mod event;
 pub mod limits;
@@ -18,6 +19,7 @@ pub mod recorder;
 pub mod router;
 pub mod server;
 pub mod turn_policy;
+pub mod udp;
 
 pub use config::RelayConfig;
 pub use event::{DropReason, MatchId, MatchInfo, RouterEvent};

@@ -1137,3 +1137,43 @@ fn over_netsim_with_loss_dup_and_reorder_every_peer_plays_every_turn_once() {
         .count();
     assert_eq!(agreed, 150);
 }
+
+/// The one-command match over real loopback UDP, short and fast (20 ms turns).
+fn quick_demo(desync: Option<(u32, u8)>, tag: &str) -> relay::demo::DemoReport {
+    let dir = std::env::temp_dir().join(format!("turns-demo-{}-{tag}", std::process::id()));
+    let config = relay::demo::DemoConfig {
+        peers: 3,
+        turns: 60,
+        relay: RelayConfig {
+            turn_length: Duration::from_millis(20),
+            ..RelayConfig::default()
+        },
+        impair: Some(lockstep::netsim::LinkConfig {
+            latency: Duration::from_millis(5),
+            jitter: Duration::from_millis(2),
+            loss: 0.05,
+            ..lockstep::netsim::LinkConfig::default()
+        }),
+        record_dir: dir.clone(),
+        seed: 3,
+        apm: 600,
+        desync,
+    };
+    let report = relay::demo::run(&config, |_| {}).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    report
+}
+
+#[test]
+fn udp_demo_plays_records_and_verifies() {
+    let ok = quick_demo(None, "ok");
+    assert_eq!(ok.exit_code(), 0, "{}", ok.table());
+    assert!(ok.peers.iter().all(|p| p.summary.final_turn == Some(59)));
+    assert!(ok.replay.verified && ok.replay.turns == 60);
+    let bad = quick_demo(Some((30, 1)), "bad");
+    assert_eq!(bad.exit_code(), 3, "{}", bad.table());
+    assert_eq!(bad.desyncs.len(), 1);
+    assert_eq!(bad.desyncs[0].turn, 30);
+    assert_eq!(bad.desyncs[0].odd_peers, vec![1]);
+    assert!(!bad.desyncs[0].sections.is_empty());
+}
