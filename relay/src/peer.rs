@@ -73,6 +73,10 @@ pub struct PeerSummary {
     pub loss: f64,
     /// Message bytes per second, up plus down, over the match.
     pub bytes_per_s: f64,
+    /// Message bytes per second sent.
+    pub bytes_up_per_s: f64,
+    /// Message bytes per second received.
+    pub bytes_down_per_s: f64,
     /// Input delay at the end, in turns.
     pub input_delay: u8,
     /// Inputs of ours that arrived late.
@@ -356,7 +360,8 @@ impl GamePeer {
         let elapsed = self
             .started_at
             .map_or(Duration::ZERO, |t| now.saturating_since(t));
-        let bytes = (s.bytes_sent + s.bytes_received) as f64;
+        let secs = elapsed.as_secs_f64();
+        let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         PeerSummary {
             player: self.player().map(|p| p.0),
             final_turn: self.last.map(|(t, _)| t.0),
@@ -369,11 +374,9 @@ impl GamePeer {
             },
             rtt_ms: s.link.rtt.as_millis_f64(),
             loss: s.link.loss,
-            bytes_per_s: if elapsed > Duration::ZERO {
-                bytes / elapsed.as_secs_f64()
-            } else {
-                0.0
-            },
+            bytes_per_s: rate(s.bytes_sent + s.bytes_received),
+            bytes_up_per_s: rate(s.bytes_sent),
+            bytes_down_per_s: rate(s.bytes_received),
             input_delay: s.input_delay,
             late_inputs: s.late_inputs,
             desyncs: self.desyncs.clone(),
