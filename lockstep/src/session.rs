@@ -115,6 +115,8 @@ struct Running {
     /// When turn `first_turn` is due.
     epoch: Instant,
     next_exec: Turn,
+    /// The last turn whose TurnReady the game has polled.
+    consumed: Option<Turn>,
     buffer: TurnBuffer,
     /// When each buffered bundle arrived (stall time ends there, not when the driver polls).
     arrived: BTreeMap<Turn, Instant>,
@@ -377,13 +379,23 @@ impl Session {
     /// The next message to send to the relay.
     #[must_use]
     pub fn poll_outgoing(&mut self) -> Option<(Delivery, Vec<u8>)> {
+        // The input for `c + d` leaves once the game has taken turn `c`'s
+        // TurnReady (and had its chance to submit in response).
+        if let Phase::Running(r) = &self.phase {
+            let now = r.now;
+            self.pump_inputs(now);
+        }
         self.outgoing.pop_front()
     }
 
     /// The next event for the game loop.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let ev = self.events.pop_front();
+        if let (Some(Event::TurnReady { turn, .. }), Phase::Running(r)) = (&ev, &mut self.phase) {
+            r.consumed = Some(*turn);
+        }
+        ev
     }
 
     /// Figures so far; `now` accounts an ongoing stall.
@@ -443,6 +455,7 @@ impl Session {
             now,
             epoch,
             next_exec: start.first_turn,
+            consumed: None,
             buffer: TurnBuffer::default(),
             arrived: BTreeMap::new(),
             delay: DelaySchedule::new(start.first_turn, start.input_delay),
@@ -539,11 +552,16 @@ impl Session {
         };
         // Local turn c: the turn the clock is in, counted so that the start
         // is turn `first - d0`; the input for turn T goes out d turns before
-        // T is due. A peer that has not simulated up to c uses its next turn.
+        // T is due. It never passes the last turn the game has taken: the
+        // game's response to TurnReady(c) goes into turn c + d, and a stalled
+        // peer stops issuing inputs for ever-further turns.
         let d0 = i64::from(r.delay.delay_at(r.first_turn));
         let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
         let clock = i64::from(r.first_turn.0) + ticks - d0;
-        let local = clock.min(i64::from(r.next_exec.0));
+        let consumed = r
+            .consumed
+            .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
+        let local = clock.min(consumed);
         let d = i64::from(
             r.delay
                 .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
@@ -748,14 +766,28 @@ mod tests {
         let t = s.poll_timeout().unwrap();
         assert_eq!(t, t0 + Duration::from_millis(100));
         s.handle_timeout(t0 + Duration::from_millis(200));
-        s.submit(t0 + Duration::from_millis(200), vec![9]).unwrap();
         let (out, ev) = drain(&mut s);
         assert!(matches!(ev[..], [Event::TurnReady { turn: Turn(0), .. }]));
-        // Inputs for turns 1 and 2 went out; the command waits for turn 3.
-        assert_eq!(out.len(), 2);
-        // Late by 150 ms: turns 1 and 2 come out together, 3 is missing.
+        assert_eq!(
+            out,
+            vec![ToRelay::Input {
+                turn: Turn(1),
+                commands: vec![]
+            }]
+        );
+        // The game's answer to turn 0 goes into turn 0 + d = 2.
+        s.submit(t0 + Duration::from_millis(200), vec![9]).unwrap();
+        let (out, _) = drain(&mut s);
+        assert_eq!(
+            out,
+            vec![ToRelay::Input {
+                turn: Turn(2),
+                commands: vec![vec![9]]
+            }]
+        );
+        // Driven late (at 450 ms): turns 1 and 2 come out together.
         s.handle_timeout(t0 + Duration::from_millis(450));
-        let (out, ev) = drain(&mut s);
+        let (_, ev) = drain(&mut s);
         let turns: Vec<u32> = ev
             .iter()
             .filter_map(|e| match e {
@@ -764,10 +796,14 @@ mod tests {
             })
             .collect();
         assert_eq!(turns, vec![1, 2]);
-        assert!(out.contains(&ToRelay::Input {
-            turn: Turn(3),
-            commands: vec![vec![9]]
-        }));
+        let (out, _) = drain(&mut s);
+        assert_eq!(
+            out,
+            vec![ToRelay::Input {
+                turn: Turn(3),
+                commands: vec![]
+            }]
+        );
         assert_eq!(
             s.stats(t0 + Duration::from_millis(450)).stall,
             Duration::ZERO
