@@ -2,6 +2,7 @@
 //!
 //! Filled by the transport and turn-session work: see the README's crate map.
 
+pub mod driver;
 pub mod netsim;
 pub mod rng;
 pub mod time;
