@@ -785,7 +785,28 @@ mod tests {
         assert!(matches!(decode(&g), Err(DecodeError::BadFragment { .. })));
     }
 
-    pub(crate) fn sample_packets() -> Vec<Vec<u8>> {
+    #[test]
+    fn fuzz_seed_corpus_is_valid_and_canonical() {
+        // The committed seed corpus doubles as golden packets pinning the format.
+        let corpus: [&[u8]; 8] = [
+            include_bytes!("../fuzz/corpus/decode/connect_request"),
+            include_bytes!("../fuzz/corpus/decode/challenge"),
+            include_bytes!("../fuzz/corpus/decode/challenge_response"),
+            include_bytes!("../fuzz/corpus/decode/denied"),
+            include_bytes!("../fuzz/corpus/decode/data_frames"),
+            include_bytes!("../fuzz/corpus/decode/data_ack_bits"),
+            include_bytes!("../fuzz/corpus/decode/accepted"),
+            include_bytes!("../fuzz/corpus/decode/disconnect"),
+        ];
+        for bytes in corpus {
+            let p = decode(bytes).unwrap();
+            let mut again = Vec::new();
+            p.encode(&mut again);
+            assert_eq!(again, bytes);
+        }
+    }
+
+    fn sample_packets() -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let cookie = Cookie {
             protocol_id: 0xDEAD_BEEF,
