@@ -279,7 +279,11 @@ fn run<E: Endpoint>(
         }
         if let (Some(t), Some(i)) = (next_stats, cfg.stats_interval) {
             if now >= t {
-                stash.push_back(DriverEvent::Stats(ep.stats()));
+                // Stats are periodic and superseded by the next ones: drop them when
+                // the game thread is behind instead of queueing them.
+                if stash.is_empty() {
+                    let _ = events.try_send(DriverEvent::Stats(ep.stats()));
+                }
                 next_stats = Some(now + i);
             }
         }
