@@ -1,6 +1,6 @@
 //! Targeting: army units find the nearest enemy in sight through the spatial
-//! grid (ties broken by lower id), and far chases aim at coarse tiles so that
-//! many chasers share a few flow fields.
+//! grid (ties broken by a fixed mix of the two ids), and far chases aim at
+//! coarse tiles so that many chasers share a few flow fields.
 
 use super::super::grid::Grid;
 use super::super::map::{Map, Tile};
