@@ -2,13 +2,53 @@
 //!
 //! This crate owns the contract between a game and the engine
 //! ([`Simulation`], [`PlayerId`], [`Turn`], [`StateHash`]) and the reference
-//! RTS game every peer, demo and test plays. Determinism is law here: no
-//! floats, no hash-map iteration, no clocks, one seeded RNG inside the state.
+//! RTS game every peer, demo and test plays ([`game::World`]). Determinism is
+//! law here: no floats, no hash-map iteration, no clocks, one seeded RNG
+//! inside the state.
+//!
+//! A peer's main loop, in miniature:
+//!
+//! ```
+//! use sim::game::{Command, World, DEFAULT_TICKS_PER_TURN};
+//! use sim::{MatchSetup, PlayerId, Simulation, Stamped, Turn};
+//!
+//! let setup = MatchSetup { seed: 7, players: 2, ticks_per_turn: DEFAULT_TICKS_PER_TURN };
+//! let mut a = World::new(&setup);
+//! let mut b = World::new(&setup);
+//! let mut bots = sim::scenarios::bots(&a, 7, 300);
+//! for t in 0..20 {
+//!     let turn = Turn(t);
+//!     // Every peer gets the same stamped commands for a turn (via the relay)...
+//!     let mut inputs: Vec<Stamped<Command>> = Vec::new();
+//!     for bot in &mut bots {
+//!         let mut bytes = Vec::new();
+//!         sim::encode_commands(&bot.think(&a, turn), &mut bytes);
+//!         inputs.extend(sim::decode_commands(bot.player(), &bytes).unwrap_or_default());
+//!     }
+//!     // ...in whatever order they arrived...
+//!     a.step(turn, &inputs);
+//!     inputs.reverse();
+//!     b.step(turn, &inputs);
+//!     // ...and must reach the same state hash.
+//!     assert_eq!(a.state_hash(), b.state_hash());
+//! }
+//! let restored = World::restore(&a.snapshot()).unwrap();
+//! assert_eq!(restored.state_hash(), a.state_hash());
+//! # let _ = PlayerId(0);
+//! ```
 
+pub mod bot;
+pub mod check;
 mod contract;
+pub mod game;
+pub mod hash;
+pub mod num;
+pub mod rng;
+pub mod scenarios;
+pub mod snapshot;
 
 pub use contract::{
     InputError, MAX_COMMANDS_PER_TURN, MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Simulation,
     SnapshotError, Stamped, StateHash, Turn, TurnInputs, canonical_order, decode_commands,
-    encode_commands,
+    decode_turn, encode_commands,
 };

@@ -1,1 +1,7 @@
-//! Harness for end-to-end tests: spawns a relay and peers over loopback UDP.
+//! End-to-end tests and benchmarks for the lockstep engine.
+//!
+//! `harness` spawns a relay and peers over loopback UDP for the end-to-end
+//! tests; `bench` is the harness behind the benchmark command that
+//! regenerates `BENCHMARKS.md`.
+
+pub mod bench;

@@ -1,0 +1,691 @@
+//! `replay`: inspect, verify, diff, seek into and export replay files of the
+//! reference game (`sim::game::World`).
+//!
+//! Exit codes: 0 success (verified / identical), 1 divergence, damaged file
+//! or any other failure, 2 bad usage.
+
+use clap::{Parser, Subcommand};
+use replays::reader::group_thousands;
+use replays::verify::DivergenceSource;
+use replays::{Ending, Header, ReadSummary, Reader, Record, ReplayError, VerifyReport};
+use serde_json::{Value, json};
+use sim::game::World;
+use sim::{PlayerId, Simulation, StateHash, Turn};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The game this tool re-simulates.
+type Game = World;
+
+#[derive(Parser)]
+#[command(
+    name = "replay",
+    version,
+    about = "Inspect, verify, diff and seek into lockstep replay files",
+    after_help = "Exit codes: 0 success, 1 divergence / damaged file / difference / error, 2 bad usage."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Header, players, turns, duration, final hash, and whether the file is complete.
+    Info {
+        /// The replay file.
+        file: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-simulate the match and check every recorded hash.
+    Verify {
+        /// The replay file.
+        file: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// First turn where two recordings of a match differ in inputs or hashes.
+    Diff {
+        /// First replay (e.g. the relay's).
+        a: PathBuf,
+        /// Second replay (e.g. a peer's).
+        b: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Summary of the world after a turn (units per player, resources, hash).
+    State {
+        /// The replay file.
+        file: PathBuf,
+        /// The turn (the state after stepping it).
+        #[arg(long)]
+        turn: u32,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One JSON object per record, one per line.
+    Export {
+        /// The replay file.
+        file: PathBuf,
+    },
+    /// Write a copy of a replay with a keyframe every K turns, so seeking is fast.
+    Reindex {
+        /// The replay file.
+        file: PathBuf,
+        /// Keyframe interval in turns.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+        every: u32,
+        /// Output file (must differ from the input).
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info { file, json } => info(&file, json),
+        Command::Verify { file, json } => verify(&file, json),
+        Command::Diff { a, b, json } => diff(&a, &b, json),
+        Command::State { file, turn, json } => state(&file, Turn(turn), json),
+        Command::Export { file } => export(&file),
+        Command::Reindex { file, every, out } => reindex(&file, every, &out),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("replay: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<Reader, ReplayError> {
+    Reader::open(path)
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// `y-m-d h:m:s UTC` from Unix milliseconds (proleptic Gregorian calendar).
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Days to civil date, after Howard Hinnant's `civil_from_days`.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// `"12:34.5"` (minutes:seconds.tenths) for a number of microseconds.
+fn clock(us: u64) -> String {
+    let tenths = us / 100_000;
+    format!("{}:{:02}.{}", tenths / 600, (tenths / 10) % 60, tenths % 10)
+}
+
+/// `"100 ms"` or `"1500 µs"`.
+fn micros(us: u64) -> String {
+    if us % 1000 == 0 {
+        format!("{} ms", us / 1000)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn status_json(s: &ReadSummary) -> Value {
+    let (kind, offset) = match &s.ending {
+        Ending::Complete => ("complete", None),
+        Ending::Unread => ("unread", None),
+        Ending::NoTrailer => ("no_trailer", None),
+        Ending::Torn { offset, .. } => ("torn", Some(*offset)),
+        Ending::Corrupt { offset, .. } => ("corrupt", Some(*offset)),
+    };
+    json!({
+        "complete": s.is_complete(),
+        "ending": kind,
+        "damage_offset": offset,
+        "intact_bytes": s.intact_bytes,
+        "status": s.to_string(),
+    })
+}
+
+fn final_hash(s: &ReadSummary) -> Option<(Turn, StateHash, &'static str)> {
+    s.trailer
+        .map(|(t, h)| (t, h, "trailer"))
+        .or_else(|| s.last_hash.map(|(t, h)| (t, h, "last recorded hash")))
+}
+
+fn info(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
+    let (h, s) = open(path)?.scan()?;
+    let turns = s.last_turn.map_or(0, |t| u64::from(t.0) + 1);
+    let game_us = turns * h.turn_length_us;
+    let fin = final_hash(&s);
+    if as_json {
+        let out = json!({
+            "file": display_name(path),
+            "format_version": h.format_version,
+            "engine_version": h.engine_version,
+            "protocol_version": h.protocol_version,
+            "game_id": h.game_id,
+            "game_version": h.game_version,
+            "rules_hash": h.rules_hash.to_hex(),
+            "match_name": h.match_name,
+            "start_time_unix_ms": h.start_time_unix_ms,
+            "seed": h.setup.seed,
+            "players": h.players.iter().map(|p| json!({"id": p.id.0, "name": p.name})).collect::<Vec<_>>(),
+            "ticks_per_turn": h.setup.ticks_per_turn,
+            "turn_length_us": h.turn_length_us,
+            "turns": s.turns,
+            "first_turn": s.first_turn.map(|t| t.0),
+            "last_turn": s.last_turn.map(|t| t.0),
+            "duration_us": game_us,
+            "hashes": s.hashes,
+            "keyframes": s.keyframes,
+            "desyncs": s.desyncs,
+            "drops": s.drops,
+            "delay_changes": s.delay_changes,
+            "start_state": s.started,
+            "final_turn": fin.map(|f| f.0.0),
+            "final_hash": fin.map(|f| f.1.to_hex()),
+            "file_status": status_json(&s),
+        });
+        println!("{out:#}");
+        return Ok(true);
+    }
+    let players: Vec<String> = h
+        .players
+        .iter()
+        .map(|p| format!("{} {:?}", p.id, p.name))
+        .collect();
+    println!("file:        {}", display_name(path));
+    println!("format:      version {}", h.format_version);
+    println!(
+        "engine:      {} (protocol {})",
+        h.engine_version, h.protocol_version
+    );
+    println!("game:        {} version {}", h.game_id, h.game_version);
+    println!("rules hash:  {}", h.rules_hash);
+    println!(
+        "match:       {:?}, started {}",
+        h.match_name,
+        utc(h.start_time_unix_ms)
+    );
+    println!(
+        "setup:       seed {}, {} players, {} ticks per turn, {} per turn{}",
+        h.setup.seed,
+        h.setup.players,
+        h.setup.ticks_per_turn,
+        micros(h.turn_length_us),
+        if s.started {
+            ", scenario start state"
+        } else {
+            ""
+        }
+    );
+    println!("players:     {}", players.join(", "));
+    match (s.first_turn, s.last_turn) {
+        (Some(a), Some(b)) => println!(
+            "turns:       {} recorded ({a}..={b})",
+            group_thousands(u64::from(s.turns))
+        ),
+        _ => println!("turns:       none"),
+    }
+    println!("duration:    {} of game time", clock(game_us));
+    println!(
+        "records:     {} hashes, {} keyframes, {} desyncs, {} drops, {} delay changes",
+        s.hashes, s.keyframes, s.desyncs, s.drops, s.delay_changes
+    );
+    match fin {
+        Some((t, hash, from)) => println!("final hash:  {hash} (turn {t}, {from})"),
+        None => println!("final hash:  none recorded"),
+    }
+    println!("status:      {s}");
+    Ok(true)
+}
+
+struct ProgressBar {
+    total: u64,
+    shown: u64,
+    on: bool,
+}
+
+impl ProgressBar {
+    fn new(total: u64) -> Self {
+        Self {
+            total: total.max(1),
+            shown: u64::MAX,
+            on: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn update(&mut self, turn: Turn, position: u64) {
+        if !self.on {
+            return;
+        }
+        let pct = position.min(self.total) * 100 / self.total;
+        if pct == self.shown {
+            return;
+        }
+        self.shown = pct;
+        let filled = usize::try_from(pct * 30 / 100).unwrap_or(30);
+        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(30 - filled));
+        eprint!("\r[{bar}] {pct:3}% turn {turn}");
+        let _ = std::io::stderr().flush();
+    }
+
+    fn clear(&self) {
+        if self.on && self.shown != u64::MAX {
+            eprint!("\r{}\r", " ".repeat(60));
+        }
+    }
+}
+
+fn hash_opt(h: Option<StateHash>) -> Value {
+    h.map_or(Value::Null, |h| Value::String(h.to_hex()))
+}
+
+fn verify(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
+    let run = || -> Result<VerifyReport, ReplayError> {
+        let total = std::fs::metadata(path)?.len();
+        let mut bar = ProgressBar::new(total);
+        let report = replays::verify::<Game, _>(open(path)?, |p| bar.update(p.turn, p.position));
+        bar.clear();
+        report
+    };
+    let report = match run() {
+        Ok(r) => r,
+        Err(e) if as_json => {
+            let out = json!({
+                "verified": false,
+                "turns": 0,
+                "final_hash": null,
+                "first_divergence": null,
+                "error": e.to_string(),
+            });
+            println!("{out:#}");
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let ok = report.verified();
+    if as_json {
+        let div = report.first_divergence.as_ref().map(|d| {
+            json!({
+                "turn": d.turn.0,
+                "expected": d.expected.to_hex(),
+                "actual": d.actual.to_hex(),
+                "source": source_name(d.source),
+                "sections": d.sections.iter().map(|s| json!({
+                    "name": s.name,
+                    "expected": hash_opt(s.expected),
+                    "actual": hash_opt(s.actual),
+                })).collect::<Vec<_>>(),
+                "sections_turn": d.sections_turn.map(|t| t.0),
+            })
+        });
+        let out = json!({
+            "verified": ok,
+            "turns": report.turns,
+            "last_turn": report.last_turn.map(|t| t.0),
+            "final_hash": hash_opt(report.final_hash),
+            "hashes_checked": report.hashes_checked,
+            "hashes_unchecked": report.hashes_unchecked,
+            "keyframes_checked": report.keyframes_checked,
+            "rejected_inputs": report.rejected_inputs,
+            "recorded_desyncs": report.recorded_desyncs.iter().map(|t| t.0).collect::<Vec<_>>(),
+            "first_divergence": div,
+            "file_status": status_json(&report.summary),
+        });
+        println!("{out:#}");
+        return Ok(ok);
+    }
+    println!(
+        "re-simulated {} turns; {} hashes and {} keyframes checked; {} rejected inputs",
+        group_thousands(u64::from(report.turns)),
+        report.hashes_checked,
+        report.keyframes_checked,
+        report.rejected_inputs
+    );
+    if let (Some(h), Some(t)) = (report.final_hash, report.last_turn) {
+        println!("hash after turn {t}: {h}");
+    }
+    if !report.recorded_desyncs.is_empty() {
+        let turns: Vec<String> = report
+            .recorded_desyncs
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        println!(
+            "desyncs recorded during the match at turns {}",
+            turns.join(", ")
+        );
+    }
+    println!("file: {}", report.summary);
+    match &report.first_divergence {
+        None if ok => println!("VERIFIED: every recorded hash matches"),
+        None => println!("NOT VERIFIED: the hashes present match, but the file is incomplete"),
+        Some(d) => {
+            println!(
+                "DIVERGED at turn {} ({})",
+                d.turn,
+                source_name(d.source).replace('_', " ")
+            );
+            println!("  expected {}", d.expected);
+            println!("  actual   {}", d.actual);
+            match d.sections_turn {
+                Some(t) if !d.sections.is_empty() => {
+                    println!("  differing sections (compared at turn {t}):");
+                    for s in &d.sections {
+                        let show =
+                            |h: Option<StateHash>| h.map_or_else(|| "?".to_owned(), |h| h.short());
+                        println!(
+                            "    {}: expected {} actual {}",
+                            s.name,
+                            show(s.expected),
+                            show(s.actual)
+                        );
+                    }
+                }
+                _ => println!(
+                    "  differing sections unknown: no keyframe after the divergence (try a peer's recording)"
+                ),
+            }
+        }
+    }
+    Ok(ok)
+}
+
+const fn source_name(s: DivergenceSource) -> &'static str {
+    match s {
+        DivergenceSource::Hash => "hash_record",
+        DivergenceSource::Keyframe => "keyframe",
+        DivergenceSource::Trailer => "trailer",
+    }
+}
+
+/// Decoded commands of one player's input bytes, for display.
+fn commands_json(player: PlayerId, bytes: &[u8]) -> Value {
+    match sim::decode_commands::<<Game as Simulation>::Command>(player, bytes) {
+        Ok(cmds) => {
+            let list: Vec<Value> = cmds
+                .iter()
+                .map(|c| serde_json::to_value(&c.command).unwrap_or(Value::Null))
+                .collect();
+            Value::Array(list)
+        }
+        Err(e) => json!({ "rejected": e.to_string() }),
+    }
+}
+
+fn commands_text(player: PlayerId, bytes: Option<&Vec<u8>>) -> String {
+    let Some(bytes) = bytes else {
+        return "(none)".to_owned();
+    };
+    match sim::decode_commands::<<Game as Simulation>::Command>(player, bytes) {
+        Ok(cmds) => format!(
+            "{:?}",
+            cmds.into_iter().map(|c| c.command).collect::<Vec<_>>()
+        ),
+        Err(e) => format!("(rejected: {e}; {} bytes)", bytes.len()),
+    }
+}
+
+fn diff(a: &Path, b: &Path, as_json: bool) -> Result<bool, ReplayError> {
+    let rep = replays::diff(open(a)?, open(b)?)?;
+    let same = rep.same();
+    if as_json {
+        let first = rep.first.as_ref().map(|d| {
+            json!({
+                "turn": d.turn.0,
+                "hash_a": hash_opt(d.hash_a),
+                "hash_b": hash_opt(d.hash_b),
+                "hashes_differ": d.hashes_differ(),
+                "inputs": d.inputs.iter().map(|i| json!({
+                    "player": i.player.0,
+                    "a": i.a.as_ref().map(|x| commands_json(i.player, x)),
+                    "b": i.b.as_ref().map(|x| commands_json(i.player, x)),
+                })).collect::<Vec<_>>(),
+            })
+        });
+        let out = json!({
+            "same": same,
+            "header_differences": rep.header_differences,
+            "common_turns": rep.common_turns,
+            "first_difference": first,
+            "a": { "last_turn": rep.a.last_turn.map(|t| t.0), "file_status": status_json(&rep.a) },
+            "b": { "last_turn": rep.b.last_turn.map(|t| t.0), "file_status": status_json(&rep.b) },
+        });
+        println!("{out:#}");
+        return Ok(same);
+    }
+    let last = |s: &ReadSummary| {
+        s.last_turn
+            .map_or_else(|| "-".to_owned(), |t| t.to_string())
+    };
+    println!(
+        "A: {} (last turn {}; {})",
+        display_name(a),
+        last(&rep.a),
+        rep.a
+    );
+    println!(
+        "B: {} (last turn {}; {})",
+        display_name(b),
+        last(&rep.b),
+        rep.b
+    );
+    for d in &rep.header_differences {
+        println!("header differs: {d}");
+    }
+    match &rep.first {
+        None => println!(
+            "no difference in {} common turns",
+            group_thousands(u64::from(rep.common_turns))
+        ),
+        Some(d) => {
+            println!("first difference at turn {}:", d.turn);
+            for i in &d.inputs {
+                println!("  {} inputs differ:", i.player);
+                println!("    A: {}", commands_text(i.player, i.a.as_ref()));
+                println!("    B: {}", commands_text(i.player, i.b.as_ref()));
+            }
+            let show = |h: Option<StateHash>| h.map_or_else(|| "none".to_owned(), |h| h.to_hex());
+            if d.hashes_differ() {
+                println!("  hashes differ:");
+            } else {
+                println!("  hashes:");
+            }
+            println!("    A: {}", show(d.hash_a));
+            println!("    B: {}", show(d.hash_b));
+        }
+    }
+    Ok(same)
+}
+
+fn state(path: &Path, turn: Turn, as_json: bool) -> Result<bool, ReplayError> {
+    let s = replays::seek::<Game, _>(open(path)?, turn)?;
+    let hash = s.world.state_hash();
+    let matches = s.recorded_hash.is_none_or(|r| r == hash);
+    let summary = s.world.summary();
+    if as_json {
+        let out = json!({
+            "turn": turn.0,
+            "hash": hash.to_hex(),
+            "recorded_hash": hash_opt(s.recorded_hash),
+            "matches_recorded": matches,
+            "keyframe": s.keyframe.map(|t| t.0),
+            "simulated_turns": s.simulated,
+            "summary": serde_json::to_value(&summary).unwrap_or(Value::Null),
+        });
+        println!("{out:#}");
+        return Ok(matches);
+    }
+    match s.keyframe {
+        Some(k) => println!(
+            "state after turn {turn} (from the keyframe at turn {k}, {} turns simulated)",
+            s.simulated
+        ),
+        None => println!(
+            "state after turn {turn} (simulated {} turns from the start; no keyframe before it)",
+            s.simulated
+        ),
+    }
+    match s.recorded_hash {
+        Some(r) if r == hash => println!("hash: {hash} (matches the recorded hash)"),
+        Some(r) => println!("hash: {hash} (DIFFERS from the recorded {r})"),
+        None => println!("hash: {hash} (no hash recorded for this turn)"),
+    }
+    print!("{summary}");
+    Ok(matches)
+}
+
+fn header_json(h: &Header) -> Value {
+    json!({
+        "kind": "header",
+        "offset": 12,
+        "format_version": h.format_version,
+        "engine_version": h.engine_version,
+        "protocol_version": h.protocol_version,
+        "game_id": h.game_id,
+        "game_version": h.game_version,
+        "rules_hash": h.rules_hash.to_hex(),
+        "seed": h.setup.seed,
+        "players": h.players.iter().map(|p| json!({"id": p.id.0, "name": p.name})).collect::<Vec<_>>(),
+        "ticks_per_turn": h.setup.ticks_per_turn,
+        "turn_length_us": h.turn_length_us,
+        "match_name": h.match_name,
+        "start_time_unix_ms": h.start_time_unix_ms,
+    })
+}
+
+fn record_json(offset: u64, r: &Record) -> Value {
+    let mut v = match r {
+        Record::Header(h) => header_json(h),
+        Record::Turn { turn, inputs } => json!({
+            "turn": turn.0,
+            "inputs": inputs.iter().map(|(p, b)| json!({
+                "player": p.0,
+                "bytes": hex(b),
+                "commands": commands_json(*p, b),
+            })).collect::<Vec<_>>(),
+        }),
+        Record::Hash { turn, hash } => json!({"turn": turn.0, "hash": hash.to_hex()}),
+        Record::Desync {
+            turn,
+            hashes,
+            sections,
+        } => json!({
+            "turn": turn.0,
+            "hashes": hashes.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
+            "sections": sections,
+        }),
+        Record::Drop { player, turn } => json!({"player": player.0, "turn": turn.0}),
+        Record::DelayChange { delay, from_turn } => {
+            json!({"delay": delay, "from_turn": from_turn.0})
+        }
+        Record::Keyframe {
+            turn,
+            hash,
+            snapshot,
+        } => json!({
+            "turn": turn.0,
+            "hash": hash.to_hex(),
+            "snapshot_len": snapshot.len(),
+        }),
+        Record::Start { hash, snapshot } => json!({
+            "hash": hash.to_hex(),
+            "snapshot_len": snapshot.len(),
+        }),
+        Record::KeyframeIndex(entries) => json!({
+            "keyframes": entries.iter().map(|e| json!({
+                "turn": e.turn.0, "offset": e.offset, "hash": e.hash.to_hex(),
+            })).collect::<Vec<_>>(),
+        }),
+        Record::Trailer {
+            final_turn,
+            final_hash,
+            turns,
+        } => json!({
+            "final_turn": final_turn.0,
+            "final_hash": final_hash.to_hex(),
+            "turns": turns,
+        }),
+    };
+    if let Value::Object(map) = &mut v {
+        map.insert("offset".into(), json!(offset));
+        map.insert("kind".into(), json!(replays::format::kind_name(r.kind())));
+    }
+    v
+}
+
+fn export(path: &Path) -> Result<bool, ReplayError> {
+    let mut reader = open(path)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    writeln!(out, "{}", header_json(reader.header()))?;
+    while let Some(item) = reader.next() {
+        match item {
+            Ok(r) => writeln!(out, "{}", record_json(reader.record_offset(), &r))?,
+            Err(e) if e.is_damage() => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let s = reader.summary();
+    writeln!(
+        out,
+        "{}",
+        json!({"kind": "end", "offset": s.intact_bytes, "file_status": status_json(s)})
+    )?;
+    out.flush()?;
+    Ok(s.is_complete())
+}
+
+fn reindex(path: &Path, every: u32, out: &Path) -> Result<bool, ReplayError> {
+    if std::fs::canonicalize(path).ok() == std::fs::canonicalize(out).ok() {
+        eprintln!("replay: --out must be a different file than the input");
+        return Ok(false);
+    }
+    let file = std::fs::File::create(out)?;
+    let (_, rep) = replays::reindex::<Game, _, _>(open(path)?, file, every)?;
+    println!(
+        "wrote {}: {} turns, {} keyframes (every {every} turns); source {}",
+        out.display(),
+        rep.turns,
+        rep.keyframes,
+        rep.source
+    );
+    Ok(rep.source.is_complete())
+}

@@ -1,0 +1,419 @@
+//! Re-simulation of a replay: [`verify()`] steps a fresh world through every
+//! recorded turn and compares every recorded hash, reporting the first
+//! divergence with the sections that differ.
+
+use crate::Record;
+use crate::error::ReplayError;
+use crate::format::Header;
+use crate::reader::{ReadSummary, Reader};
+use sim::{PlayerId, SectionHash, Simulation, Stamped, StateHash, Turn};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Read;
+
+/// How many recent computed hashes are kept for hash records that arrive late.
+const HASH_WINDOW: usize = 4096;
+
+/// Where verification is, passed to the progress callback after every turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Turn just simulated.
+    pub turn: Turn,
+    /// Bytes of the file read so far.
+    pub position: u64,
+}
+
+/// One section that differs between the recorded and the re-simulated state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SectionDiff {
+    /// Section name.
+    pub name: String,
+    /// Recorded section hash (from a keyframe), if known.
+    pub expected: Option<StateHash>,
+    /// Re-simulated section hash, if known.
+    pub actual: Option<StateHash>,
+}
+
+/// Which recorded value disagreed first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DivergenceSource {
+    /// A hash record.
+    Hash,
+    /// A keyframe's hash.
+    Keyframe,
+    /// The trailer's final hash.
+    Trailer,
+}
+
+/// The first turn where the re-simulation disagrees with the recording.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// The turn.
+    pub turn: Turn,
+    /// Hash recorded in the file.
+    pub expected: StateHash,
+    /// Hash of the re-simulated world.
+    pub actual: StateHash,
+    /// Which record held the expected hash.
+    pub source: DivergenceSource,
+    /// Sections that differ (from a keyframe compared section by section, or
+    /// named by a recorded desync); empty when the file has neither.
+    pub sections: Vec<SectionDiff>,
+    /// The turn the sections were compared at (the divergence turn or the
+    /// first keyframe after it).
+    pub sections_turn: Option<Turn>,
+}
+
+/// The outcome of [`verify()`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Turns simulated (gaps included).
+    pub turns: u32,
+    /// Last turn simulated.
+    pub last_turn: Option<Turn>,
+    /// Recorded hashes (hash records, keyframes, trailer) compared.
+    pub hashes_checked: u32,
+    /// Hash records too far behind their turn to compare.
+    pub hashes_unchecked: u32,
+    /// Keyframes whose snapshot restored to their recorded hash.
+    pub keyframes_checked: u32,
+    /// Player inputs that did not decode and counted as empty.
+    pub rejected_inputs: u32,
+    /// Turns with a recorded desync.
+    pub recorded_desyncs: Vec<Turn>,
+    /// Hash of the re-simulated world after the last turn.
+    pub final_hash: Option<StateHash>,
+    /// The first disagreement, if any.
+    pub first_divergence: Option<Divergence>,
+    /// What was read and how the file ends.
+    pub summary: ReadSummary,
+}
+
+impl VerifyReport {
+    /// True only when every recorded hash matched and the file is complete and undamaged.
+    #[must_use]
+    pub fn verified(&self) -> bool {
+        self.first_divergence.is_none() && self.summary.is_complete()
+    }
+}
+
+/// Steps a world through recorded turns, filling gaps with empty turns.
+pub(crate) struct Replayer<S: Simulation> {
+    pub(crate) world: S,
+    /// Next turn to simulate.
+    pub(crate) next: u32,
+    pub(crate) rejected: u32,
+    pub(crate) simulated: u32,
+    inputs: Vec<Stamped<S::Command>>,
+    /// Rules hash to check before the first step (`None`: checked or not applicable).
+    rules: Option<StateHash>,
+}
+
+impl<S: Simulation> Replayer<S> {
+    /// A fresh world for `header`, after checking the game matches. The rules
+    /// hash is checked before the first step, once a start record had its chance
+    /// to replace the world.
+    pub(crate) fn start(header: &Header) -> Result<Self, ReplayError> {
+        check_game::<S>(header)?;
+        let mut rp = Self::from_world(S::new(&header.setup), 0);
+        rp.rules = Some(header.rules_hash);
+        Ok(rp)
+    }
+
+    pub(crate) const fn from_world(world: S, next: u32) -> Self {
+        Self {
+            world,
+            next,
+            rejected: 0,
+            simulated: 0,
+            inputs: Vec::new(),
+            rules: None,
+        }
+    }
+
+    /// Replaces the initial world with a recorded start state (a scenario).
+    pub(crate) fn begin_from(
+        &mut self,
+        snapshot: &[u8],
+        hash: StateHash,
+    ) -> Result<(), ReplayError> {
+        self.world = restore_checked::<S>(Turn(0), snapshot, hash)?;
+        Ok(())
+    }
+
+    fn check_rules(&mut self) -> Result<(), ReplayError> {
+        if let Some(file) = self.rules.take() {
+            let ours = self.world.rules_hash();
+            if ours != file {
+                return Err(ReplayError::RulesMismatch { file, ours });
+            }
+        }
+        Ok(())
+    }
+
+    /// Simulates empty turns up to `turn`, then `turn` with `inputs`.
+    /// Calls `each` with every turn simulated and the hash after it.
+    pub(crate) fn step(
+        &mut self,
+        turn: Turn,
+        inputs: &[(PlayerId, Vec<u8>)],
+        mut each: impl FnMut(Turn, &S),
+    ) -> Result<(), ReplayError> {
+        self.check_rules()?;
+        while self.next < turn.0 {
+            let t = Turn(self.next);
+            self.world.step(t, &[]);
+            self.next += 1;
+            self.simulated += 1;
+            each(t, &self.world);
+        }
+        if turn.0 < self.next {
+            // Older than the world: the reader already refuses decreasing turns.
+            return Ok(());
+        }
+        self.inputs.clear();
+        for (player, bytes) in inputs {
+            match sim::decode_commands::<S::Command>(*player, bytes) {
+                Ok(cmds) => self.inputs.extend(cmds),
+                // A rejected input counts as empty, exactly as every peer did.
+                Err(_) => self.rejected += 1,
+            }
+        }
+        self.world.step(turn, &self.inputs);
+        self.next = turn.0 + 1;
+        self.simulated += 1;
+        each(turn, &self.world);
+        Ok(())
+    }
+
+    /// The last simulated turn.
+    pub(crate) fn current(&self) -> Option<Turn> {
+        self.next.checked_sub(1).map(Turn)
+    }
+}
+
+/// Restores a snapshot and checks it hashes to what was recorded with it.
+pub(crate) fn restore_checked<S: Simulation>(
+    turn: Turn,
+    snapshot: &[u8],
+    hash: StateHash,
+) -> Result<S, ReplayError> {
+    let world = S::restore(snapshot).map_err(|source| ReplayError::Snapshot { turn, source })?;
+    let actual = world.state_hash();
+    if actual != hash {
+        return Err(ReplayError::KeyframeHash {
+            turn,
+            expected: hash,
+            actual,
+        });
+    }
+    Ok(world)
+}
+
+/// Refuses a replay of another game or game version.
+pub(crate) fn check_game<S: Simulation>(header: &Header) -> Result<(), ReplayError> {
+    if header.game_id != S::GAME_ID || header.game_version != S::GAME_VERSION {
+        return Err(ReplayError::WrongGame {
+            file: header.game_id.clone(),
+            file_version: header.game_version,
+            ours: S::GAME_ID.to_owned(),
+            ours_version: S::GAME_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Compares two section lists by name.
+#[must_use]
+pub fn compare_sections(expected: &[SectionHash], actual: &[SectionHash]) -> Vec<SectionDiff> {
+    let mut map: BTreeMap<&str, (Option<StateHash>, Option<StateHash>)> = BTreeMap::new();
+    for s in expected {
+        map.entry(&s.name).or_default().0 = Some(s.hash);
+    }
+    for s in actual {
+        map.entry(&s.name).or_default().1 = Some(s.hash);
+    }
+    // Keep the game's section order where possible: expected first, then extra actual ones.
+    let mut out = Vec::new();
+    let order = expected
+        .iter()
+        .chain(actual.iter())
+        .map(|s| s.name.as_str());
+    for name in order {
+        if let Some((e, a)) = map.remove(name)
+            && e != a
+        {
+            out.push(SectionDiff {
+                name: name.to_owned(),
+                expected: e,
+                actual: a,
+            });
+        }
+    }
+    out
+}
+
+/// Re-simulates `reader`'s match with game `S` and compares every recorded
+/// hash. `progress` is called after every simulated turn.
+///
+/// A damaged or torn file is verified up to its last intact record; the
+/// report's summary says how it ends. Only I/O failures and a replay of
+/// another game are errors.
+pub fn verify<S: Simulation, R: Read>(
+    mut reader: Reader<R>,
+    mut progress: impl FnMut(Progress),
+) -> Result<VerifyReport, ReplayError> {
+    let mut rp = Replayer::<S>::start(reader.header())?;
+    let mut computed: VecDeque<(Turn, StateHash)> = VecDeque::new();
+    let mut pending: BTreeMap<Turn, StateHash> = BTreeMap::new();
+    let mut report = VerifyReport {
+        turns: 0,
+        last_turn: None,
+        hashes_checked: 0,
+        hashes_unchecked: 0,
+        keyframes_checked: 0,
+        rejected_inputs: 0,
+        recorded_desyncs: Vec::new(),
+        final_hash: None,
+        first_divergence: None,
+        summary: reader.summary().clone(),
+    };
+    // After the first divergence the world is wrong: simulate on only until a
+    // keyframe has shown which sections differ, then just read to the end.
+    let mut simulating = true;
+    let mut desync_sections: BTreeMap<Turn, Vec<String>> = BTreeMap::new();
+
+    while let Some(item) = reader.next() {
+        let record = match item {
+            Ok(r) => r,
+            Err(e) if e.is_damage() => break,
+            Err(e) => return Err(e),
+        };
+        let position = reader.position();
+        match record {
+            Record::Turn { turn, inputs } if simulating => {
+                let mut div: Option<Divergence> = None;
+                rp.step(turn, &inputs, |t, w| {
+                    let h = w.state_hash();
+                    if computed.len() == HASH_WINDOW {
+                        computed.pop_front();
+                    }
+                    computed.push_back((t, h));
+                    if let Some(expected) = pending.remove(&t) {
+                        report.hashes_checked += 1;
+                        if expected != h && div.is_none() {
+                            div = Some(divergence(t, expected, h, DivergenceSource::Hash));
+                        }
+                    }
+                    progress(Progress { turn: t, position });
+                })?;
+                if report.first_divergence.is_none() {
+                    report.first_divergence = div;
+                }
+            }
+            Record::Hash { turn, hash } if simulating => match lookup(&computed, turn) {
+                Some(actual) => {
+                    report.hashes_checked += 1;
+                    if actual != hash && report.first_divergence.is_none() {
+                        report.first_divergence =
+                            Some(divergence(turn, hash, actual, DivergenceSource::Hash));
+                    }
+                }
+                None if rp.current().is_none_or(|c| turn > c) => {
+                    pending.insert(turn, hash);
+                }
+                None => report.hashes_unchecked += 1,
+            },
+            Record::Keyframe {
+                turn,
+                hash,
+                snapshot,
+            } if simulating => {
+                let restored = restore_checked::<S>(turn, &snapshot, hash)?;
+                report.keyframes_checked += 1;
+                if let Some(actual) = lookup(&computed, turn) {
+                    report.hashes_checked += 1;
+                    if actual != hash && report.first_divergence.is_none() {
+                        report.first_divergence =
+                            Some(divergence(turn, hash, actual, DivergenceSource::Keyframe));
+                    }
+                }
+                // Sections can be compared when the world stands at the keyframe's turn.
+                if let Some(d) = report.first_divergence.as_mut()
+                    && d.sections_turn.is_none()
+                    && rp.current() == Some(turn)
+                {
+                    d.sections =
+                        compare_sections(&restored.section_hashes(), &rp.world.section_hashes());
+                    d.sections_turn = Some(turn);
+                    simulating = false;
+                }
+            }
+            Record::Start { hash, snapshot } => rp.begin_from(&snapshot, hash)?,
+            Record::Desync { turn, sections, .. } => {
+                report.recorded_desyncs.push(turn);
+                desync_sections.insert(turn, sections);
+            }
+            Record::Trailer {
+                final_turn,
+                final_hash,
+                ..
+            } if simulating => {
+                if let Some(actual) = lookup(&computed, final_turn) {
+                    report.hashes_checked += 1;
+                    if actual != final_hash && report.first_divergence.is_none() {
+                        report.first_divergence = Some(divergence(
+                            final_turn,
+                            final_hash,
+                            actual,
+                            DivergenceSource::Trailer,
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    report.rejected_inputs = rp.rejected;
+    report.turns = rp.simulated;
+    report.last_turn = rp.current();
+    report.final_hash = report.last_turn.and_then(|t| lookup(&computed, t));
+    if let Some(d) = report.first_divergence.as_mut()
+        && d.sections.is_empty()
+        && let Some(names) = desync_sections.get(&d.turn)
+    {
+        d.sections = names
+            .iter()
+            .map(|name| SectionDiff {
+                name: name.clone(),
+                expected: None,
+                actual: None,
+            })
+            .collect();
+        d.sections_turn = Some(d.turn);
+    }
+    report.summary = reader.summary().clone();
+    Ok(report)
+}
+
+const fn divergence(
+    turn: Turn,
+    expected: StateHash,
+    actual: StateHash,
+    source: DivergenceSource,
+) -> Divergence {
+    Divergence {
+        turn,
+        expected,
+        actual,
+        source,
+        sections: Vec::new(),
+        sections_turn: None,
+    }
+}
+
+fn lookup(computed: &VecDeque<(Turn, StateHash)>, turn: Turn) -> Option<StateHash> {
+    // Turns are pushed in increasing order.
+    let i = computed.partition_point(|(t, _)| *t < turn);
+    computed.get(i).filter(|(t, _)| *t == turn).map(|(_, h)| *h)
+}

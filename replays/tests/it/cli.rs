@@ -1,0 +1,200 @@
+//! The `replay` binary: output snapshots on the golden files, exit codes.
+
+use crate::golden::{DESYNC, ECONOMY, SKIRMISH};
+use std::path::PathBuf;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_replay");
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// Writes `bytes` to a scratch file named `name` and returns its path.
+fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn torn_economy() -> PathBuf {
+    scratch("torn_economy.replay", &ECONOMY[..ECONOMY.len() - 700])
+}
+
+#[test]
+fn info_snapshots() {
+    for name in [
+        "peer_skirmish_2p.replay",
+        "relay_economy_4p.replay",
+        "peer_desync_3p.replay",
+    ] {
+        let (code, out, _) = run(&["info".as_ref(), data(name).as_os_str()]);
+        assert_eq!(code, 0);
+        insta::assert_snapshot!(format!("info_{name}"), out);
+    }
+    let (code, out, _) = run(&["info".as_ref(), torn_economy().as_os_str()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("the last record was torn"), "{out}");
+    insta::assert_snapshot!("info_torn_economy", out);
+}
+
+#[test]
+fn verify_json_snapshots_and_exit_codes() {
+    let torn = torn_economy();
+    for (label, path, expected_code) in [
+        ("skirmish", data("peer_skirmish_2p.replay"), 0),
+        ("economy", data("relay_economy_4p.replay"), 0),
+        ("desync", data("peer_desync_3p.replay"), 1),
+        ("torn_economy", torn, 1),
+    ] {
+        let (code, out, err) = run(&["verify".as_ref(), "--json".as_ref(), path.as_os_str()]);
+        assert_eq!(code, expected_code, "{label}: {out}");
+        // Not a terminal: no progress bar on stderr.
+        assert!(err.is_empty(), "{label}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["verified"], expected_code == 0);
+        insta::assert_snapshot!(format!("verify_json_{label}"), out);
+    }
+}
+
+#[test]
+fn verify_text_names_the_divergence() {
+    let (code, out, _) = run(&["verify".as_ref(), data("peer_desync_3p.replay").as_os_str()]);
+    assert_eq!(code, 1);
+    insta::assert_snapshot!("verify_text_desync", out);
+}
+
+#[test]
+fn bad_usage_exits_2_and_damage_exits_1() {
+    assert_eq!(run(&["verify".as_ref()]).0, 2);
+    assert_eq!(run(&["frobnicate".as_ref()]).0, 2);
+    assert_eq!(
+        run(&[
+            "state".as_ref(),
+            "x.replay".as_ref(),
+            "--turn".as_ref(),
+            "-3".as_ref()
+        ])
+        .0,
+        2
+    );
+    let (code, _, err) = run(&["verify".as_ref(), "/nonexistent/x.replay".as_ref()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("replay:"), "{err}");
+
+    let mut future = SKIRMISH.to_vec();
+    future[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let path = scratch("future_version.replay", &future);
+    let (code, _, err) = run(&["info".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("version 2 is not supported") && err.contains("1..=1"),
+        "{err}"
+    );
+
+    let mut flipped = SKIRMISH.to_vec();
+    flipped[5000] ^= 4;
+    let path = scratch("flipped.replay", &flipped);
+    let (code, out, _) = run(&["verify".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["file_status"]["ending"], "corrupt");
+    assert!(v["file_status"]["damage_offset"].as_u64().unwrap() <= 5000);
+}
+
+#[test]
+fn state_uses_keyframes_and_matches_the_recorded_hash() {
+    let (code, out, _) = run(&[
+        "state".as_ref(),
+        data("peer_skirmish_2p.replay").as_os_str(),
+        "--turn".as_ref(),
+        "150".as_ref(),
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("from the keyframe at turn 100, 50 turns simulated"),
+        "{out}"
+    );
+    assert!(out.contains("matches the recorded hash"), "{out}");
+    insta::assert_snapshot!("state_skirmish_150", out);
+    let (code, _, err) = run(&[
+        "state".as_ref(),
+        data("peer_skirmish_2p.replay").as_os_str(),
+        "--turn".as_ref(),
+        "300".as_ref(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("turn 300 is not in this replay"), "{err}");
+}
+
+#[test]
+fn export_writes_one_json_object_per_record() {
+    let (code, out, _) = run(&[
+        "export".as_ref(),
+        data("relay_economy_4p.replay").as_os_str(),
+    ]);
+    assert_eq!(code, 0);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // header + 240 turns + 240 hashes + delay change + drop + index + trailer + end
+    assert_eq!(lines.len(), 1 + 240 + 240 + 1 + 1 + 1 + 1 + 1);
+    assert_eq!(lines[0]["kind"], "header");
+    assert_eq!(lines.last().unwrap()["kind"], "end");
+    let turns = lines.iter().filter(|l| l["kind"] == "turn").count();
+    assert_eq!(turns, 240);
+    assert!(lines.iter().any(|l| {
+        l["kind"] == "turn"
+            && l["inputs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| !i["commands"].as_array().unwrap().is_empty())
+    }));
+}
+
+#[test]
+fn diff_and_reindex() {
+    let a = data("relay_economy_4p.replay");
+    let (code, out, _) = run(&["diff".as_ref(), a.as_os_str(), a.as_os_str()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no difference in 240 common turns"), "{out}");
+
+    let out_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("economy_reindexed.replay");
+    let (code, out, _) = run(&[
+        "reindex".as_ref(),
+        a.as_os_str(),
+        "--every".as_ref(),
+        "60".as_ref(),
+        "--out".as_ref(),
+        out_path.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("240 turns, 4 keyframes"), "{out}");
+    // Same match, now with keyframes: diff sees no difference.
+    let (code, _, _) = run(&["diff".as_ref(), a.as_os_str(), out_path.as_os_str()]);
+    assert_eq!(code, 0);
+
+    let (code, out, _) = run(&[
+        "diff".as_ref(),
+        "--json".as_ref(),
+        data("peer_skirmish_2p.replay").as_os_str(),
+        data("peer_desync_3p.replay").as_os_str(),
+    ]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(!v["header_differences"].as_array().unwrap().is_empty());
+    let _ = DESYNC;
+}

@@ -1,0 +1,12 @@
+//! The replays crate's integration tests (one test binary).
+
+// Helpers are shared between test modules of this one binary.
+#![allow(unreachable_pub)]
+// Test helpers outside #[test] functions unwrap too: a failure should stop the test.
+#![allow(clippy::unwrap_used)]
+
+mod cli;
+mod damage;
+mod golden;
+mod toy;
+mod toy_replays;

@@ -1,0 +1,291 @@
+//! The per-tick systems. [`plan_all`] decides, read-only, what every unit
+//! wants this tick (so every unit sees the same start-of-tick world);
+//! [`act`] then carries the plans out in id order.
+
+pub(crate) mod combat;
+pub(crate) mod economy;
+pub(crate) mod movement;
+
+use super::UnitKind;
+use super::flow::FlowCache;
+use super::grid::Grid;
+use super::map::Map;
+use super::world::{Order, State};
+use crate::contract::PlayerId;
+use crate::num::{Fx, Vec2, fx_int, fx_ratio};
+
+/// Where a unit walks this tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Goal {
+    /// Stand still.
+    None,
+    /// Straight towards a point.
+    Point(Vec2),
+    /// Follow the flow field towards `dest`, ending at `point`.
+    Field { dest: (u16, u16), point: Vec2 },
+}
+
+/// What a unit does besides walking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Intent {
+    None,
+    /// Hit the entity at this index.
+    Hit(usize),
+    /// Work the mine at this index.
+    Mine(usize),
+    /// Hand the cargo in.
+    Deposit,
+    /// Build a base at the order's site.
+    Build,
+    /// Close to the formation point: give up after a while if a crowd keeps
+    /// the unit from reaching it exactly.
+    Settle,
+}
+
+/// One unit's decision for this tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) goal: Goal,
+    pub(crate) intent: Intent,
+    /// Replacement order, when the current one finished or became invalid.
+    pub(crate) order: Option<Order>,
+    /// Replacement target (`Some(None)` clears it).
+    pub(crate) target: Option<Option<u32>>,
+}
+
+impl Plan {
+    const IDLE: Self = Self {
+        goal: Goal::None,
+        intent: Intent::None,
+        order: None,
+        target: None,
+    };
+}
+
+/// Reach for arriving at a formation point (tiles).
+const ARRIVE: Fx = fx_ratio(1, 2);
+/// Within this distance of its formation point a unit may settle (tiles).
+const NEAR: Fx = fx_int(2);
+/// Ticks spent near the formation point before a unit stops trying.
+const SETTLE_TICKS: u16 = 40;
+/// Within this distance of its goal a unit walks straight (tiles).
+const DIRECT: Fx = fx_int(5);
+/// Within this distance a chased target is approached straight (tiles).
+const CHASE_DIRECT: Fx = fx_int(12);
+/// Reach for working a mine / handing in at a base / building (tiles).
+const MINE_REACH: Fx = fx_ratio(3, 2);
+const BASE_REACH: Fx = fx_ratio(5, 2);
+const BUILD_REACH: Fx = fx_ratio(3, 2);
+/// How far a worker looks for another mine when its own runs dry (tiles).
+const MINE_SEARCH: Fx = fx_int(30);
+/// Extra distance beyond sight at which an auto-acquired target is given up.
+const LEASH: Fx = fx_int(4);
+
+/// Indices of the world's mines with resources left and of its bases.
+pub(crate) struct Landmarks {
+    pub(crate) mines: Vec<usize>,
+    pub(crate) bases: Vec<usize>,
+}
+
+impl Landmarks {
+    fn of(s: &State) -> Self {
+        let mut mines = Vec::new();
+        let mut bases = Vec::new();
+        for (i, e) in s.entities.iter().enumerate() {
+            match e.kind {
+                UnitKind::Mine if e.cargo > 0 => mines.push(i),
+                UnitKind::Base if e.alive() => bases.push(i),
+                _ => {}
+            }
+        }
+        Self { mines, bases }
+    }
+
+    /// Nearest base owned by `owner` (ties: lower id).
+    fn nearest_base(&self, s: &State, owner: Option<PlayerId>, from: Vec2) -> Option<usize> {
+        self.bases
+            .iter()
+            .copied()
+            .filter(|&b| s.entities[b].owner == owner)
+            .min_by_key(|&b| (from.dist_sq_bits(s.entities[b].pos), s.entities[b].id))
+    }
+
+    /// Nearest mine with resources within `MINE_SEARCH` (ties: lower id).
+    fn nearest_mine(&self, s: &State, from: Vec2) -> Option<usize> {
+        let r = MINE_SEARCH.to_bits();
+        self.mines
+            .iter()
+            .copied()
+            .filter(|&m| from.dist_sq_bits(s.entities[m].pos) <= r * r)
+            .min_by_key(|&m| (from.dist_sq_bits(s.entities[m].pos), s.entities[m].id))
+    }
+}
+
+fn within(a: Vec2, b: Vec2, r: Fx) -> bool {
+    let rb = r.to_bits();
+    a.dist_sq_bits(b) <= rb.saturating_mul(rb)
+}
+
+/// A goal that walks to `point`: straight when near with nothing in the
+/// way, by the flow field towards `dest` otherwise.
+fn walk_to(map: &Map, from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
+    if within(from, point, DIRECT) && movement::clear_line(map, from, point) {
+        Goal::Point(point)
+    } else {
+        Goal::Field { dest, point }
+    }
+}
+
+/// Plans every entity's tick from the start-of-tick state.
+pub(crate) fn plan_all(s: &State, grid: &Grid) -> Vec<Plan> {
+    let marks = Landmarks::of(s);
+    s.entities
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            if e.kind.is_mobile() && e.alive() {
+                plan_unit(s, grid, &marks, i)
+            } else {
+                Plan::IDLE
+            }
+        })
+        .collect()
+}
+
+fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
+    let e = &s.entities[i];
+    let stats = e.kind.stats();
+    let mut plan = Plan::IDLE;
+
+    // 1. Validate the current target; army units on Idle/AttackMove look for one.
+    let explicit = matches!(e.order, Order::Attack { .. });
+    let mut target = e.target.and_then(|id| {
+        let ti = s.entities.binary_search_by_key(&id, |t| t.id).ok()?;
+        let t = &s.entities[ti];
+        let leash = stats.sight + LEASH;
+        let valid = t.alive()
+            && t.owner.is_some()
+            && t.owner != e.owner
+            && (explicit || within(e.pos, t.pos, leash));
+        valid.then_some(ti)
+    });
+    if target.is_none() && e.target.is_some() {
+        plan.target = Some(None);
+        if explicit {
+            plan.order = Some(Order::Idle);
+        }
+    }
+    let seeks = e.kind.is_army() && matches!(e.order, Order::Idle | Order::AttackMove { .. });
+    let slot = s.tick.wrapping_add(e.id);
+    if seeks && ((target.is_none() && slot % 4 == 0) || slot % 16 == 0) {
+        if let Some(ti) = combat::nearest_enemy(s, grid, i) {
+            if target != Some(ti) {
+                plan.target = Some(Some(s.entities[ti].id));
+            }
+            target = Some(ti);
+        }
+    }
+
+    // 2. Fight if there is a target.
+    if let Some(ti) = target {
+        if !explicit || plan.order.is_none() {
+            let t = &s.entities[ti];
+            if within(e.pos, t.pos, stats.range + t.kind.stats().radius) {
+                if e.cooldown == 0 {
+                    plan.intent = Intent::Hit(ti);
+                }
+            } else {
+                // Near targets are chased straight; far ones through a flow
+                // field to a coarse tile that many chasers share.
+                plan.goal = if within(e.pos, t.pos, CHASE_DIRECT) {
+                    Goal::Point(t.pos)
+                } else {
+                    let (tx, ty) = t.pos.tile();
+                    Goal::Field {
+                        dest: combat::coarse(&s.map, (tx, ty)),
+                        point: t.pos,
+                    }
+                };
+            }
+            return plan;
+        }
+    }
+
+    // 3. Otherwise follow the order.
+    match &e.order {
+        Order::Idle | Order::Attack { .. } => {}
+        Order::Move { dest, slot } | Order::AttackMove { dest, slot } => {
+            if within(e.pos, *slot, ARRIVE) {
+                plan.order = Some(Order::Idle);
+            } else {
+                plan.goal = walk_to(&s.map, e.pos, *slot, *dest);
+                if within(e.pos, *slot, NEAR) {
+                    plan.intent = Intent::Settle;
+                }
+            }
+        }
+        Order::Gather { mine, returning } => {
+            economy::plan_gather(s, marks, i, *mine, *returning, &mut plan);
+        }
+        Order::Build { site } => {
+            let point = Vec2::tile_center(site.0, site.1);
+            if within(e.pos, point, BUILD_REACH) {
+                plan.intent = Intent::Build;
+            } else {
+                plan.goal = walk_to(&s.map, e.pos, point, *site);
+            }
+        }
+    }
+    plan
+}
+
+/// Carries out the plans in id order. Damage is accumulated, not applied, so
+/// every unit alive at the start of the tick acts (simultaneous combat).
+pub(crate) fn act(
+    s: &mut State,
+    flow: &FlowCache,
+    plans: &[Plan],
+    damage: &mut [i32],
+    spawns: &mut Vec<(Option<PlayerId>, UnitKind, (u16, u16))>,
+) {
+    for (i, plan) in plans.iter().enumerate() {
+        let e = &mut s.entities[i];
+        e.cooldown = e.cooldown.saturating_sub(1);
+        if let Some(order) = &plan.order {
+            e.order = order.clone();
+            if matches!(order, Order::Idle) {
+                e.timer = 0;
+            }
+        }
+        if let Some(t) = plan.target {
+            e.target = t;
+        }
+        match plan.intent {
+            Intent::None => {}
+            Intent::Hit(ti) => {
+                let stats = s.entities[i].kind.stats();
+                let bonus = s.rng.below(3);
+                damage[ti] = damage[ti].saturating_add(stats.damage + bonus as i32);
+                s.entities[i].cooldown = stats.cooldown;
+            }
+            Intent::Mine(mi) => economy::work_mine(s, i, mi),
+            Intent::Deposit => economy::deposit(s, i),
+            Intent::Build => economy::build(s, i, spawns),
+            Intent::Settle => {
+                let e = &mut s.entities[i];
+                e.timer = e.timer.saturating_add(1);
+                if e.timer >= SETTLE_TICKS {
+                    e.order = Order::Idle;
+                    e.timer = 0;
+                    continue;
+                }
+            }
+        }
+        if plan.goal != Goal::None {
+            let e = &s.entities[i];
+            let speed = e.kind.stats().speed;
+            let next = movement::steer(&s.map, flow, e.pos, plan.goal, speed);
+            s.entities[i].pos = next;
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Behaviour tests of the reference game: movement, combat, economy,
+//! training, building, victory, fault injection and snapshot validation.
+
+use super::*;
+use crate::contract::{MatchSetup, PlayerId, Simulation, Stamped, Turn};
+use crate::num::{Vec2, fx_int};
+
+fn open_world() -> World {
+    let setup = MatchSetup {
+        seed: 1,
+        players: 2,
+        ticks_per_turn: DEFAULT_TICKS_PER_TURN,
+    };
+    let config = MapConfig {
+        width: 48,
+        height: 48,
+        obstacles: 0,
+        mines_per_base: 1,
+        center_mines: 0,
+        start_workers: 0,
+        start_soldiers: 0,
+        start_archers: 0,
+    };
+    World::generate(&setup, &config)
+}
+
+fn cmd(player: u8, command: Command) -> Vec<Stamped<Command>> {
+    vec![Stamped {
+        player: PlayerId(player),
+        seq: 0,
+        command,
+    }]
+}
+
+fn run(w: &mut World, turns: u32) {
+    let start = w.last_turn().map_or(0, |t| t.0 + 1);
+    for t in start..start + turns {
+        w.step(Turn(t), &[]);
+    }
+}
+
+fn first(w: &World, player: u8, kind: UnitKind) -> u32 {
+    w.entities()
+        .iter()
+        .find(|e| e.owner == Some(PlayerId(player)) && e.kind == kind)
+        .map(|e| e.id)
+        .unwrap()
+}
+
+#[test]
+fn move_walks_into_formation_and_stops() {
+    let mut w = open_world();
+    let a = w.spawn_at(Some(PlayerId(0)), UnitKind::Soldier, (20, 20));
+    let b = w.spawn_at(Some(PlayerId(0)), UnitKind::Soldier, (20, 21));
+    w.step(
+        Turn(0),
+        &cmd(
+            0,
+            Command::Move {
+                units: vec![a, b],
+                x: 30,
+                y: 24,
+            },
+        ),
+    );
+    run(&mut w, 120);
+    let (ea, eb) = (w.entity(a).unwrap(), w.entity(b).unwrap());
+    assert_eq!(ea.order, Order::Idle);
+    assert_eq!(eb.order, Order::Idle);
+    let dest = Vec2::tile_center(30, 24);
+    assert!(ea.pos.distance(dest) < fx_int(2), "{:?}", ea.pos);
+    assert!(eb.pos.distance(dest) < fx_int(2), "{:?}", eb.pos);
+    // Separation keeps them apart.
+    assert!(ea.pos.distance(eb.pos) > fx_int(1) / 2);
+}
+
+#[test]
+fn soldiers_fight_until_one_dies() {
+    let mut w = open_world();
+    let a = w.spawn_at(Some(PlayerId(0)), UnitKind::Soldier, (20, 20));
+    let b = w.spawn_at(Some(PlayerId(1)), UnitKind::Worker, (22, 20));
+    w.step(
+        Turn(0),
+        &cmd(
+            0,
+            Command::Attack {
+                units: vec![a],
+                target: b,
+            },
+        ),
+    );
+    run(&mut w, 60);
+    assert!(w.entity(b).is_none(), "the worker died");
+    assert_eq!(w.player(PlayerId(1)).unwrap().lost, 1);
+    assert_eq!(w.entity(a).unwrap().order, Order::Idle);
+}
+
+#[test]
+fn idle_army_engages_enemies_in_sight() {
+    let mut w = open_world();
+    let a = w.spawn_at(Some(PlayerId(0)), UnitKind::Archer, (20, 20));
+    let b = w.spawn_at(Some(PlayerId(1)), UnitKind::Worker, (24, 20));
+    run(&mut w, 40);
+    assert!(
+        w.entity(b)
+            .is_none_or(|e| e.hp < UnitKind::Worker.stats().hp)
+    );
+    assert!(w.entity(a).is_some());
+}
+
+#[test]
+fn workers_gather_and_training_costs_resources() {
+    let mut w = open_world();
+    let base = first(&w, 0, UnitKind::Base);
+    let mine = w
+        .entities()
+        .iter()
+        .find(|e| e.kind == UnitKind::Mine)
+        .unwrap()
+        .id;
+    let start = w.player(PlayerId(0)).unwrap().resources;
+    w.step(
+        Turn(0),
+        &cmd(
+            0,
+            Command::Train {
+                base,
+                kind: UnitKind::Worker,
+                count: 2,
+            },
+        ),
+    );
+    assert_eq!(
+        w.player(PlayerId(0)).unwrap().resources,
+        start - 2 * UnitKind::Worker.stats().cost
+    );
+    run(&mut w, 45);
+    let workers: Vec<u32> = w
+        .entities()
+        .iter()
+        .filter(|e| e.owner == Some(PlayerId(0)) && e.kind == UnitKind::Worker)
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(workers.len(), 2, "both workers trained");
+    let before = w.player(PlayerId(0)).unwrap().resources;
+    w.step(
+        Turn(46),
+        &cmd(
+            0,
+            Command::Gather {
+                units: workers,
+                mine,
+            },
+        ),
+    );
+    run(&mut w, 200);
+    assert!(w.player(PlayerId(0)).unwrap().resources > before + 3 * CARRY);
+    assert!(w.entity(mine).unwrap().cargo < MINE_AMOUNT);
+}
+
+#[test]
+fn build_spends_resources_and_adds_a_base() {
+    let mut w = open_world();
+    let worker = w.spawn_at(Some(PlayerId(0)), UnitKind::Worker, (20, 24));
+    w.s.players[0].resources = 1000;
+    w.step(
+        Turn(0),
+        &cmd(
+            0,
+            Command::Build {
+                worker,
+                x: 24,
+                y: 24,
+            },
+        ),
+    );
+    run(&mut w, 60);
+    let bases = w
+        .entities()
+        .iter()
+        .filter(|e| e.owner == Some(PlayerId(0)) && e.kind == UnitKind::Base)
+        .count();
+    assert_eq!(bases, 2);
+    assert_eq!(w.player(PlayerId(0)).unwrap().resources, 600);
+}
+
+#[test]
+fn last_player_with_a_base_wins() {
+    let mut w = open_world();
+    let enemy_base = first(&w, 1, UnitKind::Base);
+    let army: Vec<u32> = (0..12)
+        .map(|k| {
+            w.spawn_at(
+                Some(PlayerId(0)),
+                UnitKind::Soldier,
+                (30 + k % 4, 30 + k / 4),
+            )
+        })
+        .collect();
+    w.step(
+        Turn(0),
+        &cmd(
+            0,
+            Command::Attack {
+                units: army,
+                target: enemy_base,
+            },
+        ),
+    );
+    run(&mut w, 400);
+    assert_eq!(w.winner(), Some(PlayerId(0)));
+    assert!(!w.player(PlayerId(1)).unwrap().alive);
+    let text = w.summary().to_string();
+    assert!(text.contains("winner: P0"), "{text}");
+}
+
+#[test]
+fn perturb_changes_exactly_one_entity_section() {
+    let w = crate::scenarios::melee(3000, 4);
+    let mut p = w.clone();
+    p.perturb(2500);
+    assert_ne!(w.state_hash(), p.state_hash());
+    let diff = crate::hash::diff_sections(&w.section_hashes(), &p.section_hashes());
+    assert_eq!(diff, vec!["entities 2048..3072".to_owned()]);
+}
+
+#[test]
+fn corrupt_snapshots_are_errors() {
+    let w = crate::scenarios::skirmish(2);
+    let bytes = w.snapshot();
+    assert!(World::restore(&bytes).is_ok());
+    assert!(World::restore(&bytes[..bytes.len() / 2]).is_err());
+    assert!(World::restore(b"nope").is_err());
+    let mut extra = bytes.clone();
+    extra.push(0);
+    assert!(World::restore(&extra).is_err());
+    // An entity moved outside the map is caught by validation.
+    let mut bad = w.clone();
+    bad.s.entities[0].pos = Vec2::new(fx_int(5000), fx_int(1));
+    assert!(matches!(
+        World::restore(&bad.snapshot()),
+        Err(crate::SnapshotError::Invalid(_))
+    ));
+}
+
+#[test]
+fn hostile_setup_is_clamped() {
+    let w = World::new(&MatchSetup {
+        seed: 0,
+        players: 200,
+        ticks_per_turn: 0,
+    });
+    assert_eq!(w.players().len(), usize::from(crate::MAX_PLAYERS));
+    assert_eq!(w.setup().ticks_per_turn, 1);
+}
+
+#[test]
+fn path_commands_per_turn_are_capped() {
+    let mut w = open_world();
+    let a = w.spawn_at(Some(PlayerId(0)), UnitKind::Soldier, (20, 20));
+    let cmds: Vec<Stamped<Command>> = (0..6u16)
+        .map(|k| Stamped {
+            player: PlayerId(0),
+            seq: k,
+            command: Command::Move {
+                units: vec![a],
+                x: 10 + k,
+                y: 10,
+            },
+        })
+        .collect();
+    w.step(Turn(0), &cmds);
+    assert_eq!(
+        w.rejected_commands() as usize,
+        6 - MAX_PATH_COMMANDS_PER_TURN
+    );
+    // The last accepted one wins: seq 3, tile (13, 10).
+    assert!(matches!(
+        w.entity(a).unwrap().order,
+        Order::Move { dest: (13, 10), .. }
+    ));
+}
+
+#[test]
+fn every_player_count_plays_and_round_trips() {
+    for players in 1..=crate::MAX_PLAYERS {
+        let setup = MatchSetup {
+            seed: u64::from(players) * 77,
+            players,
+            ticks_per_turn: DEFAULT_TICKS_PER_TURN,
+        };
+        let mut w = World::new(&setup);
+        assert_eq!(w.summary().players.len(), usize::from(players));
+        let mut bots = crate::scenarios::bots(&w, 5, 600);
+        crate::scenarios::play(&mut w, &mut bots, Turn(0), 60, |_, _, _| {});
+        let back = World::restore(&w.snapshot()).unwrap();
+        assert_eq!(back.state_hash(), w.state_hash());
+        assert_eq!(back, w);
+        assert!(w.summary().players.iter().all(|p| p.base_alive));
+    }
+}

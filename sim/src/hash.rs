@@ -1,0 +1,180 @@
+//! Canonical, sectioned state hashing.
+//!
+//! Each section is BLAKE3 over the postcard bytes of one part of the state:
+//! `"globals"` (tick, RNG, players, counters, outcome), `"map"`, and one
+//! section per fixed-size block of entity ids, named like
+//! `"entities 1024..2048"`. The root hash is BLAKE3 over the sequence of
+//! (name, section hash) pairs, so two peers whose roots differ can compare
+//! section lists and name the block of entities that diverged.
+
+use crate::contract::{SectionHash, Simulation, StateHash};
+use crate::game::World;
+use serde::Serialize;
+
+/// Entity ids per hash section.
+pub const ENTITY_BLOCK: u32 = 1024;
+
+const ROOT_DOMAIN: &[u8] = b"lockstep-sim root v1";
+const RULES_DOMAIN: &[u8] = b"lockstep-sim rules v1";
+
+/// BLAKE3 of the postcard encoding of `value`, using `buf` as scratch.
+pub fn digest_of<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> StateHash {
+    buf.clear();
+    // Serialising plain in-memory data into a Vec cannot fail; an empty digest
+    // would still be the same on every peer.
+    let bytes = postcard::to_extend(value, std::mem::take(buf)).unwrap_or_default();
+    let h = StateHash(*blake3::hash(&bytes).as_bytes());
+    *buf = bytes;
+    h
+}
+
+/// Combines section hashes into the root hash (order and names matter).
+#[must_use]
+pub fn combine(sections: &[SectionHash]) -> StateHash {
+    let mut h = blake3::Hasher::new();
+    h.update(ROOT_DOMAIN);
+    for s in sections {
+        let len = u32::try_from(s.name.len()).unwrap_or(u32::MAX);
+        h.update(&len.to_le_bytes());
+        h.update(s.name.as_bytes());
+        h.update(&s.hash.0);
+    }
+    StateHash(*h.finalize().as_bytes())
+}
+
+/// Name of the section holding entity ids `block*ENTITY_BLOCK..(block+1)*ENTITY_BLOCK`.
+#[must_use]
+pub fn entity_section_name(block: u32) -> String {
+    let lo = block.saturating_mul(ENTITY_BLOCK);
+    format!("entities {lo}..{}", lo.saturating_add(ENTITY_BLOCK))
+}
+
+/// Name of the section that holds entity `id`.
+#[must_use]
+pub fn section_of(id: u32) -> String {
+    entity_section_name(id / ENTITY_BLOCK)
+}
+
+/// Names of the sections whose hashes differ between two section lists
+/// (sections present in only one list count as differing).
+#[must_use]
+pub fn diff_sections(a: &[SectionHash], b: &[SectionHash]) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in a {
+        match b.iter().find(|t| t.name == s.name) {
+            Some(t) if t.hash == s.hash => {}
+            _ => out.push(s.name.clone()),
+        }
+    }
+    for t in b {
+        if !a.iter().any(|s| s.name == t.name) {
+            out.push(t.name.clone());
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct Globals<'a> {
+    setup: &'a crate::contract::MatchSetup,
+    tick: u32,
+    last_turn: Option<crate::contract::Turn>,
+    rng: &'a crate::rng::Pcg32,
+    players: &'a [crate::game::PlayerState],
+    next_id: u32,
+    rejected: crate::game::RejectStats,
+    outcome: Option<crate::game::Outcome>,
+}
+
+pub(crate) fn world_sections(w: &World) -> Vec<SectionHash> {
+    let s = &w.s;
+    let mut buf = Vec::with_capacity(64 * 1024);
+    let globals = Globals {
+        setup: &s.setup,
+        tick: s.tick,
+        last_turn: s.last_turn,
+        rng: &s.rng,
+        players: &s.players,
+        next_id: s.next_id,
+        rejected: s.rejected,
+        outcome: s.outcome,
+    };
+    let mut out = vec![
+        SectionHash {
+            name: "globals".to_owned(),
+            hash: digest_of(&globals, &mut buf),
+        },
+        SectionHash {
+            name: "map".to_owned(),
+            hash: digest_of(&s.map, &mut buf),
+        },
+    ];
+    let blocks = s.next_id.div_ceil(ENTITY_BLOCK).max(1);
+    let mut rest = &s.entities[..];
+    for b in 0..blocks {
+        let hi = (b + 1).saturating_mul(ENTITY_BLOCK);
+        let split = rest.partition_point(|e| e.id < hi);
+        let (block, tail) = rest.split_at(split);
+        rest = tail;
+        out.push(SectionHash {
+            name: entity_section_name(b),
+            hash: digest_of(block, &mut buf),
+        });
+    }
+    out
+}
+
+pub(crate) fn rules_hash(w: &World) -> StateHash {
+    let mut h = blake3::Hasher::new();
+    h.update(RULES_DOMAIN);
+    h.update(World::GAME_ID.as_bytes());
+    h.update(&World::GAME_VERSION.to_le_bytes());
+    let mut buf = Vec::new();
+    for kind in crate::game::UnitKind::ALL {
+        let st = kind.stats();
+        let fields = (
+            st.hp,
+            st.speed,
+            st.range,
+            st.damage,
+            st.cooldown,
+            st.sight,
+            st.cost,
+            st.train_ticks,
+            st.radius,
+        );
+        h.update(&digest_of(&fields, &mut buf).0);
+    }
+    h.update(&digest_of(&w.s.map, &mut buf).0);
+    h.update(&digest_of(&w.s.setup, &mut buf).0);
+    StateHash(*h.finalize().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_depends_on_names_and_order() {
+        let a = SectionHash {
+            name: "a".into(),
+            hash: StateHash([1; 32]),
+        };
+        let b = SectionHash {
+            name: "b".into(),
+            hash: StateHash([2; 32]),
+        };
+        let ab = combine(&[a.clone(), b.clone()]);
+        assert_ne!(ab, combine(&[b.clone(), a.clone()]));
+        let mut a2 = a.clone();
+        a2.name = "c".into();
+        assert_ne!(ab, combine(&[a2, b.clone()]));
+        assert_eq!(ab, combine(&[a.clone(), b.clone()]));
+        assert_eq!(
+            diff_sections(&[a.clone(), b.clone()], &[a, b]),
+            Vec::<String>::new()
+        );
+        assert_eq!(entity_section_name(1), "entities 1024..2048");
+        assert_eq!(section_of(2047), "entities 1024..2048");
+    }
+}

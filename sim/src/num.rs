@@ -1,0 +1,231 @@
+//! Fixed-point toolkit: the one scalar type [`Fx`], the 2-D [`Vec2`], and
+//! integer square root / distance. No floats anywhere: every constant is
+//! built from bits or integer ratios.
+
+use serde::{Deserialize, Serialize};
+use std::ops::{Add, AddAssign, Neg, Sub, SubAssign};
+
+/// The simulation's scalar: a signed 64-bit fixed-point number with 16
+/// fractional bits, measured in map tiles.
+///
+/// Why `I48F16`: 1/65536 of a tile is far finer than any speed or radius the
+/// game uses, and the 47-bit integer part means a *squared* distance across
+/// even a 1024-tile map (about 2^21 tiles², i.e. 2^53 in raw bits) still fits
+/// the raw `i64`. Overflow is therefore impossible by construction, which
+/// matters because the `fixed` crate panics on overflow only when debug
+/// assertions are on: a type with headroom keeps debug and release equal.
+pub type Fx = fixed::types::I48F16;
+
+/// Number of fractional bits of [`Fx`].
+pub const FRAC_BITS: u32 = 16;
+
+/// `1.0` in raw [`Fx`] bits.
+pub const ONE_BITS: i64 = 1 << FRAC_BITS;
+
+/// Builds `num / den` as an [`Fx`] using integer arithmetic only (rounds toward zero).
+#[must_use]
+pub const fn fx_ratio(num: i64, den: i64) -> Fx {
+    Fx::from_bits(num * ONE_BITS / den)
+}
+
+/// Builds an integer-valued [`Fx`].
+#[must_use]
+pub const fn fx_int(n: i64) -> Fx {
+    Fx::from_bits(n * ONE_BITS)
+}
+
+/// Integer square root: the largest `r` with `r * r <= n`.
+#[must_use]
+pub fn isqrt(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    // Newton's iteration from an initial guess above the root; converges
+    // monotonically downwards, so it terminates in a few steps.
+    let shift = (64 - n.leading_zeros()).div_ceil(2);
+    let mut x = 1u64 << shift;
+    loop {
+        let y = (x + n / x) / 2;
+        if y >= x {
+            return x;
+        }
+        x = y;
+    }
+}
+
+/// A 2-D vector of [`Fx`], in tiles.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Vec2 {
+    /// Horizontal coordinate (tiles, grows east).
+    pub x: Fx,
+    /// Vertical coordinate (tiles, grows south).
+    pub y: Fx,
+}
+
+impl Vec2 {
+    /// The zero vector.
+    pub const ZERO: Self = Self {
+        x: Fx::ZERO,
+        y: Fx::ZERO,
+    };
+
+    /// Builds a vector from two scalars.
+    #[must_use]
+    pub const fn new(x: Fx, y: Fx) -> Self {
+        Self { x, y }
+    }
+
+    /// Builds a vector from raw bits.
+    #[must_use]
+    pub const fn from_bits(x: i64, y: i64) -> Self {
+        Self {
+            x: Fx::from_bits(x),
+            y: Fx::from_bits(y),
+        }
+    }
+
+    /// The centre of tile `(tx, ty)`.
+    #[must_use]
+    pub const fn tile_center(tx: u16, ty: u16) -> Self {
+        Self::from_bits(
+            (tx as i64) * ONE_BITS + ONE_BITS / 2,
+            (ty as i64) * ONE_BITS + ONE_BITS / 2,
+        )
+    }
+
+    /// Squared length in raw units (2^-32 tiles²). Never overflows for map-sized vectors.
+    #[must_use]
+    pub fn length_sq_bits(self) -> i64 {
+        let (x, y) = (self.x.to_bits(), self.y.to_bits());
+        x.saturating_mul(x).saturating_add(y.saturating_mul(y))
+    }
+
+    /// Length, rounded down to a raw bit.
+    #[must_use]
+    pub fn length(self) -> Fx {
+        let sq = u64::try_from(self.length_sq_bits()).unwrap_or(0);
+        Fx::from_bits(i64::try_from(isqrt(sq)).unwrap_or(i64::MAX))
+    }
+
+    /// Squared distance to `other` in raw units.
+    #[must_use]
+    pub fn dist_sq_bits(self, other: Self) -> i64 {
+        (other - self).length_sq_bits()
+    }
+
+    /// Distance to `other`.
+    #[must_use]
+    pub fn distance(self, other: Self) -> Fx {
+        (other - self).length()
+    }
+
+    /// This vector rescaled to length `len` (zero stays zero).
+    #[must_use]
+    pub fn with_length(self, len: Fx) -> Self {
+        let cur = self.length().to_bits();
+        if cur == 0 {
+            return Self::ZERO;
+        }
+        let l = i128::from(len.to_bits());
+        let c = i128::from(cur);
+        let sx = i128::from(self.x.to_bits()) * l / c;
+        let sy = i128::from(self.y.to_bits()) * l / c;
+        Self::from_bits(
+            i64::try_from(sx).unwrap_or(0),
+            i64::try_from(sy).unwrap_or(0),
+        )
+    }
+
+    /// Moves towards `target` by at most `step`; returns the new point.
+    #[must_use]
+    pub fn step_towards(self, target: Self, step: Fx) -> Self {
+        let d = target - self;
+        if d.length_sq_bits() <= step.to_bits().saturating_mul(step.to_bits()) {
+            return target;
+        }
+        self + d.with_length(step)
+    }
+
+    /// The tile this point lies in (coordinates clamp at zero).
+    #[must_use]
+    pub fn tile(self) -> (u16, u16) {
+        let tx = (self.x.to_bits() >> FRAC_BITS).clamp(0, i64::from(u16::MAX));
+        let ty = (self.y.to_bits() >> FRAC_BITS).clamp(0, i64::from(u16::MAX));
+        (
+            u16::try_from(tx).unwrap_or(0),
+            u16::try_from(ty).unwrap_or(0),
+        )
+    }
+}
+
+impl Add for Vec2 {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        Self::new(self.x + o.x, self.y + o.y)
+    }
+}
+
+impl Sub for Vec2 {
+    type Output = Self;
+    fn sub(self, o: Self) -> Self {
+        Self::new(self.x - o.x, self.y - o.y)
+    }
+}
+
+impl AddAssign for Vec2 {
+    fn add_assign(&mut self, o: Self) {
+        *self = *self + o;
+    }
+}
+
+impl SubAssign for Vec2 {
+    fn sub_assign(&mut self, o: Self) {
+        *self = *self - o;
+    }
+}
+
+impl Neg for Vec2 {
+    type Output = Self;
+    fn neg(self) -> Self {
+        Self::new(-self.x, -self.y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn isqrt_is_floor_sqrt() {
+        for n in 0..10_000u64 {
+            let r = isqrt(n);
+            assert!(r * r <= n && (r + 1) * (r + 1) > n, "n={n} r={r}");
+        }
+        for n in [u64::MAX, u64::MAX - 1, 1 << 62, (1 << 53) + 12345] {
+            let r = u128::from(isqrt(n));
+            assert!(r * r <= u128::from(n) && (r + 1) * (r + 1) > u128::from(n));
+        }
+    }
+
+    #[test]
+    fn distance_of_3_4_5() {
+        let a = Vec2::new(fx_int(1), fx_int(1));
+        let b = Vec2::new(fx_int(4), fx_int(5));
+        assert_eq!(a.distance(b), fx_int(5));
+        assert_eq!(fx_ratio(1, 2).to_bits(), ONE_BITS / 2);
+    }
+
+    #[test]
+    fn step_towards_stops_at_target() {
+        let a = Vec2::ZERO;
+        let b = Vec2::new(fx_int(3), fx_int(4));
+        let s = a.step_towards(b, fx_int(1));
+        // Rounded towards zero, within a couple of raw bits of one tile.
+        assert!((s.length() - fx_int(1)).abs() <= Fx::from_bits(2));
+        assert!(s.length() <= fx_int(1));
+        assert_eq!(a.step_towards(b, fx_int(10)), b);
+        assert_eq!(Vec2::tile_center(2, 3).tile(), (2, 3));
+    }
+}

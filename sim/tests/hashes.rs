@@ -1,0 +1,53 @@
+//! Golden per-turn state hashes of scripted scenarios. Any change to the
+//! rules, the encoding or the hashing shows up here; CI also runs this file
+//! under `--release`, proving debug and release builds compute the same game.
+
+use sim::game::World;
+use sim::{Simulation, Turn, scenarios};
+
+/// Steps `world` through turns `0..=last`, with the bots' inputs if any,
+/// and tabulates the hash (and unit count) after each turn in `marks`.
+fn table(mut world: World, bot_seed: Option<u64>, last: u32, marks: &[u32]) -> String {
+    let mut bots = bot_seed.map_or_else(Vec::new, |s| scenarios::bots(&world, s, 300));
+    let mut out = String::new();
+    out += &format!("rules {}", world.rules_hash().short());
+    out.push('\n');
+    out += &format!(
+        "start {} units {}",
+        world.state_hash().short(),
+        world.unit_count()
+    );
+    out.push('\n');
+    for t in 0..=last {
+        let inputs = scenarios::bot_inputs(&world, &mut bots, Turn(t));
+        world.step(Turn(t), &inputs);
+        if marks.contains(&t) {
+            out += &format!(
+                "turn {t:>4} {} units {}",
+                world.state_hash().short(),
+                world.unit_count()
+            );
+            out.push('\n');
+        }
+    }
+    out += &world.summary().to_string();
+    out
+}
+
+const MARKS: &[u32] = &[0, 1, 2, 10, 50, 100, 250, 500, 750, 1000];
+
+#[test]
+fn skirmish_hashes() {
+    insta::assert_snapshot!(table(scenarios::skirmish(1), Some(11), 1000, MARKS));
+}
+
+#[test]
+fn economy_hashes() {
+    insta::assert_snapshot!(table(scenarios::economy(2), Some(22), 1000, MARKS));
+}
+
+#[test]
+fn melee_10k_hashes() {
+    // 10,000 units fighting until one side's base falls.
+    insta::assert_snapshot!(table(scenarios::melee(10_000, 3), None, 1000, MARKS));
+}

@@ -1,0 +1,8 @@
+//! The benchmark harness behind `cargo run --release -p tests --bin bench`:
+//! statistics, plots, machine stamps, and the sections of `BENCHMARKS.md`.
+
+pub mod machine;
+pub mod replay_bench;
+pub mod sim_bench;
+pub mod stats;
+pub mod svg;
