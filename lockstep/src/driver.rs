@@ -272,8 +272,13 @@ fn run<E: Endpoint>(
             match socket.send_to(&buf, to) {
                 Ok(_) => {}
                 // A full socket buffer is loss the transport already handles.
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock
+                            | ErrorKind::Interrupted
+                            | ErrorKind::ConnectionRefused
+                    ) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -328,6 +333,7 @@ fn run<E: Endpoint>(
                     e.kind(),
                     ErrorKind::WouldBlock
                         | ErrorKind::TimedOut
+                        | ErrorKind::Interrupted
                         | ErrorKind::ConnectionReset
                         | ErrorKind::ConnectionRefused
                 ) => {}
