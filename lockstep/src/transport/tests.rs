@@ -138,6 +138,10 @@ impl Harness {
         }
     }
 
+    fn conn_of_any(&self) -> ConnId {
+        self.server.connections().next().expect("a connection")
+    }
+
     fn client_messages(&self, i: usize) -> Vec<Vec<u8>> {
         self.seen.client[i]
             .iter()
@@ -746,4 +750,121 @@ fn redundancy_cuts_the_reliable_latency_tail_under_loss() {
     );
     assert!(p90b < 65.0, "early copies hide most single losses: {p90b}");
     assert!(p99b < p99a, "tail shrinks: {p99b} vs {p99a}");
+}
+
+#[test]
+fn congestion_mode_follows_rtt_and_throttles_the_packet_rate() {
+    let fast = LinkConfig::with_latency(Duration::from_millis(40));
+    let slow = LinkConfig::with_latency(Duration::from_millis(200));
+    let mut h = Harness::new(1, fast, TransportConfig::default(), 24);
+    h.connect();
+    let mut k = 0u32;
+    // Continuous reliable traffic, a message every 20 ms.
+    let mut feed = |h: &mut Harness| {
+        if h.clients[0].stats().unacked < 64 {
+            let _ = h.clients[0].send(Channel::Reliable, &numbered(b'f', k, 30));
+            k += 1;
+        }
+    };
+    let t = h.now + Duration::from_secs(3);
+    h.run_until(t, &mut feed);
+    let good = h.clients[0].stats();
+    assert_eq!(good.mode, CongestionMode::Good);
+    assert!(
+        good.sent_pps > 25.0,
+        "good mode sends ~30 packets/s: {}",
+        good.sent_pps
+    );
+    h.net.set_all(slow);
+    let t = h.now + Duration::from_secs(3);
+    h.run_until(t, &mut feed);
+    let bad = h.clients[0].stats();
+    assert_eq!(bad.mode, CongestionMode::Bad, "400 ms RTT is over 250 ms");
+    assert!(
+        bad.sent_pps <= 13.0,
+        "bad mode throttles to ~10 packets/s: {}",
+        bad.sent_pps
+    );
+    h.net.set_all(fast);
+    // Good again after the recovery time t (8 s: Good lasted < 10 s, so 4 s doubled).
+    let t = h.now + Duration::from_secs(5);
+    h.run_until(t, &mut feed);
+    assert_eq!(
+        h.clients[0].stats().mode,
+        CongestionMode::Bad,
+        "still serving t"
+    );
+    let t = h.now + Duration::from_secs(5);
+    h.run_until(t, &mut feed);
+    assert_eq!(h.clients[0].stats().mode, CongestionMode::Good);
+    // Delivered in order, nothing lost; only the last few may still be un-acked.
+    let got = h.server_messages(h.conn_of(0));
+    let unacked = h.clients[0].stats().unacked as u32;
+    assert!(got.len() as u32 >= k - unacked && got.len() as u32 <= k);
+    for (i, m) in got.iter().enumerate() {
+        assert!(*m == numbered(b'f', i as u32, 30));
+    }
+}
+
+#[test]
+fn endpoints_survive_mutated_and_random_datagrams() {
+    use crate::rng::Rng;
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 25);
+    h.connect();
+    // Capture real traffic in both directions.
+    let mut captured: Vec<Vec<u8>> = Vec::new();
+    let mut buf = Vec::new();
+    for k in 0..20u32 {
+        h.clients[0]
+            .send(Channel::Reliable, &numbered(b'm', k, 40))
+            .unwrap();
+        let t = h.now + Duration::from_millis(40);
+        h.run_until(t, |_| {});
+        if let Some(to) = h.clients[0].poll_transmit(h.now, &mut buf) {
+            captured.push(buf.clone());
+            h.net.send(h.now, client_addr(0), to, &buf);
+        }
+    }
+    let mut req = Vec::new();
+    wire::Packet::ConnectRequest {
+        protocol_id: TransportConfig::default().protocol_id,
+        client_salt: 1,
+    }
+    .encode(&mut req);
+    captured.push(req);
+    let mut rng = Rng::new(99);
+    let now = h.now;
+    for i in 0..20_000 {
+        let mut b = captured[rng.below(captured.len() as u64) as usize].clone();
+        match i % 4 {
+            0 => {
+                let at = rng.below(b.len() as u64) as usize;
+                b[at] ^= 1 << rng.below(8);
+            }
+            1 => b.truncate(rng.below(b.len() as u64 + 1) as usize),
+            2 => {
+                let len = rng.below(1300) as usize;
+                b = vec![0; len];
+                rng.fill(&mut b);
+            }
+            _ => b.push(rng.below(256) as u8),
+        }
+        h.server.handle_datagram(now, client_addr(0), &b);
+        h.clients[0].handle_datagram(now, addr(SERVER), &b);
+    }
+    let c = h.server.counters().clone();
+    assert!(c.malformed + c.auth_failed + c.replayed > 10_000, "{c:?}");
+    assert_eq!(h.server.connections().count(), 1);
+    // The genuine connection still works.
+    h.collect();
+    h.seen.server.clear();
+    h.clients[0].send(Channel::Reliable, b"still here").unwrap();
+    let t = h.now + Duration::from_secs(1);
+    h.run_until(t, |_| {});
+    assert!(
+        h.server_messages(h.conn_of_any())
+            .contains(&b"still here".to_vec())
+    );
+    assert!(h.clients[0].is_connected());
 }
