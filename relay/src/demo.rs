@@ -38,6 +38,10 @@ pub struct DemoConfig {
     pub apm: u32,
     /// Fault switch: (turn, peer index) whose world gets perturbed.
     pub desync: Option<(u32, u8)>,
+    /// Per-peer impairment overriding `impair` (peer index, link each way).
+    pub peer_impair: Vec<(u8, LinkConfig)>,
+    /// Fault switch: (peer index, after how long) the peer crashes silently.
+    pub vanish: Option<(u8, Duration)>,
 }
 
 /// One peer's row of the result.
@@ -45,6 +49,8 @@ pub struct DemoConfig {
 pub struct DemoPeer {
     /// Peer index (0-based, in start order).
     pub peer: u8,
+    /// Crashed on purpose by the fault switch (left out of the hash agreement).
+    pub killed: bool,
     /// Its summary (includes its slot, `player`).
     #[serde(flatten)]
     pub summary: PeerSummary,
@@ -61,6 +67,17 @@ pub struct DemoDesync {
     pub odd_peers: Vec<u8>,
     /// Differing sections.
     pub sections: Vec<String>,
+}
+
+/// A drop as the relay reported it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoDrop {
+    /// The dropped player's slot.
+    pub player: u8,
+    /// First turn without them.
+    pub turn: u32,
+    /// Why (timeout, disconnected, left).
+    pub reason: String,
 }
 
 /// The recorded replay and its verification.
@@ -83,6 +100,8 @@ pub struct DemoReport {
     pub peers: Vec<DemoPeer>,
     /// Desyncs the relay detected.
     pub desyncs: Vec<DemoDesync>,
+    /// Players the relay dropped: (player, first turn without them, reason).
+    pub drops: Vec<DemoDrop>,
     /// The replay.
     pub replay: DemoReplay,
     /// Whether every peer finished every turn with the same final hash.
@@ -132,6 +151,12 @@ impl DemoReport {
             if let Some(e) = &m.error {
                 s.push_str(&format!("     peer {} error: {e}\n", p.peer));
             }
+        }
+        for d in &self.drops {
+            s.push_str(&format!(
+                "player P{} dropped from turn {} ({})\n",
+                d.player, d.turn, d.reason
+            ));
         }
         for d in &self.desyncs {
             s.push_str(&format!(
@@ -204,10 +229,16 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                 desync_at: config.desync.filter(|&(_, p)| p == i).map(|(t, _)| Turn(t)),
             },
             transport: TransportConfig::default(),
-            impair: config.impair,
+            impair: config
+                .peer_impair
+                .iter()
+                .find(|(p, _)| *p == i)
+                .map(|(_, l)| *l)
+                .or(config.impair),
             seed: config.seed.wrapping_mul(1000).wrapping_add(u64::from(i)),
             timeout,
             record: None,
+            vanish_after: config.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
         };
         let stop = Arc::clone(&stop);
         let prog_tx = prog_tx.clone();
@@ -257,6 +288,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         };
         peers.push(DemoPeer {
             peer: u8::try_from(i).unwrap_or(u8::MAX),
+            killed: config.vanish.is_some_and(|(p, _)| usize::from(p) == i),
             summary,
         });
     }
@@ -292,8 +324,19 @@ fn report(peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
     };
     let mut desyncs: Vec<DemoDesync> = Vec::new();
     let mut replay = DemoReplay::default();
+    let mut drops = Vec::new();
     for n in notes {
         match n {
+            Note::Event(RouterEvent::Dropped {
+                player,
+                turn,
+                reason,
+                ..
+            }) => drops.push(DemoDrop {
+                player: player.0,
+                turn: turn.0,
+                reason: reason.to_string(),
+            }),
             Note::Event(RouterEvent::Desync {
                 turn, odd_players, ..
             }) => desyncs.push(DemoDesync {
@@ -326,14 +369,17 @@ fn report(peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
             Err(e) => replay.error = Some(e.to_string()),
         }
     }
-    let first = peers.first().and_then(|p| p.summary.final_hash.clone());
+    let mut live = peers.iter().filter(|p| !p.killed);
+    let first = live.next().and_then(|p| p.summary.final_hash.clone());
     let hashes_agree = first.is_some()
         && peers
             .iter()
+            .filter(|p| !p.killed)
             .all(|p| p.summary.completed && p.summary.final_hash == first);
     DemoReport {
         peers,
         desyncs,
+        drops,
         replay,
         hashes_agree,
         seconds,

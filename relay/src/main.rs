@@ -115,6 +115,18 @@ struct DemoArgs {
     /// Fault switch: which peer (0-based index) perturbs its world.
     #[arg(long, requires = "desync_at")]
     desync_peer: Option<u8>,
+    /// Extra one-way latency (ms) on one peer's link: `--lag-peer P --lag-ms 500`.
+    #[arg(long, requires = "lag_ms")]
+    lag_peer: Option<u8>,
+    /// See `--lag-peer`.
+    #[arg(long, requires = "lag_peer")]
+    lag_ms: Option<u64>,
+    /// Fault switch: this peer (0-based) crashes silently after `--kill-after-ms`.
+    #[arg(long, requires = "kill_after_ms")]
+    kill_peer: Option<u8>,
+    /// See `--kill-peer`.
+    #[arg(long, requires = "kill_peer")]
+    kill_after_ms: Option<u64>,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -274,9 +286,33 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
         seed: a.seed,
         apm: a.apm,
         desync: a.desync_at.zip(a.desync_peer),
+        peer_impair: a
+            .lag_peer
+            .zip(a.lag_ms)
+            .map(|(p, ms)| {
+                (
+                    p,
+                    LinkConfig {
+                        latency: Duration::from_millis(a.latency_ms + ms),
+                        jitter: Duration::from_millis(a.jitter_ms),
+                        loss: a.loss,
+                        ..LinkConfig::default()
+                    },
+                )
+            })
+            .into_iter()
+            .collect(),
+        vanish: a
+            .kill_peer
+            .zip(a.kill_after_ms)
+            .map(|(p, ms)| (p, Duration::from_millis(ms))),
     };
-    if a.desync_peer.is_some_and(|p| p >= a.peers) {
-        eprintln!("relay demo: --desync-peer must be below --peers");
+    if [a.desync_peer, a.lag_peer, a.kill_peer]
+        .into_iter()
+        .flatten()
+        .any(|p| p >= a.peers)
+    {
+        eprintln!("relay demo: peer indices must be below --peers");
         return ExitCode::from(2);
     }
     eprintln!(

@@ -32,7 +32,7 @@ fn receive(socket: &UdpSocket, wait: Duration) -> io::Result<Vec<(SocketAddr, Ve
     socket.set_read_timeout(Some(wait))?;
     match socket.recv_from(&mut buf) {
         Ok((n, from)) => out.push((from, buf[..n].to_vec())),
-        Err(e) if is_timeout(&e) => return Ok(out),
+        Err(e) if is_timeout(&e) || is_transient(&e) => return Ok(out),
         Err(e) => return Err(e),
     }
     socket.set_nonblocking(true)?;
@@ -40,13 +40,24 @@ fn receive(socket: &UdpSocket, wait: Duration) -> io::Result<Vec<(SocketAddr, Ve
         match socket.recv_from(&mut buf) {
             Ok((n, from)) => out.push((from, buf[..n].to_vec())),
             Err(e) if is_timeout(&e) => break,
-            // An ICMP "port unreachable" from a peer that left surfaces here; not fatal.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+            Err(e) if is_transient(&e) => {}
             Err(e) => return Err(e),
         }
     }
     socket.set_nonblocking(false)?;
     Ok(out)
+}
+
+/// Errors a UDP socket reports for one datagram or one remote that must not
+/// stop the loop: an ICMP "port unreachable" from a peer that went away
+/// surfaces as `ConnectionRefused`/`ConnectionReset` on the next receive.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
 }
 
 fn is_timeout(e: &io::Error) -> bool {
@@ -159,6 +170,8 @@ pub struct PeerRun {
     pub timeout: Duration,
     /// Replay file to record this peer's view into, if any.
     pub record: Option<std::path::PathBuf>,
+    /// Fault switch: after this long, go silent without a goodbye (a crash).
+    pub vanish_after: Option<Duration>,
 }
 
 /// Plays one match as a peer on `socket`; `progress` is called about every
@@ -205,6 +218,16 @@ pub fn run_peer(
         }
         if peer.is_done() || stop.load(Ordering::Relaxed) {
             break;
+        }
+        if run
+            .vanish_after
+            .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
+        {
+            // A crash: no Leave, no disconnect; the relay finds out by timeout.
+            peer.pump(now);
+            let mut summary = peer.summary(now);
+            summary.error = Some("vanished (fault switch)".into());
+            return Ok(summary);
         }
         if let Some(reason) = glue.disconnected() {
             error = Some(format!("connection to the relay ended: {reason:?}"));

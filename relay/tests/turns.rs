@@ -1006,6 +1006,18 @@ fn netsim_match(
     link: lockstep::netsim::LinkConfig,
     seed: u64,
 ) -> (Vec<NetPeer>, Vec<RouterEvent>, Instant) {
+    netsim_match_with(n, turns, link, seed, None, RelayConfig::default())
+}
+
+/// As [`netsim_match`], with one peer's link (both ways) replaced.
+fn netsim_match_with(
+    n: usize,
+    turns: u32,
+    link: lockstep::netsim::LinkConfig,
+    seed: u64,
+    lagger: Option<(usize, lockstep::netsim::LinkConfig)>,
+    config: RelayConfig,
+) -> (Vec<NetPeer>, Vec<RouterEvent>, Instant) {
     use lockstep::netsim::Network;
     use lockstep::transport::{Client, Server, TransportConfig};
     use relay::peer::{GamePeer, PeerConfig};
@@ -1013,7 +1025,7 @@ fn netsim_match(
     let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
     let mut net = Network::new(seed, link);
     let mut server = Server::new(TransportConfig::default(), [seed as u8; 32]);
-    let mut router = Router::new(RelayConfig::default());
+    let mut router = Router::new(config);
     let mut rglue = relay::server::RouterGlue::new();
     let mut peers: Vec<NetPeer> = (0..n)
         .map(|i| NetPeer {
@@ -1042,6 +1054,11 @@ fn netsim_match(
             delay_changes: Vec::new(),
         })
         .collect();
+    if let Some((i, cfg)) = lagger {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16));
+        net.set_link(addr, server_addr, cfg);
+        net.set_link(server_addr, addr, cfg);
+    }
     let mut events = Vec::new();
     let mut buf = Vec::new();
     let limit = Instant::from_millis(180_000);
@@ -1142,12 +1159,21 @@ fn over_netsim_with_loss_dup_and_reorder_every_peer_plays_every_turn_once() {
 
 /// The one-command match over real loopback UDP, short and fast (20 ms turns).
 fn quick_demo(desync: Option<(u32, u8)>, tag: &str) -> relay::demo::DemoReport {
+    quick_demo_with(desync, None, tag)
+}
+
+fn quick_demo_with(
+    desync: Option<(u32, u8)>,
+    vanish: Option<(u8, Duration)>,
+    tag: &str,
+) -> relay::demo::DemoReport {
     let dir = std::env::temp_dir().join(format!("turns-demo-{}-{tag}", std::process::id()));
     let config = relay::demo::DemoConfig {
         peers: 3,
         turns: 60,
         relay: RelayConfig {
             turn_length: Duration::from_millis(20),
+            silence_timeout: Duration::from_millis(400),
             ..RelayConfig::default()
         },
         impair: Some(lockstep::netsim::LinkConfig {
@@ -1160,6 +1186,8 @@ fn quick_demo(desync: Option<(u32, u8)>, tag: &str) -> relay::demo::DemoReport {
         seed: 3,
         apm: 600,
         desync,
+        peer_impair: Vec::new(),
+        vanish,
     };
     let report = relay::demo::run(&config, |_| {}).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -1178,4 +1206,50 @@ fn udp_demo_plays_records_and_verifies() {
     assert_eq!(bad.desyncs[0].turn, 30);
     assert_eq!(bad.desyncs[0].odd_peers, vec![1]);
     assert!(!bad.desyncs[0].sections.is_empty());
+}
+
+/// The transport in bad-network mode (RTT 500 ms > its 250 ms threshold) with
+/// a deadline relay: the laggard's inputs land late, nobody stalls, all finish.
+#[test]
+fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
+    let lag = lockstep::netsim::LinkConfig::with_latency(Duration::from_millis(250));
+    let config = RelayConfig {
+        adaptive_delay: false,
+        ..RelayConfig::default()
+    };
+    let (peers, _, now) = netsim_match_with(
+        3,
+        100,
+        lockstep::netsim::LinkConfig::with_latency(Duration::from_millis(1)),
+        5,
+        Some((2, lag)),
+        config,
+    );
+    let s: Vec<_> = peers.iter().map(|p| p.peer.summary(now)).collect();
+    for (i, x) in s.iter().enumerate() {
+        assert!(x.completed, "{x:?}");
+        assert_eq!(peers[i].turns, (0..100).collect::<Vec<u32>>());
+        assert_eq!(x.final_hash, s[0].final_hash);
+    }
+    assert_eq!(s[0].stall_ms, 0.0);
+    assert!(s[2].late_inputs > 10 && s[2].rtt_ms > 450.0, "{:?}", s[2]);
+    assert_eq!(
+        peers[2].client.stats().mode,
+        lockstep::transport::CongestionMode::Bad
+    );
+}
+
+#[test]
+fn udp_demo_survives_a_crashed_peer_and_records_the_drop() {
+    let r = quick_demo_with(None, Some((2, Duration::from_millis(900))), "kill");
+    assert_eq!(r.exit_code(), 0, "{}", r.table());
+    let killed = r.peers[2].summary.player.unwrap();
+    assert_eq!(r.drops.len(), 1, "{}", r.table());
+    assert_eq!(r.drops[0].player, killed);
+    assert_eq!(r.drops[0].reason, "timeout");
+    for p in &r.peers[..2] {
+        assert_eq!(p.summary.final_turn, Some(59));
+        assert_eq!(p.summary.dropped, vec![(killed, r.drops[0].turn)]);
+    }
+    assert!(r.replay.verified);
 }

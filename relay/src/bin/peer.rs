@@ -112,6 +112,7 @@ fn main() -> ExitCode {
         seed: cli.seed,
         timeout: Duration::from_secs(cli.timeout_s),
         record: cli.record.clone(),
+        vanish_after: None,
     };
     let stop = AtomicBool::new(false);
     let result = run_peer(&socket, &run, &stop, |peer, now| {
