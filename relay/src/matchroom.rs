@@ -426,11 +426,13 @@ impl MatchRoom {
 }
 
 impl Game {
-    /// When turn `t` is due at the peers (they use the same schedule from
-    /// the moment the Start arrived); under `deadline` it closes then.
+    /// A little before turn `t` is due at the peers (they use the same
+    /// schedule from the moment the Start arrived); under `deadline` it closes then.
     fn deadline(&self, t: Turn, config: &RelayConfig) -> Instant {
         let n = u64::from(t.0.saturating_sub(self.first.0)) + u64::from(self.d0);
-        self.start + config.turn_length.saturating_mul(n)
+        let quarter = Duration::from_micros(config.turn_length.as_micros() / 4);
+        let lead = config.deadline_lead.min(quarter);
+        (self.start + config.turn_length.saturating_mul(n)) - lead
     }
 
     fn on_input(
