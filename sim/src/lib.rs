@@ -50,5 +50,5 @@ pub mod snapshot;
 pub use contract::{
     InputError, MAX_COMMANDS_PER_TURN, MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Simulation,
     SnapshotError, Stamped, StateHash, Turn, TurnInputs, canonical_order, decode_commands,
-    encode_commands,
+    decode_turn, encode_commands,
 };

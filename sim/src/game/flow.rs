@@ -158,7 +158,7 @@ impl FlowCache {
             .insert(dest, (FlowField::compute(map, dest), now));
     }
 
-    /// Evicts the least recently used fields beyond the cap, keeping `keep` recent ones.
+    /// Evicts the least recently used fields beyond the cap.
     pub(crate) fn trim(&mut self) {
         while self.fields.len() > CACHE_CAP {
             let oldest = self

@@ -17,6 +17,8 @@ pub(crate) struct Grid {
     starts: Vec<u32>,
     items: Vec<u32>,
     cell_of: Vec<u32>,
+    /// Per cell, a bit per player owning something in it (neutral: none).
+    owners: Vec<u8>,
 }
 
 impl Grid {
@@ -28,10 +30,15 @@ impl Grid {
         self.starts.clear();
         self.starts.resize(cells + 1, 0);
         self.cell_of.clear();
+        self.owners.clear();
+        self.owners.resize(cells, 0);
         for e in entities {
             let c = self.cell(e.pos);
             self.cell_of.push(c);
             self.starts[c as usize + 1] += 1;
+            if let Some(o) = e.owner {
+                self.owners[c as usize] |= 1u8 << (o.0 & 7);
+            }
         }
         for c in 0..cells {
             self.starts[c + 1] += self.starts[c];
@@ -59,7 +66,20 @@ impl Grid {
     /// Calls `f` with the index of every entity in the cells overlapping the
     /// square of half-side `radius` around `center`, cell by cell in row-major
     /// order, stopping early when `f` returns false.
-    pub(crate) fn query(&self, center: Vec2, radius: Fx, mut f: impl FnMut(usize) -> bool) {
+    pub(crate) fn query(&self, center: Vec2, radius: Fx, f: impl FnMut(usize) -> bool) {
+        self.query_owners(center, radius, u8::MAX, f);
+    }
+
+    /// Like [`Grid::query`], but skips cells holding nothing owned by a player
+    /// in `mask` (bit `p` for player `p`); neutral entities only appear in
+    /// cells that pass for another reason.
+    pub(crate) fn query_owners(
+        &self,
+        center: Vec2,
+        radius: Fx,
+        mask: u8,
+        mut f: impl FnMut(usize) -> bool,
+    ) {
         if self.cols == 0 {
             return;
         }
@@ -70,6 +90,9 @@ impl Grid {
         for cy in y0..=y1 {
             for cx in x0..=x1 {
                 let c = (cy * self.cols + cx) as usize;
+                if mask != u8::MAX && self.owners[c] & mask == 0 {
+                    continue;
+                }
                 let (a, b) = (self.starts[c] as usize, self.starts[c + 1] as usize);
                 for &i in &self.items[a..b] {
                     if !f(i as usize) {

@@ -280,3 +280,22 @@ fn path_commands_per_turn_are_capped() {
         Order::Move { dest: (13, 10), .. }
     ));
 }
+
+#[test]
+fn every_player_count_plays_and_round_trips() {
+    for players in 1..=crate::MAX_PLAYERS {
+        let setup = MatchSetup {
+            seed: u64::from(players) * 77,
+            players,
+            ticks_per_turn: DEFAULT_TICKS_PER_TURN,
+        };
+        let mut w = World::new(&setup);
+        assert_eq!(w.summary().players.len(), usize::from(players));
+        let mut bots = crate::scenarios::bots(&w, 5, 600);
+        crate::scenarios::play(&mut w, &mut bots, Turn(0), 60, |_, _, _| {});
+        let back = World::restore(&w.snapshot()).unwrap();
+        assert_eq!(back.state_hash(), w.state_hash());
+        assert_eq!(back, w);
+        assert!(w.summary().players.iter().all(|p| p.base_alive));
+    }
+}

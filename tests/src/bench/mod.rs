@@ -2,6 +2,7 @@
 //! statistics, plots, machine stamps, and the sections of `BENCHMARKS.md`.
 
 pub mod machine;
+pub mod replay_bench;
 pub mod sim_bench;
 pub mod stats;
 pub mod svg;

@@ -7,7 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
-use tests::bench::sim_bench;
+use tests::bench::{replay_bench, sim_bench};
 
 /// Regenerates BENCHMARKS.md from measurements taken on this machine.
 #[derive(Parser, Debug)]
@@ -19,7 +19,7 @@ struct Args {
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
-    /// Run only these sections (comma-separated: sim).
+    /// Run only these sections (comma-separated: sim, replay).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -61,6 +61,26 @@ fn main() -> ExitCode {
         );
         md.push_str(&sim_bench::table(&figures));
         md.push('\n');
+    }
+
+    if wanted(&args, "replay") {
+        eprintln!("[replay] recording bot matches, then verifying them");
+        match replay_bench::standard(args.quick) {
+            Ok(figures) => {
+                md.push_str("## Replay verification speed\n\n");
+                md.push_str(
+                    "`replays::verify` (what `replay verify` runs): decode every recorded turn, \
+                     re-simulate it and compare every recorded hash. Recordings are made in memory \
+                     by bots at 300 APM; 100 ms turns.\n\n",
+                );
+                md.push_str(&replay_bench::table(&figures, 100.0));
+                md.push('\n');
+            }
+            Err(e) => {
+                eprintln!("error: replay benchmark failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
 
     if let Err(e) = std::fs::write(&args.out, &md) {

@@ -1,6 +1,6 @@
 //! Targeting: army units find the nearest enemy in sight through the spatial
-//! grid (ties broken by lower id), and far chases aim at coarse tiles so that
-//! many chasers share a few flow fields.
+//! grid (ties broken by a fixed mix of the two ids), and far chases aim at
+//! coarse tiles so that many chasers share a few flow fields.
 
 use super::super::grid::Grid;
 use super::super::map::{Map, Tile};
@@ -16,7 +16,9 @@ pub(crate) fn nearest_enemy(s: &State, grid: &Grid, i: usize) -> Option<usize> {
     let r = sight.to_bits();
     let r2 = r.saturating_mul(r);
     let mut best: Option<(i64, u32, usize)> = None;
-    grid.query(e.pos, sight, |j| {
+    // Only cells holding something of another player can hold a target.
+    let enemies = e.owner.map_or(u8::MAX, |o| !(1u8 << (o.0 & 7)));
+    grid.query_owners(e.pos, sight, enemies, |j| {
         let t = &s.entities[j];
         if t.owner.is_some() && t.owner != e.owner && t.alive() {
             let d = e.pos.dist_sq_bits(t.pos);

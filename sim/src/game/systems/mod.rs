@@ -37,6 +37,9 @@ pub(crate) enum Intent {
     Deposit,
     /// Build a base at the order's site.
     Build,
+    /// Close to the formation point: give up after a while if a crowd keeps
+    /// the unit from reaching it exactly.
+    Settle,
 }
 
 /// One unit's decision for this tick.
@@ -61,6 +64,10 @@ impl Plan {
 
 /// Reach for arriving at a formation point (tiles).
 const ARRIVE: Fx = fx_ratio(1, 2);
+/// Within this distance of its formation point a unit may settle (tiles).
+const NEAR: Fx = fx_int(2);
+/// Ticks spent near the formation point before a unit stops trying.
+const SETTLE_TICKS: u16 = 40;
 /// Within this distance of its goal a unit walks straight (tiles).
 const DIRECT: Fx = fx_int(5);
 /// Within this distance a chased target is approached straight (tiles).
@@ -212,6 +219,9 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
                 plan.order = Some(Order::Idle);
             } else {
                 plan.goal = walk_to(&s.map, e.pos, *slot, *dest);
+                if within(e.pos, *slot, NEAR) {
+                    plan.intent = Intent::Settle;
+                }
             }
         }
         Order::Gather { mine, returning } => {
@@ -261,6 +271,15 @@ pub(crate) fn act(
             Intent::Mine(mi) => economy::work_mine(s, i, mi),
             Intent::Deposit => economy::deposit(s, i),
             Intent::Build => economy::build(s, i, spawns),
+            Intent::Settle => {
+                let e = &mut s.entities[i];
+                e.timer = e.timer.saturating_add(1);
+                if e.timer >= SETTLE_TICKS {
+                    e.order = Order::Idle;
+                    e.timer = 0;
+                    continue;
+                }
+            }
         }
         if plan.goal != Goal::None {
             let e = &s.entities[i];
