@@ -1,0 +1,3 @@
+//! netsim: UDP impairment proxy (filled in later in this branch).
+
+fn main() {}

@@ -1,0 +1,338 @@
+//! Packet-level acknowledgement: what we received (to build `ack` /
+//! `ack_bits` / `ack_delay`), and what we sent (to turn incoming acks into
+//! `Acked(seq)` events and unanswered packets into `Lost(seq)` events, with
+//! RTT samples and a windowed loss fraction).
+
+use super::rtt::RttEstimator;
+use super::sequence::{SequenceBuffer, sequence_greater_than};
+use crate::time::{Duration, Instant};
+use crate::wire::ACK_DELAY_UNKNOWN;
+use std::collections::VecDeque;
+
+/// Slots remembering received packets (more than the 33 an ack covers, for late arrivals).
+pub const RECEIVED_WINDOW: usize = 256;
+/// Slots remembering sent packets; also the window of the loss estimate.
+pub const SENT_WINDOW: usize = 1024;
+
+/// What the sent-packet tracker reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckEvent {
+    /// The packet with this sequence was acknowledged (possibly after being declared lost).
+    Acked {
+        /// Its sequence.
+        seq: u16,
+        /// Reliable message ids it carried.
+        messages: Vec<u16>,
+    },
+    /// The packet was not acknowledged within the loss bound.
+    Lost(u16),
+}
+
+/// Tracks packets received from the peer.
+#[derive(Clone, Debug)]
+pub struct ReceivedPackets {
+    buf: SequenceBuffer<Instant>,
+}
+
+impl Default for ReceivedPackets {
+    fn default() -> Self {
+        Self {
+            buf: SequenceBuffer::new(RECEIVED_WINDOW),
+        }
+    }
+}
+
+impl ReceivedPackets {
+    /// Records packet `seq` as received at `now`; false if already known or too old.
+    pub fn record(&mut self, seq: u16, now: Instant) -> bool {
+        if self.buf.contains(seq) {
+            return false;
+        }
+        self.buf.insert(seq, now).is_ok()
+    }
+
+    /// Whether anything was received yet.
+    #[must_use]
+    pub fn any(&self) -> bool {
+        self.buf.newest().is_some()
+    }
+
+    /// `(ack, ack_bits, ack_delay)` for an outgoing header at `now`.
+    #[must_use]
+    pub fn ack_fields(&self, now: Instant) -> (u16, u32, u8) {
+        let Some(ack) = self.buf.newest() else {
+            return (0, 0, ACK_DELAY_UNKNOWN);
+        };
+        let mut bits = 0u32;
+        for n in 0..32u16 {
+            if self.buf.contains(ack.wrapping_sub(n + 1)) {
+                bits |= 1 << n;
+            }
+        }
+        let delay = match self.buf.get(ack) {
+            Some(&at) => {
+                let ms = (now.saturating_since(at).as_micros() + 500) / 1000;
+                u8::try_from(ms)
+                    .ok()
+                    .filter(|&d| d != ACK_DELAY_UNKNOWN)
+                    .unwrap_or(ACK_DELAY_UNKNOWN)
+            }
+            None => ACK_DELAY_UNKNOWN,
+        };
+        (ack, bits, delay)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    InFlight,
+    Acked,
+    Lost,
+}
+
+#[derive(Clone, Debug)]
+struct Sent {
+    at: Instant,
+    bytes: usize,
+    eliciting: bool,
+    fate: Fate,
+    messages: Vec<u16>,
+}
+
+/// Tracks packets we sent until they are acked or declared lost.
+#[derive(Clone, Debug)]
+pub struct SentPackets {
+    buf: SequenceBuffer<Sent>,
+    /// Ack-eliciting packets not yet resolved, oldest first.
+    outstanding: VecDeque<u16>,
+    acked_in_window: u32,
+    lost_in_window: u32,
+    /// Packets acknowledged (total).
+    pub total_acked: u64,
+    /// Packets declared lost and never acked later (total).
+    pub total_lost: u64,
+    /// Bytes acknowledged (total), for the acked-bandwidth meter.
+    pub bytes_acked: u64,
+}
+
+impl Default for SentPackets {
+    fn default() -> Self {
+        Self {
+            buf: SequenceBuffer::new(SENT_WINDOW),
+            outstanding: VecDeque::new(),
+            acked_in_window: 0,
+            lost_in_window: 0,
+            total_acked: 0,
+            total_lost: 0,
+            bytes_acked: 0,
+        }
+    }
+}
+
+impl SentPackets {
+    /// Records a packet just sent. Only ack-eliciting packets count towards loss.
+    pub fn on_sent(
+        &mut self,
+        seq: u16,
+        now: Instant,
+        bytes: usize,
+        eliciting: bool,
+        messages: Vec<u16>,
+    ) {
+        let entry = Sent {
+            at: now,
+            bytes,
+            eliciting,
+            fate: Fate::InFlight,
+            messages,
+        };
+        if let Ok(evicted) = self.buf.insert(seq, entry) {
+            for (_, old) in evicted {
+                match old.fate {
+                    Fate::Acked if old.eliciting => self.acked_in_window -= 1,
+                    Fate::Lost => self.lost_in_window -= 1,
+                    _ => {}
+                }
+            }
+        }
+        if eliciting {
+            self.outstanding.push_back(seq);
+        }
+    }
+
+    /// Applies an incoming header's acks; takes an RTT sample from `ack` when it
+    /// is newly acknowledged and the peer says how long it held it.
+    pub fn on_ack(
+        &mut self,
+        ack: u16,
+        ack_bits: u32,
+        ack_delay: u8,
+        now: Instant,
+        rtt: &mut RttEstimator,
+        events: &mut Vec<AckEvent>,
+    ) {
+        for n in 0..=32u16 {
+            let seq = ack.wrapping_sub(n);
+            if n > 0 && ack_bits & (1 << (n - 1)) == 0 {
+                continue;
+            }
+            let Some(e) = self.buf.get_mut(seq) else {
+                continue;
+            };
+            if e.fate == Fate::Acked {
+                continue;
+            }
+            if n == 0 && ack_delay != ACK_DELAY_UNKNOWN {
+                let held = Duration::from_millis(u64::from(ack_delay));
+                let sample = now.saturating_since(e.at).saturating_sub(held);
+                rtt.sample(sample);
+            }
+            if e.eliciting {
+                if e.fate == Fate::Lost {
+                    self.lost_in_window -= 1;
+                    self.total_lost -= 1;
+                }
+                self.acked_in_window += 1;
+                self.total_acked += 1;
+            }
+            e.fate = Fate::Acked;
+            self.bytes_acked += e.bytes as u64;
+            events.push(AckEvent::Acked {
+                seq,
+                messages: std::mem::take(&mut e.messages),
+            });
+        }
+    }
+
+    /// Declares lost every ack-eliciting packet older than `bound`.
+    pub fn detect_lost(&mut self, now: Instant, bound: Duration, events: &mut Vec<AckEvent>) {
+        while let Some(&seq) = self.outstanding.front() {
+            let Some(e) = self.buf.get_mut(seq) else {
+                self.outstanding.pop_front();
+                continue;
+            };
+            if e.fate != Fate::InFlight {
+                self.outstanding.pop_front();
+                continue;
+            }
+            if e.at + bound > now {
+                break;
+            }
+            e.fate = Fate::Lost;
+            self.lost_in_window += 1;
+            self.total_lost += 1;
+            self.outstanding.pop_front();
+            events.push(AckEvent::Lost(seq));
+        }
+    }
+
+    /// When the oldest in-flight packet will be declared lost.
+    #[must_use]
+    pub fn next_loss_deadline(&self, bound: Duration) -> Option<Instant> {
+        self.outstanding
+            .iter()
+            .find_map(|&s| self.buf.get(s).filter(|e| e.fate == Fate::InFlight))
+            .map(|e| e.at + bound)
+    }
+
+    /// Fraction of resolved ack-eliciting packets in the window that were lost.
+    #[must_use]
+    pub fn loss(&self) -> f64 {
+        let total = self.acked_in_window + self.lost_in_window;
+        if total == 0 {
+            0.0
+        } else {
+            f64::from(self.lost_in_window) / f64::from(total)
+        }
+    }
+
+    /// Whether `a` is newer than the newest packet sent.
+    #[must_use]
+    pub fn is_future(&self, a: u16) -> bool {
+        self.buf
+            .newest()
+            .is_none_or(|n| sequence_greater_than(a, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Instant {
+        Instant::from_millis(v)
+    }
+
+    #[test]
+    fn received_packets_build_the_bitfield() {
+        let mut r = ReceivedPackets::default();
+        assert_eq!(r.ack_fields(ms(0)).2, ACK_DELAY_UNKNOWN);
+        for s in [65533u16, 65535, 1, 3] {
+            assert!(r.record(s, ms(10)));
+        }
+        assert!(!r.record(3, ms(11)), "duplicate");
+        let (ack, bits, delay) = r.ack_fields(ms(15));
+        assert_eq!(ack, 3);
+        // 2 missing (bit0), 1 present (bit1), 0 missing, 65535 present (bit3), 65533 (bit5).
+        assert_eq!(bits, 0b10_1010);
+        assert_eq!(delay, 5);
+        assert_eq!(r.ack_fields(ms(1000)).2, ACK_DELAY_UNKNOWN, "held too long");
+    }
+
+    #[test]
+    fn acks_resolve_packets_sample_rtt_and_late_acks_undo_losses() {
+        let mut s = SentPackets::default();
+        let mut rtt = RttEstimator::default();
+        let mut ev = Vec::new();
+        for seq in 0..5u16 {
+            s.on_sent(seq, ms(u64::from(seq) * 10), 100, true, vec![seq]);
+        }
+        s.on_sent(5, ms(50), 30, false, vec![]);
+        // Peer got 4 (held 5 ms), 2 and 0.
+        s.on_ack(4, 0b1010, 5, ms(145), &mut rtt, &mut ev);
+        assert_eq!(rtt.srtt(), Some(Duration::from_millis(100)));
+        let acked: Vec<u16> = ev
+            .iter()
+            .map(|e| match e {
+                AckEvent::Acked { seq, .. } => *seq,
+                AckEvent::Lost(_) => unreachable!(),
+            })
+            .collect();
+        assert_eq!(acked, vec![4, 2, 0]);
+        ev.clear();
+        // A duplicate ack changes nothing.
+        s.on_ack(4, 0b1010, 5, ms(146), &mut rtt, &mut ev);
+        assert!(ev.is_empty());
+        assert_eq!(
+            s.next_loss_deadline(Duration::from_millis(500)),
+            Some(ms(510))
+        );
+        s.detect_lost(ms(525), Duration::from_millis(500), &mut ev);
+        assert_eq!(ev, vec![AckEvent::Lost(1)]);
+        ev.clear();
+        s.detect_lost(ms(600), Duration::from_millis(500), &mut ev);
+        assert_eq!(ev, vec![AckEvent::Lost(3)]);
+        assert!(
+            (s.loss() - 0.4).abs() < 1e-9,
+            "2 of 5 eliciting packets lost"
+        );
+        assert_eq!(
+            s.next_loss_deadline(Duration::from_millis(500)),
+            None,
+            "non-eliciting never lost"
+        );
+        ev.clear();
+        // The ack for 3 arrives late: the loss is undone.
+        s.on_ack(3, 0, ACK_DELAY_UNKNOWN, ms(700), &mut rtt, &mut ev);
+        assert_eq!(
+            ev,
+            vec![AckEvent::Acked {
+                seq: 3,
+                messages: vec![3]
+            }]
+        );
+        assert!((s.loss() - 0.2).abs() < 1e-9);
+        assert_eq!((s.total_acked, s.total_lost), (4, 1));
+        assert_eq!(rtt.samples(), 1, "unknown ack delay gives no sample");
+    }
+}

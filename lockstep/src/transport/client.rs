@@ -1,0 +1,282 @@
+//! The sans-IO client endpoint: runs the handshake (ConnectRequest →
+//! Challenge → ChallengeResponse → Accepted) against one server, then
+//! carries one authenticated [`Connection`].
+
+use super::auth::conn_keys;
+use super::connection::{Channel, ConnEvent, Connection, DisconnectReason, Role, TransportConfig};
+use super::messages::SendError;
+use super::stats::LinkStats;
+use crate::rng::Rng;
+use crate::time::Instant;
+use crate::wire::{self, Cookie, Packet};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// What a [`Client`] reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// The handshake completed.
+    Connected,
+    /// A message arrived (reliable ones exactly once and in order).
+    Message(Vec<u8>),
+    /// The un-acked reliable window is full; `send` fails until acks free it.
+    Backpressure,
+    /// The connection ended; no further events follow.
+    Disconnected(DisconnectReason),
+}
+
+enum Phase {
+    Requesting,
+    Responding {
+        cookie: Cookie,
+        conn: Box<Connection>,
+    },
+    Connected(Box<Connection>),
+    Closed(Option<Box<Connection>>),
+}
+
+/// One connection to a server. Feed it datagrams and timeouts; poll it for
+/// datagrams to send and events.
+pub struct Client {
+    cfg: TransportConfig,
+    server: SocketAddr,
+    salt: u64,
+    phase: Phase,
+    started: Instant,
+    next_handshake: Instant,
+    now: Instant,
+    pending: VecDeque<(Channel, Vec<u8>)>,
+    events: VecDeque<ClientEvent>,
+    dropped_foreign: u64,
+}
+
+impl Client {
+    /// Starts connecting to `server`; the first `poll_transmit` sends the request.
+    #[must_use]
+    pub fn new(now: Instant, server: SocketAddr, config: TransportConfig, rng_seed: u64) -> Self {
+        let salt = Rng::new(rng_seed).next_u64();
+        Self {
+            cfg: config,
+            server,
+            salt,
+            phase: Phase::Requesting,
+            started: now,
+            next_handshake: now,
+            now,
+            pending: VecDeque::new(),
+            events: VecDeque::new(),
+            dropped_foreign: 0,
+        }
+    }
+
+    /// Processes one datagram received from `from`.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.now = self.now.max(now);
+        if from != self.server {
+            self.dropped_foreign += 1;
+            return;
+        }
+        let authed = bytes.first().is_some_and(|b| b & 0x80 == 0);
+        match &mut self.phase {
+            Phase::Requesting | Phase::Responding { .. } if !authed => {
+                self.on_handshake(now, bytes);
+            }
+            Phase::Responding { conn, .. } => {
+                let verified = conn.handle_datagram(now, bytes).is_ok();
+                if verified {
+                    self.establish();
+                }
+            }
+            Phase::Connected(conn) if authed => {
+                let _ = conn.handle_datagram(now, bytes);
+            }
+            _ => {}
+        }
+        self.pump();
+    }
+
+    fn establish(&mut self) {
+        let Phase::Responding { conn, .. } =
+            std::mem::replace(&mut self.phase, Phase::Closed(None))
+        else {
+            return;
+        };
+        let mut conn = conn;
+        while let Some((ch, msg)) = self.pending.pop_front() {
+            // The window is empty and pending is bounded by it, so this cannot fail.
+            let _ = conn.send(ch, &msg);
+        }
+        self.phase = Phase::Connected(conn);
+        self.events.push_back(ClientEvent::Connected);
+    }
+
+    fn on_handshake(&mut self, now: Instant, bytes: &[u8]) {
+        let Ok(packet) = wire::decode(bytes) else {
+            return;
+        };
+        match packet {
+            Packet::Challenge(c)
+                if c.client_salt == self.salt
+                    && c.protocol_id == self.cfg.protocol_id
+                    && matches!(self.phase, Phase::Requesting) =>
+            {
+                let conn = Connection::new(self.cfg, Role::Client, conn_keys(&c), now);
+                self.phase = Phase::Responding {
+                    cookie: c,
+                    conn: Box::new(conn),
+                };
+                self.next_handshake = now;
+            }
+            Packet::Denied {
+                client_salt,
+                reason,
+                ..
+            } if client_salt == self.salt => {
+                self.phase = Phase::Closed(None);
+                self.events
+                    .push_back(ClientEvent::Disconnected(DisconnectReason::Denied(reason)));
+            }
+            _ => {}
+        }
+    }
+
+    fn pump(&mut self) {
+        let Phase::Connected(conn) = &mut self.phase else {
+            return;
+        };
+        let mut closed = None;
+        while let Some(ev) = conn.poll_event() {
+            match ev {
+                ConnEvent::Message(m) => self.events.push_back(ClientEvent::Message(m)),
+                ConnEvent::Backpressure => self.events.push_back(ClientEvent::Backpressure),
+                ConnEvent::Closed(r) => closed = Some(r),
+            }
+        }
+        if let Some(r) = closed {
+            self.events.push_back(ClientEvent::Disconnected(r));
+            if let Phase::Connected(c) = std::mem::replace(&mut self.phase, Phase::Closed(None)) {
+                self.phase = Phase::Closed(Some(c));
+            }
+        }
+    }
+
+    /// Advances timers: handshake resends and timeout, keep-alives, loss detection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        match &mut self.phase {
+            Phase::Requesting | Phase::Responding { .. } => {
+                if now >= self.started + self.cfg.timeout {
+                    self.phase = Phase::Closed(None);
+                    self.events.push_back(ClientEvent::Disconnected(
+                        DisconnectReason::HandshakeTimeout,
+                    ));
+                }
+            }
+            Phase::Connected(conn) => conn.handle_timeout(now),
+            Phase::Closed(_) => {}
+        }
+        self.pump();
+    }
+
+    /// Fills `buf` with the next datagram to send and returns its destination.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.now = self.now.max(now);
+        buf.clear();
+        let sent = match &mut self.phase {
+            Phase::Requesting if now >= self.next_handshake => {
+                Packet::ConnectRequest {
+                    protocol_id: self.cfg.protocol_id,
+                    client_salt: self.salt,
+                }
+                .encode(buf);
+                self.next_handshake = now + self.cfg.handshake_resend;
+                true
+            }
+            Phase::Responding { cookie, .. } if now >= self.next_handshake => {
+                Packet::ChallengeResponse(*cookie).encode(buf);
+                self.next_handshake = now + self.cfg.handshake_resend;
+                true
+            }
+            Phase::Connected(conn) => conn.poll_transmit(now, buf),
+            _ => false,
+        };
+        self.pump();
+        sent.then_some(self.server)
+    }
+
+    /// When `handle_timeout` (or `poll_transmit`) next has work.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Requesting | Phase::Responding { .. } => {
+                Some(self.next_handshake.min(self.started + self.cfg.timeout))
+            }
+            Phase::Connected(conn) => conn.poll_timeout(),
+            Phase::Closed(_) => None,
+        }
+    }
+
+    /// The next event, if any.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// Queues a message; before the handshake completes it waits in a bounded queue.
+    pub fn send(&mut self, channel: Channel, msg: &[u8]) -> Result<(), SendError> {
+        match &mut self.phase {
+            Phase::Connected(conn) => {
+                let r = conn.send(channel, msg);
+                self.pump();
+                r
+            }
+            Phase::Requesting | Phase::Responding { .. } => {
+                if self.pending.len() >= self.cfg.max_unacked {
+                    return Err(SendError::WindowFull {
+                        unacked: self.pending.len(),
+                        max: self.cfg.max_unacked,
+                    });
+                }
+                self.pending.push_back((channel, msg.to_vec()));
+                Ok(())
+            }
+            Phase::Closed(_) => Err(SendError::NotConnected),
+        }
+    }
+
+    /// Link measurements (defaults before the handshake completes).
+    #[must_use]
+    pub fn stats(&self) -> LinkStats {
+        match &self.phase {
+            Phase::Connected(c) | Phase::Closed(Some(c)) => c.stats(),
+            _ => LinkStats::default(),
+        }
+    }
+
+    /// Closes cleanly: the disconnect packet is sent several times, then `Disconnected(Local)`.
+    pub fn disconnect(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        match &mut self.phase {
+            Phase::Connected(conn) => conn.close(DisconnectReason::Local),
+            Phase::Requesting | Phase::Responding { .. } => {
+                self.phase = Phase::Closed(None);
+                self.events
+                    .push_back(ClientEvent::Disconnected(DisconnectReason::Local));
+            }
+            Phase::Closed(_) => {}
+        }
+        self.pump();
+    }
+
+    /// Whether the handshake completed and the connection is open.
+    #[must_use]
+    pub fn is_connected(&self) -> bool {
+        matches!(&self.phase, Phase::Connected(c) if c.is_open())
+    }
+
+    /// Datagrams ignored because they did not come from the server's address.
+    #[must_use]
+    pub fn dropped_foreign(&self) -> u64 {
+        self.dropped_foreign
+    }
+}

@@ -1,0 +1,612 @@
+//! One established, authenticated connection, shared by `Client` and
+//! `Server`: MAC and replay checks, ack bookkeeping, RTT, loss, congestion
+//! mode, token-bucket pacing, the message layer, keep-alives, the silence
+//! timeout, back-pressure and the redundant clean disconnect.
+
+use super::acks::{AckEvent, ReceivedPackets, SentPackets};
+use super::auth::{ReplayWindow, ct_eq, packet_mac};
+use super::congestion::{Congestion, CongestionConfig};
+use super::messages::{Incoming, Outgoing, SendError, copies_for_loss};
+use super::rtt::RttEstimator;
+use super::stats::{LinkStats, RateMeter};
+use crate::time::{Duration, Instant};
+use crate::wire::{self, AuthKind, Frame, Header, MAX_PACKET, Packet, TAG_LEN};
+use std::collections::VecDeque;
+use thiserror::Error;
+
+/// Which delivery guarantee a message gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// Reliable and ordered: resent in every packet until acked, delivered once, in order.
+    Reliable,
+    /// Sent once (or `1 + copies` times with redundancy), may be lost, unordered.
+    Unreliable,
+}
+
+/// Transport tuning. `Default` gives the documented values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransportConfig {
+    /// Application protocol id; peers with another id cannot connect.
+    pub protocol_id: u64,
+    /// Silence after which a connection is dropped (5 s).
+    pub timeout: Duration,
+    /// Longest gap between ack-eliciting packets on an idle link (250 ms).
+    pub keepalive: Duration,
+    /// Un-acked reliable window in messages/fragments (256, at most 1024).
+    pub max_unacked: usize,
+    /// Largest reliable message after reassembly (64 KiB, at most 255 KiB).
+    pub max_message: usize,
+    /// Give unreliable messages extra copies sized from measured loss.
+    pub redundancy: bool,
+    /// Good/bad mode rates and thresholds.
+    pub congestion: CongestionConfig,
+    /// Send tokens the bucket can hold (burst size).
+    pub burst: u32,
+    /// Handshake packet resend interval (250 ms).
+    pub handshake_resend: Duration,
+    /// Copies of the clean-disconnect packet (3).
+    pub disconnect_copies: u8,
+    /// How long the un-acked window may stay full before the connection is dropped (5 s).
+    pub backpressure_timeout: Duration,
+    /// Most connections a server accepts (64).
+    pub max_connections: usize,
+    /// How long a challenge cookie stays valid (10 s).
+    pub cookie_lifetime: Duration,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            protocol_id: 0x4C4F_434B_5354_4550, // "LOCKSTEP"
+            timeout: Duration::from_secs(5),
+            keepalive: Duration::from_millis(250),
+            max_unacked: 256,
+            max_message: 64 * 1024,
+            redundancy: false,
+            congestion: CongestionConfig::default(),
+            burst: 3,
+            handshake_resend: Duration::from_millis(250),
+            disconnect_copies: 3,
+            backpressure_timeout: Duration::from_secs(5),
+            max_connections: 64,
+            cookie_lifetime: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum DisconnectReason {
+    /// Nothing valid heard for `timeout`.
+    #[error("timed out")]
+    Timeout,
+    /// The handshake did not complete within `timeout`.
+    #[error("handshake timed out")]
+    HandshakeTimeout,
+    /// This side called `disconnect`.
+    #[error("closed locally")]
+    Local,
+    /// The peer sent a clean disconnect.
+    #[error("closed by peer")]
+    Remote,
+    /// The server refused the connection.
+    #[error("denied by server: {0:?}")]
+    Denied(wire::DenyReason),
+    /// The un-acked window stayed full for `backpressure_timeout`.
+    #[error("un-acked window stalled")]
+    Backpressure,
+    /// A new handshake from the same address replaced this connection.
+    #[error("replaced by a new connection from the same address")]
+    Replaced,
+    /// The 64-bit packet counter ran out (never in practice).
+    #[error("packet counter exhausted")]
+    CounterExhausted,
+}
+
+/// What a connection reports to its endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ConnEvent {
+    Message(Vec<u8>),
+    Backpressure,
+    Closed(DisconnectReason),
+}
+
+/// Why an authenticated packet was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DropReason {
+    Malformed,
+    Auth,
+    Replay,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Open,
+    Closing {
+        copies_left: u8,
+        reason: DisconnectReason,
+    },
+    Closed,
+}
+
+/// Which end of the connection this is (picks the send and receive keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Client,
+    Server,
+}
+
+pub(crate) struct Connection {
+    cfg: TransportConfig,
+    send_key: [u8; 32],
+    recv_key: [u8; 32],
+    send_counter: u64,
+    replay: ReplayWindow,
+    received: ReceivedPackets,
+    sent: SentPackets,
+    rtt: RttEstimator,
+    congestion: Congestion,
+    out: Outgoing,
+    inc: Incoming,
+    credit: u64,
+    now: Instant,
+    last_recv: Instant,
+    last_send: Instant,
+    ack_owed: bool,
+    accepted_to_send: bool,
+    state: State,
+    events: VecDeque<ConnEvent>,
+    full_since: Option<Instant>,
+    backpressure_armed: bool,
+    ack_events: Vec<AckEvent>,
+    ids: Vec<u16>,
+    sent_bytes: RateMeter,
+    recv_bytes: RateMeter,
+    acked_bytes: RateMeter,
+    sent_packets: RateMeter,
+    recv_packets: RateMeter,
+    packets_sent: u64,
+    packets_received: u64,
+    bytes_sent: u64,
+    bytes_received: u64,
+    dropped_auth: u64,
+    dropped_replay: u64,
+    dropped_malformed: u64,
+}
+
+impl Connection {
+    pub(crate) fn new(
+        cfg: TransportConfig,
+        role: Role,
+        keys: super::auth::ConnKeys,
+        now: Instant,
+    ) -> Self {
+        let (send_key, recv_key) = match role {
+            Role::Client => (keys.c2s, keys.s2c),
+            Role::Server => (keys.s2c, keys.c2s),
+        };
+        let congestion = Congestion::new(cfg.congestion, now);
+        let credit = congestion.interval().as_micros() * u64::from(cfg.burst.max(2));
+        Self {
+            cfg,
+            send_key,
+            recv_key,
+            send_counter: 0,
+            replay: ReplayWindow::default(),
+            received: ReceivedPackets::default(),
+            sent: SentPackets::default(),
+            rtt: RttEstimator::default(),
+            congestion,
+            out: Outgoing::new(cfg.max_unacked, cfg.max_message),
+            inc: Incoming::new(cfg.max_message),
+            credit,
+            now,
+            last_recv: now,
+            last_send: now,
+            ack_owed: false,
+            accepted_to_send: role == Role::Server,
+            state: State::Open,
+            events: VecDeque::new(),
+            full_since: None,
+            backpressure_armed: true,
+            ack_events: Vec::new(),
+            ids: Vec::new(),
+            sent_bytes: RateMeter::default(),
+            recv_bytes: RateMeter::default(),
+            acked_bytes: RateMeter::default(),
+            sent_packets: RateMeter::default(),
+            recv_packets: RateMeter::default(),
+            packets_sent: 0,
+            packets_received: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            dropped_auth: 0,
+            dropped_replay: 0,
+            dropped_malformed: 0,
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.congestion.interval().as_micros() * u64::from(self.cfg.burst.max(2))
+    }
+
+    /// Moves the clock forward and refills send tokens.
+    fn advance(&mut self, now: Instant) {
+        if now > self.now {
+            self.credit = self
+                .credit
+                .saturating_add(now.saturating_since(self.now).as_micros());
+            self.now = now;
+        }
+        self.credit = self.credit.min(self.capacity());
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.state == State::Open
+    }
+
+    pub(crate) fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.events.pop_front()
+    }
+
+    /// Queues the `Accepted` packet again (the client retransmitted its response).
+    pub(crate) fn resend_accepted(&mut self) {
+        self.accepted_to_send = true;
+    }
+
+    /// Verifies and processes one authenticated datagram.
+    pub(crate) fn handle_datagram(&mut self, now: Instant, bytes: &[u8]) -> Result<(), DropReason> {
+        self.advance(now);
+        if self.state == State::Closed {
+            return Ok(());
+        }
+        let Ok(packet) = wire::decode(bytes) else {
+            self.dropped_malformed += 1;
+            return Err(DropReason::Malformed);
+        };
+        let Packet::Authed {
+            header,
+            frames,
+            tag,
+        } = packet
+        else {
+            self.dropped_malformed += 1;
+            return Err(DropReason::Malformed);
+        };
+        let counter = self.replay.reconstruct(header.seq);
+        if self.replay.check(counter).is_err() {
+            self.dropped_replay += 1;
+            return Err(DropReason::Replay);
+        }
+        let signed = &bytes[..bytes.len() - TAG_LEN];
+        if !ct_eq(&packet_mac(&self.recv_key, counter, signed), &tag) {
+            self.dropped_auth += 1;
+            return Err(DropReason::Auth);
+        }
+        self.replay.commit(counter);
+        self.last_recv = now;
+        self.packets_received += 1;
+        self.bytes_received += bytes.len() as u64;
+        self.recv_bytes.add(now, bytes.len() as u64);
+        self.recv_packets.add(now, 1);
+        self.received.record(header.seq, now);
+        match header.kind {
+            AuthKind::Disconnect => {
+                self.state = State::Closed;
+                self.events
+                    .push_back(ConnEvent::Closed(DisconnectReason::Remote));
+                return Ok(());
+            }
+            // The server sends Accepted before it has heard any packet of ours,
+            // so its ack fields mean nothing; it still asks for an ack.
+            AuthKind::Accepted => self.ack_owed = true,
+            AuthKind::Data => {
+                self.on_ack_fields(&header, now);
+                let mut delivered = VecDeque::new();
+                for f in &frames {
+                    match *f {
+                        Frame::Reliable { id, fragment, data } => {
+                            self.inc.on_reliable(id, fragment, data, &mut delivered);
+                        }
+                        Frame::Unreliable { id, data } => {
+                            if let Some(m) = self.inc.on_unreliable(id, data) {
+                                delivered.push_back(m);
+                            }
+                        }
+                        Frame::Ping => {}
+                    }
+                }
+                if !frames.is_empty() {
+                    self.ack_owed = true;
+                }
+                self.events
+                    .extend(delivered.into_iter().map(ConnEvent::Message));
+            }
+        }
+        if let Some(srtt) = self.rtt.srtt() {
+            self.congestion.update(now, srtt);
+        }
+        Ok(())
+    }
+
+    fn on_ack_fields(&mut self, h: &Header, now: Instant) {
+        if self.sent.is_future(h.ack) {
+            return;
+        }
+        let before = self.sent.bytes_acked;
+        self.sent.on_ack(
+            h.ack,
+            h.ack_bits,
+            h.ack_delay,
+            now,
+            &mut self.rtt,
+            &mut self.ack_events,
+        );
+        self.acked_bytes.add(now, self.sent.bytes_acked - before);
+        for ev in self.ack_events.drain(..) {
+            if let AckEvent::Acked { messages, .. } = ev {
+                self.out.on_acked(&messages);
+            }
+        }
+        if self.out.unacked() <= self.out.max_unacked() / 2 {
+            self.backpressure_armed = true;
+        }
+        if !self.out.is_full() {
+            self.full_since = None;
+        }
+    }
+
+    /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
+    /// RTO plus the peer's ack hold allowance, at most ~1 s unless the RTT itself is longer.
+    pub(crate) fn loss_bound(&self) -> Duration {
+        let allowance =
+            Duration::from_micros(2 * 1_000_000 / u64::from(self.cfg.congestion.bad_pps.max(1)));
+        let cap = Duration::from_secs(1).max(self.rtt.srtt_or(Duration::ZERO).saturating_mul(2));
+        (self.rtt.rto() + allowance).min(cap)
+    }
+
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        if self.state != State::Open {
+            return;
+        }
+        if now >= self.last_recv + self.cfg.timeout {
+            self.state = State::Closed;
+            self.events
+                .push_back(ConnEvent::Closed(DisconnectReason::Timeout));
+            return;
+        }
+        let bound = self.loss_bound();
+        self.sent.detect_lost(now, bound, &mut self.ack_events);
+        self.ack_events.clear();
+        if let Some(srtt) = self.rtt.srtt() {
+            self.congestion.update(now, srtt);
+        }
+        if self.out.is_full() {
+            let since = *self.full_since.get_or_insert(now);
+            if now.saturating_since(since) >= self.cfg.backpressure_timeout {
+                self.close(DisconnectReason::Backpressure);
+            }
+        } else {
+            self.full_since = None;
+        }
+    }
+
+    pub(crate) fn send(&mut self, channel: Channel, msg: &[u8]) -> Result<(), SendError> {
+        if self.state != State::Open {
+            return Err(SendError::NotConnected);
+        }
+        let r = match channel {
+            Channel::Reliable => self.out.send_reliable(msg),
+            Channel::Unreliable => self.out.send_unreliable(msg),
+        };
+        if let Err(SendError::WindowFull { .. }) = r {
+            if self.backpressure_armed {
+                self.backpressure_armed = false;
+                self.events.push_back(ConnEvent::Backpressure);
+            }
+            self.full_since.get_or_insert(self.now);
+        }
+        r
+    }
+
+    /// Starts a clean close: the disconnect packet goes out `disconnect_copies` times.
+    pub(crate) fn close(&mut self, reason: DisconnectReason) {
+        if self.state != State::Open {
+            return;
+        }
+        if !self.received.any() && !self.accepted_to_send {
+            self.state = State::Closed;
+            self.events.push_back(ConnEvent::Closed(reason));
+            return;
+        }
+        self.state = State::Closing {
+            copies_left: self.cfg.disconnect_copies.max(1),
+            reason,
+        };
+    }
+
+    fn tokens_at(&self, tokens: u64) -> Instant {
+        let need = tokens * self.congestion.interval().as_micros();
+        if self.credit >= need {
+            self.now
+        } else {
+            self.now + Duration::from_micros(need - self.credit)
+        }
+    }
+
+    /// When the next data packet may go: new data needs one token; repeats,
+    /// acks and keep-alives need two, so one token stays in reserve and fresh
+    /// data leaves on the next poll instead of after a full packet interval.
+    fn next_send_time(&self) -> Option<Instant> {
+        if !self.received.any() {
+            // Our ack fields would be meaningless until we hear from the peer.
+            return None;
+        }
+        let interval = self.congestion.interval();
+        let reserve = self.tokens_at(2);
+        let mut best: Option<Instant> = None;
+        let mut consider = |t: Instant| best = Some(best.map_or(t, |b: Instant| b.min(t)));
+        if self.out.has_fresh() {
+            consider(self.tokens_at(1));
+        }
+        if let Some(due) = self.out.next_due(interval) {
+            consider(due.max(reserve));
+        }
+        if self.ack_owed {
+            consider(reserve);
+        }
+        consider((self.last_send + self.cfg.keepalive).max(reserve));
+        best
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::Closed => None,
+            State::Closing { .. } => Some(self.now),
+            State::Open => {
+                if self.accepted_to_send {
+                    return Some(self.now);
+                }
+                let mut t = self.last_recv + self.cfg.timeout;
+                if let Some(l) = self.sent.next_loss_deadline(self.loss_bound()) {
+                    t = t.min(l);
+                }
+                if let Some(s) = self.next_send_time() {
+                    t = t.min(s);
+                }
+                if let Some(f) = self.full_since {
+                    t = t.min(f + self.cfg.backpressure_timeout);
+                }
+                Some(t)
+            }
+        }
+    }
+
+    fn header(&self, kind: AuthKind, now: Instant) -> Header {
+        let (ack, ack_bits, ack_delay) = self.received.ack_fields(now);
+        Header {
+            kind,
+            seq: self.send_counter as u16,
+            ack,
+            ack_bits,
+            ack_delay,
+        }
+    }
+
+    fn seal(&mut self, now: Instant, buf: &mut Vec<u8>, eliciting: bool) {
+        let counter = self.send_counter;
+        let tag = packet_mac(&self.send_key, counter, buf);
+        buf.extend_from_slice(&tag);
+        self.sent.on_sent(
+            counter as u16,
+            now,
+            buf.len(),
+            eliciting,
+            std::mem::take(&mut self.ids),
+        );
+        self.send_counter += 1;
+        self.credit = self
+            .credit
+            .saturating_sub(self.congestion.interval().as_micros());
+        self.last_send = now;
+        self.packets_sent += 1;
+        self.bytes_sent += buf.len() as u64;
+        self.sent_bytes.add(now, buf.len() as u64);
+        self.sent_packets.add(now, 1);
+    }
+
+    /// Writes the next datagram into `buf`, if one is due.
+    pub(crate) fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> bool {
+        self.advance(now);
+        buf.clear();
+        if self.send_counter == u64::MAX {
+            if self.state == State::Open {
+                self.state = State::Closed;
+                self.events
+                    .push_back(ConnEvent::Closed(DisconnectReason::CounterExhausted));
+            }
+            return false;
+        }
+        match self.state {
+            State::Closed => false,
+            State::Closing {
+                copies_left,
+                reason,
+            } => {
+                let h = self.header(AuthKind::Disconnect, now);
+                wire::encode_header(&h, buf);
+                self.seal(now, buf, false);
+                if copies_left <= 1 {
+                    self.state = State::Closed;
+                    self.events.push_back(ConnEvent::Closed(reason));
+                } else {
+                    self.state = State::Closing {
+                        copies_left: copies_left - 1,
+                        reason,
+                    };
+                }
+                true
+            }
+            State::Open => {
+                if self.accepted_to_send {
+                    self.accepted_to_send = false;
+                    let h = self.header(AuthKind::Accepted, now);
+                    wire::encode_header(&h, buf);
+                    self.seal(now, buf, false);
+                    return true;
+                }
+                match self.next_send_time() {
+                    Some(t) if t <= now => {}
+                    _ => return false,
+                }
+                let h = self.header(AuthKind::Data, now);
+                wire::encode_header(&h, buf);
+                let header_len = buf.len();
+                self.out.copies = if self.cfg.redundancy {
+                    copies_for_loss(self.sent.loss())
+                } else {
+                    0
+                };
+                let interval = self.congestion.interval();
+                let budget = MAX_PACKET - header_len - TAG_LEN;
+                self.out.fill(now, interval, budget, buf, &mut self.ids);
+                let mut eliciting = buf.len() > header_len;
+                if !eliciting && now >= self.last_send + self.cfg.keepalive {
+                    wire::encode_frame(&Frame::Ping, buf);
+                    eliciting = true;
+                }
+                self.ack_owed = false;
+                self.seal(now, buf, eliciting);
+                true
+            }
+        }
+    }
+
+    pub(crate) fn stats(&self) -> LinkStats {
+        let now = self.now;
+        LinkStats {
+            rtt: self.rtt.srtt_or(Duration::ZERO),
+            jitter: self.rtt.rttvar(),
+            rto: self.rtt.rto(),
+            loss: self.sent.loss(),
+            sent_bps: self.sent_bytes.per_sec(now),
+            recv_bps: self.recv_bytes.per_sec(now),
+            acked_bps: self.acked_bytes.per_sec(now),
+            sent_pps: self.sent_packets.per_sec(now),
+            recv_pps: self.recv_packets.per_sec(now),
+            packets_sent: self.packets_sent,
+            packets_received: self.packets_received,
+            packets_lost: self.sent.total_lost,
+            packets_acked: self.sent.total_acked,
+            bytes_sent: self.bytes_sent,
+            bytes_received: self.bytes_received,
+            mode: self.congestion.mode(),
+            redundancy_copies: self.out.copies,
+            unacked: self.out.unacked(),
+            dropped_auth: self.dropped_auth,
+            dropped_replay: self.dropped_replay,
+            dropped_malformed: self.dropped_malformed,
+        }
+    }
+}

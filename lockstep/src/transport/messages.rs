@@ -1,0 +1,584 @@
+//! Messages over packets. Reliable-ordered messages get consecutive ids and
+//! ride again in every outgoing packet (oldest first, within the budget)
+//! until a packet carrying them is acked; the receiver de-duplicates by id
+//! and delivers in order, reassembling fragments under hard caps.
+//! Unreliable messages are sent once, or `1 + copies` times in distinct
+//! packets when loss-sized redundancy is on, and de-duplicated by id.
+
+use super::sequence::SequenceBuffer;
+use crate::time::{Duration, Instant};
+use crate::wire::{
+    FRAGMENT_SIZE, Fragment, Frame, MAX_FRAGMENTS, MAX_FRAME_OVERHEAD, MAX_HEADER_LEN, MAX_PACKET,
+    MAX_UNFRAGMENTED, TAG_LEN, encode_frame, frame_len,
+};
+use std::collections::VecDeque;
+use thiserror::Error;
+
+/// Ids the receiver buffers ahead of the next in-order id; also the ceiling of
+/// the sender's un-acked window, so a sender never gets ahead of this.
+pub const RECV_WINDOW: usize = 1024;
+/// Largest unreliable message: it must fit one packet.
+pub const MAX_UNRELIABLE: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - MAX_FRAME_OVERHEAD;
+/// Unreliable messages waiting for a packet; beyond this the oldest is dropped.
+pub const MAX_UNRELIABLE_QUEUE: usize = 256;
+
+/// Why `send` refused a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum SendError {
+    /// The un-acked reliable window is full: back off (a `Backpressure` event was raised).
+    #[error("un-acked window full ({unacked} of {max} slots)")]
+    WindowFull {
+        /// Slots in use.
+        unacked: usize,
+        /// Window size.
+        max: usize,
+    },
+    /// The message exceeds the limit for its channel.
+    #[error("message of {len} bytes exceeds the {max}-byte limit")]
+    TooLarge {
+        /// Message length.
+        len: usize,
+        /// Limit.
+        max: usize,
+    },
+    /// The connection is closed (or closing).
+    #[error("not connected")]
+    NotConnected,
+    /// No connection has this id.
+    #[error("unknown connection")]
+    UnknownConnection,
+}
+
+#[derive(Clone, Debug)]
+struct OutMsg {
+    id: u16,
+    fragment: Option<Fragment>,
+    data: Vec<u8>,
+    last_sent: Option<Instant>,
+    acked: bool,
+}
+
+#[derive(Clone, Debug)]
+struct OutUnreliable {
+    id: u16,
+    data: Vec<u8>,
+    sends_left: u8,
+    sent_once: bool,
+}
+
+/// Sending side of the message layer.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    next_id: u16,
+    unacked: VecDeque<OutMsg>,
+    unreliable: VecDeque<OutUnreliable>,
+    next_unreliable_id: u16,
+    max_unacked: usize,
+    max_message: usize,
+    /// Extra copies of each unreliable message (0 = send once).
+    pub copies: u8,
+    /// Unreliable messages dropped because the queue overflowed.
+    pub unreliable_dropped: u64,
+}
+
+impl Outgoing {
+    /// A sender with an un-acked window of `max_unacked` slots (capped at [`RECV_WINDOW`]).
+    #[must_use]
+    pub fn new(max_unacked: usize, max_message: usize) -> Self {
+        Self {
+            next_id: 0,
+            unacked: VecDeque::new(),
+            unreliable: VecDeque::new(),
+            next_unreliable_id: 0,
+            max_unacked: max_unacked.clamp(1, RECV_WINDOW),
+            max_message: max_message.min(FRAGMENT_SIZE * MAX_FRAGMENTS),
+            copies: 0,
+            unreliable_dropped: 0,
+        }
+    }
+
+    /// Slots in use in the un-acked window.
+    #[must_use]
+    pub fn unacked(&self) -> usize {
+        self.unacked.len()
+    }
+
+    /// Window size.
+    #[must_use]
+    pub fn max_unacked(&self) -> usize {
+        self.max_unacked
+    }
+
+    /// Whether the window is full.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.unacked.len() >= self.max_unacked
+    }
+
+    /// Queues a reliable-ordered message, split into fragments if needed.
+    pub fn send_reliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
+        if msg.len() > self.max_message {
+            return Err(SendError::TooLarge {
+                len: msg.len(),
+                max: self.max_message,
+            });
+        }
+        let pieces = if msg.len() <= MAX_UNFRAGMENTED {
+            1
+        } else {
+            msg.len().div_ceil(FRAGMENT_SIZE)
+        };
+        if self.unacked.len() + pieces > self.max_unacked {
+            return Err(SendError::WindowFull {
+                unacked: self.unacked.len(),
+                max: self.max_unacked,
+            });
+        }
+        if pieces == 1 {
+            self.push(None, msg.to_vec());
+        } else {
+            for (i, chunk) in msg.chunks(FRAGMENT_SIZE).enumerate() {
+                // pieces <= MAX_FRAGMENTS (255) because of the max_message cap.
+                let fragment = Fragment {
+                    index: i as u8,
+                    count: pieces as u8,
+                };
+                self.push(Some(fragment), chunk.to_vec());
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, fragment: Option<Fragment>, data: Vec<u8>) {
+        self.unacked.push_back(OutMsg {
+            id: self.next_id,
+            fragment,
+            data,
+            last_sent: None,
+            acked: false,
+        });
+        self.next_id = self.next_id.wrapping_add(1);
+    }
+
+    /// Queues an unreliable message (sent `1 + copies` times, never resent after loss).
+    pub fn send_unreliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
+        if msg.len() > MAX_UNRELIABLE {
+            return Err(SendError::TooLarge {
+                len: msg.len(),
+                max: MAX_UNRELIABLE,
+            });
+        }
+        if self.unreliable.len() >= MAX_UNRELIABLE_QUEUE {
+            self.unreliable.pop_front();
+            self.unreliable_dropped += 1;
+        }
+        self.unreliable.push_back(OutUnreliable {
+            id: self.next_unreliable_id,
+            data: msg.to_vec(),
+            sends_left: 1 + self.copies,
+            sent_once: false,
+        });
+        self.next_unreliable_id = self.next_unreliable_id.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Whether something never sent is waiting (it may use the reserved send token).
+    #[must_use]
+    pub fn has_fresh(&self) -> bool {
+        self.unreliable.iter().any(|u| !u.sent_once)
+            || self.unacked.iter().any(|m| m.last_sent.is_none())
+    }
+
+    /// Earliest time something (fresh, a resend, or a redundant copy) wants a packet.
+    #[must_use]
+    pub fn next_due(&self, resend: Duration) -> Option<Instant> {
+        let unrel = (!self.unreliable.is_empty()).then_some(Instant::ZERO);
+        let rel = self
+            .unacked
+            .iter()
+            .filter(|m| !m.acked)
+            .map(|m| m.last_sent.map_or(Instant::ZERO, |t| t + resend))
+            .min();
+        match (unrel, rel) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Writes frames into `out` within `budget` bytes: due reliable messages oldest
+    /// first, then queued unreliable ones. Records the reliable ids written.
+    pub fn fill(
+        &mut self,
+        now: Instant,
+        resend: Duration,
+        budget: usize,
+        out: &mut Vec<u8>,
+        ids: &mut Vec<u16>,
+    ) {
+        let mut left = budget;
+        // Pass 0 sends what has no copy in flight at all; pass 1 repeats due
+        // messages oldest first. When everything fits (the lockstep case) this is
+        // simply "every un-acked message in every packet"; when it does not, the
+        // repeats cannot starve new data (a large fragmented message still moves).
+        for pass in 0..2 {
+            for m in self.unacked.iter_mut() {
+                let due = match m.last_sent {
+                    None => pass == 0,
+                    Some(t) => pass == 1 && t + resend <= now,
+                };
+                if m.acked || !due {
+                    continue;
+                }
+                let f = Frame::Reliable {
+                    id: m.id,
+                    fragment: m.fragment,
+                    data: &m.data,
+                };
+                let len = frame_len(&f);
+                if len > left {
+                    continue;
+                }
+                encode_frame(&f, out);
+                left -= len;
+                m.last_sent = Some(now);
+                ids.push(m.id);
+            }
+        }
+        let mut i = 0;
+        while i < self.unreliable.len() {
+            let u = &mut self.unreliable[i];
+            let f = Frame::Unreliable {
+                id: u.id,
+                data: &u.data,
+            };
+            let len = frame_len(&f);
+            if len <= left {
+                encode_frame(&f, out);
+                left -= len;
+                u.sent_once = true;
+                u.sends_left -= 1;
+                if u.sends_left == 0 {
+                    self.unreliable.remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Marks messages carried by an acked packet as delivered and slides the window.
+    pub fn on_acked(&mut self, ids: &[u16]) {
+        let Some(base) = self.unacked.front().map(|m| m.id) else {
+            return;
+        };
+        for &id in ids {
+            let idx = usize::from(id.wrapping_sub(base));
+            if let Some(m) = self.unacked.get_mut(idx) {
+                m.acked = true;
+            }
+        }
+        while self.unacked.front().is_some_and(|m| m.acked) {
+            self.unacked.pop_front();
+        }
+    }
+}
+
+/// Number of extra copies sized from measured loss: one per 10 points, at most 3
+/// (the redundancy article's 1 copy at 10 % loss, 2 at 20 %).
+#[must_use]
+pub fn copies_for_loss(loss: f64) -> u8 {
+    let c = (loss * 10.0).round();
+    if c <= 0.0 {
+        0
+    } else if c >= 3.0 {
+        3
+    } else {
+        c as u8
+    }
+}
+
+#[derive(Clone, Debug)]
+struct InMsg {
+    id: u16,
+    fragment: Option<Fragment>,
+    data: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+struct Assembly {
+    count: u8,
+    next: u8,
+    data: Vec<u8>,
+}
+
+/// Receiving side of the message layer.
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    next_id: u16,
+    slots: Box<[Option<InMsg>]>,
+    assembly: Option<Assembly>,
+    unreliable_seen: SequenceBuffer<()>,
+    max_message: usize,
+    /// Reliable frames ignored as already delivered or outside the window.
+    pub duplicates: u64,
+    /// Messages discarded by the reassembly caps or a broken fragment sequence.
+    pub reassembly_dropped: u64,
+}
+
+impl Incoming {
+    /// A receiver accepting reassembled messages up to `max_message` bytes.
+    #[must_use]
+    pub fn new(max_message: usize) -> Self {
+        Self {
+            next_id: 0,
+            slots: (0..RECV_WINDOW).map(|_| None).collect(),
+            assembly: None,
+            unreliable_seen: SequenceBuffer::new(256),
+            max_message: max_message.min(FRAGMENT_SIZE * MAX_FRAGMENTS),
+            duplicates: 0,
+            reassembly_dropped: 0,
+        }
+    }
+
+    /// Accepts one reliable frame and appends every message now deliverable in order.
+    pub fn on_reliable(
+        &mut self,
+        id: u16,
+        fragment: Option<Fragment>,
+        data: &[u8],
+        out: &mut VecDeque<Vec<u8>>,
+    ) {
+        let ahead = usize::from(id.wrapping_sub(self.next_id));
+        if ahead >= RECV_WINDOW {
+            self.duplicates += 1;
+            return;
+        }
+        let slot = &mut self.slots[usize::from(id) % RECV_WINDOW];
+        if slot.is_some() {
+            self.duplicates += 1;
+            return;
+        }
+        *slot = Some(InMsg {
+            id,
+            fragment,
+            data: data.to_vec(),
+        });
+        self.drain(out);
+    }
+
+    fn drain(&mut self, out: &mut VecDeque<Vec<u8>>) {
+        loop {
+            let i = usize::from(self.next_id) % RECV_WINDOW;
+            let Some(m) = self.slots[i].take_if(|m| m.id == self.next_id) else {
+                return;
+            };
+            self.next_id = self.next_id.wrapping_add(1);
+            match m.fragment {
+                None => {
+                    if self.assembly.take().is_some() {
+                        self.reassembly_dropped += 1;
+                    }
+                    out.push_back(m.data);
+                }
+                Some(f) => self.on_fragment(f, m.data, out),
+            }
+        }
+    }
+
+    fn on_fragment(&mut self, f: Fragment, data: Vec<u8>, out: &mut VecDeque<Vec<u8>>) {
+        if f.index == 0 {
+            if self.assembly.is_some() {
+                self.reassembly_dropped += 1;
+            }
+            self.assembly = Some(Assembly {
+                count: f.count,
+                next: 0,
+                data: Vec::new(),
+            });
+        }
+        let Some(a) = self.assembly.as_mut() else {
+            // A tail of a message already discarded.
+            return;
+        };
+        if a.count != f.count || a.next != f.index {
+            self.assembly = None;
+            self.reassembly_dropped += 1;
+            return;
+        }
+        if a.data.len() + data.len() > self.max_message {
+            self.assembly = None;
+            self.reassembly_dropped += 1;
+            return;
+        }
+        a.data.extend_from_slice(&data);
+        a.next += 1;
+        if a.next == a.count {
+            if let Some(done) = self.assembly.take() {
+                out.push_back(done.data);
+            }
+        }
+    }
+
+    /// Accepts an unreliable frame; `None` for a redundant copy already seen or a stale id.
+    pub fn on_unreliable(&mut self, id: u16, data: &[u8]) -> Option<Vec<u8>> {
+        if self.unreliable_seen.contains(id) {
+            return None;
+        }
+        self.unreliable_seen.insert(id, ()).ok()?;
+        Some(data.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Packet, decode};
+
+    fn frames_of(bytes: &[u8]) -> Vec<(u16, Option<Fragment>, Vec<u8>, bool)> {
+        // Wrap the frames in a fake packet to reuse the decoder.
+        let mut p = vec![0x1F, 0, 0, 0, 0];
+        p.extend_from_slice(bytes);
+        p.extend_from_slice(&[0; TAG_LEN]);
+        match decode(&p).unwrap() {
+            Packet::Authed { frames, .. } => frames
+                .into_iter()
+                .map(|f| match f {
+                    Frame::Reliable { id, fragment, data } => (id, fragment, data.to_vec(), true),
+                    Frame::Unreliable { id, data } => (id, None, data.to_vec(), false),
+                    Frame::Ping => unreachable!(),
+                })
+                .collect(),
+            _ => unreachable!(),
+        }
+    }
+
+    const T0: Instant = Instant::from_millis(0);
+    const GAP: Duration = Duration::from_millis(33);
+
+    #[test]
+    fn reliable_resent_every_packet_until_acked_oldest_first_within_budget() {
+        let mut o = Outgoing::new(64, 1 << 20);
+        for i in 0..3u8 {
+            o.send_reliable(&[i; 400]).unwrap();
+        }
+        assert!(o.has_fresh());
+        let (mut buf, mut ids) = (Vec::new(), Vec::new());
+        o.fill(T0, GAP, 900, &mut buf, &mut ids);
+        assert_eq!(ids, vec![0, 1], "oldest first, third does not fit");
+        assert!(o.has_fresh());
+        buf.clear();
+        ids.clear();
+        o.fill(T0, GAP, 900, &mut buf, &mut ids);
+        assert_eq!(ids, vec![2], "just-sent messages wait one packet interval");
+        assert!(!o.has_fresh());
+        assert_eq!(o.next_due(GAP), Some(T0 + GAP));
+        o.on_acked(&[1]);
+        assert_eq!(o.unacked(), 3, "window slides only past the oldest");
+        ids.clear();
+        buf.clear();
+        o.fill(T0 + GAP, GAP, 1200, &mut buf, &mut ids);
+        assert_eq!(ids, vec![0, 2], "acked message is not resent");
+        o.on_acked(&[0]);
+        assert_eq!(o.unacked(), 1);
+        o.on_acked(&[2]);
+        assert_eq!(o.unacked(), 0);
+        assert_eq!(o.next_due(GAP), None);
+    }
+
+    #[test]
+    fn window_full_and_size_limits() {
+        let mut o = Outgoing::new(4, 3000);
+        o.send_reliable(&[0; 2500]).unwrap(); // 3 fragments
+        assert_eq!(o.unacked(), 3);
+        assert_eq!(
+            o.send_reliable(&[0; 2000]),
+            Err(SendError::WindowFull { unacked: 3, max: 4 })
+        );
+        o.send_reliable(b"x").unwrap();
+        assert!(o.is_full());
+        assert_eq!(
+            o.send_reliable(&[0; 3001]),
+            Err(SendError::TooLarge {
+                len: 3001,
+                max: 3000
+            })
+        );
+        assert!(matches!(
+            o.send_unreliable(&[0; MAX_UNRELIABLE + 1]),
+            Err(SendError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn in_order_exactly_once_with_reassembly() {
+        let mut o = Outgoing::new(64, 1 << 20);
+        let big: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        o.send_reliable(b"a").unwrap();
+        o.send_reliable(&big).unwrap();
+        o.send_reliable(b"c").unwrap();
+        let mut all = Vec::new();
+        let mut now = T0;
+        for _ in 0..4 {
+            let (mut buf, mut ids) = (Vec::new(), Vec::new());
+            o.fill(now, GAP, 1150, &mut buf, &mut ids);
+            all.extend(frames_of(&buf));
+            now += GAP;
+        }
+        let mut inc = Incoming::new(1 << 20);
+        let mut out = VecDeque::new();
+        // Deliver in reverse, twice: order and uniqueness must come out right.
+        for (id, frag, data, _) in all.iter().rev().chain(all.iter()) {
+            inc.on_reliable(*id, *frag, data, &mut out);
+        }
+        let got: Vec<Vec<u8>> = out.into_iter().collect();
+        assert!(
+            got == vec![b"a".to_vec(), big, b"c".to_vec()],
+            "wrong delivery"
+        );
+        assert!(inc.duplicates > 0);
+    }
+
+    #[test]
+    fn reassembly_caps_and_broken_sequences_drop_the_message_only() {
+        let mut inc = Incoming::new(1500);
+        let mut out = VecDeque::new();
+        let f = |index, count| Some(Fragment { index, count });
+        inc.on_reliable(0, f(0, 2), &[1; 1024], &mut out);
+        inc.on_reliable(1, f(1, 2), &[1; 1024], &mut out); // 2048 > 1500
+        assert!(out.is_empty());
+        assert_eq!(inc.reassembly_dropped, 1);
+        // A fragment tail without its head, then a wrong count.
+        inc.on_reliable(2, f(1, 3), b"t", &mut out);
+        inc.on_reliable(3, f(0, 2), b"h", &mut out);
+        inc.on_reliable(4, f(1, 3), b"x", &mut out);
+        assert_eq!(inc.reassembly_dropped, 2);
+        inc.on_reliable(5, None, b"ok", &mut out);
+        assert_eq!(out, VecDeque::from(vec![b"ok".to_vec()]));
+        // Far outside the window: ignored.
+        inc.on_reliable(5 + RECV_WINDOW as u16, None, b"far", &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn unreliable_copies_go_in_distinct_packets_and_are_deduplicated() {
+        assert_eq!(copies_for_loss(0.0), 0);
+        assert_eq!(copies_for_loss(0.1), 1);
+        assert_eq!(copies_for_loss(0.2), 2);
+        assert_eq!(copies_for_loss(0.9), 3);
+        let mut o = Outgoing::new(8, 1 << 16);
+        o.copies = 2;
+        o.send_unreliable(b"ping").unwrap();
+        let mut inc = Incoming::new(1 << 16);
+        let mut delivered = 0;
+        for k in 0..4 {
+            let (mut buf, mut ids) = (Vec::new(), Vec::new());
+            o.fill(T0, GAP, 1000, &mut buf, &mut ids);
+            let frames = frames_of(&buf);
+            assert_eq!(frames.len(), usize::from(k < 3), "packet {k}");
+            for (id, _, data, _) in frames {
+                delivered += usize::from(inc.on_unreliable(id, &data).is_some());
+            }
+        }
+        assert_eq!(delivered, 1);
+    }
+}

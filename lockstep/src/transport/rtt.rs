@@ -1,0 +1,115 @@
+//! Round-trip time estimation: TCP/KCP-style smoothed RTT and variance and a
+//! retransmission timeout with a floor in the tens of milliseconds.
+
+use crate::time::Duration;
+
+/// The smallest RTO: the KCP article recommends 40-60 ms for games.
+pub const MIN_RTO: Duration = Duration::from_millis(40);
+/// The largest RTO.
+pub const MAX_RTO: Duration = Duration::from_secs(10);
+/// RTO before any sample (RFC 6298's one second).
+pub const INITIAL_RTO: Duration = Duration::from_secs(1);
+
+/// srtt / rttvar estimator (alpha = 1/8, beta = 1/4).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RttEstimator {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    latest: Duration,
+    samples: u64,
+}
+
+impl RttEstimator {
+    /// Folds one RTT sample in.
+    pub fn sample(&mut self, rtt: Duration) {
+        self.latest = rtt;
+        self.samples += 1;
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = Duration::from_micros(rtt.as_micros() / 2);
+            }
+            Some(srtt) => {
+                let (s, r) = (srtt.as_micros(), rtt.as_micros());
+                let dev = s.abs_diff(r);
+                self.rttvar = Duration::from_micros((3 * self.rttvar.as_micros() + dev) / 4);
+                self.srtt = Some(Duration::from_micros((7 * s + r) / 8));
+            }
+        }
+    }
+
+    /// Smoothed RTT, if any sample was taken.
+    #[must_use]
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// Smoothed RTT, or `default` before the first sample.
+    #[must_use]
+    pub fn srtt_or(&self, default: Duration) -> Duration {
+        self.srtt.unwrap_or(default)
+    }
+
+    /// Smoothed mean deviation: the jitter figure reported in stats.
+    #[must_use]
+    pub fn rttvar(&self) -> Duration {
+        self.rttvar
+    }
+
+    /// Last raw sample.
+    #[must_use]
+    pub fn latest(&self) -> Duration {
+        self.latest
+    }
+
+    /// Number of samples taken.
+    #[must_use]
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// `srtt + 4 * rttvar`, clamped to `[MIN_RTO, MAX_RTO]`.
+    #[must_use]
+    pub fn rto(&self) -> Duration {
+        match self.srtt {
+            None => INITIAL_RTO,
+            Some(srtt) => {
+                let rto = srtt + self.rttvar.saturating_mul(4);
+                rto.clamp(MIN_RTO, MAX_RTO)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_sample_sets_srtt_and_half_variance() {
+        let mut r = RttEstimator::default();
+        assert_eq!(r.rto(), INITIAL_RTO);
+        r.sample(Duration::from_millis(100));
+        assert_eq!(r.srtt(), Some(Duration::from_millis(100)));
+        assert_eq!(r.rttvar(), Duration::from_millis(50));
+        assert_eq!(r.rto(), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn smoothing_converges_and_rto_has_a_floor() {
+        let mut r = RttEstimator::default();
+        for _ in 0..200 {
+            r.sample(Duration::from_millis(2));
+        }
+        assert_eq!(r.srtt(), Some(Duration::from_millis(2)));
+        assert_eq!(r.rto(), MIN_RTO, "a 2 ms LAN still gets a tens-of-ms RTO");
+        r.sample(Duration::from_millis(10));
+        // srtt moves 1/8 of the way; rttvar 1/4 of the deviation.
+        assert_eq!(r.srtt(), Some(Duration::from_millis(3)));
+        assert_eq!(r.rttvar(), Duration::from_millis(2));
+        for _ in 0..500 {
+            r.sample(Duration::from_secs(30));
+        }
+        assert_eq!(r.rto(), MAX_RTO);
+    }
+}

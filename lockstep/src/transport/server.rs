@@ -1,0 +1,398 @@
+//! The sans-IO server endpoint: many connections on one socket. Handshake
+//! packets are answered statelessly (a cookie, never a larger reply); a
+//! connection is allocated only when a client echoes a valid cookie.
+
+use super::auth::{conn_keys, cookie_mac, ct_eq};
+use super::connection::{
+    Channel, ConnEvent, Connection, DisconnectReason, DropReason, Role, TransportConfig,
+};
+use super::messages::SendError;
+use super::stats::LinkStats;
+use crate::time::Instant;
+use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+
+/// Identifies one connection on a [`Server`]; never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ConnId(pub u32);
+
+/// What a [`Server`] reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// A client completed the handshake.
+    Connected {
+        /// The new connection.
+        conn: ConnId,
+        /// Its address.
+        addr: SocketAddr,
+    },
+    /// A message arrived on `conn`.
+    Message {
+        /// Sender.
+        conn: ConnId,
+        /// Payload.
+        bytes: Vec<u8>,
+    },
+    /// `conn`'s un-acked window is full.
+    Backpressure {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// `conn` ended; its id is gone.
+    Disconnected {
+        /// The connection.
+        conn: ConnId,
+        /// Why.
+        reason: DisconnectReason,
+    },
+}
+
+/// Datagrams the server dropped or refused, by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ServerCounters {
+    /// Undecodable datagrams.
+    pub malformed: u64,
+    /// Handshake packets of another wire version.
+    pub wrong_version: u64,
+    /// Requests naming another protocol id (answered with `Denied`).
+    pub wrong_protocol: u64,
+    /// Requests refused because the server was full.
+    pub denied_full: u64,
+    /// Challenges sent.
+    pub challenges_sent: u64,
+    /// Responses whose cookie did not verify.
+    pub bad_cookie: u64,
+    /// Responses whose cookie was too old.
+    pub expired_cookie: u64,
+    /// Authenticated packets from an address with no connection.
+    pub unknown_sender: u64,
+    /// Packets failing the connection MAC.
+    pub auth_failed: u64,
+    /// Replayed, duplicated or too-old packets.
+    pub replayed: u64,
+    /// Stateless replies dropped because the reply queue was full.
+    pub replies_dropped: u64,
+    /// Handshake packets a server never expects (Challenge, Denied).
+    pub unexpected: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+}
+
+/// Stateless replies waiting for `poll_transmit`; a flood beyond this is dropped.
+const MAX_REPLIES: usize = 1024;
+
+struct Slot {
+    addr: SocketAddr,
+    cookie: [u8; wire::COOKIE_LEN],
+    conn: Connection,
+}
+
+/// Many connections on one socket.
+pub struct Server {
+    cfg: TransportConfig,
+    secret: [u8; 32],
+    conns: BTreeMap<ConnId, Slot>,
+    by_addr: BTreeMap<SocketAddr, ConnId>,
+    next_id: u32,
+    replies: VecDeque<(SocketAddr, Vec<u8>)>,
+    events: VecDeque<ServerEvent>,
+    counters: ServerCounters,
+    cursor: Option<ConnId>,
+    now: Instant,
+}
+
+impl Server {
+    /// A server whose cookies are keyed by `secret` (keep it private and random).
+    #[must_use]
+    pub fn new(config: TransportConfig, secret: [u8; 32]) -> Self {
+        Self {
+            cfg: config,
+            secret,
+            conns: BTreeMap::new(),
+            by_addr: BTreeMap::new(),
+            next_id: 0,
+            replies: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: ServerCounters::default(),
+            cursor: None,
+            now: Instant::ZERO,
+        }
+    }
+
+    /// Processes one datagram from `from`.
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.now = self.now.max(now);
+        let Some(&prefix) = bytes.first() else {
+            self.counters.malformed += 1;
+            return;
+        };
+        if prefix & 0x80 == 0 {
+            let Some(&id) = self.by_addr.get(&from) else {
+                self.counters.unknown_sender += 1;
+                return;
+            };
+            if let Some(slot) = self.conns.get_mut(&id) {
+                match slot.conn.handle_datagram(now, bytes) {
+                    Ok(()) => {}
+                    Err(DropReason::Malformed) => self.counters.malformed += 1,
+                    Err(DropReason::Auth) => self.counters.auth_failed += 1,
+                    Err(DropReason::Replay) => self.counters.replayed += 1,
+                }
+            }
+            self.pump(id);
+            return;
+        }
+        match wire::decode(bytes) {
+            Err(DecodeError::Version { .. }) => self.counters.wrong_version += 1,
+            Err(_) => self.counters.malformed += 1,
+            Ok(Packet::ConnectRequest {
+                protocol_id,
+                client_salt,
+            }) => self.on_request(now, from, protocol_id, client_salt),
+            Ok(Packet::ChallengeResponse(c)) => self.on_response(now, from, c),
+            Ok(_) => self.counters.unexpected += 1,
+        }
+    }
+
+    fn reply(&mut self, to: SocketAddr, packet: &Packet<'_>) {
+        if self.replies.len() >= MAX_REPLIES {
+            self.counters.replies_dropped += 1;
+            return;
+        }
+        let mut b = Vec::new();
+        packet.encode(&mut b);
+        self.replies.push_back((to, b));
+    }
+
+    fn on_request(&mut self, now: Instant, from: SocketAddr, protocol_id: u64, client_salt: u64) {
+        if protocol_id != self.cfg.protocol_id {
+            self.counters.wrong_protocol += 1;
+            let p = Packet::Denied {
+                protocol_id,
+                client_salt,
+                reason: DenyReason::WrongProtocol,
+            };
+            self.reply(from, &p);
+            return;
+        }
+        if self.conns.len() >= self.cfg.max_connections && !self.by_addr.contains_key(&from) {
+            self.counters.denied_full += 1;
+            let p = Packet::Denied {
+                protocol_id,
+                client_salt,
+                reason: DenyReason::Full,
+            };
+            self.reply(from, &p);
+            return;
+        }
+        let timestamp = now.as_micros();
+        let mac = cookie_mac(&self.secret, from, timestamp, client_salt, protocol_id);
+        self.counters.challenges_sent += 1;
+        let c = Cookie {
+            protocol_id,
+            client_salt,
+            timestamp,
+            mac,
+        };
+        self.reply(from, &Packet::Challenge(c));
+    }
+
+    fn on_response(&mut self, now: Instant, from: SocketAddr, c: Cookie) {
+        let expect = cookie_mac(
+            &self.secret,
+            from,
+            c.timestamp,
+            c.client_salt,
+            c.protocol_id,
+        );
+        if c.protocol_id != self.cfg.protocol_id || !ct_eq(&expect, &c.mac) {
+            self.counters.bad_cookie += 1;
+            return;
+        }
+        let minted = Instant::from_micros(c.timestamp);
+        if minted > now || now.saturating_since(minted) > self.cfg.cookie_lifetime {
+            self.counters.expired_cookie += 1;
+            return;
+        }
+        if let Some(&old) = self.by_addr.get(&from) {
+            if let Some(slot) = self.conns.get_mut(&old) {
+                if slot.cookie == c.mac {
+                    // Our Accepted was lost: say it again.
+                    slot.conn.resend_accepted();
+                    return;
+                }
+            }
+            self.remove(old, DisconnectReason::Replaced);
+        }
+        if self.conns.len() >= self.cfg.max_connections {
+            self.counters.denied_full += 1;
+            let p = Packet::Denied {
+                protocol_id: c.protocol_id,
+                client_salt: c.client_salt,
+                reason: DenyReason::Full,
+            };
+            self.reply(from, &p);
+            return;
+        }
+        let id = ConnId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        let conn = Connection::new(self.cfg, Role::Server, conn_keys(&c), now);
+        self.conns.insert(
+            id,
+            Slot {
+                addr: from,
+                cookie: c.mac,
+                conn,
+            },
+        );
+        self.by_addr.insert(from, id);
+        self.counters.accepted += 1;
+        self.events.push_back(ServerEvent::Connected {
+            conn: id,
+            addr: from,
+        });
+    }
+
+    fn remove(&mut self, id: ConnId, reason: DisconnectReason) {
+        if let Some(slot) = self.conns.remove(&id) {
+            self.by_addr.remove(&slot.addr);
+            self.events
+                .push_back(ServerEvent::Disconnected { conn: id, reason });
+        }
+    }
+
+    fn pump(&mut self, id: ConnId) {
+        let Some(slot) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let mut closed = None;
+        while let Some(ev) = slot.conn.poll_event() {
+            match ev {
+                ConnEvent::Message(bytes) => {
+                    self.events
+                        .push_back(ServerEvent::Message { conn: id, bytes });
+                }
+                ConnEvent::Backpressure => {
+                    self.events
+                        .push_back(ServerEvent::Backpressure { conn: id });
+                }
+                ConnEvent::Closed(r) => closed = Some(r),
+            }
+        }
+        if let Some(reason) = closed {
+            self.remove(id, reason);
+        }
+    }
+
+    /// Advances every connection's timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            if let Some(slot) = self.conns.get_mut(&id) {
+                slot.conn.handle_timeout(now);
+            }
+            self.pump(id);
+        }
+    }
+
+    /// Fills `buf` with the next datagram to send (stateless replies first, then
+    /// connections in round-robin order) and returns its destination.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.now = self.now.max(now);
+        buf.clear();
+        if let Some((to, bytes)) = self.replies.pop_front() {
+            buf.extend_from_slice(&bytes);
+            return Some(to);
+        }
+        let start = self.cursor;
+        let order: Vec<ConnId> = match start {
+            Some(c) => self
+                .conns
+                .range(c..)
+                .skip(1)
+                .chain(self.conns.range(..=c))
+                .map(|(k, _)| *k)
+                .collect(),
+            None => self.conns.keys().copied().collect(),
+        };
+        for id in order {
+            let Some(slot) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            let addr = slot.addr;
+            let sent = slot.conn.poll_transmit(now, buf);
+            self.pump(id);
+            if sent {
+                self.cursor = Some(id);
+                return Some(addr);
+            }
+        }
+        None
+    }
+
+    /// When `handle_timeout` (or `poll_transmit`) next has work.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let conns = self
+            .conns
+            .values()
+            .filter_map(|s| s.conn.poll_timeout())
+            .min();
+        if self.replies.is_empty() {
+            conns
+        } else {
+            Some(self.now)
+        }
+    }
+
+    /// The next event, if any.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<ServerEvent> {
+        self.events.pop_front()
+    }
+
+    /// Queues a message for `conn`.
+    pub fn send(&mut self, conn: ConnId, channel: Channel, msg: &[u8]) -> Result<(), SendError> {
+        let Some(slot) = self.conns.get_mut(&conn) else {
+            return Err(SendError::UnknownConnection);
+        };
+        let r = slot.conn.send(channel, msg);
+        self.pump(conn);
+        r
+    }
+
+    /// Link measurements of `conn`.
+    #[must_use]
+    pub fn stats(&self, conn: ConnId) -> Option<LinkStats> {
+        self.conns.get(&conn).map(|s| s.conn.stats())
+    }
+
+    /// Address of `conn`.
+    #[must_use]
+    pub fn addr(&self, conn: ConnId) -> Option<SocketAddr> {
+        self.conns.get(&conn).map(|s| s.addr)
+    }
+
+    /// Open connections, in id order.
+    pub fn connections(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns.keys().copied()
+    }
+
+    /// Closes `conn` cleanly (redundant disconnect packets, then `Disconnected`).
+    pub fn disconnect(&mut self, conn: ConnId, now: Instant) {
+        self.now = self.now.max(now);
+        if let Some(slot) = self.conns.get_mut(&conn) {
+            slot.conn.close(DisconnectReason::Local);
+        }
+        self.pump(conn);
+    }
+
+    /// Drops and refusals by reason.
+    #[must_use]
+    pub fn counters(&self) -> &ServerCounters {
+        &self.counters
+    }
+}

@@ -1,0 +1,132 @@
+//! Link measurements a caller can read at any time (`LinkStats`) and the
+//! one-second sliding rate meters behind the per-second figures.
+
+use super::congestion::CongestionMode;
+use crate::time::{Duration, Instant};
+use serde::Serialize;
+
+/// A snapshot of one connection's measured link quality and traffic.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LinkStats {
+    /// Smoothed round-trip time (peer's ack hold time removed).
+    pub rtt: Duration,
+    /// Smoothed RTT mean deviation.
+    pub jitter: Duration,
+    /// Retransmission timeout: `srtt + 4 * rttvar`, clamped, at least 40 ms.
+    pub rto: Duration,
+    /// Fraction (0..1) of recent ack-eliciting packets declared lost.
+    pub loss: f64,
+    /// Bytes per second sent over the last second.
+    pub sent_bps: f64,
+    /// Bytes per second received over the last second.
+    pub recv_bps: f64,
+    /// Bytes per second acknowledged by the peer over the last second.
+    pub acked_bps: f64,
+    /// Packets per second sent over the last second.
+    pub sent_pps: f64,
+    /// Packets per second received over the last second.
+    pub recv_pps: f64,
+    /// Packets sent (total).
+    pub packets_sent: u64,
+    /// Authenticated packets received (total).
+    pub packets_received: u64,
+    /// Ack-eliciting packets declared lost and never acked later (total).
+    pub packets_lost: u64,
+    /// Packets acknowledged by the peer (total).
+    pub packets_acked: u64,
+    /// Bytes sent (total).
+    pub bytes_sent: u64,
+    /// Bytes received (total).
+    pub bytes_received: u64,
+    /// Congestion mode in force.
+    pub mode: CongestionMode,
+    /// Extra copies given to each unreliable message (redundancy sized by loss).
+    pub redundancy_copies: u8,
+    /// Reliable messages (or fragments) not yet acknowledged.
+    pub unacked: usize,
+    /// Packets dropped for a bad MAC.
+    pub dropped_auth: u64,
+    /// Packets dropped as replays or duplicates (by the replay window).
+    pub dropped_replay: u64,
+    /// Packets dropped as malformed.
+    pub dropped_malformed: u64,
+}
+
+impl Default for LinkStats {
+    fn default() -> Self {
+        Self {
+            rtt: Duration::ZERO,
+            jitter: Duration::ZERO,
+            rto: super::rtt::INITIAL_RTO,
+            loss: 0.0,
+            sent_bps: 0.0,
+            recv_bps: 0.0,
+            acked_bps: 0.0,
+            sent_pps: 0.0,
+            recv_pps: 0.0,
+            packets_sent: 0,
+            packets_received: 0,
+            packets_lost: 0,
+            packets_acked: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
+            mode: CongestionMode::Good,
+            redundancy_copies: 0,
+            unacked: 0,
+            dropped_auth: 0,
+            dropped_replay: 0,
+            dropped_malformed: 0,
+        }
+    }
+}
+
+const BUCKET_US: u64 = 100_000;
+const BUCKETS: usize = 10;
+
+/// Amount per second over the last second, in 100 ms buckets.
+#[derive(Clone, Debug, Default)]
+pub struct RateMeter {
+    buckets: [(u64, u64); BUCKETS],
+}
+
+impl RateMeter {
+    /// Adds `amount` at `now`.
+    pub fn add(&mut self, now: Instant, amount: u64) {
+        let ix = now.as_micros() / BUCKET_US;
+        let slot = &mut self.buckets[(ix % BUCKETS as u64) as usize];
+        if slot.0 != ix {
+            *slot = (ix, 0);
+        }
+        slot.1 += amount;
+    }
+
+    /// Rate per second over the second ending at `now`.
+    #[must_use]
+    pub fn per_sec(&self, now: Instant) -> f64 {
+        let ix = now.as_micros() / BUCKET_US;
+        let lo = ix.saturating_sub(BUCKETS as u64 - 1);
+        let sum: u64 = self
+            .buckets
+            .iter()
+            .filter(|(b, _)| (lo..=ix).contains(b))
+            .map(|(_, v)| v)
+            .sum();
+        sum as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_meter_slides() {
+        let mut m = RateMeter::default();
+        for i in 0..20 {
+            m.add(Instant::from_millis(i * 100), 10);
+        }
+        assert!((m.per_sec(Instant::from_millis(1900)) - 100.0).abs() < 1e-9);
+        assert!((m.per_sec(Instant::from_millis(2400)) - 50.0).abs() < 1e-9);
+        assert!(m.per_sec(Instant::from_millis(9000)).abs() < 1e-9);
+    }
+}
