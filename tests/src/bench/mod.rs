@@ -1,7 +1,13 @@
 //! The benchmark harness behind `cargo run --release -p tests --bin bench`:
 //! statistics, plots, machine stamps, and the sections of `BENCHMARKS.md`.
 
+pub mod benchpeer;
+pub mod carrier;
+pub mod framing;
 pub mod machine;
+pub mod net_bench;
+pub mod netns;
+pub mod proxy;
 pub mod replay_bench;
 pub mod sim_bench;
 pub mod stats;
