@@ -75,26 +75,29 @@ fn udp_reader<T: Copy + Send + 'static>(
 ) -> io::Result<JoinHandle<()>> {
     let socket = socket.try_clone()?;
     socket.set_read_timeout(Some(READ_POLL))?;
-    Ok(std::thread::spawn(move || {
-        let mut buf = vec![0u8; 2048];
-        while !stop.load(Ordering::Relaxed) {
-            match socket.recv_from(&mut buf) {
-                Ok((n, from)) => {
-                    if tx.send((tag, from, buf[..n].to_vec())).is_err() {
-                        return;
+    // Small stacks: the load generator runs one reader per simulated peer.
+    std::thread::Builder::new()
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let mut buf = vec![0u8; 2048];
+            while !stop.load(Ordering::Relaxed) {
+                match socket.recv_from(&mut buf) {
+                    Ok((n, from)) => {
+                        if tx.send((tag, from, buf[..n].to_vec())).is_err() {
+                            return;
+                        }
                     }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) => {}
+                    // ICMP unreachable from a peer that left: not fatal.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                    Err(_) => return,
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                // ICMP unreachable from a peer that left: not fatal.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(_) => return,
             }
-        }
-    }))
+        })
 }
 
 /// Receives whatever is ready within `wait` (at least one item, or none on timeout).

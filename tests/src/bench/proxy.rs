@@ -37,6 +37,9 @@ impl Delay {
     }
 }
 
+/// A datagram waiting for its delivery time (ties broken by arrival order).
+type Queued = (Instant, u64, Dir, Vec<u8>);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Dir {
     Up,
@@ -86,7 +89,7 @@ pub fn udp_proxy(
     let stop = Arc::clone(stop);
     threads.push(std::thread::spawn(move || {
         let mut rng = Rng::new(seed);
-        let mut heap: BinaryHeap<Reverse<(Instant, u64, Dir, Vec<u8>)>> = BinaryHeap::new();
+        let mut heap: BinaryHeap<Reverse<Queued>> = BinaryHeap::new();
         let mut peer: Option<SocketAddr> = None;
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
