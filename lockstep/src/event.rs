@@ -32,6 +32,8 @@ pub enum Event {
         last_turn: Option<Turn>,
         /// Input delay at the start, in turns.
         input_delay: u8,
+        /// Length of one turn.
+        turn_length: crate::time::Duration,
     },
     /// Simulate `turn` with these inputs now (then call `report_hash`).
     /// Yielded once per turn, in turn order, only when the relay's bundle is here.

@@ -73,6 +73,10 @@ pub struct PeerSummary {
     pub loss: f64,
     /// Message bytes per second, up plus down, over the match.
     pub bytes_per_s: f64,
+    /// Message bytes per second sent.
+    pub bytes_up_per_s: f64,
+    /// Message bytes per second received.
+    pub bytes_down_per_s: f64,
     /// Input delay at the end, in turns.
     pub input_delay: u8,
     /// Inputs of ours that arrived late.
@@ -102,7 +106,25 @@ pub struct GamePeer {
     error: Option<String>,
     /// Every event, for callers that want to log them.
     log: Vec<Event>,
+    record: Option<PeerRecording>,
 }
+
+/// This peer's own replay of the match (with keyframes).
+struct PeerRecording {
+    path: std::path::PathBuf,
+    writer: Option<replays::Writer>,
+}
+
+impl std::fmt::Debug for PeerRecording {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerRecording")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Turns between keyframes in a peer's own replay.
+pub const KEYFRAME_EVERY: u32 = 100;
 
 /// The rules fingerprint sent in the join: the reference game's rules hash
 /// for a canonical setup of this size (the real seed is only known at start).
@@ -137,7 +159,75 @@ impl GamePeer {
             completed: false,
             error: None,
             log: Vec::new(),
+            record: None,
         })
+    }
+
+    /// Records this peer's view of the match (bundles, own hashes, drops,
+    /// delay changes, a keyframe every [`KEYFRAME_EVERY`] turns) to `path`.
+    pub fn record_to(&mut self, path: std::path::PathBuf) {
+        self.record = Some(PeerRecording { path, writer: None });
+    }
+
+    /// Closes the recording: a trailer if the match completed, else the file
+    /// is left readable up to its last turn.
+    pub fn close_recording(&mut self) {
+        let Some(rec) = self.record.as_mut() else {
+            return;
+        };
+        let Some(mut w) = rec.writer.take() else {
+            return;
+        };
+        let r = match self.last {
+            Some((turn, hash)) if self.completed => w.finish(turn, hash),
+            _ => w.abandon(),
+        };
+        if let Err(e) = r {
+            self.error = Some(format!("recording: {e}"));
+        }
+    }
+
+    fn record(&mut self, f: impl FnOnce(&mut replays::Writer) -> Result<(), replays::ReplayError>) {
+        if let Some(w) = self.record.as_mut().and_then(|r| r.writer.as_mut())
+            && let Err(e) = f(w)
+        {
+            self.error = Some(format!("recording: {e}"));
+            if let Some(r) = self.record.as_mut() {
+                r.writer = None;
+            }
+        }
+    }
+
+    fn start_recording(
+        &mut self,
+        setup: &MatchSetup,
+        players: &[lockstep::proto::PlayerInfo],
+        turn_length: Duration,
+    ) {
+        let Some(rec) = self.record.as_mut() else {
+            return;
+        };
+        let Some(world) = self.world.as_ref() else {
+            return;
+        };
+        let mut header = replays::Header::for_game(world, setup);
+        header.protocol_version = u32::from(lockstep::proto::PROTOCOL_VERSION);
+        header.match_name.clone_from(&self.config.match_name);
+        header.turn_length_us = turn_length.as_micros();
+        header.players = players
+            .iter()
+            .map(|p| replays::PlayerInfo {
+                id: p.id,
+                name: p.name.clone(),
+            })
+            .collect();
+        header.start_time_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match replays::Writer::create(&rec.path, &header) {
+            Ok(w) => rec.writer = Some(w),
+            Err(e) => self.error = Some(format!("recording: {e}")),
+        }
     }
 
     /// The session, for the driver to feed and drain.
@@ -174,11 +264,16 @@ impl GamePeer {
     fn on_event(&mut self, now: Instant, ev: &Event) {
         match ev {
             Event::Started {
-                your_player, setup, ..
+                your_player,
+                setup,
+                players,
+                turn_length,
+                ..
             } => {
                 self.world = Some(World::new(setup));
                 self.bot = Some(Bot::new(*your_player, self.config.seed, self.config.apm));
                 self.started_at = Some(now);
+                self.start_recording(setup, players, *turn_length);
             }
             Event::TurnReady { turn, inputs } => {
                 let (Some(world), Some(bot)) = (self.world.as_mut(), self.bot.as_mut()) else {
@@ -191,6 +286,8 @@ impl GamePeer {
                 }
                 let hash = world.state_hash();
                 self.last = Some((*turn, hash));
+                let keyframe =
+                    (turn.0 % KEYFRAME_EVERY == KEYFRAME_EVERY - 1).then(|| world.snapshot());
                 // Not reachable for a yielded turn; counted rather than fatal.
                 if self
                     .session
@@ -204,6 +301,15 @@ impl GamePeer {
                     // A full queue only delays the bot; nothing to do about it here.
                     let _ = self.session.submit_commands(now, &orders);
                 }
+                let turn = *turn;
+                self.record(|w| {
+                    w.record_turn(turn, inputs)?;
+                    w.record_hash(turn, hash)?;
+                    match &keyframe {
+                        Some(snap) => w.record_keyframe(turn, snap, hash),
+                        None => Ok(()),
+                    }
+                });
             }
             Event::Desync {
                 turn, odd_players, ..
@@ -217,9 +323,18 @@ impl GamePeer {
                     d.sections.clone_from(sections);
                 }
             }
-            Event::PlayerDropped { player, turn } => self.dropped.push((player.0, turn.0)),
+            Event::PlayerDropped { player, turn } => {
+                self.dropped.push((player.0, turn.0));
+                let (player, turn) = (*player, *turn);
+                self.record(|w| w.record_drop(player, turn));
+            }
+            Event::InputDelayChanged { delay, from_turn } => {
+                let (delay, from_turn) = (u32::from(*delay), *from_turn);
+                self.record(|w| w.record_delay_change(delay, from_turn));
+            }
             Event::MatchEnded { reason, .. } => {
                 self.completed = *reason == EndReason::Completed;
+                self.close_recording();
             }
             Event::Rejected { reason } => self.error = Some(format!("rejected: {reason}")),
             _ => {}
@@ -245,7 +360,8 @@ impl GamePeer {
         let elapsed = self
             .started_at
             .map_or(Duration::ZERO, |t| now.saturating_since(t));
-        let bytes = (s.bytes_sent + s.bytes_received) as f64;
+        let secs = elapsed.as_secs_f64();
+        let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         PeerSummary {
             player: self.player().map(|p| p.0),
             final_turn: self.last.map(|(t, _)| t.0),
@@ -258,11 +374,9 @@ impl GamePeer {
             },
             rtt_ms: s.link.rtt.as_millis_f64(),
             loss: s.link.loss,
-            bytes_per_s: if elapsed > Duration::ZERO {
-                bytes / elapsed.as_secs_f64()
-            } else {
-                0.0
-            },
+            bytes_per_s: rate(s.bytes_sent + s.bytes_received),
+            bytes_up_per_s: rate(s.bytes_sent),
+            bytes_down_per_s: rate(s.bytes_received),
             input_delay: s.input_delay,
             late_inputs: s.late_inputs,
             desyncs: self.desyncs.clone(),

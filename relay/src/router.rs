@@ -313,3 +313,108 @@ impl Router {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep::proto::{Join, ToPeer};
+    use sim::{StateHash, Turn};
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    fn join(name: &str) -> Vec<u8> {
+        ToRelay::Join(Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: name.into(),
+            turns: 0,
+        })
+        .to_bytes()
+    }
+
+    fn started_router() -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {
+        let mut r = Router::new(RelayConfig::default());
+        let now = Instant::from_millis(10);
+        for c in 0..2 {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
+            assert!(r.handle_connected(now, ConnId(c), addr));
+            r.handle_message(now, ConnId(c), &join(&format!("p{c}")));
+        }
+        let mut players = BTreeMap::new();
+        while let Some((conn, _, bytes)) = r.poll_outgoing() {
+            if let Ok(ToPeer::Start(s)) = ToPeer::decode(&bytes) {
+                players.insert(conn, s.your_player);
+            }
+        }
+        assert_eq!(players.len(), 2);
+        (r, now, players)
+    }
+
+    #[test]
+    fn commands_are_stamped_with_the_connections_slot() {
+        let (mut r, now, players) = started_router();
+        for c in 0..2u32 {
+            let input = ToRelay::Input {
+                turn: Turn(0),
+                commands: vec![vec![c as u8 + 10]],
+            };
+            r.handle_message(now, ConnId(c), &input.to_bytes());
+        }
+        let closed = std::iter::from_fn(|| r.poll_event())
+            .find_map(|e| match e {
+                RouterEvent::TurnClosed { turn, inputs, .. } => Some((turn, inputs)),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(closed.0, Turn(0));
+        let mut want: Vec<(PlayerId, Vec<u8>)> = (0..2u32)
+            .map(|c| (players[&ConnId(c)], vec![c as u8 + 10]))
+            .collect();
+        want.sort();
+        assert_eq!(closed.1, want);
+    }
+
+    #[test]
+    fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
+        let (mut r, now, _) = started_router();
+        let mut x = 12345u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 64) as usize;
+            let bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 8)) as u8).collect();
+            r.handle_message(now, ConnId((x % 3) as u32), &bytes);
+        }
+        // A second join on a playing connection, and input far in the future.
+        r.handle_message(now, ConnId(0), &join("again"));
+        r.handle_message(
+            now,
+            ConnId(1),
+            &ToRelay::Input {
+                turn: Turn(100_000),
+                commands: vec![],
+            }
+            .to_bytes(),
+        );
+        let c = r.counters();
+        assert!(c.decode_errors > 1000, "{c:?}");
+        assert!(c.bad_state >= 1 && c.inputs_refused >= 1, "{c:?}");
+        assert_eq!(r.match_count(), 1);
+    }
+
+    #[test]
+    fn a_mismatched_join_is_rejected() {
+        let (mut r, now, _) = started_router();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000));
+        r.handle_connected(now, ConnId(9), addr);
+        r.handle_message(now, ConnId(9), &join("late"));
+        let rejected = std::iter::from_fn(|| r.poll_outgoing()).any(|(c, _, b)| {
+            c == ConnId(9) && matches!(ToPeer::decode(&b), Ok(ToPeer::Rejected { .. }))
+        });
+        assert!(rejected);
+        assert_eq!(r.counters().joins_refused, 1);
+    }
+}

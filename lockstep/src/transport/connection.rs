@@ -36,7 +36,8 @@ pub struct TransportConfig {
     pub max_unacked: usize,
     /// Largest reliable message after reassembly (64 KiB, at most 255 KiB).
     pub max_message: usize,
-    /// Give unreliable messages extra copies sized from measured loss.
+    /// Redundancy sized from measured loss: unreliable messages get extra copies in
+    /// later packets, new reliable messages extra early repeats within one interval.
     pub redundancy: bool,
     /// Good/bad mode rates and thresholds.
     pub congestion: CongestionConfig,
@@ -227,7 +228,8 @@ impl Connection {
     }
 
     fn capacity(&self) -> u64 {
-        self.congestion.interval().as_micros() * u64::from(self.cfg.burst.max(2))
+        let tokens = u64::from(self.cfg.burst.max(2)) + u64::from(self.out.copies);
+        self.congestion.interval().as_micros() * tokens
     }
 
     /// Moves the clock forward and refills send tokens.
@@ -354,6 +356,15 @@ impl Connection {
         if !self.out.is_full() {
             self.full_since = None;
         }
+        self.refresh_copies();
+    }
+
+    fn refresh_copies(&mut self) {
+        self.out.copies = if self.cfg.redundancy {
+            copies_for_loss(self.sent.loss())
+        } else {
+            0
+        };
     }
 
     /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
@@ -379,6 +390,7 @@ impl Connection {
         let bound = self.loss_bound();
         self.sent.detect_lost(now, bound, &mut self.ack_events);
         self.ack_events.clear();
+        self.refresh_copies();
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
         }
@@ -449,6 +461,11 @@ impl Connection {
         let mut consider = |t: Instant| best = Some(best.map_or(t, |b: Instant| b.min(t)));
         if self.out.has_fresh() {
             consider(self.tokens_at(1));
+        }
+        // Early redundant copies are the opted-in bandwidth-for-latency trade:
+        // they do not wait for tokens (at most `copies` per new message).
+        if let Some(copy) = self.out.next_copy(interval) {
+            consider(copy);
         }
         if let Some(due) = self.out.next_due(interval) {
             consider(due.max(reserve));
@@ -560,15 +577,18 @@ impl Connection {
                     Some(t) if t <= now => {}
                     _ => return false,
                 }
+                let interval = self.congestion.interval();
+                let token = self.congestion.interval().as_micros();
+                let credit_before = self.credit;
+                let tokened = (self.out.has_fresh() && self.credit >= token)
+                    || (self.credit >= 2 * token
+                        && (self.ack_owed
+                            || self.out.next_due(interval).is_some_and(|t| t <= now)
+                            || now >= self.last_send + self.cfg.keepalive));
+                let free = !tokened;
                 let h = self.header(AuthKind::Data, now);
                 wire::encode_header(&h, buf);
                 let header_len = buf.len();
-                self.out.copies = if self.cfg.redundancy {
-                    copies_for_loss(self.sent.loss())
-                } else {
-                    0
-                };
-                let interval = self.congestion.interval();
                 let budget = MAX_PACKET - header_len - TAG_LEN;
                 self.out.fill(now, interval, budget, buf, &mut self.ids);
                 let mut eliciting = buf.len() > header_len;
@@ -578,6 +598,9 @@ impl Connection {
                 }
                 self.ack_owed = false;
                 self.seal(now, buf, eliciting);
+                if free {
+                    self.credit = credit_before;
+                }
                 true
             }
         }

@@ -55,6 +55,7 @@ struct OutMsg {
     fragment: Option<Fragment>,
     data: Vec<u8>,
     last_sent: Option<Instant>,
+    sends: u8,
     acked: bool,
 }
 
@@ -75,7 +76,8 @@ pub struct Outgoing {
     next_unreliable_id: u16,
     max_unacked: usize,
     max_message: usize,
-    /// Extra copies of each unreliable message (0 = send once).
+    /// Redundancy sized from loss: extra copies of each unreliable message, and
+    /// extra early repeats of each new reliable message (0 = off).
     pub copies: u8,
     /// Unreliable messages dropped because the queue overflowed.
     pub unreliable_dropped: u64,
@@ -155,6 +157,7 @@ impl Outgoing {
             fragment,
             data,
             last_sent: None,
+            sends: 0,
             acked: false,
         });
         self.next_id = self.next_id.wrapping_add(1);
@@ -182,22 +185,49 @@ impl Outgoing {
         Ok(())
     }
 
-    /// Whether something never sent is waiting (it may use the reserved send token).
+    /// Gap before `m` is repeated: with redundancy its first `copies` repeats come
+    /// `1 + copies` times faster, spreading extra copies over the next packet interval.
+    fn gap(&self, m: &OutMsg, resend: Duration) -> Duration {
+        if self.copies > 0 && m.sends <= self.copies {
+            Duration::from_micros(resend.as_micros() / (u64::from(self.copies) + 1))
+        } else {
+            resend
+        }
+    }
+
+    fn is_early(&self, m: &OutMsg) -> bool {
+        m.last_sent.is_none() || (self.copies > 0 && m.sends <= self.copies)
+    }
+
+    /// Earliest time an early redundant copy of a new reliable message is due.
+    #[must_use]
+    pub fn next_copy(&self, resend: Duration) -> Option<Instant> {
+        if self.copies == 0 {
+            return None;
+        }
+        self.unacked
+            .iter()
+            .filter(|m| !m.acked && m.sends > 0 && m.sends <= self.copies)
+            .filter_map(|m| m.last_sent.map(|t| t + self.gap(m, resend)))
+            .min()
+    }
+
+    /// Whether something never sent is waiting.
     #[must_use]
     pub fn has_fresh(&self) -> bool {
         self.unreliable.iter().any(|u| !u.sent_once)
             || self.unacked.iter().any(|m| m.last_sent.is_none())
     }
 
-    /// Earliest time something (fresh, a resend, or a redundant copy) wants a packet.
+    /// Earliest time a repeat (or a queued redundant unreliable copy) wants a packet.
     #[must_use]
     pub fn next_due(&self, resend: Duration) -> Option<Instant> {
         let unrel = (!self.unreliable.is_empty()).then_some(Instant::ZERO);
         let rel = self
             .unacked
             .iter()
-            .filter(|m| !m.acked)
-            .map(|m| m.last_sent.map_or(Instant::ZERO, |t| t + resend))
+            .filter(|m| !m.acked && !self.is_early(m))
+            .filter_map(|m| m.last_sent.map(|t| t + resend))
             .min();
         match (unrel, rel) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -220,13 +250,26 @@ impl Outgoing {
         // messages oldest first. When everything fits (the lockstep case) this is
         // simply "every un-acked message in every packet"; when it does not, the
         // repeats cannot starve new data (a large fragmented message still moves).
-        for pass in 0..2 {
+        let copies = self.copies;
+        // Pass 0: never sent. Pass 1: due repeats, oldest first. Pass 2: every other
+        // un-acked message, so each packet carries all un-acked data that fits (the
+        // GGPO way) while repeats that are due cannot be starved by it, and new data
+        // cannot be starved by repeats when a large message exceeds the budget.
+        for pass in 0..3 {
             for m in self.unacked.iter_mut() {
-                let due = match m.last_sent {
-                    None => pass == 0,
-                    Some(t) => pass == 1 && t + resend <= now,
+                let early = copies > 0 && m.sends <= copies;
+                let gap = if early {
+                    Duration::from_micros(resend.as_micros() / (u64::from(copies) + 1))
+                } else {
+                    resend
                 };
-                if m.acked || !due {
+                let wanted = match (pass, m.last_sent) {
+                    (0, None) => true,
+                    (1, Some(t)) => t + gap <= now,
+                    (2, Some(t)) => t + gap > now && t < now,
+                    _ => false,
+                };
+                if m.acked || !wanted {
                     continue;
                 }
                 let f = Frame::Reliable {
@@ -240,6 +283,10 @@ impl Outgoing {
                 }
                 encode_frame(&f, out);
                 left -= len;
+                // A ride-along copy does not count as one of the early redundant copies.
+                if pass < 2 {
+                    m.sends = m.sends.saturating_add(1);
+                }
                 m.last_sent = Some(now);
                 ids.push(m.id);
             }
@@ -557,6 +604,36 @@ mod tests {
         // Far outside the window: ignored.
         inc.on_reliable(5 + RECV_WINDOW as u16, None, b"far", &mut out);
         assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn redundancy_repeats_new_reliable_messages_early() {
+        let mut o = Outgoing::new(8, 1 << 16);
+        o.copies = 2;
+        o.send_reliable(b"turn").unwrap();
+        assert!(o.has_fresh());
+        let mut times = Vec::new();
+        let mut now = T0;
+        // Send a packet whenever the sender asks for one.
+        while now < T0 + Duration::from_millis(100) {
+            let fresh = o.has_fresh().then_some(T0);
+            let want = [fresh, o.next_copy(GAP), o.next_due(GAP)]
+                .into_iter()
+                .flatten()
+                .min();
+            if want.is_some_and(|t| t <= now) {
+                let (mut buf, mut ids) = (Vec::new(), Vec::new());
+                o.fill(now, GAP, 1000, &mut buf, &mut ids);
+                assert_eq!(ids, vec![0]);
+                times.push(now.as_micros() / 1000);
+            }
+            now += Duration::from_millis(1);
+        }
+        // Two early copies 11 ms apart, then one repeat per 33 ms interval.
+        assert_eq!(times, vec![0, 11, 22, 55, 88]);
+        o.copies = 0;
+        assert_eq!(o.next_copy(GAP), None);
+        assert_eq!(o.next_due(GAP), Some(Instant::from_millis(121)));
     }
 
     #[test]

@@ -115,6 +115,8 @@ struct Running {
     /// When turn `first_turn` is due.
     epoch: Instant,
     next_exec: Turn,
+    /// The last turn whose TurnReady the game has polled.
+    consumed: Option<Turn>,
     buffer: TurnBuffer,
     /// When each buffered bundle arrived (stall time ends there, not when the driver polls).
     arrived: BTreeMap<Turn, Instant>,
@@ -377,13 +379,23 @@ impl Session {
     /// The next message to send to the relay.
     #[must_use]
     pub fn poll_outgoing(&mut self) -> Option<(Delivery, Vec<u8>)> {
+        // The input for `c + d` leaves once the game has taken turn `c`'s
+        // TurnReady (and had its chance to submit in response).
+        if let Phase::Running(r) = &self.phase {
+            let now = r.now;
+            self.pump_inputs(now);
+        }
         self.outgoing.pop_front()
     }
 
     /// The next event for the game loop.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let ev = self.events.pop_front();
+        if let (Some(Event::TurnReady { turn, .. }), Phase::Running(r)) = (&ev, &mut self.phase) {
+            r.consumed = Some(*turn);
+        }
+        ev
     }
 
     /// Figures so far; `now` accounts an ongoing stall.
@@ -431,6 +443,7 @@ impl Session {
             first_turn: start.first_turn,
             last_turn: start.last_turn,
             input_delay: start.input_delay,
+            turn_length,
         });
         self.stats.input_delay = start.input_delay;
         self.phase = Phase::Running(Box::new(Running {
@@ -442,6 +455,7 @@ impl Session {
             now,
             epoch,
             next_exec: start.first_turn,
+            consumed: None,
             buffer: TurnBuffer::default(),
             arrived: BTreeMap::new(),
             delay: DelaySchedule::new(start.first_turn, start.input_delay),
@@ -538,11 +552,16 @@ impl Session {
         };
         // Local turn c: the turn the clock is in, counted so that the start
         // is turn `first - d0`; the input for turn T goes out d turns before
-        // T is due. A peer that has not simulated up to c uses its next turn.
+        // T is due. It never passes the last turn the game has taken: the
+        // game's response to TurnReady(c) goes into turn c + d, and a stalled
+        // peer stops issuing inputs for ever-further turns.
         let d0 = i64::from(r.delay.delay_at(r.first_turn));
         let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
         let clock = i64::from(r.first_turn.0) + ticks - d0;
-        let local = clock.min(i64::from(r.next_exec.0));
+        let consumed = r
+            .consumed
+            .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
+        let local = clock.min(consumed);
         let d = i64::from(
             r.delay
                 .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
@@ -669,132 +688,4 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)] // tests may unwrap
-mod tests {
-    use super::*;
-    use crate::builder::SessionBuilder;
-    use crate::proto::PlayerInfo;
-    use sim::MatchSetup;
-
-    fn started(now: Instant) -> Session {
-        let mut s = SessionBuilder::new().with_match("m", 2).build(now).unwrap();
-        let (_, join) = s.poll_outgoing().unwrap();
-        assert!(matches!(ToRelay::decode(&join), Ok(ToRelay::Join(_))));
-        let start = ToPeer::Start(Start {
-            your_player: PlayerId(1),
-            setup: MatchSetup {
-                seed: 1,
-                players: 2,
-                ticks_per_turn: 4,
-            },
-            turn_length_us: 100_000,
-            players: (0..2)
-                .map(|i| PlayerInfo {
-                    id: PlayerId(i),
-                    name: format!("p{i}"),
-                })
-                .collect(),
-            input_delay: 2,
-            first_turn: Turn(0),
-            last_turn: Some(Turn(3)),
-        });
-        s.handle_message(now, &start.to_bytes());
-        s
-    }
-
-    fn bundle(turn: u32) -> Vec<u8> {
-        ToPeer::Bundle(Bundle {
-            turn: Turn(turn),
-            inputs: vec![(PlayerId(0), vec![turn as u8])],
-            notices: Vec::new(),
-        })
-        .to_bytes()
-    }
-
-    fn drain(s: &mut Session) -> (Vec<ToRelay>, Vec<Event>) {
-        let mut out = Vec::new();
-        while let Some((_, b)) = s.poll_outgoing() {
-            out.push(ToRelay::decode(&b).unwrap());
-        }
-        let mut ev = Vec::new();
-        while let Some(e) = s.poll_event() {
-            ev.push(e);
-        }
-        (out, ev)
-    }
-
-    #[test]
-    fn yields_each_turn_once_in_order_when_due_and_complete() {
-        let t0 = Instant::from_millis(1000);
-        let mut s = started(t0);
-        let (out, ev) = drain(&mut s);
-        assert!(matches!(ev[..], [Event::Started { .. }]));
-        // The input for turn 0 goes out at the start (turn 0 is due 2 turns later).
-        assert_eq!(
-            out,
-            vec![ToRelay::Input {
-                turn: Turn(0),
-                commands: vec![]
-            }]
-        );
-        // Out of order and duplicated bundles, before anything is due.
-        for t in [2, 1, 1, 0, 2] {
-            s.handle_message(t0, &bundle(t));
-        }
-        assert_eq!(s.stats(t0).duplicate_bundles, 2);
-        let (_, ev) = drain(&mut s);
-        assert!(ev.is_empty(), "nothing is due yet: {ev:?}");
-        let t = s.poll_timeout().unwrap();
-        assert_eq!(t, t0 + Duration::from_millis(100));
-        s.handle_timeout(t0 + Duration::from_millis(200));
-        s.submit(t0 + Duration::from_millis(200), vec![9]).unwrap();
-        let (out, ev) = drain(&mut s);
-        assert!(matches!(ev[..], [Event::TurnReady { turn: Turn(0), .. }]));
-        // Inputs for turns 1 and 2 went out; the command waits for turn 3.
-        assert_eq!(out.len(), 2);
-        // Late by 150 ms: turns 1 and 2 come out together, 3 is missing.
-        s.handle_timeout(t0 + Duration::from_millis(450));
-        let (out, ev) = drain(&mut s);
-        let turns: Vec<u32> = ev
-            .iter()
-            .filter_map(|e| match e {
-                Event::TurnReady { turn, .. } => Some(turn.0),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(turns, vec![1, 2]);
-        assert!(out.contains(&ToRelay::Input {
-            turn: Turn(3),
-            commands: vec![vec![9]]
-        }));
-        assert_eq!(
-            s.stats(t0 + Duration::from_millis(450)).stall,
-            Duration::ZERO
-        );
-        // Turn 3 was due at +500 ms; a stall is counted and reported.
-        s.handle_timeout(t0 + Duration::from_millis(600));
-        let (_, ev) = drain(&mut s);
-        assert!(matches!(ev[..], [Event::Stalled { turn: Turn(3), .. }]));
-        s.handle_message(t0 + Duration::from_millis(650), &bundle(3));
-        s.handle_message(
-            t0 + Duration::from_millis(650),
-            &ToPeer::MatchEnd {
-                turn: Turn(3),
-                reason: crate::proto::EndReason::Completed,
-            }
-            .to_bytes(),
-        );
-        let (_, ev) = drain(&mut s);
-        assert!(matches!(
-            ev[..],
-            [
-                Event::TurnReady { turn: Turn(3), .. },
-                Event::MatchEnded { turn: Turn(3), .. }
-            ]
-        ));
-        let st = s.stats(t0 + Duration::from_millis(650));
-        assert_eq!(st.stall, Duration::from_millis(150));
-        assert_eq!(st.turns_executed, 4);
-        assert!(s.is_ended());
-    }
-}
+mod tests;

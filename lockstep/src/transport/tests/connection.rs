@@ -1,0 +1,272 @@
+//! Handshake, authentication, robustness, timeouts, disconnects and back-pressure.
+
+use super::*;
+
+#[test]
+fn handshake_never_amplifies_and_allocates_only_after_a_valid_cookie() {
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let mut h = Harness::new(2, link, TransportConfig::default(), 17);
+    h.connect();
+    // Every server datagram to a not-yet-connected client is no larger than
+    // what the client had sent before it.
+    let first_client_packet = h
+        .sizes
+        .iter()
+        .find(|(f, _, _)| *f == client_addr(0))
+        .unwrap()
+        .2;
+    assert_eq!(first_client_packet, wire::CONNECT_REQUEST_LEN);
+    for &(from, _, len) in &h.sizes {
+        if from == addr(SERVER) {
+            assert!(len <= wire::CONNECT_REQUEST_LEN);
+        }
+    }
+    // Spoofed requests: a challenge each, no state.
+    let mut server = Server::new(TransportConfig::default(), [1; 32]);
+    let mut req = Vec::new();
+    wire::Packet::ConnectRequest {
+        protocol_id: TransportConfig::default().protocol_id,
+        client_salt: 5,
+    }
+    .encode(&mut req);
+    let mut buf = Vec::new();
+    for i in 0..100 {
+        let from = addr(&format!("10.9.{}.{}:1", i / 250, i % 250));
+        server.handle_datagram(Instant::ZERO, from, &req);
+        assert_eq!(server.poll_transmit(Instant::ZERO, &mut buf), Some(from));
+        assert!(buf.len() < req.len());
+    }
+    assert_eq!(server.connections().count(), 0);
+    assert_eq!(server.counters().challenges_sent, 100);
+    // A forged cookie, a cookie for another address, and an expired one.
+    let wire::Packet::Challenge(cookie) = wire::decode(&buf).unwrap() else {
+        panic!("challenge expected")
+    };
+    let owner = addr("10.9.0.99:1");
+    let mut forged = cookie;
+    forged.mac[0] ^= 1;
+    let mut resp = Vec::new();
+    wire::Packet::ChallengeResponse(forged).encode(&mut resp);
+    server.handle_datagram(Instant::ZERO, owner, &resp);
+    resp.clear();
+    wire::Packet::ChallengeResponse(cookie).encode(&mut resp);
+    server.handle_datagram(Instant::ZERO, addr("10.9.0.98:1"), &resp);
+    assert_eq!(server.counters().bad_cookie, 2);
+    server.handle_datagram(Instant::from_millis(11_000), owner, &resp);
+    assert_eq!(server.counters().expired_cookie, 1);
+    assert_eq!(server.connections().count(), 0);
+    server.handle_datagram(Instant::from_millis(100), owner, &resp);
+    assert_eq!(server.connections().count(), 1);
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Connected { .. })
+    ));
+    // Accepted is smaller than the response that earned it.
+    assert_eq!(
+        server.poll_transmit(Instant::from_millis(100), &mut buf),
+        Some(owner)
+    );
+    assert!(buf.len() <= resp.len());
+}
+
+#[test]
+fn wrong_protocol_and_full_server_are_denied() {
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let cfg = TransportConfig {
+        max_connections: 1,
+        ..TransportConfig::default()
+    };
+    let mut h = Harness::new(2, link, cfg, 18);
+    h.clients[1] = Client::new(
+        Instant::ZERO,
+        addr(SERVER),
+        TransportConfig {
+            protocol_id: 99,
+            ..cfg
+        },
+        3,
+    );
+    h.run_until(Instant::from_millis(2000), |_| {});
+    assert!(h.clients[0].is_connected());
+    assert_eq!(
+        h.seen.client[1],
+        vec![ClientEvent::Disconnected(DisconnectReason::Denied(
+            wire::DenyReason::WrongProtocol
+        ))]
+    );
+    h.clients.push(Client::new(h.now, addr(SERVER), cfg, 4));
+    h.seen.client.push(Vec::new());
+    let t = h.now + Duration::from_secs(2);
+    h.run_until(t, |_| {});
+    assert_eq!(
+        h.seen.client[2],
+        vec![ClientEvent::Disconnected(DisconnectReason::Denied(
+            wire::DenyReason::Full
+        ))]
+    );
+}
+
+#[test]
+fn tampered_and_replayed_packets_are_dropped_and_counted() {
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 19);
+    h.connect();
+    let conn = h.conn_of(0);
+    h.clients[0].send(Channel::Reliable, b"once").unwrap();
+    let mut buf = Vec::new();
+    let to = h.clients[0].poll_transmit(h.now, &mut buf).unwrap();
+    let now = h.now;
+    let mut bad = buf.clone();
+    let last = bad.len() - 20;
+    bad[last] ^= 0x40;
+    h.server.handle_datagram(now, client_addr(0), &bad);
+    assert_eq!(h.server.counters().auth_failed, 1);
+    h.server.handle_datagram(now, client_addr(0), &buf);
+    h.server.handle_datagram(now, client_addr(0), &buf);
+    assert_eq!(h.server.counters().replayed, 1);
+    // From another address, the same bytes are refused too.
+    h.server.handle_datagram(now, addr("10.0.9.9:1"), &buf);
+    assert_eq!(h.server.counters().unknown_sender, 1);
+    assert_eq!(to, addr(SERVER));
+    h.collect();
+    assert_eq!(h.server_messages(conn), vec![b"once".to_vec()]);
+}
+
+#[test]
+fn silence_times_out_and_clean_disconnect_reaches_the_peer() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        loss: 0.2,
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(2, link, TransportConfig::default(), 20);
+    h.connect();
+    let c1 = h.conn_of(1);
+    h.clients[1].disconnect(h.now);
+    let t = h.now + Duration::from_secs(1);
+    h.run_until(t, |_| {});
+    assert!(h.seen.server.contains(&ServerEvent::Disconnected {
+        conn: c1,
+        reason: DisconnectReason::Remote
+    }));
+    assert!(h.seen.client[1].contains(&ClientEvent::Disconnected(DisconnectReason::Local)));
+    // Now the server goes silent for client 0.
+    let start = h.now;
+    let t = h.now + Duration::from_secs(7);
+    h.run_until(t, |h| {
+        let cut = LinkConfig { loss: 1.0, ..link };
+        h.net.set_link(addr(SERVER), client_addr(0), cut);
+    });
+    assert!(h.seen.client[0].contains(&ClientEvent::Disconnected(DisconnectReason::Timeout)));
+    assert!(!h.clients[0].is_connected());
+    assert!(h.now >= start + Duration::from_secs(5));
+}
+
+#[test]
+fn full_window_raises_backpressure_then_disconnects() {
+    let link = LinkConfig::with_latency(Duration::from_millis(20));
+    let cfg = TransportConfig {
+        max_unacked: 16,
+        backpressure_timeout: Duration::from_secs(1),
+        ..TransportConfig::default()
+    };
+    let mut h = Harness::new(1, link, cfg, 21);
+    h.connect();
+    // Acks stop coming back (the server's packets are lost), the client keeps producing.
+    let mut refused = 0;
+    let end = h.now + Duration::from_secs(3);
+    h.run_until(end, |h| {
+        let cut = LinkConfig { loss: 1.0, ..link };
+        h.net.set_link(addr(SERVER), client_addr(0), cut);
+        if h.clients[0].is_connected() {
+            match h.clients[0].send(Channel::Reliable, b"more") {
+                Ok(()) => {}
+                Err(SendError::WindowFull { unacked, max }) => {
+                    assert_eq!((unacked, max), (16, 16));
+                    refused += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    assert!(refused > 0);
+    let ev = &h.seen.client[0];
+    let bp = ev
+        .iter()
+        .position(|e| *e == ClientEvent::Backpressure)
+        .unwrap();
+    let dc = ev
+        .iter()
+        .position(|e| *e == ClientEvent::Disconnected(DisconnectReason::Backpressure))
+        .unwrap();
+    assert!(bp < dc);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| **e == ClientEvent::Backpressure)
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn endpoints_survive_mutated_and_random_datagrams() {
+    use crate::rng::Rng;
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 25);
+    h.connect();
+    // Capture real traffic in both directions.
+    let mut captured: Vec<Vec<u8>> = Vec::new();
+    let mut buf = Vec::new();
+    for k in 0..20u32 {
+        h.clients[0]
+            .send(Channel::Reliable, &numbered(b'm', k, 40))
+            .unwrap();
+        let t = h.now + Duration::from_millis(40);
+        h.run_until(t, |_| {});
+        if let Some(to) = h.clients[0].poll_transmit(h.now, &mut buf) {
+            captured.push(buf.clone());
+            h.net.send(h.now, client_addr(0), to, &buf);
+        }
+    }
+    let mut req = Vec::new();
+    wire::Packet::ConnectRequest {
+        protocol_id: TransportConfig::default().protocol_id,
+        client_salt: 1,
+    }
+    .encode(&mut req);
+    captured.push(req);
+    let mut rng = Rng::new(99);
+    let now = h.now;
+    for i in 0..20_000 {
+        let mut b = captured[rng.below(captured.len() as u64) as usize].clone();
+        match i % 4 {
+            0 => {
+                let at = rng.below(b.len() as u64) as usize;
+                b[at] ^= 1 << rng.below(8);
+            }
+            1 => b.truncate(rng.below(b.len() as u64 + 1) as usize),
+            2 => {
+                let len = rng.below(1300) as usize;
+                b = vec![0; len];
+                rng.fill(&mut b);
+            }
+            _ => b.push(rng.below(256) as u8),
+        }
+        h.server.handle_datagram(now, client_addr(0), &b);
+        h.clients[0].handle_datagram(now, addr(SERVER), &b);
+    }
+    let c = h.server.counters().clone();
+    assert!(c.malformed + c.auth_failed + c.replayed > 10_000, "{c:?}");
+    assert_eq!(h.server.connections().count(), 1);
+    // The genuine connection still works.
+    h.collect();
+    h.seen.server.clear();
+    h.clients[0].send(Channel::Reliable, b"still here").unwrap();
+    let t = h.now + Duration::from_secs(1);
+    h.run_until(t, |_| {});
+    assert!(
+        h.server_messages(h.conn_of_any())
+            .contains(&b"still here".to_vec())
+    );
+    assert!(h.clients[0].is_connected());
+}
