@@ -346,6 +346,14 @@ pub fn measure(quick: bool) -> Capacity {
         let verdict = holds(&step, base);
         cap.steps.push(step.clone());
         match verdict {
+            Ok(()) if step.loadgen_cpu >= CPU_SATURATED => {
+                cap.held = Some(step);
+                cap.stopped = format!(
+                    "stopped at {m} matches: the load generator saturated its core, so the relay's \
+                     own limit is higher than this"
+                );
+                break;
+            }
             Ok(()) => cap.held = Some(step),
             Err(why) => {
                 cap.stopped = format!("stopped at {m} matches: {why}");
