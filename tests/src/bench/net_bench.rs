@@ -226,7 +226,17 @@ pub fn internal_main(args: &[String]) -> ExitCode {
         eprintln!("usage: --internal-net-run <udp|tcp> <turns> <seed> <proxy_loss> <fixed 0|1>");
         return ExitCode::from(2);
     };
-    match run_scenario(&s) {
+    let before = read_snmp();
+    let result = run_scenario(&s);
+    let after = read_snmp();
+    let tcp = match (before, after) {
+        (Some(b), Some(a)) => Some(TcpSegments {
+            out: a.out.saturating_sub(b.out),
+            retrans: a.retrans.saturating_sub(b.retrans),
+        }),
+        _ => None,
+    };
+    match result.map(|peers| RunOutput { peers, tcp }) {
         Ok(figures) => match serde_json::to_string(&figures) {
             Ok(json) => {
                 println!("{json}");
@@ -244,6 +254,49 @@ pub fn internal_main(args: &[String]) -> ExitCode {
     }
 }
 
+/// TCP segment counters of a namespace (`/proc/net/snmp`), over one run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TcpSegments {
+    /// Segments sent (every hop, both directions).
+    pub out: u64,
+    /// Segments retransmitted.
+    pub retrans: u64,
+}
+
+/// What a child run prints.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunOutput {
+    /// Each peer's figures.
+    pub peers: Vec<PeerFigures>,
+    /// The namespace's TCP counters over the run (only TCP runs use TCP there).
+    pub tcp: Option<TcpSegments>,
+}
+
+/// IPv4 + UDP header bytes per datagram.
+pub const UDP_IP_HEADER: f64 = 28.0;
+/// IPv4 + TCP header bytes per segment with Linux's default timestamp option.
+pub const TCP_IP_HEADER: f64 = 52.0;
+
+/// Reads one counter from the text of `/proc/net/snmp` (a header line of
+/// names followed by a line of values, both starting with `group:`).
+#[must_use]
+pub fn snmp_counter(text: &str, group: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let i = names.split_whitespace().position(|n| n == name)?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
+fn read_snmp() -> Option<TcpSegments> {
+    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    Some(TcpSegments {
+        out: snmp_counter(&text, "Tcp", "OutSegs")?,
+        retrans: snmp_counter(&text, "Tcp", "RetransSegs")?,
+    })
+}
+
 /// One run's figures for one carrier at one loss rate, pooled over its peers.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunFigures {
@@ -253,6 +306,11 @@ pub struct RunFigures {
     pub stall_per_min_ms: f64,
     /// Mean over peers of carrier bytes per second (up + down).
     pub bytes_per_s: f64,
+    /// Mean over peers of bytes per second with IP headers (TCP: from the
+    /// namespace's segment count, one hop of two; `NaN` when unknown).
+    pub wire_bytes_per_s: f64,
+    /// TCP retransmitted segments per peer link per minute (`NaN` for UDP or unknown).
+    pub retrans_per_min: f64,
     /// Peers whose match completed.
     pub completed: usize,
     /// Peers.
@@ -260,11 +318,43 @@ pub struct RunFigures {
 }
 
 impl RunFigures {
+    /// Pools the peers of one run of `carrier`.
+    #[must_use]
+    pub fn pool_run(carrier: Carrier, run: &RunOutput) -> Self {
+        let peers = &run.peers;
+        let n = peers.len().max(1) as f64;
+        let mut f = Self::pool(peers);
+        let secs = peers.iter().map(|p| p.secs).sum::<f64>() / n;
+        match (carrier, run.tcp) {
+            (Carrier::Udp, _) => {
+                f.wire_bytes_per_s = peers
+                    .iter()
+                    .map(|p| {
+                        p.bytes_per_s()
+                            + UDP_IP_HEADER * (p.packets_sent + p.packets_received) as f64
+                                / p.secs.max(1e-9)
+                    })
+                    .sum::<f64>()
+                    / n;
+            }
+            (Carrier::Tcp, Some(t)) if secs > 0.0 => {
+                // Every stream crosses two hops (peer-proxy, proxy-relay) of about equal segments;
+                // only the first one loses, so retransmissions all belong to it.
+                f.wire_bytes_per_s = f.bytes_per_s + TCP_IP_HEADER * t.out as f64 / 2.0 / n / secs;
+                f.retrans_per_min = t.retrans as f64 / n / secs * 60.0;
+            }
+            (Carrier::Tcp, _) => {}
+        }
+        f
+    }
+
     /// Pools the peers of one run.
     #[must_use]
     pub fn pool(peers: &[PeerFigures]) -> Self {
         let n = peers.len().max(1) as f64;
         Self {
+            wire_bytes_per_s: f64::NAN,
+            retrans_per_min: f64::NAN,
             latencies_ms: peers
                 .iter()
                 .flat_map(|p| p.latencies_ms.iter().copied())
@@ -319,6 +409,16 @@ impl Point {
     #[must_use]
     pub fn bytes(&self) -> Option<Summary> {
         self.summary(|r| r.bytes_per_s)
+    }
+    /// Bytes per second per peer with IP headers over runs.
+    #[must_use]
+    pub fn wire_bytes(&self) -> Option<Summary> {
+        self.summary(|r| r.wire_bytes_per_s)
+    }
+    /// TCP retransmissions per link per minute over runs.
+    #[must_use]
+    pub fn retrans(&self) -> Option<Summary> {
+        self.summary(|r| r.retrans_per_min)
     }
 }
 
@@ -399,7 +499,13 @@ pub fn measure(quick: bool) -> NetSection {
                         fixed_ports: false,
                     };
                     match run_scenario(&s) {
-                        Ok(f) => u.runs.push(RunFigures::pool(&f)),
+                        Ok(f) => u.runs.push(RunFigures::pool_run(
+                            Carrier::Udp,
+                            &RunOutput {
+                                peers: f,
+                                tcp: None,
+                            },
+                        )),
                         Err(e) => u.errors.push(e.to_string()),
                     }
                 }
@@ -474,11 +580,10 @@ fn measure_in_namespaces(
                             String::from_utf8_lossy(&out.stderr).trim()
                         ));
                     }
-                    serde_json::from_slice::<Vec<PeerFigures>>(&out.stdout)
-                        .map_err(|e| e.to_string())
+                    serde_json::from_slice::<RunOutput>(&out.stdout).map_err(|e| e.to_string())
                 });
             match result {
-                Ok(f) => point.runs.push(RunFigures::pool(&f)),
+                Ok(f) => point.runs.push(RunFigures::pool_run(carrier, &f)),
                 Err(e) => {
                     eprintln!("[net] {e}");
                     point.errors.push(e);
@@ -521,10 +626,13 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
     md.push_str(
         "Turn latency is command submitted → the turn carrying it executed (input delay included). \
          Stall is time a due turn waited for its bundle, per minute of match. Bytes/s is per peer, \
-         up + down, carrier payload (UDP datagrams; TCP stream bytes, both without IP headers).\n\n",
+         up + down, carrier payload (UDP datagrams; TCP stream bytes); \"with IP headers\" adds 28 bytes \
+         per datagram for UDP and 52 bytes (IPv4 + TCP + timestamps) per TCP segment, segments and \
+         retransmissions counted by the namespace's kernel (`/proc/net/snmp`, half of all segments: \
+         each stream crosses two hops).\n\n",
     );
-    md.push_str("| loss | carrier | p50 ms | p99 ms | max ms | stall ms/min | bytes/s per peer | matches completed |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| loss | carrier | p50 ms | p99 ms | max ms | stall ms/min | bytes/s per peer | with IP headers | TCP retransmits/min per link | matches completed |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
     for (u, t) in &n.points {
         for p in [u, t] {
             let name = match p.carrier {
@@ -538,13 +646,15 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
             let peers: usize = p.runs.iter().map(|r| r.peers).sum();
             let _ = writeln!(
                 md,
-                "| {:.0} % | {name} | {} | {} | {} | {} | {} | {completed}/{peers} peers{} |",
+                "| {:.0} % | {name} | {} | {} | {} | {} | {} | {} | {} | {completed}/{peers} peers{} |",
                 p.loss * 100.0,
                 cell(p.p50(), 0),
                 cell(p.p99(), 0),
                 cell(p.max(), 0),
                 cell(p.stall(), 0),
                 cell(p.bytes(), 0),
+                cell(p.wire_bytes(), 0),
+                cell(p.retrans(), 0),
                 if p.errors.is_empty() {
                     String::new()
                 } else {
@@ -625,6 +735,21 @@ mod tests {
             stall_ms: 0.0,
             ..a.clone()
         };
+        let snmp = "Ip: A B\nIp: 1 2\nTcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 500 7\n";
+        assert_eq!(snmp_counter(snmp, "Tcp", "OutSegs"), Some(500));
+        assert_eq!(snmp_counter(snmp, "Tcp", "RetransSegs"), Some(7));
+        assert_eq!(snmp_counter(snmp, "Udp", "OutDatagrams"), None);
+        let tcp = RunOutput {
+            peers: vec![a.clone(), a.clone()],
+            tcp: Some(TcpSegments {
+                out: 480,
+                retrans: 6,
+            }),
+        };
+        let t = RunFigures::pool_run(Carrier::Tcp, &tcp);
+        // 20 B/s payload + 52 bytes × 480 / 2 hops / 2 peers / 60 s.
+        assert_eq!(t.wire_bytes_per_s, 20.0 + 52.0 * 2.0);
+        assert_eq!(t.retrans_per_min, 3.0);
         let r = RunFigures::pool(&[a, b]);
         assert_eq!(r.latencies_ms, vec![100.0, 200.0, 300.0]);
         assert_eq!(r.stall_per_min_ms, 30.0);
