@@ -678,7 +678,7 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
     }
     let _ = writeln!(
         md,
-        "\n![Turn latency CDFs]({svg_link})\n\nThe plot pools every run's samples; solid lines are ours, dashed TCP.\n"
+        "\n![Turn latency CDFs]({svg_link})\n\nThe plot pools every run's samples: one colour per loss rate, solid lines ours, dashed TCP.\n"
     );
     md
 }
@@ -687,7 +687,7 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
 #[must_use]
 pub fn plot(n: &NetSection) -> String {
     let mut series = Vec::new();
-    for (u, t) in &n.points {
+    for (k, (u, t)) in n.points.iter().enumerate() {
         for p in [u, t] {
             let samples: Vec<f64> = p
                 .runs
@@ -706,6 +706,7 @@ pub fn plot(n: &NetSection) -> String {
                 ),
                 samples_ms: samples,
                 dashed: tcp,
+                colour: Some(k),
             });
         }
     }
