@@ -16,3 +16,20 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_command_lines_are_not_worker_modes() {
+        let args = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert!(dispatch(&args(&["bench", "--quick"])).is_none());
+        assert!(dispatch(&args(&["bench"])).is_none());
+        // A worker mode with bad arguments answers with a usage error, not a panic.
+        assert_eq!(
+            dispatch(&args(&["bench", "--internal-net-run", "carrier-pigeon"])),
+            Some(ExitCode::from(2))
+        );
+    }
+}
