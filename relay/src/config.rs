@@ -14,6 +14,10 @@ pub struct RelayConfig {
     pub policy: TurnPolicy,
     /// Input delay at the start of a match, in turns.
     pub initial_delay: u8,
+    /// How long before a turn is due at the peers its deadline falls, so a
+    /// bundle closed by the deadline still arrives in time despite jitter
+    /// and scheduling delays (default 20 ms, at most a quarter turn).
+    pub deadline_lead: Duration,
     /// Whether the input delay follows the players' RTT.
     pub adaptive_delay: bool,
     /// Smallest delay the adaptation may choose.
@@ -44,6 +48,7 @@ impl Default for RelayConfig {
             turn_length: Duration::from_millis(100),
             policy: TurnPolicy::Deadline,
             initial_delay: 3,
+            deadline_lead: Duration::from_millis(20),
             adaptive_delay: true,
             min_delay: 1,
             max_delay: 30,

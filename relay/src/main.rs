@@ -101,7 +101,7 @@ struct DemoArgs {
     #[arg(long, default_value_t = 0)]
     jitter_ms: u64,
     /// Where the replay goes.
-    #[arg(long, default_value = "replays")]
+    #[arg(long, default_value = "demo-replays")]
     record_dir: PathBuf,
     /// Seed for bots, clients and impairment.
     #[arg(long, default_value_t = 1)]

@@ -368,6 +368,7 @@ impl MatchRoom {
         }
         g.close_turns(id, now, config, out);
         g.judge_hashes(id, config, out, false);
+        g.prune_probe(id, out);
         if let Some(reason) = g.finished(now) {
             if reason == EndReason::Completed {
                 // Judge whatever final reports arrived, so the replay gets them.
@@ -426,11 +427,13 @@ impl MatchRoom {
 }
 
 impl Game {
-    /// When turn `t` is due at the peers (they use the same schedule from
-    /// the moment the Start arrived); under `deadline` it closes then.
+    /// A little before turn `t` is due at the peers (they use the same
+    /// schedule from the moment the Start arrived); under `deadline` it closes then.
     fn deadline(&self, t: Turn, config: &RelayConfig) -> Instant {
         let n = u64::from(t.0.saturating_sub(self.first.0)) + u64::from(self.d0);
-        self.start + config.turn_length.saturating_mul(n)
+        let quarter = Duration::from_micros(config.turn_length.as_micros() / 4);
+        let lead = config.deadline_lead.min(quarter);
+        (self.start + config.turn_length.saturating_mul(n)) - lead
     }
 
     fn on_input(
@@ -704,9 +707,35 @@ impl Game {
         }
         probe.waiting.retain(|p| *p != player);
         probe.got.push((player, sections));
+        self.finish_probe(id, out);
+    }
+
+    /// Forgets section requests to players who are gone, so a desync report
+    /// still completes with the sections that did arrive.
+    fn prune_probe(&mut self, id: MatchId, out: &mut Outbox) {
+        let slots = &self.slots;
+        if let Some(probe) = &mut self.probe {
+            let before = probe.waiting.len();
+            probe.waiting.retain(|p| {
+                slots
+                    .get(usize::from(p.0))
+                    .is_some_and(|s| s.conn.is_some())
+            });
+            if probe.waiting.len() != before {
+                self.finish_probe(id, out);
+            }
+        }
+    }
+
+    /// Reports the section diff once every requested peer answered.
+    fn finish_probe(&mut self, id: MatchId, out: &mut Outbox) {
+        let Some(probe) = &mut self.probe else {
+            return;
+        };
         if !probe.waiting.is_empty() {
             return;
         }
+        let turn = probe.turn;
         let mut got = std::mem::take(&mut probe.got);
         got.sort_by_key(|(p, _)| *p);
         self.probe = None;

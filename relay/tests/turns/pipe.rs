@@ -141,12 +141,9 @@ fn deadline_keeps_the_others_going_strict_stalls_everyone() {
     // 20 s of 100 ms turns minus the 0.3 s start: ~196 turns when nobody waits.
     assert!(fast_d >= 190, "deadline played {fast_d} turns");
     assert!(fast_s * 2 < fast_d, "strict {fast_s} vs deadline {fast_d}");
-    // Turns closed by the deadline reach the peers right at their due time,
-    // give or take the link jitter: a few ms in total, against seconds.
-    assert!(
-        stall_d < Duration::from_millis(200),
-        "fast peer stalled {stall_d} under deadline"
-    );
+    // Turns closed by the deadline (a little before they are due) reach
+    // the fast peers in time: they never wait.
+    assert_eq!(stall_d, Duration::ZERO, "fast peer stalled under deadline");
     assert!(stall_s > Duration::from_secs(8), "strict stall {stall_s}");
     for sim in [&deadline, &strict] {
         for i in 0..3 {

@@ -7,6 +7,11 @@ fn quick_demo(desync: Option<(u32, u8)>, tag: &str) -> relay::demo::DemoReport {
     quick_demo_with(desync, None, tag)
 }
 
+/// Enough turns that a crash and its detection happen well inside the match.
+fn turns(vanish: Option<(u8, Duration)>) -> u32 {
+    if vanish.is_some() { 150 } else { 60 }
+}
+
 fn quick_demo_with(
     desync: Option<(u32, u8)>,
     vanish: Option<(u8, Duration)>,
@@ -15,7 +20,7 @@ fn quick_demo_with(
     let dir = std::env::temp_dir().join(format!("turns-demo-{}-{tag}", std::process::id()));
     let config = relay::demo::DemoConfig {
         peers: 3,
-        turns: 60,
+        turns: turns(vanish),
         relay: RelayConfig {
             turn_length: Duration::from_millis(20),
             silence_timeout: Duration::from_millis(400),
@@ -62,7 +67,7 @@ fn udp_demo_survives_a_crashed_peer_and_records_the_drop() {
     assert_eq!(r.drops[0].player, killed);
     assert_eq!(r.drops[0].reason, "timeout");
     for p in &r.peers[..2] {
-        assert_eq!(p.summary.final_turn, Some(59));
+        assert_eq!(p.summary.final_turn, Some(149));
         assert_eq!(p.summary.dropped, vec![(killed, r.drops[0].turn)]);
     }
     assert!(r.replay.verified);
