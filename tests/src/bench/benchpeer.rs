@@ -56,8 +56,10 @@ pub struct PeerFigures {
     pub secs: f64,
     /// Turns executed.
     pub turns: u32,
-    /// Whether the match ended normally.
+    /// Whether every turn was played.
     pub completed: bool,
+    /// Whether the relay's end-of-match message arrived.
+    pub end_seen: bool,
     /// Carrier bytes sent (UDP payload or TCP stream bytes).
     pub bytes_sent: u64,
     /// Carrier bytes received.
@@ -66,6 +68,8 @@ pub struct PeerFigures {
     pub packets_sent: u64,
     /// Datagrams or frames received.
     pub packets_received: u64,
+    /// Why the peer did not complete, if it did not.
+    pub error: Option<String>,
 }
 
 impl PeerFigures {
@@ -171,7 +175,15 @@ impl BenchPeer {
                 }
             }
             Event::TurnReady { turn, inputs } => self.on_turn(now, turn, &inputs),
-            Event::MatchEnded { reason, .. } => self.completed = reason == EndReason::Completed,
+            Event::MatchEnded { reason, turn } => {
+                self.completed = reason == EndReason::Completed;
+                if !self.completed {
+                    self.note(format!("match ended at turn {turn}: {reason:?}"));
+                }
+            }
+            Event::PlayerDropped { player, turn } if Some(player) == self.me => {
+                self.note(format!("dropped by the relay at turn {turn}"));
+            }
             Event::Rejected { reason } => self.failed = Some(format!("rejected: {reason}")),
             _ => {}
         }
@@ -211,7 +223,8 @@ impl BenchPeer {
                 (fake_hash(turn), orders)
             }
         };
-        if self.session.report_hash(turn, hash, Vec::new()).is_err() {
+        // After the last turn the session may already have ended; that hash is not needed.
+        if self.session.report_hash(turn, hash, Vec::new()).is_err() && !self.session.is_ended() {
             self.failed = Some(format!("could not report the hash of turn {turn}"));
         }
         if !orders.is_empty() && self.session.submit_commands(now, &orders).is_ok() {
@@ -220,15 +233,23 @@ impl BenchPeer {
         }
     }
 
+    /// Records why the peer failed (the first reason wins).
+    pub fn note(&mut self, why: String) {
+        self.failed.get_or_insert(why);
+    }
+
     /// The figures so far (carrier counters left at zero for the driver to fill).
     #[must_use]
     pub fn figures(&self, now: Instant) -> PeerFigures {
-        let stats = self.session.stats(now);
-        let end = if self.completed {
+        // A peer that played every turn is measured up to its last turn, whether
+        // or not the end-of-match message reached it (waiting for it is no stall).
+        let played_all = self.config.turns > 0 && self.turns >= self.config.turns;
+        let end = if self.completed || played_all {
             self.last_turn_at.unwrap_or(now)
         } else {
             now
         };
+        let stats = self.session.stats(end);
         let secs = self
             .started
             .map_or(0.0, |s| end.saturating_since(s).as_secs_f64());
@@ -237,7 +258,9 @@ impl BenchPeer {
             stall_ms: stats.stall.as_millis_f64(),
             secs,
             turns: self.turns,
-            completed: self.completed,
+            completed: self.completed || played_all,
+            end_seen: self.completed,
+            error: self.failed.clone(),
             ..PeerFigures::default()
         }
     }

@@ -119,6 +119,7 @@ struct UdpPeer {
     target: SocketAddr,
     figures: PeerFigures,
     finished: bool,
+    last_rx: Instant,
 }
 
 /// Plays each `(config, relay address)` as a peer over our UDP transport, all
@@ -147,6 +148,7 @@ pub fn run_udp_peers(
             target,
             figures: PeerFigures::default(),
             finished: false,
+            last_rx: now,
         });
     }
     drop(tx);
@@ -160,6 +162,16 @@ pub fn run_udp_peers(
             p.glue.pump(now, p.peer.session(), &mut p.client);
             if !p.finished && (p.peer.is_done() || p.glue.disconnected().is_some()) {
                 p.finished = true;
+                if let Some(reason) = p.glue.disconnected() {
+                    let stats = p.client.stats();
+                    p.peer.note(format!(
+                        "transport disconnected: {reason:?} (last datagram arrived {} ms before; \
+                         {} datagrams arrived, the client accepted {})",
+                        now.saturating_since(p.last_rx).as_millis(),
+                        p.figures.packets_received,
+                        stats.packets_received
+                    ));
+                }
                 p.figures = PeerFigures {
                     bytes_sent: p.figures.bytes_sent,
                     bytes_received: p.figures.bytes_received,
@@ -187,6 +199,7 @@ pub fn run_udp_peers(
         let now = clock.now();
         for (i, from, bytes) in got {
             let Some(p) = list.get_mut(i) else { continue };
+            p.last_rx = now;
             if !p.finished {
                 p.figures.bytes_received += bytes.len() as u64;
                 p.figures.packets_received += 1;
@@ -210,6 +223,7 @@ pub fn run_udp_peers(
                 packets_received: counted.packets_received,
                 ..p.peer.figures(now)
             };
+            p.figures.error.get_or_insert_with(|| "timed out".into());
             p.peer.session().leave(now);
             p.glue.pump(now, p.peer.session(), &mut p.client);
         }
@@ -254,7 +268,12 @@ pub fn serve_udp(
         server.handle_timeout(now);
         router.handle_timeout(now);
         glue.pump(now, &mut router, &mut server);
-        while router.poll_event().is_some() {}
+        while let Some(ev) = router.poll_event() {
+            // Drops are rare and worth a line on stderr (a worker's stderr is shown on failure).
+            if let relay::RouterEvent::Dropped { .. } = ev {
+                eprintln!("relay: {ev:?} at {} ms", now.as_micros() / 1000);
+            }
+        }
         while let Some(to) = server.poll_transmit(now, &mut buf) {
             counters.packets_out += 1;
             counters.bytes_out += buf.len() as u64;
@@ -489,6 +508,11 @@ pub fn run_tcp_peer(
     }
     let now = clock.now();
     peer.pump(now);
+    if closed {
+        peer.note("stream closed".into());
+    } else if !peer.is_done() {
+        peer.note("timed out".into());
+    }
     let figures = PeerFigures {
         bytes_sent: counted.bytes_sent,
         bytes_received: counted.bytes_received,

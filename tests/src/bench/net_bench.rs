@@ -315,6 +315,10 @@ pub struct RunFigures {
     pub completed: usize,
     /// Peers.
     pub peers: usize,
+    /// Why peers failed.
+    pub errors: Vec<String>,
+    /// Peers that played every turn but never got the end-of-match message.
+    pub end_lost: usize,
 }
 
 impl RunFigures {
@@ -363,6 +367,12 @@ impl RunFigures {
             bytes_per_s: peers.iter().map(PeerFigures::bytes_per_s).sum::<f64>() / n,
             completed: peers.iter().filter(|p| p.completed).count(),
             peers: peers.len(),
+            errors: peers
+                .iter()
+                .filter(|p| !p.completed)
+                .filter_map(|p| p.error.clone())
+                .collect(),
+            end_lost: peers.iter().filter(|p| p.completed && !p.end_seen).count(),
         }
     }
 }
@@ -662,6 +672,47 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
                 }
             );
         }
+    }
+    let failures: Vec<String> = n
+        .points
+        .iter()
+        .flat_map(|(u, t)| [u, t])
+        .flat_map(|p| {
+            let name = p.carrier.map_or("?", Carrier::name);
+            p.runs
+                .iter()
+                .flat_map(|r| r.errors.iter())
+                .chain(p.errors.iter())
+                .map(move |e| format!("{name} at {:.0} % loss: {e}", p.loss * 100.0))
+        })
+        .collect();
+    let end_lost: Vec<String> = n
+        .points
+        .iter()
+        .flat_map(|(u, t)| [u, t])
+        .filter_map(|p| {
+            let k: usize = p.runs.iter().map(|r| r.end_lost).sum();
+            (k > 0).then(|| {
+                format!(
+                    "{k} {} peer(s) at {:.0} % loss",
+                    p.carrier.map_or("?", Carrier::name),
+                    p.loss * 100.0
+                )
+            })
+        })
+        .collect();
+    if !end_lost.is_empty() {
+        md.push_str(
+            "\nPlayed every turn but never received the relay's end-of-match message (counted as \
+             completed, measured up to their last turn; their transport timed out afterwards): ",
+        );
+        md.push_str(&end_lost.join(", "));
+        md.push_str(".\n");
+    }
+    if !failures.is_empty() {
+        md.push_str("\nPeers that did not complete: ");
+        md.push_str(&failures.join("; "));
+        md.push_str(".\n");
     }
     if n.fallback.is_none() {
         md.push_str("\nOurs ÷ TCP (medians; below 1 means ours is better):\n\n");
