@@ -494,29 +494,36 @@ pub fn measure(quick: bool) -> NetSection {
         Some(why) => {
             eprintln!("[net] no network namespaces ({why}): in-process loss, our transport only");
             for r in 0..runs {
-                for (u, _) in &mut points {
-                    eprintln!(
-                        "[net] run {}/{runs}: udp at {:.0}% loss",
-                        r + 1,
-                        u.loss * 100.0
-                    );
-                    let s = Scenario {
-                        carrier: Carrier::Udp,
-                        turns,
-                        seed: 1000 + r as u64,
-                        delay: standard_delay(),
-                        proxy_loss: u.loss,
-                        fixed_ports: false,
-                    };
-                    match run_scenario(&s) {
-                        Ok(f) => u.runs.push(RunFigures::pool_run(
+                eprintln!(
+                    "[net] run {}/{runs}: udp at every loss rate side by side",
+                    r + 1
+                );
+                // Every loss rate at once, like the namespace runs, to keep --quick quick.
+                let handles: Vec<_> = points
+                    .iter()
+                    .map(|(u, _)| {
+                        let s = Scenario {
+                            carrier: Carrier::Udp,
+                            turns,
+                            seed: 1000 + r as u64,
+                            delay: standard_delay(),
+                            proxy_loss: u.loss,
+                            fixed_ports: false,
+                        };
+                        std::thread::spawn(move || run_scenario(&s))
+                    })
+                    .collect();
+                for ((u, _), h) in points.iter_mut().zip(handles) {
+                    match h.join() {
+                        Ok(Ok(f)) => u.runs.push(RunFigures::pool_run(
                             Carrier::Udp,
                             &RunOutput {
                                 peers: f,
                                 tcp: None,
                             },
                         )),
-                        Err(e) => u.errors.push(e.to_string()),
+                        Ok(Err(e)) => u.errors.push(e.to_string()),
+                        Err(_) => u.errors.push("a run panicked".into()),
                     }
                 }
             }
@@ -608,7 +615,7 @@ fn measure_in_namespaces(
 #[must_use]
 pub fn markdown(n: &NetSection, svg_link: &str) -> String {
     let mut md = String::new();
-    let _ = writeln!(
+    let _ = write!(
         md,
         "{PLAYERS} peers of the reference game (bots at {APM} APM), 100 ms turns, one relay, \
          {} turns per run, {} runs per row. Every peer's link goes through a user-space proxy adding \
