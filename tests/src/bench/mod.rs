@@ -8,6 +8,7 @@ pub mod framing;
 pub mod internal;
 pub mod machine;
 pub mod net_bench;
+pub mod net_report;
 pub mod netns;
 pub mod proxy;
 pub mod relay_bench;

@@ -7,7 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
-use tests::bench::{bandwidth_bench, net_bench, relay_bench, replay_bench, sim_bench};
+use tests::bench::{bandwidth_bench, net_bench, net_report, relay_bench, replay_bench, sim_bench};
 
 /// Regenerates BENCHMARKS.md from measurements taken on this machine.
 #[derive(Parser, Debug)]
@@ -102,12 +102,12 @@ fn main() -> ExitCode {
             eprintln!("error: cannot create {}: {e}", dir.display());
             return ExitCode::from(1);
         }
-        if let Err(e) = std::fs::write(&svg_path, net_bench::plot(&section)) {
+        if let Err(e) = std::fs::write(&svg_path, net_report::plot(&section)) {
             eprintln!("error: cannot write {}: {e}", svg_path.display());
             return ExitCode::from(1);
         }
         md.push_str("## Turn latency under loss: our transport vs TCP\n\n");
-        md.push_str(&net_bench::markdown(
+        md.push_str(&net_report::markdown(
             &section,
             "tests/benchmarks/turn-latency.svg",
         ));
