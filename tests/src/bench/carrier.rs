@@ -27,6 +27,8 @@ use std::thread::JoinHandle;
 
 /// Longest a driver waits before looking at its timers and stop flag again.
 const MAX_WAIT: Duration = Duration::from_millis(20);
+/// Longest a TCP write may block (a stuck receiver must not hang a run).
+pub const WRITE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often blocked reader threads look at the stop flag.
 const READ_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -373,7 +375,8 @@ pub fn serve_tcp(
                         let conn = ConnId(next);
                         next += 1;
                         let ok = stream.set_nonblocking(false).is_ok()
-                            && stream.set_nodelay(true).is_ok();
+                            && stream.set_nodelay(true).is_ok()
+                            && stream.set_write_timeout(Some(WRITE_LIMIT)).is_ok();
                         let (Ok(writer), true) = (stream.try_clone(), ok) else {
                             continue;
                         };
@@ -468,6 +471,7 @@ pub fn run_tcp_peer(
     let stop = Arc::new(AtomicBool::new(false));
     let mut stream = TcpStream::connect_timeout(&target, timeout)?;
     stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(WRITE_LIMIT))?;
     let (tx, rx) = unbounded();
     let reader = tcp_reader(stream.try_clone()?, Some, None, tx, Arc::clone(&stop))?;
     let now = clock.now();

@@ -154,7 +154,13 @@ pub fn tcp_proxy(
                     k += 1;
                     let ok = front.set_nonblocking(false).is_ok()
                         && front.set_nodelay(true).is_ok()
-                        && back.set_nodelay(true).is_ok();
+                        && back.set_nodelay(true).is_ok()
+                        && front
+                            .set_write_timeout(Some(super::carrier::WRITE_LIMIT))
+                            .is_ok()
+                        && back
+                            .set_write_timeout(Some(super::carrier::WRITE_LIMIT))
+                            .is_ok();
                     let (Ok(f2), Ok(b2), true) = (front.try_clone(), back.try_clone(), ok) else {
                         continue;
                     };
