@@ -290,6 +290,8 @@ pub struct Capacity {
     pub stopped: String,
     /// Turns per step.
     pub turns: u32,
+    /// The 1-minute load average when the section started (other work on the machine).
+    pub load_average: Option<f64>,
 }
 
 /// Whether `step` holds against the unloaded p99.
@@ -317,12 +319,15 @@ pub fn holds(step: &Step, unloaded_p99: f64) -> Result<(), String> {
 #[must_use]
 pub fn measure(quick: bool) -> Capacity {
     let (turns, ladder): (u32, &[usize]) = if quick {
-        (40, &[1, 64, 256, 512])
+        (40, &[1, 64, 128, 256, 512])
     } else {
         (150, &[1, 16, 64, 128, 256, 384, 512, 768, 1024])
     };
     let mut cap = Capacity {
         turns,
+        load_average: std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok()),
         ..Capacity::default()
     };
     let exe = match std::env::current_exe() {
@@ -343,7 +348,17 @@ pub fn measure(quick: bool) -> Capacity {
             }
         };
         let base = *unloaded.get_or_insert(step.load.p99_ms);
-        let verdict = holds(&step, base);
+        let mut verdict = holds(&step, base);
+        let mut step = step;
+        if verdict.is_err() && i > 0 {
+            // Other work on a shared machine causes spikes: a step must fail twice.
+            eprintln!("[relay] {m} matches did not hold; running it once more");
+            if let Ok(again) = run_step(&exe, m, turns, 100 + i as u64) {
+                cap.steps.push(step);
+                verdict = holds(&again, base);
+                step = again;
+            }
+        }
         cap.steps.push(step.clone());
         match verdict {
             Ok(()) if step.loadgen_cpu >= CPU_SATURATED => {
@@ -388,6 +403,14 @@ pub fn markdown(cap: &Capacity, cores: usize) -> String {
             "\n**This machine has {cores} cores:** the load generator (also single-threaded, doing the \
              same per-packet work as the relay for four times as many endpoints) competes with the relay \
              for CPU, so the limit found is the pair's, not the relay's alone."
+        );
+    }
+    if let Some(l) = cap.load_average {
+        let _ = writeln!(
+            md,
+            "\nThe machine's 1-minute load average when this section started: {l:.1} (other work \
+             competes for the same cores). A step that does not hold is run once more and must fail \
+             twice; both runs are listed."
         );
     }
     md.push_str("\n| matches | peers | p50 ms | p99 ms | stall ms/min | relay CPU % | loadgen CPU % | relay pkts/s in | relay pkts/s out |\n");
