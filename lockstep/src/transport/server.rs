@@ -18,6 +18,7 @@ use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::ops::Bound;
 
 /// Identifies one connection on a [`Server`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -237,6 +238,7 @@ impl Server {
         let AuthMode::Tokens { key, .. } = &self.auth else {
             return Err(Refusal::Forged);
         };
+        self.used_tokens.prune(unix);
         if token.protocol_id != self.cfg.protocol_id {
             return Err(Refusal::WrongProtocol);
         }
@@ -244,7 +246,6 @@ impl Server {
             return Err(Refusal::Expired);
         }
         let opened = token.open(key).map_err(|_| Refusal::Forged)?;
-        self.used_tokens.prune(unix);
         if self.used_tokens.used_elsewhere(&token.id(), from) {
             return Err(Refusal::Reused);
         }
@@ -545,6 +546,8 @@ impl Server {
     /// Advances every connection's timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
+        let unix = self.unix_now(now);
+        self.used_tokens.prune(unix);
         let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         for id in ids {
             if let Some(slot) = self.conns.get_mut(&id) {
@@ -565,10 +568,11 @@ impl Server {
         }
         let start = self.cursor;
         let order: Vec<ConnId> = match start {
+            // Strictly after the cursor: it may name a connection that is gone, and
+            // skipping "the first of c.." would then skip a live one forever.
             Some(c) => self
                 .conns
-                .range(c..)
-                .skip(1)
+                .range((Bound::Excluded(c), Bound::Unbounded))
                 .chain(self.conns.range(..=c))
                 .map(|(k, _)| *k)
                 .collect(),
