@@ -48,4 +48,12 @@ pub mod token;
 pub mod transport;
 pub mod wire;
 
+pub mod builder;
+pub mod event;
+pub mod input_delay;
+pub mod peer_glue;
+pub mod proto;
+pub mod session;
+pub mod turn_buffer;
+
 pub use time::{Duration, Instant};

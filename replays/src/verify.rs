@@ -20,6 +20,8 @@ pub struct Progress {
     pub turn: Turn,
     /// Bytes of the file read so far.
     pub position: u64,
+    /// Hash of the re-simulated world after `turn`.
+    pub hash: StateHash,
 }
 
 /// One section that differs between the recorded and the re-simulated state.
@@ -304,7 +306,11 @@ pub fn verify<S: Simulation, R: Read>(
                             div = Some(divergence(t, expected, h, DivergenceSource::Hash));
                         }
                     }
-                    progress(Progress { turn: t, position });
+                    progress(Progress {
+                        turn: t,
+                        position,
+                        hash: h,
+                    });
                 })?;
                 if report.first_divergence.is_none() {
                     report.first_divergence = div;

@@ -1,0 +1,131 @@
+//! Configuration for a [`Session`]: `SessionBuilder::new().with_*(..).build(now)?`.
+
+use crate::proto::{Join, MAX_NAME_LEN};
+use crate::session::Session;
+use crate::time::{Duration, Instant};
+use sim::{MAX_PLAYERS, StateHash};
+
+/// Why a session could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// Slots outside `1..=MAX_PLAYERS`.
+    #[error("{0} slots; a match has 1..={MAX_PLAYERS}")]
+    Slots(u8),
+    /// A name longer than the protocol allows.
+    #[error("{0} is longer than {MAX_NAME_LEN} bytes")]
+    NameTooLong(&'static str),
+}
+
+/// Options of a session.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// The join request sent to the relay.
+    pub join: Join,
+    /// How often the peer reports its figures to the relay.
+    pub report_interval: Duration,
+    /// How many recent turns' section hashes are kept to answer section requests.
+    pub section_history: usize,
+}
+
+/// Builds a [`Session`].
+#[derive(Clone, Debug)]
+pub struct SessionBuilder {
+    config: SessionConfig,
+}
+
+impl Default for SessionBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SessionBuilder {
+    /// A builder for a 2-player match named "default" of an unnamed game.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            config: SessionConfig {
+                join: Join {
+                    match_name: "default".into(),
+                    slots: 2,
+                    game_id: String::new(),
+                    game_version: 0,
+                    rules_hash: StateHash([0; 32]),
+                    name: "player".into(),
+                    turns: 0,
+                },
+                report_interval: Duration::from_secs(1),
+                section_history: 128,
+            },
+        }
+    }
+
+    /// The match to join and its number of slots.
+    #[must_use]
+    pub fn with_match(mut self, name: &str, slots: u8) -> Self {
+        self.config.join.match_name = name.to_owned();
+        self.config.join.slots = slots;
+        self
+    }
+
+    /// The game every player must run (id, version and rules hash).
+    #[must_use]
+    pub fn with_game(mut self, id: &str, version: u32, rules_hash: StateHash) -> Self {
+        self.config.join.game_id = id.to_owned();
+        self.config.join.game_version = version;
+        self.config.join.rules_hash = rules_hash;
+        self
+    }
+
+    /// The game of a [`sim::Simulation`] type (its id, version and the given rules hash).
+    #[must_use]
+    pub fn with_simulation<S: sim::Simulation>(self, rules_hash: StateHash) -> Self {
+        self.with_game(S::GAME_ID, S::GAME_VERSION, rules_hash)
+    }
+
+    /// The player's display name.
+    #[must_use]
+    pub fn with_name(mut self, name: &str) -> Self {
+        self.config.join.name = name.to_owned();
+        self
+    }
+
+    /// How many turns this player wants to play (0 = open-ended).
+    #[must_use]
+    pub fn with_turns(mut self, turns: u32) -> Self {
+        self.config.join.turns = turns;
+        self
+    }
+
+    /// How often to send figures to the relay.
+    #[must_use]
+    pub fn with_report_interval(mut self, every: Duration) -> Self {
+        self.config.report_interval = every;
+        self
+    }
+
+    /// How many turns of section hashes to keep for desync diagnosis.
+    #[must_use]
+    pub fn with_section_history(mut self, turns: usize) -> Self {
+        self.config.section_history = turns.max(1);
+        self
+    }
+
+    /// Validates the options and starts the session (its first outgoing message is the join).
+    pub fn build(self, now: Instant) -> Result<Session, BuildError> {
+        let j = &self.config.join;
+        if j.slots == 0 || j.slots > MAX_PLAYERS {
+            return Err(BuildError::Slots(j.slots));
+        }
+        for (s, what) in [
+            (&j.match_name, "match name"),
+            (&j.name, "player name"),
+            (&j.game_id, "game id"),
+        ] {
+            if s.len() > MAX_NAME_LEN {
+                return Err(BuildError::NameTooLong(what));
+            }
+        }
+        Ok(Session::new(now, self.config))
+    }
+}

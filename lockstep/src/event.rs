@@ -1,0 +1,99 @@
+//! What a [`Session`](crate::session::Session) reports to the game loop.
+
+use crate::proto::{EndReason, PlayerInfo};
+use sim::{MatchSetup, PlayerId, StateHash, Turn};
+
+/// Something the game loop must react to, polled with `Session::poll_event`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Lobby progress before the match starts.
+    Lobby {
+        /// Players joined so far.
+        joined: u8,
+        /// Slots to fill.
+        slots: u8,
+    },
+    /// The relay refused to let this peer join.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// The match started: build the world from `setup`.
+    Started {
+        /// This peer's slot.
+        your_player: PlayerId,
+        /// How to build the world.
+        setup: MatchSetup,
+        /// Every player.
+        players: Vec<PlayerInfo>,
+        /// First turn to simulate.
+        first_turn: Turn,
+        /// Last turn, if the match has a fixed length.
+        last_turn: Option<Turn>,
+        /// Input delay at the start, in turns.
+        input_delay: u8,
+        /// Length of one turn.
+        turn_length: crate::time::Duration,
+    },
+    /// Simulate `turn` with these inputs now (then call `report_hash`).
+    /// Yielded once per turn, in turn order, only when the relay's bundle is here.
+    TurnReady {
+        /// The turn.
+        turn: Turn,
+        /// Stamped opaque command chunks; decode with [`crate::proto::decode_turn`].
+        inputs: Vec<(PlayerId, Vec<u8>)>,
+    },
+    /// A player is gone; from `turn` on its slot has empty inputs.
+    PlayerDropped {
+        /// Who.
+        player: PlayerId,
+        /// The first turn without them.
+        turn: Turn,
+    },
+    /// The input delay changes from local turn `from_turn` on (same turn on every peer).
+    InputDelayChanged {
+        /// New delay in turns.
+        delay: u8,
+        /// First local turn using it.
+        from_turn: Turn,
+    },
+    /// `turn` is due by the local clock but its bundle has been missing for a turn length.
+    Stalled {
+        /// The turn waited for.
+        turn: Turn,
+        /// Players the relay says it waits on (empty if not told).
+        waiting_on: Vec<PlayerId>,
+    },
+    /// Hash reports for `turn` disagree.
+    Desync {
+        /// The turn.
+        turn: Turn,
+        /// Every reporting player's hash.
+        hashes: Vec<(PlayerId, StateHash)>,
+        /// Players outside the majority; empty when the relay cannot tell.
+        odd_players: Vec<PlayerId>,
+    },
+    /// Which sections differ for a desynced turn.
+    DesyncSections {
+        /// The turn.
+        turn: Turn,
+        /// Players compared.
+        players: Vec<PlayerId>,
+        /// Names of the differing sections.
+        sections: Vec<String>,
+    },
+    /// This peer's input for `turn` arrived late and was simulated in `landed_in`.
+    LateInput {
+        /// Intended turn.
+        turn: Turn,
+        /// Actual turn.
+        landed_in: Turn,
+    },
+    /// The match is over; every turn up to `turn` has been yielded.
+    MatchEnded {
+        /// Last turn.
+        turn: Turn,
+        /// Why.
+        reason: EndReason,
+    },
+}

@@ -1,0 +1,731 @@
+//! The turn protocol: versioned, postcard-encoded messages between a peer's
+//! [`Session`](crate::session::Session) and the relay's router.
+//!
+//! Every message is one byte of [`PROTOCOL_VERSION`] followed by the postcard
+//! encoding of a [`ToRelay`] or [`ToPeer`] value. The decoder never panics: it
+//! checks the length, the version, that the whole buffer was consumed, and the
+//! bounds of every collection ([`ToRelay::validate`], [`ToPeer::validate`]),
+//! and reports a typed [`DecodeError`]. Commands are opaque bytes here: the
+//! relay routes them for any game.
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use sim::{MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Stamped, StateHash, Turn};
+use std::fmt;
+
+/// Version byte that prefixes every message; a peer and relay of different versions do not talk.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// Largest encoded message accepted (a full bundle of 8 players fits easily).
+pub const MAX_MESSAGE_LEN: usize = 64 * 1024;
+/// Longest match, player, game or section name.
+pub const MAX_NAME_LEN: usize = 64;
+/// Longest free-text reason (rejections, match end).
+pub const MAX_REASON_LEN: usize = 160;
+/// Most command chunks one player may put in one turn's input.
+pub const MAX_INPUT_CHUNKS: usize = 16;
+/// Most command bytes (all chunks together) one player may put in one turn.
+pub const MAX_INPUT_BYTES: usize = 4096;
+/// Most entries in one bundle: every player's chunks plus late ones that landed there.
+pub const MAX_BUNDLE_ENTRIES: usize = MAX_PLAYERS as usize * MAX_INPUT_CHUNKS * 2;
+/// Most notices piggybacked on one bundle.
+pub const MAX_NOTICES: usize = 32;
+/// Most section hashes in one report.
+pub const MAX_SECTIONS: usize = 256;
+/// The largest input delay, in turns, the protocol can announce.
+pub const MAX_INPUT_DELAY: u8 = 50;
+
+/// How a message should travel: every turn message needs reliable ordered
+/// delivery; pings and stats are fine to lose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Reliable and ordered (maps onto `transport::Channel::Reliable`).
+    Reliable,
+    /// Best effort (maps onto `transport::Channel::Unreliable`).
+    Unreliable,
+}
+
+/// A peer asks to join (or create) a named match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    /// Name of the match; peers giving the same name play together.
+    pub match_name: String,
+    /// Number of player slots; the match starts when all are filled.
+    pub slots: u8,
+    /// The game's [`sim::Simulation::GAME_ID`]; all players must agree.
+    pub game_id: String,
+    /// The game's [`sim::Simulation::GAME_VERSION`]; all players must agree.
+    pub game_version: u32,
+    /// The game's rules hash; all players must agree.
+    pub rules_hash: StateHash,
+    /// The player's display name.
+    pub name: String,
+    /// How many turns the player wants to play (0 = until everyone leaves);
+    /// the match lasts the smallest non-zero request.
+    pub turns: u32,
+}
+
+/// One player of a started match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlayerInfo {
+    /// The player's slot.
+    pub id: PlayerId,
+    /// The player's display name.
+    pub name: String,
+}
+
+/// The relay starts a match: identical for every player except `your_player`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    /// The receiving peer's slot.
+    pub your_player: PlayerId,
+    /// How every peer builds its world.
+    pub setup: MatchSetup,
+    /// Length of one turn in microseconds.
+    pub turn_length_us: u64,
+    /// Every player in slot order.
+    pub players: Vec<PlayerInfo>,
+    /// Input delay, in turns, in force from `first_turn`.
+    pub input_delay: u8,
+    /// The first turn to simulate.
+    pub first_turn: Turn,
+    /// The last turn of the match, if it has a fixed length.
+    pub last_turn: Option<Turn>,
+}
+
+/// A change that takes effect at an agreed turn, carried inside a bundle so
+/// every peer learns it before it can matter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Notice {
+    /// From `turn` on the player's slot has empty inputs (it left or timed out).
+    PlayerDropped {
+        /// Who was dropped.
+        player: PlayerId,
+        /// The first turn without them (always the turn of the carrying bundle).
+        turn: Turn,
+    },
+    /// From local turn `from_turn` on, commands are scheduled `delay` turns ahead.
+    DelayChange {
+        /// The new input delay in turns.
+        delay: u8,
+        /// The first local turn that uses it (after the carrying bundle's turn).
+        from_turn: Turn,
+    },
+}
+
+/// Everything that happens in one turn, as the relay closed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bundle {
+    /// The turn.
+    pub turn: Turn,
+    /// Command chunks, stamped by the relay with the sender's slot. A player
+    /// may have several entries (several chunks, or a late input that landed here)
+    /// or none (no commands).
+    pub inputs: Vec<(PlayerId, Vec<u8>)>,
+    /// Agreed changes, applied before this turn is simulated.
+    pub notices: Vec<Notice>,
+}
+
+/// The relay's verdict on disagreeing hash reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesyncReport {
+    /// The first turn whose hashes disagree.
+    pub turn: Turn,
+    /// Each reporting player's hash for that turn.
+    pub hashes: Vec<(PlayerId, StateHash)>,
+    /// The players outside the majority; empty when no majority exists (e.g. 2 players).
+    pub odd_players: Vec<PlayerId>,
+}
+
+/// Why a match ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    /// The agreed number of turns was played.
+    Completed,
+    /// Every other player left or was dropped.
+    Abandoned,
+}
+
+/// Link and session figures a peer reports to the relay (for its logs and the demo table).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// Smoothed round-trip time the peer measures, in microseconds.
+    pub rtt_us: u32,
+    /// Round-trip jitter, in microseconds.
+    pub jitter_us: u32,
+    /// Packet loss in thousandths.
+    pub loss_permille: u16,
+    /// Total time turns were due but their bundle was missing, in microseconds.
+    pub stall_us: u64,
+    /// The last turn the peer simulated.
+    pub executed: Option<Turn>,
+}
+
+/// Messages from a peer to the relay.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToRelay {
+    /// Join or create a match.
+    Join(Join),
+    /// This peer's commands for one turn; sent for every turn, empty too, so
+    /// the relay can close turns early. The player is never in the payload:
+    /// the relay stamps it from the connection.
+    Input {
+        /// The turn the commands are for.
+        turn: Turn,
+        /// Opaque command chunks (each one `sim::encode_commands` list).
+        commands: Vec<Vec<u8>>,
+    },
+    /// The state hash after simulating `turn`.
+    Hash {
+        /// The simulated turn.
+        turn: Turn,
+        /// `state_hash()` after it.
+        hash: StateHash,
+    },
+    /// Answer to [`ToPeer::SectionRequest`]; empty if the peer no longer has them.
+    Sections {
+        /// The turn asked about.
+        turn: Turn,
+        /// Section hashes after simulating it.
+        sections: Vec<SectionHash>,
+    },
+    /// Echo of a [`ToPeer::Ping`].
+    Pong {
+        /// The ping's stamp, unchanged.
+        stamp_us: u64,
+    },
+    /// Periodic figures.
+    Report(PeerReport),
+    /// A clean leave.
+    Leave,
+}
+
+/// Messages from the relay to a peer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToPeer {
+    /// Lobby progress.
+    Lobby {
+        /// The match.
+        match_name: String,
+        /// Players in the lobby so far.
+        joined: u8,
+        /// Slots to fill.
+        slots: u8,
+    },
+    /// The join was refused.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// The match starts.
+    Start(Start),
+    /// A closed turn.
+    Bundle(Bundle),
+    /// Hashes for a turn disagree.
+    Desync(DesyncReport),
+    /// Send your section hashes for this turn.
+    SectionRequest {
+        /// The desynced turn.
+        turn: Turn,
+    },
+    /// Which sections differ between the disagreeing peers.
+    SectionDiff {
+        /// The desynced turn.
+        turn: Turn,
+        /// The peers whose sections were compared.
+        players: Vec<PlayerId>,
+        /// Names of the sections whose hashes differ.
+        sections: Vec<String>,
+    },
+    /// Your input for `turn` arrived after it closed; it was put into `landed_in`.
+    LateInput {
+        /// The turn the input was meant for.
+        turn: Turn,
+        /// The turn that carries it instead.
+        landed_in: Turn,
+    },
+    /// `turn` is past its deadline and waits for these players (strict policy).
+    Waiting {
+        /// The held turn.
+        turn: Turn,
+        /// Who has not sent input for it.
+        players: Vec<PlayerId>,
+    },
+    /// Round-trip probe; answer with [`ToRelay::Pong`].
+    Ping {
+        /// Relay-side stamp to echo.
+        stamp_us: u64,
+    },
+    /// The match is over after simulating `turn`.
+    MatchEnd {
+        /// The last turn of the match.
+        turn: Turn,
+        /// Why.
+        reason: EndReason,
+    },
+}
+
+/// Why bytes are not a valid protocol message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// No bytes at all.
+    #[error("empty message")]
+    Empty,
+    /// Longer than [`MAX_MESSAGE_LEN`].
+    #[error("message of {0} bytes exceeds {MAX_MESSAGE_LEN}")]
+    TooLong(usize),
+    /// Another protocol version.
+    #[error("protocol version {got}, expected {PROTOCOL_VERSION}")]
+    Version {
+        /// The version byte received.
+        got: u8,
+    },
+    /// The body does not decode.
+    #[error("malformed message body")]
+    Malformed,
+    /// Bytes left after the message.
+    #[error("{0} trailing bytes")]
+    Trailing(usize),
+    /// A field is out of bounds.
+    #[error("out of bounds: {0}")]
+    Bounds(&'static str),
+}
+
+fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) {
+    out.push(PROTOCOL_VERSION);
+    // Serialising plain data into a Vec cannot fail; an undecodable
+    // one-byte message is the (unreachable) fallback rather than a panic.
+    if let Ok(bytes) = postcard::to_allocvec(msg) {
+        out.extend_from_slice(&bytes);
+    }
+}
+
+fn decode_from<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    let (&version, body) = bytes.split_first().ok_or(DecodeError::Empty)?;
+    if bytes.len() > MAX_MESSAGE_LEN {
+        return Err(DecodeError::TooLong(bytes.len()));
+    }
+    if version != PROTOCOL_VERSION {
+        return Err(DecodeError::Version { got: version });
+    }
+    let (msg, rest) = postcard::take_from_bytes::<T>(body).map_err(|_| DecodeError::Malformed)?;
+    if !rest.is_empty() {
+        return Err(DecodeError::Trailing(rest.len()));
+    }
+    Ok(msg)
+}
+
+fn check(ok: bool, what: &'static str) -> Result<(), DecodeError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(DecodeError::Bounds(what))
+    }
+}
+
+fn check_name(s: &str, what: &'static str) -> Result<(), DecodeError> {
+    check(s.len() <= MAX_NAME_LEN, what)
+}
+
+fn check_player(p: PlayerId) -> Result<(), DecodeError> {
+    check(p.0 < MAX_PLAYERS, "player id")
+}
+
+fn check_input(commands: &[Vec<u8>]) -> Result<(), DecodeError> {
+    check(commands.len() <= MAX_INPUT_CHUNKS, "input chunks")?;
+    let total: usize = commands.iter().map(Vec::len).sum();
+    check(total <= MAX_INPUT_BYTES, "input bytes")
+}
+
+fn check_sections(sections: &[SectionHash]) -> Result<(), DecodeError> {
+    check(sections.len() <= MAX_SECTIONS, "section count")?;
+    sections
+        .iter()
+        .try_for_each(|s| check_name(&s.name, "section name"))
+}
+
+impl ToRelay {
+    /// Appends the encoded message to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        encode_into(self, out);
+    }
+
+    /// The encoded message in a fresh buffer.
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes and bounds-checks one message.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let msg: Self = decode_from(bytes)?;
+        msg.validate()?;
+        Ok(msg)
+    }
+
+    /// Checks the bounds of every field.
+    pub fn validate(&self) -> Result<(), DecodeError> {
+        match self {
+            Self::Join(j) => {
+                check_name(&j.match_name, "match name")?;
+                check_name(&j.game_id, "game id")?;
+                check_name(&j.name, "player name")?;
+                check(j.slots >= 1 && j.slots <= MAX_PLAYERS, "slots")
+            }
+            Self::Input { commands, .. } => check_input(commands),
+            Self::Sections { sections, .. } => check_sections(sections),
+            Self::Hash { .. } | Self::Pong { .. } | Self::Report(_) | Self::Leave => Ok(()),
+        }
+    }
+
+    /// Which channel the message needs.
+    #[must_use]
+    pub const fn delivery(&self) -> Delivery {
+        match self {
+            Self::Pong { .. } | Self::Report(_) => Delivery::Unreliable,
+            _ => Delivery::Reliable,
+        }
+    }
+}
+
+impl ToPeer {
+    /// Appends the encoded message to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        encode_into(self, out);
+    }
+
+    /// The encoded message in a fresh buffer.
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes and bounds-checks one message.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let msg: Self = decode_from(bytes)?;
+        msg.validate()?;
+        Ok(msg)
+    }
+
+    /// Checks the bounds of every field.
+    pub fn validate(&self) -> Result<(), DecodeError> {
+        match self {
+            Self::Lobby {
+                match_name, slots, ..
+            } => {
+                check_name(match_name, "match name")?;
+                check(*slots <= MAX_PLAYERS, "slots")
+            }
+            Self::Rejected { reason } => check(reason.len() <= MAX_REASON_LEN, "reason"),
+            Self::Start(s) => {
+                check_player(s.your_player)?;
+                check(
+                    s.setup.players >= 1 && s.setup.players <= MAX_PLAYERS,
+                    "setup players",
+                )?;
+                check(s.players.len() == usize::from(s.setup.players), "players")?;
+                check(s.turn_length_us > 0, "turn length")?;
+                check(s.input_delay <= MAX_INPUT_DELAY, "input delay")?;
+                check(s.your_player.0 < s.setup.players, "your player")?;
+                s.players.iter().try_for_each(|p| {
+                    check_player(p.id)?;
+                    check_name(&p.name, "player name")
+                })
+            }
+            Self::Bundle(b) => {
+                check(b.inputs.len() <= MAX_BUNDLE_ENTRIES, "bundle entries")?;
+                check(b.notices.len() <= MAX_NOTICES, "notices")?;
+                for (p, bytes) in &b.inputs {
+                    check_player(*p)?;
+                    check(bytes.len() <= MAX_INPUT_BYTES, "input bytes")?;
+                }
+                b.notices.iter().try_for_each(|n| match n {
+                    Notice::PlayerDropped { player, .. } => check_player(*player),
+                    Notice::DelayChange { delay, .. } => {
+                        check(*delay <= MAX_INPUT_DELAY, "input delay")
+                    }
+                })
+            }
+            Self::Desync(d) => {
+                check(d.hashes.len() <= usize::from(MAX_PLAYERS), "hashes")?;
+                check(
+                    d.odd_players.len() <= usize::from(MAX_PLAYERS),
+                    "odd players",
+                )?;
+                d.hashes.iter().try_for_each(|(p, _)| check_player(*p))?;
+                d.odd_players.iter().try_for_each(|p| check_player(*p))
+            }
+            Self::SectionDiff {
+                players, sections, ..
+            } => {
+                check(players.len() <= usize::from(MAX_PLAYERS), "players")?;
+                check(sections.len() <= MAX_SECTIONS, "sections")?;
+                sections
+                    .iter()
+                    .try_for_each(|s| check_name(s, "section name"))
+            }
+            Self::Waiting { players, .. } => {
+                check(players.len() <= usize::from(MAX_PLAYERS), "players")
+            }
+            Self::SectionRequest { .. }
+            | Self::LateInput { .. }
+            | Self::Ping { .. }
+            | Self::MatchEnd { .. } => Ok(()),
+        }
+    }
+
+    /// Which channel the message needs.
+    #[must_use]
+    pub const fn delivery(&self) -> Delivery {
+        match self {
+            Self::Ping { .. } => Delivery::Unreliable,
+            _ => Delivery::Reliable,
+        }
+    }
+}
+
+impl fmt::Display for EndReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Completed => "completed",
+            Self::Abandoned => "abandoned",
+        })
+    }
+}
+
+/// Decodes one turn's inputs (as carried in a [`Bundle`] or
+/// [`Event::TurnReady`](crate::event::Event::TurnReady)) into stamped game commands.
+///
+/// Each entry is decoded on its own with `sim::decode_commands` (so `seq`
+/// restarts at 0 per entry, exactly as a replay re-simulation decodes the
+/// recorded entries), then put in [`sim::canonical_order`]; a game breaks
+/// remaining `(player, seq)` ties by content (the reference game does). An
+/// entry that does not decode counts as empty, identically on every peer.
+#[must_use]
+pub fn decode_turn<C: DeserializeOwned>(inputs: &[(PlayerId, Vec<u8>)]) -> Vec<Stamped<C>> {
+    let mut out: Vec<Stamped<C>> = Vec::new();
+    for (player, bytes) in inputs {
+        if player.0 >= MAX_PLAYERS {
+            continue;
+        }
+        if let Ok(commands) = sim::decode_commands::<C>(*player, bytes) {
+            out.extend(commands);
+        }
+    }
+    sim::canonical_order(&mut out);
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::*;
+
+    fn samples() -> (Vec<ToRelay>, Vec<ToPeer>) {
+        let h = StateHash([7; 32]);
+        let to_relay = vec![
+            ToRelay::Join(Join {
+                match_name: "m".into(),
+                slots: 4,
+                game_id: "rts".into(),
+                game_version: 3,
+                rules_hash: h,
+                name: "bob".into(),
+                turns: 300,
+            }),
+            ToRelay::Input {
+                turn: Turn(5),
+                commands: vec![vec![1, 2, 3], vec![]],
+            },
+            ToRelay::Hash {
+                turn: Turn(9),
+                hash: h,
+            },
+            ToRelay::Sections {
+                turn: Turn(9),
+                sections: vec![SectionHash {
+                    name: "units 0..64".into(),
+                    hash: h,
+                }],
+            },
+            ToRelay::Pong { stamp_us: 77 },
+            ToRelay::Report(PeerReport {
+                rtt_us: 1,
+                jitter_us: 2,
+                loss_permille: 3,
+                stall_us: 4,
+                executed: Some(Turn(3)),
+            }),
+            ToRelay::Leave,
+        ];
+        let to_peer = vec![
+            ToPeer::Lobby {
+                match_name: "m".into(),
+                joined: 1,
+                slots: 2,
+            },
+            ToPeer::Rejected {
+                reason: "full".into(),
+            },
+            ToPeer::Start(Start {
+                your_player: PlayerId(1),
+                setup: MatchSetup {
+                    seed: 9,
+                    players: 2,
+                    ticks_per_turn: 4,
+                },
+                turn_length_us: 100_000,
+                players: vec![
+                    PlayerInfo {
+                        id: PlayerId(0),
+                        name: "a".into(),
+                    },
+                    PlayerInfo {
+                        id: PlayerId(1),
+                        name: "b".into(),
+                    },
+                ],
+                input_delay: 3,
+                first_turn: Turn(0),
+                last_turn: Some(Turn(99)),
+            }),
+            ToPeer::Bundle(Bundle {
+                turn: Turn(4),
+                inputs: vec![(PlayerId(0), vec![1]), (PlayerId(1), vec![2, 3])],
+                notices: vec![
+                    Notice::PlayerDropped {
+                        player: PlayerId(1),
+                        turn: Turn(4),
+                    },
+                    Notice::DelayChange {
+                        delay: 5,
+                        from_turn: Turn(5),
+                    },
+                ],
+            }),
+            ToPeer::Desync(DesyncReport {
+                turn: Turn(3),
+                hashes: vec![(PlayerId(0), h)],
+                odd_players: vec![PlayerId(0)],
+            }),
+            ToPeer::SectionRequest { turn: Turn(3) },
+            ToPeer::SectionDiff {
+                turn: Turn(3),
+                players: vec![PlayerId(0), PlayerId(1)],
+                sections: vec!["units".into()],
+            },
+            ToPeer::LateInput {
+                turn: Turn(3),
+                landed_in: Turn(6),
+            },
+            ToPeer::Waiting {
+                turn: Turn(3),
+                players: vec![PlayerId(2)],
+            },
+            ToPeer::Ping { stamp_us: 5 },
+            ToPeer::MatchEnd {
+                turn: Turn(99),
+                reason: EndReason::Completed,
+            },
+        ];
+        (to_relay, to_peer)
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let (a, b) = samples();
+        for m in a {
+            assert_eq!(ToRelay::decode(&m.to_bytes()).unwrap(), m);
+        }
+        for m in b {
+            assert_eq!(ToPeer::decode(&m.to_bytes()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn rejects_version_trailing_and_bounds() {
+        let mut bytes = ToRelay::Leave.to_bytes();
+        bytes[0] = 9;
+        assert_eq!(
+            ToRelay::decode(&bytes),
+            Err(DecodeError::Version { got: 9 })
+        );
+        let mut bytes = ToRelay::Leave.to_bytes();
+        bytes.push(0);
+        assert_eq!(ToRelay::decode(&bytes), Err(DecodeError::Trailing(1)));
+        assert_eq!(ToRelay::decode(&[]), Err(DecodeError::Empty));
+        let big = ToRelay::Input {
+            turn: Turn(1),
+            commands: vec![vec![0; 10]; MAX_INPUT_CHUNKS + 1],
+        };
+        assert_eq!(
+            ToRelay::decode(&big.to_bytes()),
+            Err(DecodeError::Bounds("input chunks"))
+        );
+        let huge = vec![PROTOCOL_VERSION; MAX_MESSAGE_LEN + 1];
+        assert!(matches!(
+            ToPeer::decode(&huge),
+            Err(DecodeError::TooLong(_))
+        ));
+    }
+
+    /// Seeded random and mutated bytes never panic the decoders.
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (a, b) = samples();
+        let valid: Vec<Vec<u8>> = a
+            .iter()
+            .map(ToRelay::to_bytes)
+            .chain(b.iter().map(ToPeer::to_bytes))
+            .collect();
+        for i in 0..20_000u32 {
+            let mut bytes = if i % 2 == 0 {
+                let len = (next() % 200) as usize;
+                let mut v: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                if let Some(first) = v.first_mut() {
+                    *first = PROTOCOL_VERSION;
+                }
+                v
+            } else {
+                valid[(next() % valid.len() as u64) as usize].clone()
+            };
+            if !bytes.is_empty() {
+                for _ in 0..(next() % 4) {
+                    let at = (next() % bytes.len() as u64) as usize;
+                    bytes[at] = next() as u8;
+                }
+                if next() % 3 == 0 {
+                    bytes.truncate((next() % bytes.len() as u64) as usize);
+                }
+            }
+            let _ = ToRelay::decode(&bytes);
+            let _ = ToPeer::decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn decode_turn_decodes_each_entry_then_orders() {
+        let mut a = Vec::new();
+        sim::encode_commands(&[10u32, 11], &mut a);
+        let mut b = Vec::new();
+        sim::encode_commands(&[12u32], &mut b);
+        let inputs = vec![
+            (PlayerId(1), a.clone()),
+            (PlayerId(0), b.clone()),
+            (PlayerId(1), b),
+            (PlayerId(0), vec![0xff, 0xff]),
+        ];
+        let out = decode_turn::<u32>(&inputs);
+        let got: Vec<(u8, u16, u32)> = out.iter().map(|s| (s.player.0, s.seq, s.command)).collect();
+        assert_eq!(got, vec![(0, 0, 12), (1, 0, 10), (1, 0, 12), (1, 1, 11)]);
+    }
+}

@@ -1,0 +1,691 @@
+//! One peer's lockstep turn session, sans-IO at the message level.
+//!
+//! The session owns the peer side of the turn protocol: it joins a match,
+//! schedules local commands for turn `t + d`, sends an input for every turn
+//! (empty ones too, so the relay can close turns early), buffers the relay's
+//! bundles and yields [`Event::TurnReady`] for each turn exactly once, in
+//! order, only when that turn's bundle is here and the turn is due by the
+//! local clock. It never touches a socket or reads a clock: feed it
+//! [`Session::handle_message`] / [`Session::handle_timeout`] and drain
+//! [`Session::poll_outgoing`] / [`Session::poll_event`].
+//!
+//! Pacing: turn `T` is due at `start + (T - first_turn + d0) * turn_length`
+//! where `start` is when the Start message arrived and `d0` the starting delay
+//! (the relay uses the same schedule for its deadlines). The local turn `c`
+//! used for scheduling is `min(clock turn, next turn to simulate)`, so a
+//! stalled peer stops issuing inputs for ever-further turns (Age of Empires'
+//! communications turn pauses too).
+
+use crate::builder::SessionConfig;
+use crate::event::Event;
+use crate::input_delay::DelaySchedule;
+use crate::proto::{
+    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, Start, ToPeer, ToRelay,
+};
+use crate::time::{Duration, Instant};
+use crate::turn_buffer::TurnBuffer;
+use sim::{PlayerId, SectionHash, StateHash, Turn};
+use std::collections::{BTreeMap, VecDeque};
+
+/// How many turn-latency samples are kept for percentiles.
+const LATENCY_SAMPLES: usize = 4096;
+/// Most submitted command chunks waiting for their turn; more are refused.
+const MAX_PENDING_CHUNKS: usize = 256;
+
+/// Why a call was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The match has not started or is over.
+    #[error("the match is not running")]
+    NotRunning,
+    /// Too many commands queued, or one chunk above the per-turn byte cap.
+    #[error("command queue full or chunk too large ({0} bytes)")]
+    Overloaded(usize),
+    /// A hash for a turn that was not yielded, or reported twice.
+    #[error("turn {0} was not simulated yet or already reported")]
+    BadTurn(Turn),
+}
+
+/// Link figures measured by the transport, passed in by the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkFigures {
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Round-trip jitter.
+    pub jitter: Duration,
+    /// Loss fraction 0..1.
+    pub loss: f64,
+}
+
+/// The session's figures, from [`Session::stats`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SessionStats {
+    /// Turns yielded so far.
+    pub turns_executed: u32,
+    /// Last turn yielded.
+    pub last_turn: Option<Turn>,
+    /// Total time some due turn's bundle was missing.
+    pub stall: Duration,
+    /// Number of turns that were late (executed after their due time).
+    pub stalled_turns: u32,
+    /// Turn latency (command submitted → its turn yielded), median.
+    pub latency_p50: Duration,
+    /// Turn latency, 99th percentile.
+    pub latency_p99: Duration,
+    /// Number of latency samples.
+    pub latency_samples: usize,
+    /// Inputs of ours that arrived late at the relay.
+    pub late_inputs: u32,
+    /// Messages that did not decode or made no sense now.
+    pub bad_messages: u32,
+    /// Bundles dropped as duplicates or stale.
+    pub duplicate_bundles: u32,
+    /// Message bytes sent.
+    pub bytes_sent: u64,
+    /// Message bytes received.
+    pub bytes_received: u64,
+    /// The latest link figures from the transport.
+    pub link: LinkFigures,
+    /// The input delay in force (latest announced).
+    pub input_delay: u8,
+}
+
+/// Where the session is in its life.
+#[derive(Debug)]
+enum Phase {
+    /// Join sent, waiting for the match to start.
+    Joining,
+    /// Playing.
+    Running(Box<Running>),
+    /// Rejected, left, or the match ended.
+    Ended,
+}
+
+/// State of a started match.
+#[derive(Debug)]
+struct Running {
+    your_player: PlayerId,
+    first_turn: Turn,
+    last_turn: Option<Turn>,
+    turn_length: Duration,
+    /// When the Start message arrived.
+    start: Instant,
+    /// The latest time passed in.
+    now: Instant,
+    /// When turn `first_turn` is due.
+    epoch: Instant,
+    next_exec: Turn,
+    /// The last turn whose TurnReady the game has polled.
+    consumed: Option<Turn>,
+    buffer: TurnBuffer,
+    /// When each buffered bundle arrived (stall time ends there, not when the driver polls).
+    arrived: BTreeMap<Turn, Instant>,
+    delay: DelaySchedule,
+    next_input: Turn,
+    /// Submitted chunks not yet sent, with their submit time.
+    pending: VecDeque<(Instant, Vec<u8>)>,
+    /// Submit times of our chunks, by the turn they will be simulated in.
+    in_flight: BTreeMap<Turn, Vec<InFlight>>,
+    /// Our chunks that were missing from their turn's bundle: the relay will
+    /// say where they landed. By intended turn.
+    awaiting_late: BTreeMap<Turn, Vec<Instant>>,
+    /// Section hashes of recent turns, oldest first.
+    sections: VecDeque<(Turn, Vec<SectionHash>)>,
+    last_hashed: Option<Turn>,
+    stall_accounted: Instant,
+    stall_notified: Option<Turn>,
+    waiting: Option<(Turn, Vec<PlayerId>)>,
+    next_report: Instant,
+    end: Option<(Turn, crate::proto::EndReason)>,
+}
+
+impl Running {
+    fn due(&self, turn: Turn) -> Instant {
+        let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
+        self.epoch + self.turn_length.saturating_mul(n)
+    }
+
+    /// Whole turn lengths elapsed since the start message arrived.
+    fn ticks(&self, now: Instant) -> u64 {
+        now.saturating_since(self.start).as_micros() / self.turn_length.as_micros().max(1)
+    }
+
+    /// The next turn-length boundary after `now`: turns become due and
+    /// inputs get scheduled only on these.
+    fn next_boundary(&self, now: Instant) -> Instant {
+        self.start
+            + self
+                .turn_length
+                .saturating_mul(self.ticks(now).saturating_add(1))
+    }
+}
+
+/// One of our command chunks on its way to being simulated.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    /// When the game submitted it.
+    at: Instant,
+    /// Sent for this turn (false: a late chunk the relay moved here).
+    own: bool,
+}
+
+/// A peer's lockstep session; see the module docs.
+#[derive(Debug)]
+pub struct Session {
+    config: SessionConfig,
+    phase: Phase,
+    outgoing: VecDeque<(Delivery, Vec<u8>)>,
+    events: VecDeque<Event>,
+    stats: SessionStats,
+    latencies: VecDeque<Duration>,
+}
+
+impl Session {
+    pub(crate) fn new(_now: Instant, config: SessionConfig) -> Self {
+        let mut s = Self {
+            config,
+            phase: Phase::Joining,
+            outgoing: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: SessionStats::default(),
+            latencies: VecDeque::new(),
+        };
+        let join = ToRelay::Join(s.config.join.clone());
+        s.send(&join);
+        s
+    }
+
+    /// Whether the match is being played.
+    #[must_use]
+    pub fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Running(_))
+    }
+
+    /// Whether the session is over (rejected, left, or the match ended).
+    #[must_use]
+    pub fn is_ended(&self) -> bool {
+        matches!(self.phase, Phase::Ended)
+    }
+
+    /// This peer's slot once the match started.
+    #[must_use]
+    pub fn player(&self) -> Option<PlayerId> {
+        match &self.phase {
+            Phase::Running(r) => Some(r.your_player),
+            _ => None,
+        }
+    }
+
+    /// The next turn that will be yielded.
+    #[must_use]
+    pub fn next_turn(&self) -> Option<Turn> {
+        match &self.phase {
+            Phase::Running(r) => Some(r.next_exec),
+            _ => None,
+        }
+    }
+
+    /// Queues one encoded command list (`sim::encode_commands`) for turn `t + d`.
+    pub fn submit(&mut self, now: Instant, commands: Vec<u8>) -> Result<(), SessionError> {
+        let Phase::Running(r) = &mut self.phase else {
+            return Err(SessionError::NotRunning);
+        };
+        if commands.len() > MAX_INPUT_BYTES || r.pending.len() >= MAX_PENDING_CHUNKS {
+            return Err(SessionError::Overloaded(commands.len()));
+        }
+        r.pending.push_back((now, commands));
+        self.advance(now);
+        Ok(())
+    }
+
+    /// Encodes and queues game commands for turn `t + d`; an empty slice is a no-op.
+    pub fn submit_commands<C: serde::Serialize>(
+        &mut self,
+        now: Instant,
+        commands: &[C],
+    ) -> Result<(), SessionError> {
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        sim::encode_commands(commands, &mut bytes);
+        self.submit(now, bytes)
+    }
+
+    /// Reports the state hash after simulating `turn` (and keeps its sections
+    /// for a possible desync diagnosis).
+    pub fn report_hash(
+        &mut self,
+        turn: Turn,
+        hash: StateHash,
+        sections: Vec<SectionHash>,
+    ) -> Result<(), SessionError> {
+        let Phase::Running(r) = &mut self.phase else {
+            return Err(SessionError::NotRunning);
+        };
+        if turn >= r.next_exec || r.last_hashed.is_some_and(|h| turn <= h) {
+            return Err(SessionError::BadTurn(turn));
+        }
+        r.last_hashed = Some(turn);
+        r.sections.push_back((turn, sections));
+        while r.sections.len() > self.config.section_history {
+            r.sections.pop_front();
+        }
+        self.send(&ToRelay::Hash { turn, hash });
+        Ok(())
+    }
+
+    /// Link figures measured by the transport, for stats and reports.
+    pub fn handle_link_stats(&mut self, rtt: Duration, jitter: Duration, loss: f64) {
+        self.stats.link = LinkFigures { rtt, jitter, loss };
+    }
+
+    /// Leaves the match cleanly.
+    pub fn leave(&mut self, _now: Instant) {
+        if !self.is_ended() {
+            self.send(&ToRelay::Leave);
+            self.phase = Phase::Ended;
+        }
+    }
+
+    /// Handles one message from the relay.
+    pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
+        self.stats.bytes_received += bytes.len() as u64;
+        let Ok(msg) = ToPeer::decode(bytes) else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        match msg {
+            ToPeer::Lobby { joined, slots, .. } => {
+                if matches!(self.phase, Phase::Joining) {
+                    self.events.push_back(Event::Lobby { joined, slots });
+                }
+            }
+            ToPeer::Rejected { reason } => {
+                if matches!(self.phase, Phase::Joining) {
+                    self.events.push_back(Event::Rejected { reason });
+                    self.phase = Phase::Ended;
+                }
+            }
+            ToPeer::Start(start) => self.start(now, start),
+            ToPeer::Bundle(bundle) => self.on_bundle(now, bundle),
+            ToPeer::Desync(d) => self.events.push_back(Event::Desync {
+                turn: d.turn,
+                hashes: d.hashes,
+                odd_players: d.odd_players,
+            }),
+            ToPeer::SectionRequest { turn } => {
+                if let Phase::Running(r) = &self.phase {
+                    let sections = r
+                        .sections
+                        .iter()
+                        .find(|(t, _)| *t == turn)
+                        .map(|(_, s)| s.clone())
+                        .unwrap_or_default();
+                    self.send(&ToRelay::Sections { turn, sections });
+                }
+            }
+            ToPeer::SectionDiff {
+                turn,
+                players,
+                sections,
+            } => self.events.push_back(Event::DesyncSections {
+                turn,
+                players,
+                sections,
+            }),
+            ToPeer::LateInput { turn, landed_in } => {
+                if let Phase::Running(r) = &mut self.phase {
+                    self.stats.late_inputs += 1;
+                    let times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                    r.in_flight
+                        .entry(landed_in)
+                        .or_default()
+                        .extend(times.into_iter().map(|at| InFlight { at, own: false }));
+                    self.events.push_back(Event::LateInput { turn, landed_in });
+                }
+            }
+            ToPeer::Waiting { turn, players } => {
+                if let Phase::Running(r) = &mut self.phase {
+                    r.waiting = Some((turn, players));
+                }
+            }
+            ToPeer::Ping { stamp_us } => self.send(&ToRelay::Pong { stamp_us }),
+            ToPeer::MatchEnd { turn, reason } => {
+                if let Phase::Running(r) = &mut self.phase {
+                    r.end = Some((turn, reason));
+                }
+            }
+        }
+        self.advance(now);
+    }
+
+    /// Advances timers: due turns, input scheduling, stall notices, reports.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+    }
+
+    /// The next instant [`Session::handle_timeout`] has work to do.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let Phase::Running(r) = &self.phase else {
+            return None;
+        };
+        // Turns become due, inputs get scheduled and stall notices fire only
+        // on turn-length boundaries.
+        Some(r.next_report.min(r.next_boundary(r.now)))
+    }
+
+    /// The next message to send to the relay.
+    #[must_use]
+    pub fn poll_outgoing(&mut self) -> Option<(Delivery, Vec<u8>)> {
+        // The input for `c + d` leaves once the game has taken turn `c`'s
+        // TurnReady (and had its chance to submit in response).
+        if let Phase::Running(r) = &self.phase {
+            let now = r.now;
+            self.pump_inputs(now);
+        }
+        self.outgoing.pop_front()
+    }
+
+    /// The next event for the game loop.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let ev = self.events.pop_front();
+        if let (Some(Event::TurnReady { turn, .. }), Phase::Running(r)) = (&ev, &mut self.phase) {
+            r.consumed = Some(*turn);
+        }
+        ev
+    }
+
+    /// Figures so far; `now` accounts an ongoing stall.
+    #[must_use]
+    pub fn stats(&self, now: Instant) -> SessionStats {
+        let mut s = self.stats.clone();
+        if let Phase::Running(r) = &self.phase {
+            let due = r.due(r.next_exec);
+            if now > due
+                && !r.buffer.has(r.next_exec)
+                && r.end.is_none_or(|(t, _)| r.next_exec <= t)
+            {
+                s.stall += now.saturating_since(due.max(r.stall_accounted));
+            }
+            s.input_delay = r.delay.latest();
+        }
+        let mut sorted: Vec<Duration> = self.latencies.iter().copied().collect();
+        sorted.sort_unstable();
+        s.latency_samples = sorted.len();
+        s.latency_p50 = percentile(&sorted, 50);
+        s.latency_p99 = percentile(&sorted, 99);
+        s
+    }
+
+    fn send(&mut self, msg: &ToRelay) {
+        let bytes = msg.to_bytes();
+        self.stats.bytes_sent += bytes.len() as u64;
+        self.outgoing.push_back((msg.delivery(), bytes));
+    }
+
+    fn start(&mut self, now: Instant, start: Start) {
+        if !matches!(self.phase, Phase::Joining) {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let turn_length = Duration::from_micros(start.turn_length_us);
+        // The first turn is due one starting delay after the start, like the
+        // relay's deadline for it, so the empty inputs for the first `d0`
+        // turns have that long to arrive.
+        let epoch = now + turn_length.saturating_mul(u64::from(start.input_delay));
+        self.events.push_back(Event::Started {
+            your_player: start.your_player,
+            setup: start.setup,
+            players: start.players,
+            first_turn: start.first_turn,
+            last_turn: start.last_turn,
+            input_delay: start.input_delay,
+            turn_length,
+        });
+        self.stats.input_delay = start.input_delay;
+        self.phase = Phase::Running(Box::new(Running {
+            your_player: start.your_player,
+            first_turn: start.first_turn,
+            last_turn: start.last_turn,
+            turn_length,
+            start: now,
+            now,
+            epoch,
+            next_exec: start.first_turn,
+            consumed: None,
+            buffer: TurnBuffer::default(),
+            arrived: BTreeMap::new(),
+            delay: DelaySchedule::new(start.first_turn, start.input_delay),
+            next_input: start.first_turn,
+            pending: VecDeque::new(),
+            in_flight: BTreeMap::new(),
+            awaiting_late: BTreeMap::new(),
+            sections: VecDeque::new(),
+            last_hashed: None,
+            stall_accounted: epoch,
+            stall_notified: None,
+            waiting: None,
+            next_report: now + self.config.report_interval,
+            end: None,
+        }));
+    }
+
+    fn on_bundle(&mut self, now: Instant, bundle: Bundle) {
+        let Phase::Running(r) = &mut self.phase else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        if r.last_turn.is_some_and(|l| bundle.turn > l) {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let turn = bundle.turn;
+        if r.buffer.insert(r.next_exec, bundle).is_err() {
+            self.stats.duplicate_bundles += 1;
+        } else {
+            r.arrived.insert(turn, now);
+        }
+    }
+
+    /// Runs everything that is due at `now`, in order: schedule inputs, yield
+    /// due turns whose bundles are here, then timers.
+    fn advance(&mut self, now: Instant) {
+        if let Phase::Running(r) = &mut self.phase {
+            r.now = r.now.max(now);
+        }
+        loop {
+            self.pump_inputs(now);
+            if !self.execute_one(now) {
+                break;
+            }
+        }
+        let Phase::Running(r) = &mut self.phase else {
+            return;
+        };
+        // Stall notice: the due turn has been missing for a whole turn length.
+        if !r.buffer.has(r.next_exec)
+            && r.end.is_none()
+            && r.stall_notified != Some(r.next_exec)
+            && now >= r.due(r.next_exec) + r.turn_length
+        {
+            r.stall_notified = Some(r.next_exec);
+            let waiting_on = match &r.waiting {
+                Some((t, p)) if *t == r.next_exec => p.clone(),
+                _ => Vec::new(),
+            };
+            self.events.push_back(Event::Stalled {
+                turn: r.next_exec,
+                waiting_on,
+            });
+        }
+        if let Some((end, reason)) = r.end
+            && r.next_exec > end
+        {
+            self.events
+                .push_back(Event::MatchEnded { turn: end, reason });
+            self.phase = Phase::Ended;
+            return;
+        }
+        if now >= r.next_report {
+            r.next_report = now + self.config.report_interval;
+            let link = self.stats.link;
+            let report = PeerReport {
+                rtt_us: u32::try_from(link.rtt.as_micros()).unwrap_or(u32::MAX),
+                jitter_us: u32::try_from(link.jitter.as_micros()).unwrap_or(u32::MAX),
+                // Clamped to 0..=1000 before the cast, so it cannot truncate.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                loss_permille: (link.loss.clamp(0.0, 1.0) * 1000.0) as u16,
+                stall_us: self.stats.stall.as_micros(),
+                executed: self.stats.last_turn,
+            };
+            self.send(&ToRelay::Report(report));
+        }
+    }
+
+    /// Sends inputs for every turn up to `c + d(c)` where `c` is the local turn.
+    fn pump_inputs(&mut self, now: Instant) {
+        let Phase::Running(r) = &mut self.phase else {
+            return;
+        };
+        // Local turn c: the turn the clock is in, counted so that the start
+        // is turn `first - d0`; the input for turn T goes out d turns before
+        // T is due. It never passes the last turn the game has taken: the
+        // game's response to TurnReady(c) goes into turn c + d, and a stalled
+        // peer stops issuing inputs for ever-further turns.
+        let d0 = i64::from(r.delay.delay_at(r.first_turn));
+        let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
+        let clock = i64::from(r.first_turn.0) + ticks - d0;
+        let consumed = r
+            .consumed
+            .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
+        let local = clock.min(consumed);
+        let d = i64::from(
+            r.delay
+                .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
+        );
+        let Ok(target) = u32::try_from(local + d) else {
+            return;
+        };
+        let target = Turn(target);
+        let mut msgs = Vec::new();
+        while r.next_input <= target && r.last_turn.is_none_or(|l| r.next_input <= l) {
+            let turn = r.next_input;
+            let mut commands = Vec::new();
+            if turn == target {
+                let mut bytes = 0;
+                while let Some((_, c)) = r.pending.front() {
+                    if commands.len() >= MAX_INPUT_CHUNKS || bytes + c.len() > MAX_INPUT_BYTES {
+                        break;
+                    }
+                    bytes += c.len();
+                    if let Some((at, c)) = r.pending.pop_front() {
+                        r.in_flight
+                            .entry(turn)
+                            .or_default()
+                            .push(InFlight { at, own: true });
+                        commands.push(c);
+                    }
+                }
+            }
+            msgs.push(ToRelay::Input { turn, commands });
+            r.next_input = turn.next();
+        }
+        for m in msgs {
+            self.send(&m);
+        }
+    }
+
+    /// Yields the next turn if it is due and its bundle is here.
+    fn execute_one(&mut self, now: Instant) -> bool {
+        let Phase::Running(r) = &mut self.phase else {
+            return false;
+        };
+        if r.last_turn.is_some_and(|l| r.next_exec > l) {
+            return false;
+        }
+        let due = r.due(r.next_exec);
+        if now < due {
+            return false;
+        }
+        let Some(bundle) = r.buffer.take(r.next_exec) else {
+            return false;
+        };
+        let turn = bundle.turn;
+        for n in bundle.notices {
+            match n {
+                Notice::PlayerDropped { player, turn } => {
+                    self.events.push_back(Event::PlayerDropped { player, turn });
+                }
+                Notice::DelayChange { delay, from_turn } => {
+                    if r.delay.change(from_turn, delay) {
+                        self.stats.input_delay = delay;
+                        self.events
+                            .push_back(Event::InputDelayChanged { delay, from_turn });
+                    }
+                }
+            }
+        }
+        // Stall: from when the turn was due until its bundle arrived, not
+        // counting time already counted for an earlier turn.
+        let arrived = r.arrived.remove(&turn).unwrap_or(now);
+        if arrived > due {
+            let from = due.max(r.stall_accounted);
+            self.stats.stall += arrived.saturating_since(from);
+            self.stats.stalled_turns += 1;
+        }
+        r.stall_accounted = r.stall_accounted.max(arrived);
+        // Turn latency. Our chunks in this bundle are the ones we sent for it
+        // (if they arrived in time) plus late ones the relay said landed here;
+        // if ours are missing, they are late and wait for the relay's notice.
+        let keep = r.in_flight.split_off(&turn.next());
+        let due_here: Vec<InFlight> = std::mem::replace(&mut r.in_flight, keep)
+            .into_values()
+            .flatten()
+            .collect();
+        let ours_in_bundle = bundle
+            .inputs
+            .iter()
+            .filter(|(p, _)| *p == r.your_player)
+            .count();
+        let all_arrived = ours_in_bundle >= due_here.len();
+        for f in due_here {
+            if f.own && !all_arrived {
+                r.awaiting_late.entry(turn).or_default().push(f.at);
+                continue;
+            }
+            if self.latencies.len() >= LATENCY_SAMPLES {
+                self.latencies.pop_front();
+            }
+            self.latencies.push_back(now.saturating_since(f.at));
+        }
+        // A late notice comes within a few hundred turns or never (dropped);
+        // forget older ones so the map stays bounded.
+        let horizon = Turn(
+            turn.0
+                .saturating_sub(crate::turn_buffer::MAX_BUFFERED_AHEAD),
+        );
+        r.awaiting_late = r.awaiting_late.split_off(&horizon);
+        r.next_exec = turn.next();
+        self.stats.turns_executed += 1;
+        self.stats.last_turn = Some(turn);
+        self.events.push_back(Event::TurnReady {
+            turn,
+            inputs: bundle.inputs,
+        });
+        true
+    }
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = (sorted.len() - 1) * p / 100;
+    sorted[idx]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,178 @@
+//! `peer`: a headless peer of the reference game with a seeded bot. Joins a
+//! match on a relay, plays it, prints progress on stderr and a summary on
+//! exit. Exit code 0 when the match completed without desync, 3 on a desync,
+//! 1 on any other failure, 2 for bad usage.
+
+use clap::Parser;
+use lockstep::Duration;
+use lockstep::netsim::LinkConfig;
+use lockstep::transport::TransportConfig;
+use relay::peer::PeerConfig;
+use relay::udp::{PeerRun, run_peer};
+use sim::Turn;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+#[derive(Parser)]
+#[command(
+    name = "peer",
+    version,
+    about = "Headless lockstep peer running the reference RTS with a seeded bot"
+)]
+struct Cli {
+    /// The relay's UDP address.
+    #[arg(long)]
+    relay: SocketAddr,
+    /// Match name; peers giving the same name play together.
+    #[arg(long = "match", default_value = "default")]
+    match_name: String,
+    /// Number of players in the match.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
+    players: u8,
+    /// Turns to play.
+    #[arg(long, default_value_t = 300)]
+    turns: u32,
+    /// Seed of this peer's bot (and transport).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bot actions per minute.
+    #[arg(long, default_value_t = 300)]
+    apm: u32,
+    /// Display name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Record this peer's view of the match (with keyframes) to this replay file.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Fault switch: perturb the own world after simulating this turn.
+    #[arg(long)]
+    desync_at: Option<u32>,
+    /// Local UDP address to bind.
+    #[arg(long, default_value = "0.0.0.0:0")]
+    bind: SocketAddr,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    /// Simulated loss on this peer's link, each way (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Simulated one-way latency (ms).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Simulated jitter (±ms).
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !(0.0..=1.0).contains(&cli.loss) {
+        eprintln!("peer: --loss must be within 0..1");
+        return ExitCode::from(2);
+    }
+    let bind = if cli.relay.ip().is_loopback() && cli.bind.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], cli.bind.port()))
+    } else {
+        cli.bind
+    };
+    let socket = match UdpSocket::bind(bind) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("peer: cannot bind {bind}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
+    let run = PeerRun {
+        relay: cli.relay,
+        peer: PeerConfig {
+            match_name: cli.match_name.clone(),
+            players: cli.players,
+            turns: cli.turns,
+            seed: cli.seed,
+            apm: cli.apm,
+            name: cli
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("bot{}", cli.seed)),
+            desync_at: cli.desync_at.map(Turn),
+        },
+        transport: TransportConfig::default(),
+        impair: impaired.then(|| LinkConfig {
+            latency: Duration::from_millis(cli.latency_ms),
+            jitter: Duration::from_millis(cli.jitter_ms),
+            loss: cli.loss,
+            ..LinkConfig::default()
+        }),
+        seed: cli.seed,
+        timeout: Duration::from_secs(cli.timeout_s),
+        record: cli.record.clone(),
+        vanish_after: None,
+    };
+    let stop = AtomicBool::new(false);
+    let result = run_peer(&socket, &run, &stop, |peer, now| {
+        let s = peer.stats(now);
+        eprintln!(
+            "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
+            s.last_turn.map_or(0, |t| t.0),
+            s.link.rtt.as_millis_f64(),
+            s.link.loss * 100.0,
+            s.stall.as_millis_f64(),
+            s.input_delay
+        );
+    });
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("peer: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if cli.json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("peer: {e}"),
+        }
+    } else {
+        println!(
+            "player {}  turns {}  final turn {}  final hash {}",
+            summary.player.map_or("-".to_owned(), |p| format!("P{p}")),
+            summary.turns,
+            summary.final_turn.map_or("-".to_owned(), |t| t.to_string()),
+            summary.final_hash.as_deref().unwrap_or("-"),
+        );
+        println!(
+            "stall {:.0} ms  latency p50 {:.0} ms p99 {:.0} ms  rtt {:.1} ms  loss {:.1}%  {:.0} bytes/s",
+            summary.stall_ms,
+            summary.turn_latency_ms.p50,
+            summary.turn_latency_ms.p99,
+            summary.rtt_ms,
+            summary.loss * 100.0,
+            summary.bytes_per_s
+        );
+        for d in &summary.desyncs {
+            println!(
+                "DESYNC at turn {}: odd players {:?}, sections {:?}",
+                d.turn, d.odd_players, d.sections
+            );
+        }
+        for (p, t) in &summary.dropped {
+            println!("player P{p} dropped at turn {t}");
+        }
+        if let Some(e) = &summary.error {
+            println!("error: {e}");
+        }
+    }
+    if !summary.desyncs.is_empty() {
+        ExitCode::from(3)
+    } else if summary.completed && summary.error.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

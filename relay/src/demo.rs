@@ -1,0 +1,387 @@
+//! The one-command match: a relay and N headless peers on loopback UDP (each
+//! peer a thread with its own socket, optionally behind an in-process
+//! impaired link), recorded to a replay that is then verified by
+//! re-simulation, with a per-peer summary table or one JSON object.
+
+use crate::config::RelayConfig;
+use crate::event::RouterEvent;
+use crate::peer::{PeerConfig, PeerSummary};
+use crate::recorder::{Recorded, Recorder, reference_rules_hash};
+use crate::udp::{PeerRun, RelayNote, run_peer, serve};
+use lockstep::netsim::LinkConfig;
+use lockstep::transport::TransportConfig;
+use lockstep::{Duration, Instant};
+use serde::Serialize;
+use sim::Turn;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
+/// What the demo runs.
+#[derive(Clone, Debug)]
+pub struct DemoConfig {
+    /// Number of peers.
+    pub peers: u8,
+    /// Turns to play.
+    pub turns: u32,
+    /// Relay settings (turn length, policy, ...).
+    pub relay: RelayConfig,
+    /// Impairment on every peer's link, each way (`None`: direct).
+    pub impair: Option<LinkConfig>,
+    /// Where the replay goes.
+    pub record_dir: PathBuf,
+    /// Base seed for bots, clients and impairment.
+    pub seed: u64,
+    /// Bot actions per minute.
+    pub apm: u32,
+    /// Fault switch: (turn, peer index) whose world gets perturbed.
+    pub desync: Option<(u32, u8)>,
+    /// Per-peer impairment overriding `impair` (peer index, link each way).
+    pub peer_impair: Vec<(u8, LinkConfig)>,
+    /// Fault switch: (peer index, after how long) the peer crashes silently.
+    pub vanish: Option<(u8, Duration)>,
+}
+
+/// One peer's row of the result.
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoPeer {
+    /// Peer index (0-based, in start order).
+    pub peer: u8,
+    /// Crashed on purpose by the fault switch (left out of the hash agreement).
+    pub killed: bool,
+    /// Its summary (includes its slot, `player`).
+    #[serde(flatten)]
+    pub summary: PeerSummary,
+}
+
+/// A desync as the relay reported it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DemoDesync {
+    /// The turn.
+    pub turn: u32,
+    /// Odd players' slots.
+    pub odd_players: Vec<u8>,
+    /// The peers (indices) those slots belong to.
+    pub odd_peers: Vec<u8>,
+    /// Differing sections.
+    pub sections: Vec<String>,
+}
+
+/// A drop as the relay reported it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoDrop {
+    /// The dropped player's slot.
+    pub player: u8,
+    /// First turn without them.
+    pub turn: u32,
+    /// Why (timeout, disconnected, left).
+    pub reason: String,
+}
+
+/// The recorded replay and its verification.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DemoReplay {
+    /// File path.
+    pub path: Option<String>,
+    /// Re-simulation matched every recorded hash.
+    pub verified: bool,
+    /// Turns re-simulated.
+    pub turns: u32,
+    /// Why verification failed, if it did.
+    pub error: Option<String>,
+}
+
+/// The whole result (`relay demo --json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoReport {
+    /// Per-peer rows.
+    pub peers: Vec<DemoPeer>,
+    /// Desyncs the relay detected.
+    pub desyncs: Vec<DemoDesync>,
+    /// Players the relay dropped: (player, first turn without them, reason).
+    pub drops: Vec<DemoDrop>,
+    /// The replay.
+    pub replay: DemoReplay,
+    /// Whether every peer finished every turn with the same final hash.
+    pub hashes_agree: bool,
+    /// Wall-clock seconds the match took.
+    pub seconds: f64,
+}
+
+impl DemoReport {
+    /// Process exit code: 0 all good, 3 desync detected, 1 anything else.
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        if !self.desyncs.is_empty() {
+            3
+        } else if self.hashes_agree && self.replay.verified {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// The human-readable table.
+    #[must_use]
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        s.push_str(
+            "peer player final_turn final_hash        stall_ms  lat_p50  lat_p99   rtt_ms  loss%  bytes/s  delay\n",
+        );
+        for p in &self.peers {
+            let m = &p.summary;
+            s.push_str(&format!(
+                "{:>4} {:>6} {:>10} {:<16} {:>9.0} {:>8.0} {:>8.0} {:>8.1} {:>6.1} {:>8.0} {:>6}\n",
+                p.peer,
+                m.player.map_or("-".to_owned(), |x| format!("P{x}")),
+                m.final_turn.map_or("-".to_owned(), |t| t.to_string()),
+                m.final_hash
+                    .as_deref()
+                    .map_or("-", |h| &h[..16.min(h.len())]),
+                m.stall_ms,
+                m.turn_latency_ms.p50,
+                m.turn_latency_ms.p99,
+                m.rtt_ms,
+                m.loss * 100.0,
+                m.bytes_per_s,
+                m.input_delay,
+            ));
+            if let Some(e) = &m.error {
+                s.push_str(&format!("     peer {} error: {e}\n", p.peer));
+            }
+        }
+        for d in &self.drops {
+            s.push_str(&format!(
+                "player P{} dropped from turn {} ({})\n",
+                d.player, d.turn, d.reason
+            ));
+        }
+        for d in &self.desyncs {
+            s.push_str(&format!(
+                "DESYNC at turn {}: odd players {:?} (peers {:?}), differing sections {:?}\n",
+                d.turn, d.odd_players, d.odd_peers, d.sections
+            ));
+        }
+        s.push_str(&format!(
+            "final hashes {}; replay {} {}{}\n",
+            if self.hashes_agree { "agree" } else { "DIFFER" },
+            self.replay.path.as_deref().unwrap_or("(none)"),
+            if self.replay.verified {
+                "verified"
+            } else {
+                "NOT verified"
+            },
+            self.replay
+                .error
+                .as_deref()
+                .map_or(String::new(), |e| format!(" ({e})")),
+        ));
+        s
+    }
+}
+
+/// Runs the demo; `progress` gets one line per second for stderr.
+pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Result<DemoReport> {
+    let started = std::time::Instant::now();
+    let relay_socket = UdpSocket::bind("127.0.0.1:0")?;
+    let relay_addr: SocketAddr = relay_socket.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let recorder = Recorder::new(&config.record_dir, reference_rules_hash)?;
+    let (note_tx, note_rx) = mpsc::channel::<Note>();
+    let relay = {
+        let stop = Arc::clone(&stop);
+        let cfg = config.relay.clone();
+        std::thread::spawn(move || {
+            serve(
+                &relay_socket,
+                cfg,
+                TransportConfig::default(),
+                Some(recorder),
+                &stop,
+                |n| {
+                    let note = match n {
+                        RelayNote::Event(e) => Note::Event(e.clone()),
+                        RelayNote::Recorded(r) => Note::Recorded(r.clone()),
+                        RelayNote::RecordError(e) => Note::RecordError(e),
+                    };
+                    let _ = note_tx.send(note);
+                },
+            )
+        })
+    };
+    let turn_length = config.relay.turn_length;
+    let timeout = turn_length.saturating_mul(u64::from(config.turns) * 4) + Duration::from_secs(30);
+    let (prog_tx, prog_rx) = mpsc::channel::<String>();
+    let mut handles = Vec::new();
+    for i in 0..config.peers {
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        let run = PeerRun {
+            relay: relay_addr,
+            peer: PeerConfig {
+                match_name: "demo".into(),
+                players: config.peers,
+                turns: config.turns,
+                seed: config.seed.wrapping_add(u64::from(i)),
+                apm: config.apm,
+                name: format!("peer{i}"),
+                desync_at: config.desync.filter(|&(_, p)| p == i).map(|(t, _)| Turn(t)),
+            },
+            transport: TransportConfig::default(),
+            impair: config
+                .peer_impair
+                .iter()
+                .find(|(p, _)| *p == i)
+                .map(|(_, l)| *l)
+                .or(config.impair),
+            seed: config.seed.wrapping_mul(1000).wrapping_add(u64::from(i)),
+            timeout,
+            record: None,
+            vanish_after: config.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
+        };
+        let stop = Arc::clone(&stop);
+        let prog_tx = prog_tx.clone();
+        handles.push(std::thread::spawn(move || {
+            run_peer(&socket, &run, &stop, |peer, now: Instant| {
+                if i == 0 {
+                    let s = peer.stats(now);
+                    let _ = prog_tx.send(format!(
+                        "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
+                        s.last_turn.map_or(0, |t| t.0),
+                        s.link.rtt.as_millis_f64(),
+                        s.link.loss * 100.0,
+                        s.stall.as_millis_f64(),
+                        s.input_delay
+                    ));
+                }
+            })
+        }));
+        // Staggered joins keep slot order close to start order (not relied on).
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(prog_tx);
+    let mut peers = Vec::new();
+    let mut notes = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        loop {
+            // Forward progress lines and collect relay notes while waiting.
+            while let Ok(line) = prog_rx.try_recv() {
+                progress(&line);
+            }
+            notes.extend(note_rx.try_iter());
+            if h.is_finished() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let summary = match h.join() {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => PeerSummary {
+                error: Some(e.to_string()),
+                ..PeerSummary::default()
+            },
+            Err(_) => PeerSummary {
+                error: Some("peer thread panicked".into()),
+                ..PeerSummary::default()
+            },
+        };
+        peers.push(DemoPeer {
+            peer: u8::try_from(i).unwrap_or(u8::MAX),
+            killed: config.vanish.is_some_and(|(p, _)| usize::from(p) == i),
+            summary,
+        });
+    }
+    // The relay closes the replay when the match ends; give it a moment.
+    let wait_until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !notes.iter().any(|n| matches!(n, Note::Recorded(_)))
+        && std::time::Instant::now() < wait_until
+    {
+        if let Ok(n) = note_rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            notes.push(n);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = relay.join();
+    notes.extend(note_rx.try_iter());
+    Ok(report(peers, &notes, started.elapsed().as_secs_f64()))
+}
+
+/// What the relay thread passes back.
+#[derive(Debug)]
+enum Note {
+    Event(RouterEvent),
+    Recorded(Recorded),
+    RecordError(String),
+}
+
+fn report(peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
+    let peer_of = |player: u8| {
+        peers
+            .iter()
+            .find(|p| p.summary.player == Some(player))
+            .map(|p| p.peer)
+    };
+    let mut desyncs: Vec<DemoDesync> = Vec::new();
+    let mut replay = DemoReplay::default();
+    let mut drops = Vec::new();
+    for n in notes {
+        match n {
+            Note::Event(RouterEvent::Dropped {
+                player,
+                turn,
+                reason,
+                ..
+            }) => drops.push(DemoDrop {
+                player: player.0,
+                turn: turn.0,
+                reason: reason.to_string(),
+            }),
+            Note::Event(RouterEvent::Desync {
+                turn, odd_players, ..
+            }) => desyncs.push(DemoDesync {
+                turn: turn.0,
+                odd_players: odd_players.iter().map(|p| p.0).collect(),
+                odd_peers: odd_players.iter().filter_map(|p| peer_of(p.0)).collect(),
+                sections: Vec::new(),
+            }),
+            Note::Event(RouterEvent::DesyncSections { turn, sections, .. }) => {
+                if let Some(d) = desyncs.iter_mut().find(|d| d.turn == turn.0) {
+                    d.sections.clone_from(sections);
+                }
+            }
+            Note::Recorded(r) => replay.path = Some(r.path.display().to_string()),
+            Note::RecordError(e) => replay.error = Some(e.clone()),
+            Note::Event(_) => {}
+        }
+    }
+    if let Some(path) = &replay.path {
+        match replays::Reader::open(path)
+            .and_then(|r| replays::verify::<sim::game::World, _>(r, |_| {}))
+        {
+            Ok(v) => {
+                replay.turns = v.turns;
+                replay.verified = v.first_divergence.is_none();
+                if let Some(d) = v.first_divergence {
+                    replay.error = Some(format!("diverges at turn {}", d.turn));
+                }
+            }
+            Err(e) => replay.error = Some(e.to_string()),
+        }
+    }
+    let mut live = peers.iter().filter(|p| !p.killed);
+    let first = live.next().and_then(|p| p.summary.final_hash.clone());
+    let hashes_agree = first.is_some()
+        && peers
+            .iter()
+            .filter(|p| !p.killed)
+            .all(|p| p.summary.completed && p.summary.final_hash == first);
+    DemoReport {
+        peers,
+        desyncs,
+        drops,
+        replay,
+        hashes_agree,
+        seconds,
+    }
+}

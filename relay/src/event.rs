@@ -1,0 +1,154 @@
+//! What the router reports to its driver: enough to log every match event
+//! and to write a replay (`replays::Writer`) of each match.
+
+use lockstep::proto::{EndReason, PeerReport, PlayerInfo};
+use sim::{MatchSetup, PlayerId, StateHash, Turn};
+use std::fmt;
+
+/// A match's number on this relay (unique for the router's lifetime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MatchId(pub u64);
+
+impl fmt::Display for MatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Why a player was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Silent past the timeout.
+    Timeout,
+    /// The transport connection closed.
+    Disconnected,
+    /// The player sent Leave.
+    Left,
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Timeout => "timeout",
+            Self::Disconnected => "disconnected",
+            Self::Left => "left",
+        })
+    }
+}
+
+/// Match start parameters, as a replay header needs them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatchInfo {
+    /// The match's name.
+    pub match_name: String,
+    /// Game id all players run.
+    pub game_id: String,
+    /// Game version.
+    pub game_version: u32,
+    /// Rules hash.
+    pub rules_hash: StateHash,
+    /// World setup.
+    pub setup: MatchSetup,
+    /// Turn length in microseconds.
+    pub turn_length_us: u64,
+    /// Players in slot order.
+    pub players: Vec<PlayerInfo>,
+    /// Input delay at the start.
+    pub input_delay: u8,
+    /// First turn.
+    pub first_turn: Turn,
+    /// Last turn, if fixed.
+    pub last_turn: Option<Turn>,
+}
+
+/// A router event, polled with `Router::poll_event`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouterEvent {
+    /// All slots filled; the match started.
+    MatchStarted {
+        /// Which match.
+        id: MatchId,
+        /// Its parameters.
+        info: MatchInfo,
+    },
+    /// A turn closed and its bundle went to every player.
+    TurnClosed {
+        /// Which match.
+        id: MatchId,
+        /// The turn.
+        turn: Turn,
+        /// The stamped inputs exactly as bundled.
+        inputs: Vec<(PlayerId, Vec<u8>)>,
+        /// Live players whose own input for the turn was missing at close.
+        missing: Vec<PlayerId>,
+    },
+    /// Every reporting player had the same hash for a turn.
+    HashAgreed {
+        /// Which match.
+        id: MatchId,
+        /// The turn.
+        turn: Turn,
+        /// The agreed hash.
+        hash: StateHash,
+    },
+    /// Hash reports disagreed (only the first desync of a match is reported).
+    Desync {
+        /// Which match.
+        id: MatchId,
+        /// The turn.
+        turn: Turn,
+        /// Each player's hash.
+        hashes: Vec<(PlayerId, StateHash)>,
+        /// Players outside the majority; empty when there is none.
+        odd_players: Vec<PlayerId>,
+    },
+    /// The section comparison of a desync finished.
+    DesyncSections {
+        /// Which match.
+        id: MatchId,
+        /// The turn.
+        turn: Turn,
+        /// Players compared.
+        players: Vec<PlayerId>,
+        /// Differing section names.
+        sections: Vec<String>,
+    },
+    /// A player was dropped; from `turn` on its slot is empty.
+    Dropped {
+        /// Which match.
+        id: MatchId,
+        /// Who.
+        player: PlayerId,
+        /// First turn without them.
+        turn: Turn,
+        /// Why.
+        reason: DropReason,
+    },
+    /// A new input delay was announced.
+    DelayChanged {
+        /// Which match.
+        id: MatchId,
+        /// New delay.
+        delay: u8,
+        /// First local turn using it.
+        from_turn: Turn,
+    },
+    /// Figures a peer reported.
+    PeerReport {
+        /// Which match.
+        id: MatchId,
+        /// Who.
+        player: PlayerId,
+        /// The figures.
+        report: PeerReport,
+    },
+    /// The match is over.
+    MatchEnded {
+        /// Which match.
+        id: MatchId,
+        /// The last closed turn.
+        turn: Option<Turn>,
+        /// Why.
+        reason: EndReason,
+    },
+}

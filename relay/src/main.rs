@@ -1,0 +1,350 @@
+//! `relay`: serve lockstep matches over UDP (`relay serve`), or run a whole
+//! recorded and verified match locally in one command (`relay demo`).
+
+use clap::{Args, Parser, Subcommand};
+use lockstep::Duration;
+use lockstep::netsim::LinkConfig;
+use lockstep::transport::TransportConfig;
+use relay::demo::{DemoConfig, run};
+use relay::recorder::{Recorder, reference_rules_hash};
+use relay::udp::{RelayNote, serve};
+use relay::{RelayConfig, RouterEvent, TurnPolicy};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+#[derive(Parser)]
+#[command(
+    name = "relay",
+    version,
+    about = "Relay server for deterministic lockstep matches"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve matches on a UDP address, recording each to a replay file.
+    Serve(ServeArgs),
+    /// Run a whole match locally: a relay and N headless peers over loopback UDP.
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Clone)]
+struct RelayArgs {
+    /// Turn closing policy: `deadline` (late inputs move to the next turn) or `strict`.
+    #[arg(long, default_value = "deadline")]
+    policy: TurnPolicy,
+    /// Turn length in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    turn_ms: u64,
+    /// Input delay at the start, in turns.
+    #[arg(long, default_value_t = 3)]
+    input_delay: u8,
+    /// Keep the input delay fixed instead of adapting it to RTT and jitter.
+    #[arg(long)]
+    fixed_delay: bool,
+    /// Drop a player silent this long (ms).
+    #[arg(long, default_value_t = 5000)]
+    silence_timeout_ms: u64,
+}
+
+impl RelayArgs {
+    fn config(&self) -> RelayConfig {
+        RelayConfig {
+            policy: self.policy,
+            turn_length: Duration::from_millis(self.turn_ms.max(1)),
+            initial_delay: self.input_delay.min(lockstep::proto::MAX_INPUT_DELAY),
+            adaptive_delay: !self.fixed_delay,
+            silence_timeout: Duration::from_millis(self.silence_timeout_ms),
+            ..RelayConfig::default()
+        }
+    }
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// UDP address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7777")]
+    bind: SocketAddr,
+    /// Directory for one replay file per match (no recording if omitted).
+    #[arg(long)]
+    record_dir: Option<PathBuf>,
+    /// One JSON object per line instead of text logs.
+    #[arg(long)]
+    json: bool,
+    /// Also log every closed turn and agreed hash.
+    #[arg(long)]
+    verbose: bool,
+    #[command(flatten)]
+    relay: RelayArgs,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Number of peers.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=8))]
+    peers: u8,
+    /// Turns to play.
+    #[arg(long, default_value_t = 300)]
+    turns: u32,
+    /// Packet loss on every peer's link, each way (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// One-way latency added to every peer's link (ms).
+    #[arg(long, default_value_t = 0)]
+    latency_ms: u64,
+    /// Jitter (±ms) on every peer's link.
+    #[arg(long, default_value_t = 0)]
+    jitter_ms: u64,
+    /// Where the replay goes.
+    #[arg(long, default_value = "demo-replays")]
+    record_dir: PathBuf,
+    /// Seed for bots, clients and impairment.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bot actions per minute.
+    #[arg(long, default_value_t = 300)]
+    apm: u32,
+    /// Fault switch: this turn, the `--desync-peer` perturbs its own world.
+    #[arg(long, requires = "desync_peer")]
+    desync_at: Option<u32>,
+    /// Fault switch: which peer (0-based index) perturbs its world.
+    #[arg(long, requires = "desync_at")]
+    desync_peer: Option<u8>,
+    /// Extra one-way latency (ms) on one peer's link: `--lag-peer P --lag-ms 500`.
+    #[arg(long, requires = "lag_ms")]
+    lag_peer: Option<u8>,
+    /// See `--lag-peer`.
+    #[arg(long, requires = "lag_peer")]
+    lag_ms: Option<u64>,
+    /// Fault switch: this peer (0-based) crashes silently after `--kill-after-ms`.
+    #[arg(long, requires = "kill_after_ms")]
+    kill_peer: Option<u8>,
+    /// See `--kill-peer`.
+    #[arg(long, requires = "kill_peer")]
+    kill_after_ms: Option<u64>,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    relay: RelayArgs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(a) => serve_cmd(&a),
+        Command::Demo(a) => demo_cmd(&a),
+    }
+}
+
+fn serve_cmd(a: &ServeArgs) -> ExitCode {
+    let socket = match UdpSocket::bind(a.bind) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("relay: cannot bind {}: {e}", a.bind);
+            return ExitCode::from(1);
+        }
+    };
+    let recorder = match &a.record_dir {
+        Some(dir) => match Recorder::new(dir, reference_rules_hash) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("relay: cannot use {}: {e}", dir.display());
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    let addr = socket.local_addr().map_or(a.bind, |x| x);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({ "event": "listening", "addr": addr.to_string() })
+        );
+    } else {
+        eprintln!("relay: listening on {addr} ({} policy)", a.relay.policy);
+    }
+    let stop = AtomicBool::new(false);
+    let r = serve(
+        &socket,
+        a.relay.config(),
+        TransportConfig::default(),
+        recorder,
+        &stop,
+        |n| log_note(&n, a.json, a.verbose),
+    );
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("relay: socket error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn log_note(n: &RelayNote<'_>, json: bool, verbose: bool) {
+    let value = match n {
+        RelayNote::Event(e) => match event_json(e, verbose) {
+            Some(v) => v,
+            None => return,
+        },
+        RelayNote::Recorded(r) => serde_json::json!({
+            "event": "recorded", "match": r.id.0, "path": r.path.display().to_string(),
+            "turns": r.turns, "finished": r.finished }),
+        RelayNote::RecordError(e) => serde_json::json!({ "event": "record_error", "error": e }),
+    };
+    if json {
+        println!("{value}");
+    } else {
+        let kind = value["event"].as_str().unwrap_or("?").to_owned();
+        let mut rest = value;
+        if let Some(o) = rest.as_object_mut() {
+            o.remove("event");
+        }
+        println!("{kind:<14} {rest}");
+    }
+}
+
+fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::Value> {
+    use serde_json::json;
+    let hex = |h: &sim::StateHash| h.to_hex();
+    Some(match e {
+        RouterEvent::MatchStarted { id, info } => json!({
+            "event": "match_started", "match": id.0, "name": info.match_name,
+            "game": info.game_id, "seed": info.setup.seed, "players": info.players.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            "turn_length_us": info.turn_length_us, "input_delay": info.input_delay,
+            "last_turn": info.last_turn.map(|t| t.0) }),
+        RouterEvent::TurnClosed {
+            id,
+            turn,
+            inputs,
+            missing,
+        } if verbose => json!({
+            "event": "turn_closed", "match": id.0, "turn": turn.0, "inputs": inputs.len(),
+            "missing": missing.iter().map(|p| p.0).collect::<Vec<_>>() }),
+        RouterEvent::HashAgreed { id, turn, hash } if verbose => json!({
+            "event": "hash_agreed", "match": id.0, "turn": turn.0, "hash": hex(hash) }),
+        RouterEvent::TurnClosed { .. } | RouterEvent::HashAgreed { .. } => return None,
+        RouterEvent::Desync {
+            id,
+            turn,
+            hashes,
+            odd_players,
+        } => json!({
+            "event": "desync", "match": id.0, "turn": turn.0,
+            "hashes": hashes.iter().map(|(p, h)| json!({"player": p.0, "hash": hex(h)})).collect::<Vec<_>>(),
+            "odd_players": odd_players.iter().map(|p| p.0).collect::<Vec<_>>() }),
+        RouterEvent::DesyncSections {
+            id,
+            turn,
+            players,
+            sections,
+        } => json!({
+            "event": "desync_sections", "match": id.0, "turn": turn.0,
+            "players": players.iter().map(|p| p.0).collect::<Vec<_>>(), "sections": sections }),
+        RouterEvent::Dropped {
+            id,
+            player,
+            turn,
+            reason,
+        } => json!({
+            "event": "dropped", "match": id.0, "player": player.0, "turn": turn.0, "reason": reason.to_string() }),
+        RouterEvent::DelayChanged {
+            id,
+            delay,
+            from_turn,
+        } => json!({
+            "event": "delay_changed", "match": id.0, "delay": delay, "from_turn": from_turn.0 }),
+        RouterEvent::PeerReport { .. } => return None,
+        RouterEvent::MatchEnded { id, turn, reason } => json!({
+            "event": "match_ended", "match": id.0, "turn": turn.map(|t| t.0), "reason": reason.to_string() }),
+    })
+}
+
+fn demo_cmd(a: &DemoArgs) -> ExitCode {
+    if !(0.0..=1.0).contains(&a.loss) {
+        eprintln!("relay demo: --loss must be within 0..1");
+        return ExitCode::from(2);
+    }
+    let impaired = a.loss > 0.0 || a.latency_ms > 0 || a.jitter_ms > 0;
+    let config = DemoConfig {
+        peers: a.peers,
+        turns: a.turns,
+        relay: a.relay.config(),
+        impair: impaired.then(|| LinkConfig {
+            latency: Duration::from_millis(a.latency_ms),
+            jitter: Duration::from_millis(a.jitter_ms),
+            loss: a.loss,
+            ..LinkConfig::default()
+        }),
+        record_dir: a.record_dir.clone(),
+        seed: a.seed,
+        apm: a.apm,
+        desync: a.desync_at.zip(a.desync_peer),
+        peer_impair: a
+            .lag_peer
+            .zip(a.lag_ms)
+            .map(|(p, ms)| {
+                (
+                    p,
+                    LinkConfig {
+                        latency: Duration::from_millis(a.latency_ms + ms),
+                        jitter: Duration::from_millis(a.jitter_ms),
+                        loss: a.loss,
+                        ..LinkConfig::default()
+                    },
+                )
+            })
+            .into_iter()
+            .collect(),
+        vanish: a
+            .kill_peer
+            .zip(a.kill_after_ms)
+            .map(|(p, ms)| (p, Duration::from_millis(ms))),
+    };
+    if [a.desync_peer, a.lag_peer, a.kill_peer]
+        .into_iter()
+        .flatten()
+        .any(|p| p >= a.peers)
+    {
+        eprintln!("relay demo: peer indices must be below --peers");
+        return ExitCode::from(2);
+    }
+    eprintln!(
+        "relay demo: {} peers, {} turns{}",
+        a.peers,
+        a.turns,
+        if impaired {
+            format!(
+                ", link loss {:.0}% latency {} ms jitter ±{} ms",
+                a.loss * 100.0,
+                a.latency_ms,
+                a.jitter_ms
+            )
+        } else {
+            String::new()
+        }
+    );
+    let report = match run(&config, |line| eprintln!("  {line}")) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("relay demo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if a.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("relay demo: {e}"),
+        }
+    } else {
+        print!("{}", report.table());
+        println!("took {:.1} s", report.seconds);
+    }
+    ExitCode::from(u8::try_from(report.exit_code()).unwrap_or(1))
+}

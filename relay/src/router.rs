@@ -1,0 +1,420 @@
+//! The relay's sans-IO core: routes turn-protocol messages between
+//! connections and matches. It never owns a socket or reads a clock; a thin
+//! driver binds it to the transport `Server`.
+//!
+//! The sender of every message is the connection it came on: the router maps
+//! connections to player slots and stamps commands with that slot, never
+//! with anything the payload claims.
+
+use crate::config::RelayConfig;
+use crate::event::{MatchId, RouterEvent};
+use crate::matchroom::MatchRoom;
+use lockstep::proto::{Delivery, MAX_REASON_LEN, ToPeer, ToRelay};
+use lockstep::{Duration, Instant};
+use sim::PlayerId;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+
+/// A transport connection, as numbered by the transport `Server`.
+pub use lockstep::transport::ConnId;
+
+/// Counters of everything the router did or refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterCounters {
+    /// Messages received.
+    pub messages: u64,
+    /// Message bytes received.
+    pub bytes_in: u64,
+    /// Message bytes queued for sending.
+    pub bytes_out: u64,
+    /// Messages that did not decode.
+    pub decode_errors: u64,
+    /// Messages that made no sense in the connection's state.
+    pub bad_state: u64,
+    /// Connections refused (limit reached).
+    pub connections_refused: u64,
+    /// Joins refused.
+    pub joins_refused: u64,
+    /// Inputs accepted on time.
+    pub inputs: u64,
+    /// Inputs that arrived after their turn closed.
+    pub inputs_late: u64,
+    /// Inputs for a turn the player already sent.
+    pub inputs_duplicate: u64,
+    /// Inputs refused (too far ahead, past the end, dropped player, full turn).
+    pub inputs_refused: u64,
+    /// Turns closed.
+    pub turns_closed: u64,
+    /// Turns closed by the deadline with inputs missing.
+    pub turns_closed_by_deadline: u64,
+    /// Turns that passed their deadline waiting (strict policy).
+    pub turns_waiting: u64,
+    /// Hash reports accepted.
+    pub hash_reports: u64,
+    /// Hash reports refused (stale, duplicate, for an open turn).
+    pub hashes_refused: u64,
+    /// Turns whose hashes disagreed.
+    pub desynced_turns: u64,
+    /// Players dropped.
+    pub drops: u64,
+    /// Input delay changes announced.
+    pub delay_changes: u64,
+    /// Matches started.
+    pub matches_started: u64,
+    /// Matches ended.
+    pub matches_ended: u64,
+}
+
+/// Messages and events produced while handling an input; shared with the match rooms.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    pub(crate) msgs: VecDeque<(ConnId, Delivery, Vec<u8>)>,
+    pub(crate) events: VecDeque<RouterEvent>,
+    pub(crate) counters: RouterCounters,
+}
+
+impl Outbox {
+    pub(crate) fn send(&mut self, conn: ConnId, msg: &ToPeer) {
+        self.push(conn, msg.delivery(), msg.to_bytes());
+    }
+
+    pub(crate) fn push(&mut self, conn: ConnId, delivery: Delivery, bytes: Vec<u8>) {
+        self.counters.bytes_out += bytes.len() as u64;
+        self.msgs.push_back((conn, delivery, bytes));
+    }
+}
+
+/// Where a connection is.
+#[derive(Debug)]
+struct Conn {
+    #[allow(dead_code)] // kept for logs and future per-address limits
+    addr: SocketAddr,
+    room: Option<(MatchId, Option<PlayerId>)>,
+}
+
+/// The relay's router; see the module docs.
+#[derive(Debug)]
+pub struct Router {
+    config: RelayConfig,
+    conns: BTreeMap<ConnId, Conn>,
+    matches: BTreeMap<MatchId, MatchRoom>,
+    /// Lobbies and running matches by name.
+    names: BTreeMap<String, MatchId>,
+    next_match: u64,
+    out: Outbox,
+}
+
+impl Router {
+    /// A router with no connections.
+    #[must_use]
+    pub fn new(config: RelayConfig) -> Self {
+        Self {
+            config,
+            conns: BTreeMap::new(),
+            matches: BTreeMap::new(),
+            names: BTreeMap::new(),
+            next_match: 1,
+            out: Outbox::default(),
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub const fn config(&self) -> &RelayConfig {
+        &self.config
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub const fn counters(&self) -> &RouterCounters {
+        &self.out.counters
+    }
+
+    /// Matches in lobby or running.
+    #[must_use]
+    pub fn match_count(&self) -> usize {
+        self.matches.len()
+    }
+
+    /// A connection was established; false if the router refuses it (limit).
+    pub fn handle_connected(&mut self, _now: Instant, conn: ConnId, addr: SocketAddr) -> bool {
+        if self.conns.len() >= self.config.limits.max_connections {
+            self.out.counters.connections_refused += 1;
+            return false;
+        }
+        self.conns.insert(conn, Conn { addr, room: None });
+        true
+    }
+
+    /// A connection closed (timeout or clean disconnect): its player is dropped.
+    pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId) {
+        let Some(c) = self.conns.remove(&conn) else {
+            return;
+        };
+        match c.room {
+            Some((id, Some(player))) => {
+                if let Some(m) = self.matches.get_mut(&id) {
+                    m.disconnected(now, player, &self.config, &mut self.out);
+                }
+                self.reap(id);
+            }
+            Some((id, None)) => {
+                if let Some(m) = self.matches.get_mut(&id)
+                    && m.leave_lobby(conn)
+                {
+                    self.names.remove(&m.name);
+                    self.matches.remove(&id);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Link figures the transport measured for a connection (used for the input delay).
+    pub fn handle_link_stats(&mut self, conn: ConnId, rtt: Duration, jitter: Duration, _loss: f64) {
+        if let Some(Conn {
+            room: Some((id, Some(player))),
+            ..
+        }) = self.conns.get(&conn)
+            && let Some(m) = self.matches.get_mut(id)
+        {
+            m.link_stats(*player, rtt, jitter);
+        }
+    }
+
+    /// One message from a connection.
+    pub fn handle_message(&mut self, now: Instant, conn: ConnId, bytes: &[u8]) {
+        self.out.counters.messages += 1;
+        self.out.counters.bytes_in += bytes.len() as u64;
+        let Some(c) = self.conns.get(&conn) else {
+            self.out.counters.bad_state += 1;
+            return;
+        };
+        let Ok(msg) = ToRelay::decode(bytes) else {
+            self.out.counters.decode_errors += 1;
+            return;
+        };
+        match (c.room, msg) {
+            (None, ToRelay::Join(join)) => self.join(now, conn, &join),
+            (Some((id, Some(player))), msg) => {
+                let leaving = msg == ToRelay::Leave;
+                if let Some(m) = self.matches.get_mut(&id) {
+                    m.handle(now, player, msg, &self.config, &mut self.out);
+                }
+                if leaving && let Some(c) = self.conns.get_mut(&conn) {
+                    c.room = None;
+                }
+                self.reap(id);
+            }
+            (Some((id, None)), ToRelay::Leave) => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.room = None;
+                }
+                if let Some(m) = self.matches.get_mut(&id)
+                    && m.leave_lobby(conn)
+                {
+                    self.names.remove(&m.name);
+                    self.matches.remove(&id);
+                }
+            }
+            _ => self.out.counters.bad_state += 1,
+        }
+    }
+
+    /// Runs every match's timers (deadlines, pings, silence, match end).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let ids: Vec<MatchId> = self.matches.keys().copied().collect();
+        for id in ids {
+            if let Some(m) = self.matches.get_mut(&id) {
+                m.tick(now, &self.config, &mut self.out);
+            }
+            self.reap(id);
+        }
+    }
+
+    /// The next instant [`Router::handle_timeout`] has work to do.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.matches
+            .values()
+            .filter_map(|m| m.poll_timeout(&self.config))
+            .min()
+    }
+
+    /// The next message to send: to which connection, on which channel.
+    #[must_use]
+    pub fn poll_outgoing(&mut self) -> Option<(ConnId, Delivery, Vec<u8>)> {
+        self.out.msgs.pop_front()
+    }
+
+    /// The next event for logs and the replay recorder.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<RouterEvent> {
+        self.out.events.pop_front()
+    }
+
+    fn reject(&mut self, conn: ConnId, reason: &str) {
+        self.out.counters.joins_refused += 1;
+        let mut reason = reason.to_owned();
+        reason.truncate(MAX_REASON_LEN);
+        self.out.send(conn, &ToPeer::Rejected { reason });
+    }
+
+    fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+        let id = if let Some(&id) = self.names.get(&join.match_name) {
+            if let Some(why) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
+                self.reject(conn, why);
+                return;
+            }
+            id
+        } else {
+            if self.matches.len() >= self.config.limits.max_matches {
+                self.reject(conn, "relay is full");
+                return;
+            }
+            let id = MatchId(self.next_match);
+            self.next_match += 1;
+            self.matches.insert(id, MatchRoom::new(id, join));
+            self.names.insert(join.match_name.clone(), id);
+            id
+        };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.room = Some((id, None));
+        }
+        let Some(m) = self.matches.get_mut(&id) else {
+            return;
+        };
+        if let Some(assigned) = m.join(now, conn, join, &self.config, &mut self.out) {
+            self.out.counters.matches_started += 1;
+            for (c, p) in assigned {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.room = Some((id, Some(p)));
+                }
+            }
+        }
+        self.reap(id);
+    }
+
+    /// Removes a match that ended and detaches its connections (they may join again).
+    fn reap(&mut self, id: MatchId) {
+        let Some(m) = self.matches.get(&id) else {
+            return;
+        };
+        if !m.is_ended() {
+            return;
+        }
+        self.out.counters.matches_ended += 1;
+        self.names.remove(&m.name);
+        self.matches.remove(&id);
+        for c in self.conns.values_mut() {
+            if c.room.is_some_and(|(m, _)| m == id) {
+                c.room = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep::proto::{Join, ToPeer};
+    use sim::{StateHash, Turn};
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    fn join(name: &str) -> Vec<u8> {
+        ToRelay::Join(Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: name.into(),
+            turns: 0,
+        })
+        .to_bytes()
+    }
+
+    fn started_router() -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {
+        let mut r = Router::new(RelayConfig::default());
+        let now = Instant::from_millis(10);
+        for c in 0..2 {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
+            assert!(r.handle_connected(now, ConnId(c), addr));
+            r.handle_message(now, ConnId(c), &join(&format!("p{c}")));
+        }
+        let mut players = BTreeMap::new();
+        while let Some((conn, _, bytes)) = r.poll_outgoing() {
+            if let Ok(ToPeer::Start(s)) = ToPeer::decode(&bytes) {
+                players.insert(conn, s.your_player);
+            }
+        }
+        assert_eq!(players.len(), 2);
+        (r, now, players)
+    }
+
+    #[test]
+    fn commands_are_stamped_with_the_connections_slot() {
+        let (mut r, now, players) = started_router();
+        for c in 0..2u32 {
+            let input = ToRelay::Input {
+                turn: Turn(0),
+                commands: vec![vec![c as u8 + 10]],
+            };
+            r.handle_message(now, ConnId(c), &input.to_bytes());
+        }
+        let closed = std::iter::from_fn(|| r.poll_event())
+            .find_map(|e| match e {
+                RouterEvent::TurnClosed { turn, inputs, .. } => Some((turn, inputs)),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(closed.0, Turn(0));
+        let mut want: Vec<(PlayerId, Vec<u8>)> = (0..2u32)
+            .map(|c| (players[&ConnId(c)], vec![c as u8 + 10]))
+            .collect();
+        want.sort();
+        assert_eq!(closed.1, want);
+    }
+
+    #[test]
+    fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
+        let (mut r, now, _) = started_router();
+        let mut x = 12345u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 64) as usize;
+            let bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 8)) as u8).collect();
+            r.handle_message(now, ConnId((x % 3) as u32), &bytes);
+        }
+        // A second join on a playing connection, and input far in the future.
+        r.handle_message(now, ConnId(0), &join("again"));
+        r.handle_message(
+            now,
+            ConnId(1),
+            &ToRelay::Input {
+                turn: Turn(100_000),
+                commands: vec![],
+            }
+            .to_bytes(),
+        );
+        let c = r.counters();
+        assert!(c.decode_errors > 1000, "{c:?}");
+        assert!(c.bad_state >= 1 && c.inputs_refused >= 1, "{c:?}");
+        assert_eq!(r.match_count(), 1);
+    }
+
+    #[test]
+    fn a_mismatched_join_is_rejected() {
+        let (mut r, now, _) = started_router();
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000));
+        r.handle_connected(now, ConnId(9), addr);
+        r.handle_message(now, ConnId(9), &join("late"));
+        let rejected = std::iter::from_fn(|| r.poll_outgoing()).any(|(c, _, b)| {
+            c == ConnId(9) && matches!(ToPeer::decode(&b), Ok(ToPeer::Rejected { .. }))
+        });
+        assert!(rejected);
+        assert_eq!(r.counters().joins_refused, 1);
+    }
+}

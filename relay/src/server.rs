@@ -1,0 +1,88 @@
+//! Binds the [`Router`] to a transport [`Server`]: connection events and
+//! messages go into the router, its messages go out on the channel they need,
+//! and each connection's link figures feed the input-delay choice. Sans-IO:
+//! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
+
+use crate::router::{ConnId, Router};
+use lockstep::peer_glue::channel;
+use lockstep::transport::{Channel, SendError, Server, ServerEvent};
+use lockstep::{Duration, Instant};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Reliable messages waiting per connection for room in its window.
+const MAX_BACKLOG: usize = 4096;
+/// How often link figures are passed to the router.
+const STATS_EVERY: Duration = Duration::from_millis(250);
+
+/// The glue state between one router and one transport server.
+#[derive(Debug, Default)]
+pub struct RouterGlue {
+    backlog: BTreeMap<ConnId, VecDeque<(Channel, Vec<u8>)>>,
+    next_stats: Instant,
+    dropped: u64,
+}
+
+impl RouterGlue {
+    /// Fresh glue.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Messages dropped because the transport refused them or a backlog overflowed.
+    #[must_use]
+    pub const fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Moves everything pending in both directions.
+    pub fn pump(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
+        while let Some(ev) = server.poll_event() {
+            match ev {
+                ServerEvent::Connected { conn, addr } => {
+                    if !router.handle_connected(now, conn, addr) {
+                        server.disconnect(conn, now);
+                    }
+                }
+                ServerEvent::Message { conn, bytes } => router.handle_message(now, conn, &bytes),
+                ServerEvent::Backpressure { .. } => {}
+                ServerEvent::Disconnected { conn, .. } => {
+                    self.backlog.remove(&conn);
+                    router.handle_disconnected(now, conn);
+                }
+            }
+        }
+        if now >= self.next_stats {
+            self.next_stats = now + STATS_EVERY;
+            let conns: Vec<ConnId> = server.connections().collect();
+            for conn in conns {
+                if let Some(s) = server.stats(conn) {
+                    router.handle_link_stats(conn, s.rtt, s.jitter, s.loss);
+                }
+            }
+        }
+        while let Some((conn, d, bytes)) = router.poll_outgoing() {
+            let q = self.backlog.entry(conn).or_default();
+            if q.len() >= MAX_BACKLOG {
+                q.pop_front();
+                self.dropped += 1;
+            }
+            q.push_back((channel(d), bytes));
+        }
+        for (conn, q) in &mut self.backlog {
+            while let Some((ch, bytes)) = q.front() {
+                match server.send(*conn, *ch, bytes) {
+                    Ok(()) => {
+                        q.pop_front();
+                    }
+                    Err(SendError::WindowFull { .. }) if *ch == Channel::Reliable => break,
+                    Err(_) => {
+                        q.pop_front();
+                        self.dropped += 1;
+                    }
+                }
+            }
+        }
+        self.backlog.retain(|_, q| !q.is_empty());
+    }
+}

@@ -1,0 +1,284 @@
+//! Thin UDP drivers: the only code here that touches sockets and the real
+//! clock. [`serve`] runs a transport `Server` + [`Router`] (+ optional
+//! [`Recorder`]); [`run_peer`] runs a transport `Client` + [`GamePeer`],
+//! optionally through an in-process impaired link (`netsim::Link` each way)
+//! so a demo can show a bad network without an external proxy.
+
+use crate::config::RelayConfig;
+use crate::event::RouterEvent;
+use crate::peer::{GamePeer, PeerConfig, PeerSummary};
+use crate::recorder::{Recorded, Recorder};
+use crate::router::Router;
+use crate::server::RouterGlue;
+use lockstep::netsim::{Link, LinkConfig};
+use lockstep::peer_glue::PeerGlue;
+use lockstep::transport::{Client, Server, TransportConfig};
+use lockstep::{Duration, Instant};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Longest a driver sleeps in `recv` before looking at its timers again.
+const MAX_WAIT: Duration = Duration::from_millis(20);
+/// Largest datagram accepted.
+const MAX_DATAGRAM: usize = 2048;
+
+/// Waits up to `wait` for datagrams and returns all that are ready.
+fn receive(socket: &UdpSocket, wait: Duration) -> io::Result<Vec<(SocketAddr, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; MAX_DATAGRAM];
+    let wait = wait.max(Duration::from_micros(200)).to_std();
+    socket.set_nonblocking(false)?;
+    socket.set_read_timeout(Some(wait))?;
+    match socket.recv_from(&mut buf) {
+        Ok((n, from)) => out.push((from, buf[..n].to_vec())),
+        Err(e) if is_timeout(&e) || is_transient(&e) => return Ok(out),
+        Err(e) => return Err(e),
+    }
+    socket.set_nonblocking(true)?;
+    loop {
+        match socket.recv_from(&mut buf) {
+            Ok((n, from)) => out.push((from, buf[..n].to_vec())),
+            Err(e) if is_timeout(&e) => break,
+            Err(e) if is_transient(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    socket.set_nonblocking(false)?;
+    Ok(out)
+}
+
+/// Errors a UDP socket reports for one datagram or one remote that must not
+/// stop the loop: an ICMP "port unreachable" from a peer that went away
+/// surfaces as `ConnectionRefused`/`ConnectionReset` on the next receive.
+fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+fn until(now: Instant, t: Option<Instant>) -> Duration {
+    t.map_or(MAX_WAIT, |t| t.saturating_since(now))
+        .min(MAX_WAIT)
+}
+
+/// A per-process server secret for the stateless cookies: not cryptographic
+/// randomness, but unpredictable enough for a demo relay (time and pid).
+#[must_use]
+pub fn process_secret() -> [u8; 32] {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ u64::from(std::process::id());
+    let mut out = [0u8; 32];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        for b in nanos.to_le_bytes().into_iter().chain([i as u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        chunk.copy_from_slice(&h.to_le_bytes());
+    }
+    out
+}
+
+/// What the relay driver reports to its caller, event by event.
+#[derive(Debug)]
+pub enum RelayNote<'a> {
+    /// A router event.
+    Event(&'a RouterEvent),
+    /// A match's replay was closed.
+    Recorded(&'a Recorded),
+    /// Recording failed for a match (the match goes on).
+    RecordError(String),
+}
+
+/// Serves matches on `socket` until `stop` is set. Every router event (and
+/// every finished recording) is passed to `note`.
+pub fn serve(
+    socket: &UdpSocket,
+    config: RelayConfig,
+    transport: TransportConfig,
+    mut recorder: Option<Recorder>,
+    stop: &AtomicBool,
+    mut note: impl FnMut(RelayNote<'_>),
+) -> io::Result<()> {
+    let epoch = std::time::Instant::now();
+    let clock = || Instant::from_std(epoch, std::time::Instant::now());
+    let mut server = Server::new(transport, process_secret());
+    let mut router = Router::new(config);
+    let mut glue = RouterGlue::new();
+    let mut buf = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let now = clock();
+        let wait = until(
+            now,
+            [server.poll_timeout(), router.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min(),
+        );
+        let got = receive(socket, wait)?;
+        let now = clock();
+        for (from, bytes) in got {
+            server.handle_datagram(now, from, &bytes);
+        }
+        server.handle_timeout(now);
+        router.handle_timeout(now);
+        glue.pump(now, &mut router, &mut server);
+        while let Some(ev) = router.poll_event() {
+            note(RelayNote::Event(&ev));
+            if let Some(rec) = recorder.as_mut() {
+                match rec.handle(&ev) {
+                    Ok(Some(done)) => note(RelayNote::Recorded(&done)),
+                    Ok(None) => {}
+                    Err(e) => note(RelayNote::RecordError(e.to_string())),
+                }
+            }
+        }
+        while let Some(to) = server.poll_transmit(now, &mut buf) {
+            // A send error to one address (e.g. unreachable) must not stop the relay.
+            let _ = socket.send_to(&buf, to);
+        }
+    }
+    Ok(())
+}
+
+/// Options of a UDP peer.
+#[derive(Clone, Debug)]
+pub struct PeerRun {
+    /// The relay's address.
+    pub relay: SocketAddr,
+    /// What to play.
+    pub peer: PeerConfig,
+    /// Transport settings.
+    pub transport: TransportConfig,
+    /// Impairment applied to this peer's datagrams each way (`None`: direct).
+    pub impair: Option<LinkConfig>,
+    /// Seed of the client and of the impairment.
+    pub seed: u64,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// Replay file to record this peer's view into, if any.
+    pub record: Option<std::path::PathBuf>,
+    /// Fault switch: after this long, go silent without a goodbye (a crash).
+    pub vanish_after: Option<Duration>,
+}
+
+/// Plays one match as a peer on `socket`; `progress` is called about every
+/// second with the peer (for stderr progress lines).
+pub fn run_peer(
+    socket: &UdpSocket,
+    run: &PeerRun,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&GamePeer, Instant),
+) -> io::Result<PeerSummary> {
+    let epoch = std::time::Instant::now();
+    let clock = || Instant::from_std(epoch, std::time::Instant::now());
+    let now = clock();
+    let mut peer = GamePeer::new(now, run.peer.clone())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    if let Some(path) = &run.record {
+        peer.record_to(path.clone());
+    }
+    let mut client = Client::new(now, run.relay, run.transport, run.seed);
+    let mut glue = PeerGlue::new();
+    let mut up = run.impair.map(|c| Link::new(c, run.seed ^ 0x5eed_0001));
+    let mut down = run.impair.map(|c| Link::new(c, run.seed ^ 0x5eed_0002));
+    let mut buf = Vec::new();
+    let mut next_progress = now + Duration::from_secs(1);
+    let deadline = now + run.timeout;
+    let mut error = None;
+    loop {
+        let now = clock();
+        glue.pump(now, peer.session(), &mut client);
+        peer.pump(now);
+        glue.pump(now, peer.session(), &mut client);
+        while let Some(to) = client.poll_transmit(now, &mut buf) {
+            match up.as_mut() {
+                Some(link) => link.send(now, buf.clone()),
+                None => {
+                    let _ = socket.send_to(&buf, to);
+                }
+            }
+        }
+        if let Some(link) = up.as_mut() {
+            while let Some(bytes) = link.poll_deliver(now) {
+                let _ = socket.send_to(&bytes, run.relay);
+            }
+        }
+        if peer.is_done() || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if run
+            .vanish_after
+            .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
+        {
+            // A crash: no Leave, no disconnect; the relay finds out by timeout.
+            peer.pump(now);
+            let mut summary = peer.summary(now);
+            summary.error = Some("vanished (fault switch)".into());
+            return Ok(summary);
+        }
+        if let Some(reason) = glue.disconnected() {
+            error = Some(format!("connection to the relay ended: {reason:?}"));
+            break;
+        }
+        if now >= deadline {
+            error = Some(format!("gave up after {}", run.timeout));
+            break;
+        }
+        if now >= next_progress {
+            next_progress = now + Duration::from_secs(1);
+            progress(&peer, now);
+        }
+        let timers = [
+            client.poll_timeout(),
+            peer.session().poll_timeout(),
+            up.as_ref().and_then(Link::next_delivery),
+            down.as_ref().and_then(Link::next_delivery),
+        ];
+        let wait = until(now, timers.into_iter().flatten().min());
+        let got = receive(socket, wait)?;
+        let now = clock();
+        for (from, bytes) in got {
+            match down.as_mut() {
+                Some(link) if from == run.relay => link.send(now, bytes),
+                _ => client.handle_datagram(now, from, &bytes),
+            }
+        }
+        if let Some(link) = down.as_mut() {
+            while let Some(bytes) = link.poll_deliver(now) {
+                client.handle_datagram(now, run.relay, &bytes);
+            }
+        }
+        client.handle_timeout(now);
+        peer.session().handle_timeout(now);
+    }
+    let now = clock();
+    // Say goodbye so the relay frees the slot at once rather than by timeout.
+    if !peer.is_done() {
+        peer.session().leave(now);
+        glue.pump(now, peer.session(), &mut client);
+    }
+    client.disconnect(now);
+    while let Some(to) = client.poll_transmit(now, &mut buf) {
+        let _ = socket.send_to(&buf, to);
+    }
+    peer.pump(now);
+    peer.close_recording();
+    let mut summary = peer.summary(now);
+    if summary.error.is_none() {
+        summary.error = error;
+    }
+    Ok(summary)
+}

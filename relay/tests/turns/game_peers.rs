@@ -1,0 +1,130 @@
+//! `relay::peer::GamePeer`s (reference game + bots) over a fixed-delay pipe,
+//! recorded by the relay's recorder and verified by re-simulation.
+
+use super::*;
+
+/// Runs `relay::peer::GamePeer`s (reference game + bot) against a router over
+/// a fixed 20 ms pipe.
+fn game_peers(
+    n: usize,
+    turns: u32,
+    desync: Option<(usize, u32)>,
+) -> (Vec<relay::peer::PeerSummary>, Vec<RouterEvent>) {
+    use relay::peer::{GamePeer, PeerConfig};
+    let mut now = Instant::from_millis(1);
+    let mut router = Router::new(RelayConfig::default());
+    let mut peers: Vec<GamePeer> = (0..n)
+        .map(|i| {
+            router.handle_connected(
+                now,
+                ConnId(i as u32),
+                SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16)),
+            );
+            GamePeer::new(
+                now,
+                PeerConfig {
+                    match_name: "g".into(),
+                    players: n as u8,
+                    turns,
+                    seed: 40 + i as u64,
+                    apm: 300,
+                    name: format!("p{i}"),
+                    desync_at: desync.filter(|d| d.0 == i).map(|d| Turn(d.1)),
+                },
+            )
+            .unwrap()
+        })
+        .collect();
+    let lag = Duration::from_millis(20);
+    let mut queue: BTreeMap<(Instant, u64), (Dest, Vec<u8>)> = BTreeMap::new();
+    let mut seq = 0;
+    let mut events = Vec::new();
+    while !peers.iter().all(GamePeer::is_done) && now < Instant::from_millis(120_000) {
+        for (i, p) in peers.iter_mut().enumerate() {
+            p.pump(now);
+            while let Some((_, b)) = p.session().poll_outgoing() {
+                seq += 1;
+                queue.insert((now + lag, seq), (Dest::Router(i), b));
+            }
+        }
+        while let Some((c, _, b)) = router.poll_outgoing() {
+            seq += 1;
+            queue.insert((now + lag, seq), (Dest::Peer(c.0 as usize), b));
+        }
+        events.extend(std::iter::from_fn(|| router.poll_event()));
+        let mut next = queue.keys().next().map(|k| k.0);
+        for t in peers
+            .iter_mut()
+            .filter_map(|p| p.session().poll_timeout())
+            .chain(router.poll_timeout())
+        {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        let Some(next) = next else { break };
+        now = now.max(next);
+        while let Some((&k, _)) = queue.first_key_value() {
+            if k.0 > now {
+                break;
+            }
+            let (dest, b) = queue.remove(&k).unwrap();
+            match dest {
+                Dest::Router(i) => router.handle_message(now, ConnId(i as u32), &b),
+                Dest::Peer(i) => peers[i].session().handle_message(now, &b),
+            }
+        }
+        router.handle_timeout(now);
+        for p in &mut peers {
+            p.session().handle_timeout(now);
+        }
+    }
+    for p in &mut peers {
+        p.pump(now);
+    }
+    events.extend(std::iter::from_fn(|| router.poll_event()));
+    (peers.iter().map(|p| p.summary(now)).collect(), events)
+}
+
+/// Records `events` with the relay's recorder and verifies the replay by re-simulation.
+fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
+    let dir = std::env::temp_dir().join(format!("turns-test-{}-{tag}", std::process::id()));
+    let mut rec =
+        relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
+    let mut done = None;
+    for e in events {
+        if let Some(r) = rec.handle(e).unwrap() {
+            done = Some(r);
+        }
+    }
+    let done = done.unwrap();
+    let reader = replays::Reader::open(&done.path).unwrap();
+    let report = replays::verify::<sim::game::World, _>(reader, |_| {}).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    report
+}
+
+#[test]
+fn game_peers_summaries_agree_and_report_a_forced_desync() {
+    let (ok, events) = game_peers(3, 80, None);
+    let report = record_and_verify(&events, "ok");
+    assert!(report.first_divergence.is_none(), "{report:?}");
+    assert_eq!(report.turns, 80);
+    assert!(report.hashes_checked >= 80);
+    for s in &ok {
+        assert!(s.completed, "{s:?}");
+        assert_eq!(s.final_turn, Some(79));
+        assert_eq!(s.final_hash, ok[0].final_hash);
+        assert!(s.desyncs.is_empty());
+        assert!(s.turn_latency_ms.p50 >= 300.0);
+    }
+    let (bad, events) = game_peers(3, 80, Some((1, 40)));
+    // The relay's replay follows the majority: it still verifies.
+    let report = record_and_verify(&events, "bad");
+    assert!(report.first_divergence.is_none(), "{report:?}");
+    let odd = bad[1].player.unwrap();
+    for s in &bad {
+        assert_eq!(s.desyncs.len(), 1, "{s:?}");
+        assert_eq!(s.desyncs[0].turn, 40);
+        assert_eq!(s.desyncs[0].odd_players, vec![odd]);
+        assert!(!s.desyncs[0].sections.is_empty());
+    }
+}

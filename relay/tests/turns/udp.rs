@@ -1,0 +1,77 @@
+//! The demo over real loopback UDP (threads, bounded time).
+
+use super::*;
+
+/// The one-command match over real loopback UDP, short and fast (20 ms turns).
+fn quick_demo(desync: Option<(u32, u8)>, tag: &str) -> relay::demo::DemoReport {
+    quick_demo_with(desync, None, tag)
+}
+
+/// Enough turns that a crash and its detection happen well inside the match.
+fn turns(vanish: Option<(u8, Duration)>) -> u32 {
+    if vanish.is_some() { 150 } else { 60 }
+}
+
+fn quick_demo_with(
+    desync: Option<(u32, u8)>,
+    vanish: Option<(u8, Duration)>,
+    tag: &str,
+) -> relay::demo::DemoReport {
+    let dir = std::env::temp_dir().join(format!("turns-demo-{}-{tag}", std::process::id()));
+    let config = relay::demo::DemoConfig {
+        peers: 3,
+        turns: turns(vanish),
+        relay: RelayConfig {
+            turn_length: Duration::from_millis(20),
+            // Long enough that a peer thread starved by a loaded CI machine is
+            // not mistaken for a crash; the crash test still detects its drop
+            // well inside its 3 s match.
+            silence_timeout: Duration::from_millis(if vanish.is_some() { 1000 } else { 3000 }),
+            ..RelayConfig::default()
+        },
+        impair: Some(lockstep::netsim::LinkConfig {
+            latency: Duration::from_millis(5),
+            jitter: Duration::from_millis(2),
+            loss: 0.05,
+            ..lockstep::netsim::LinkConfig::default()
+        }),
+        record_dir: dir.clone(),
+        seed: 3,
+        apm: 600,
+        desync,
+        peer_impair: Vec::new(),
+        vanish,
+    };
+    let report = relay::demo::run(&config, |_| {}).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    report
+}
+
+#[test]
+fn udp_demo_plays_records_and_verifies() {
+    let ok = quick_demo(None, "ok");
+    assert_eq!(ok.exit_code(), 0, "{}", ok.table());
+    assert!(ok.peers.iter().all(|p| p.summary.final_turn == Some(59)));
+    assert!(ok.replay.verified && ok.replay.turns == 60);
+    let bad = quick_demo(Some((30, 1)), "bad");
+    assert_eq!(bad.exit_code(), 3, "{}", bad.table());
+    assert_eq!(bad.desyncs.len(), 1);
+    assert_eq!(bad.desyncs[0].turn, 30);
+    assert_eq!(bad.desyncs[0].odd_peers, vec![1]);
+    assert!(!bad.desyncs[0].sections.is_empty());
+}
+
+#[test]
+fn udp_demo_survives_a_crashed_peer_and_records_the_drop() {
+    let r = quick_demo_with(None, Some((2, Duration::from_millis(900))), "kill");
+    assert_eq!(r.exit_code(), 0, "{}", r.table());
+    let killed = r.peers[2].summary.player.unwrap();
+    assert_eq!(r.drops.len(), 1, "{}", r.table());
+    assert_eq!(r.drops[0].player, killed);
+    assert_eq!(r.drops[0].reason, "timeout");
+    for p in &r.peers[..2] {
+        assert_eq!(p.summary.final_turn, Some(149));
+        assert_eq!(p.summary.dropped, vec![(killed, r.drops[0].turn)]);
+    }
+    assert!(r.replay.verified);
+}
