@@ -242,10 +242,12 @@ impl Server {
         if token.protocol_id != self.cfg.protocol_id {
             return Err(Refusal::WrongProtocol);
         }
+        // Open before the expiry check, so `token_expired` counts only genuine
+        // tokens (a forged one with a past expiry is forged); the cost is the same.
+        let opened = token.open(key).map_err(|_| Refusal::Forged)?;
         if unix >= token.expire_unix {
             return Err(Refusal::Expired);
         }
-        let opened = token.open(key).map_err(|_| Refusal::Forged)?;
         if self.used_tokens.used_elsewhere(&token.id(), from) {
             return Err(Refusal::Reused);
         }
