@@ -11,6 +11,7 @@
 mod game_peers;
 mod netsim;
 mod pipe;
+mod token_cli;
 mod udp;
 
 use lockstep::event::Event;
