@@ -29,7 +29,8 @@ pub struct Bins {
 
 /// The binaries next to the running test executable (`target/<profile>/`),
 /// built once with `cargo build` if any is missing (e.g. after
-/// `cargo test -p tests`, which builds only this crate's targets).
+/// `cargo test -p tests`, which builds only this crate's targets) or if
+/// `E2E_REBUILD` is set.
 ///
 /// # Panics
 /// If the binaries are missing and cannot be built.
@@ -50,7 +51,10 @@ pub fn bins() -> &'static Bins {
             replay: dir.join(exe_name("replay")),
         };
         let all = [&bins.relay, &bins.peer, &bins.netsim, &bins.replay];
-        if !all.iter().all(|p| p.exists()) {
+        // `E2E_REBUILD=1`: rebuild even if present (they may be stale when
+        // only this crate was tested after editing the others).
+        let rebuild = std::env::var_os("E2E_REBUILD").is_some_and(|v| v != "0");
+        if rebuild || !all.iter().all(|p| p.exists()) {
             build_bins(&dir);
         }
         for p in all {
