@@ -128,6 +128,10 @@ impl MatchRoom {
         None
     }
 
+    pub(crate) const fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Running(_))
+    }
+
     pub(crate) const fn is_ended(&self) -> bool {
         matches!(self.phase, Phase::Ended)
     }
@@ -396,6 +400,51 @@ impl MatchRoom {
             });
             self.phase = Phase::Ended;
         }
+    }
+
+    /// Ends the match at once because the relay is shutting down: a lobby's
+    /// members are refused; a running match's players get `MatchEnd` at the
+    /// last closed turn (reason `Abandoned`: the wire has no "shutdown"
+    /// reason) and a `MatchEnded` event lets the recorder finalise the replay.
+    pub(crate) fn shut_down(&mut self, config: &RelayConfig, out: &mut Outbox) {
+        let id = self.id;
+        match &mut self.phase {
+            Phase::Lobby(members) => {
+                for m in members.iter() {
+                    out.send(
+                        m.conn,
+                        &ToPeer::Rejected {
+                            reason: "relay shutting down".into(),
+                        },
+                    );
+                }
+            }
+            Phase::Running(g) => {
+                // Judge the reports already in, so the replay's trailer carries
+                // the latest agreed hash.
+                g.judge_hashes(id, config, out, false);
+                let last = g.next_close.0.checked_sub(1).map(Turn);
+                let end_turn = last.unwrap_or(g.first);
+                for slot in &g.slots {
+                    if let Some(conn) = slot.conn {
+                        out.send(
+                            conn,
+                            &ToPeer::MatchEnd {
+                                turn: end_turn,
+                                reason: EndReason::Abandoned,
+                            },
+                        );
+                    }
+                }
+                out.events.push_back(RouterEvent::MatchEnded {
+                    id,
+                    turn: last,
+                    reason: EndReason::Abandoned,
+                });
+            }
+            Phase::Ended => return,
+        }
+        self.phase = Phase::Ended;
     }
 
     /// The next instant [`MatchRoom::tick`] has work to do.

@@ -101,6 +101,8 @@ pub struct Router {
     /// Lobbies and running matches by name.
     names: BTreeMap<String, MatchId>,
     next_match: u64,
+    /// Set by [`Router::begin_drain`]: new joins are refused.
+    draining: bool,
     out: Outbox,
 }
 
@@ -114,6 +116,7 @@ impl Router {
             matches: BTreeMap::new(),
             names: BTreeMap::new(),
             next_match: 1,
+            draining: false,
             out: Outbox::default(),
         }
     }
@@ -134,6 +137,56 @@ impl Router {
     #[must_use]
     pub fn match_count(&self) -> usize {
         self.matches.len()
+    }
+
+    /// Matches whose game is running (not lobbies).
+    #[must_use]
+    pub fn running_count(&self) -> usize {
+        self.matches.values().filter(|m| m.is_running()).count()
+    }
+
+    /// Connections tracked.
+    #[must_use]
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether [`Router::begin_drain`] was called.
+    #[must_use]
+    pub const fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Starts a graceful shutdown: every later join is refused and lobbies
+    /// that have not started are closed (their members refused); running
+    /// matches go on until they end or [`Router::end_all`] is called.
+    pub fn begin_drain(&mut self) {
+        self.draining = true;
+        let lobbies: Vec<MatchId> = self
+            .matches
+            .iter()
+            .filter(|(_, m)| !m.is_running())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lobbies {
+            if let Some(m) = self.matches.get_mut(&id) {
+                m.shut_down(&self.config, &mut self.out);
+            }
+            self.reap(id);
+        }
+    }
+
+    /// Ends every match now (grace period over): players get `MatchEnd`, and
+    /// a `MatchEnded` event per running match lets the recorder finalise it.
+    pub fn end_all(&mut self) {
+        self.draining = true;
+        let ids: Vec<MatchId> = self.matches.keys().copied().collect();
+        for id in ids {
+            if let Some(m) = self.matches.get_mut(&id) {
+                m.shut_down(&self.config, &mut self.out);
+            }
+            self.reap(id);
+        }
     }
 
     /// A connection was established; false if the router refuses it (limit).
@@ -261,6 +314,10 @@ impl Router {
     }
 
     fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+        if self.draining {
+            self.reject(conn, "relay shutting down");
+            return;
+        }
         let id = if let Some(&id) = self.names.get(&join.match_name) {
             if let Some(why) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
                 self.reject(conn, why);
