@@ -3,6 +3,8 @@
 //! or SIGKILL (crash) mid-match, and its replay files are read back.
 //! Synchronisation is by the relay's JSON log lines; every wait is bounded.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use replays::{Ending, Reader};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
