@@ -44,6 +44,8 @@ pub enum Metric {
     DropSendQueue,
     DropConnectionsRefused,
     DropJoinsRefused,
+    DropRateLimitedConn,
+    DropRateLimitedAddr,
     Desyncs,
     StallTurnsDeadline,
     StallTurnsWaiting,
@@ -113,6 +115,12 @@ const DEFS: [(&str, &str, &str); COUNT] = [
     ("relay_drops_total{reason=\"send_queue\"}", "", ""),
     ("relay_drops_total{reason=\"connection_refused\"}", "", ""),
     ("relay_drops_total{reason=\"join_refused\"}", "", ""),
+    (
+        "relay_drops_total{reason=\"rate_limited_connection\"}",
+        "",
+        "",
+    ),
+    ("relay_drops_total{reason=\"rate_limited_address\"}", "", ""),
     (
         "relay_desyncs_total",
         "counter",

@@ -8,6 +8,7 @@
 
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
+use crate::limits::TokenBucket;
 use crate::matchroom::MatchRoom;
 use lockstep::proto::{Delivery, MAX_REASON_LEN, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
@@ -29,6 +30,8 @@ pub struct RouterCounters {
     pub bytes_out: u64,
     /// Messages that did not decode.
     pub decode_errors: u64,
+    /// Messages dropped by the per-connection rate limit.
+    pub rate_limited: u64,
     /// Messages that made no sense in the connection's state.
     pub bad_state: u64,
     /// Connections refused (limit reached).
@@ -90,6 +93,7 @@ struct Conn {
     #[allow(dead_code)] // kept for logs and future per-address limits
     addr: SocketAddr,
     room: Option<(MatchId, Option<PlayerId>)>,
+    bucket: TokenBucket,
 }
 
 /// The relay's router; see the module docs.
@@ -190,12 +194,20 @@ impl Router {
     }
 
     /// A connection was established; false if the router refuses it (limit).
-    pub fn handle_connected(&mut self, _now: Instant, conn: ConnId, addr: SocketAddr) -> bool {
+    pub fn handle_connected(&mut self, now: Instant, conn: ConnId, addr: SocketAddr) -> bool {
         if self.conns.len() >= self.config.limits.max_connections {
             self.out.counters.connections_refused += 1;
             return false;
         }
-        self.conns.insert(conn, Conn { addr, room: None });
+        let bucket = TokenBucket::full(now, self.config.limits.message_burst);
+        self.conns.insert(
+            conn,
+            Conn {
+                addr,
+                room: None,
+                bucket,
+            },
+        );
         true
     }
 
@@ -239,10 +251,18 @@ impl Router {
     pub fn handle_message(&mut self, now: Instant, conn: ConnId, bytes: &[u8]) {
         self.out.counters.messages += 1;
         self.out.counters.bytes_in += bytes.len() as u64;
-        let Some(c) = self.conns.get(&conn) else {
+        let limits = &self.config.limits;
+        let Some(c) = self.conns.get_mut(&conn) else {
             self.out.counters.bad_state += 1;
             return;
         };
+        if !c
+            .bucket
+            .take(now, limits.messages_per_sec, limits.message_burst)
+        {
+            self.out.counters.rate_limited += 1;
+            return;
+        }
         let Ok(msg) = ToRelay::decode(bytes) else {
             self.out.counters.decode_errors += 1;
             return;
@@ -435,9 +455,11 @@ mod tests {
 
     #[test]
     fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
-        let (mut r, now, _) = started_router();
+        let (mut r, mut now, _) = started_router();
         let mut x = 12345u64;
         for _ in 0..2000 {
+            // Spread over 2 s so the per-connection rate limit lets it all in.
+            now += Duration::from_millis(1);
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;

@@ -6,6 +6,7 @@
 
 use crate::config::RelayConfig;
 use crate::event::RouterEvent;
+use crate::limits::AddrLimiter;
 use crate::metrics::{Metric, Metrics};
 use crate::peer::{GamePeer, PeerConfig, PeerSummary};
 use crate::recorder::{Recorded, Recorder};
@@ -147,6 +148,10 @@ pub fn serve(
     serve_with(socket, config, transport, recorder, &opts, note)
 }
 
+/// Datagrams per second one source address may send (an honest peer sends
+/// 30-60); more are dropped before the transport sees them.
+const ADDR_PPS: u32 = 1000;
+
 /// Driver-side packet figures.
 #[derive(Default)]
 struct Io {
@@ -174,6 +179,7 @@ pub fn serve_with(
     let mut glue = RouterGlue::new();
     let mut buf = Vec::new();
     let mut io_count = Io::default();
+    let mut per_addr = AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536);
     // Grace deadline once draining; then the end of the linger period.
     let mut drain_until: Option<Instant> = None;
     let mut linger_until: Option<Instant> = None;
@@ -215,7 +221,9 @@ pub fn serve_with(
         for (from, bytes) in got {
             io_count.packets_in += 1;
             io_count.bytes_in += bytes.len() as u64;
-            server.handle_datagram(now, from, &bytes);
+            if per_addr.allow(now, from) {
+                server.handle_datagram(now, from, &bytes);
+            }
         }
         server.handle_timeout(now);
         router.handle_timeout(now);
@@ -239,6 +247,7 @@ pub fn serve_with(
         }
         if let Some(m) = &opts.metrics {
             publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
+            m.set(Metric::DropRateLimitedAddr, per_addr.dropped());
             m.set(Metric::Draining, u64::from(drain_until.is_some()));
         }
     }
@@ -289,6 +298,7 @@ fn publish(
     set(Metric::DropSendQueue, glue.dropped());
     set(Metric::DropConnectionsRefused, r.connections_refused);
     set(Metric::DropJoinsRefused, r.joins_refused);
+    set(Metric::DropRateLimitedConn, r.rate_limited);
     set(Metric::Desyncs, r.desynced_turns);
     set(Metric::StallTurnsDeadline, r.turns_closed_by_deadline);
     set(Metric::StallTurnsWaiting, r.turns_waiting);
