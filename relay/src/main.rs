@@ -193,9 +193,8 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     };
     let addr = socket.local_addr().map_or(a.bind, |x| x);
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({ "event": "listening", "addr": addr.to_string() })
+        out_line(
+            &serde_json::json!({ "event": "listening", "addr": addr.to_string() }).to_string(),
         );
     } else {
         eprintln!("relay: listening on {addr} ({} policy)", a.relay.policy);
@@ -228,12 +227,15 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
                 eprintln!("relay: cannot start the metrics thread: {e}");
                 return ExitCode::from(1);
             }
-            log_line(
-                level,
-                Level::Info,
-                a.json,
-                serde_json::json!({ "event": "metrics", "addr": shown.to_string() }),
-            );
+            // A start-up fact, printed at any level like `listening`.
+            if a.json {
+                out_line(
+                    &serde_json::json!({ "event": "metrics", "addr": shown.to_string() })
+                        .to_string(),
+                );
+            } else {
+                eprintln!("relay: metrics on http://{shown}/metrics");
+            }
             Some(m)
         }
         None => None,
@@ -298,6 +300,15 @@ fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
     log_line(level, at, json, value);
 }
 
+/// Writes one log line to stdout; a closed stdout (the log reader went
+/// away) must not stop the relay, so write errors are ignored.
+fn out_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 /// How severe a router event is.
 const fn event_level(e: &RouterEvent) -> Level {
     match e {
@@ -323,7 +334,7 @@ fn log_line(level: Level, at: Level, json: bool, mut value: serde_json::Value) {
         o.insert("level".into(), at.name().into());
     }
     if json {
-        println!("{value}");
+        out_line(&value.to_string());
     } else {
         let kind = value["event"].as_str().unwrap_or("?").to_owned();
         let mut rest = value;
@@ -331,7 +342,7 @@ fn log_line(level: Level, at: Level, json: bool, mut value: serde_json::Value) {
             o.remove("event");
             o.remove("level");
         }
-        println!("{:<5} {kind:<14} {rest}", at.name());
+        out_line(&format!("{:<5} {kind:<14} {rest}", at.name()));
     }
 }
 
