@@ -87,6 +87,10 @@ struct ServeArgs {
     /// On SIGTERM/SIGINT, how long running matches may go on before they are ended.
     #[arg(long, default_value_t = 30)]
     grace_s: u64,
+    /// Most transport connections at once (the transport's own default is 64,
+    /// i.e. only 16 four-player matches).
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
     /// Serve Prometheus metrics (`/metrics`) and `/health` over HTTP on this address.
     #[arg(long)]
     metrics: Option<SocketAddr>,
@@ -245,14 +249,13 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         grace: Duration::from_secs(a.grace_s),
         metrics,
     };
-    let r = serve_with(
-        &socket,
-        a.relay.config(),
-        TransportConfig::default(),
-        recorder,
-        &opts,
-        |n| log_note(&n, a.json, level),
-    );
+    let transport = TransportConfig {
+        max_connections: a.max_connections,
+        ..TransportConfig::default()
+    };
+    let r = serve_with(&socket, a.relay.config(), transport, recorder, &opts, |n| {
+        log_note(&n, a.json, level)
+    });
     if r.is_ok() {
         log_line(
             level,
