@@ -44,6 +44,7 @@ pub mod driver;
 pub mod netsim;
 pub mod rng;
 pub mod time;
+pub mod token;
 pub mod transport;
 pub mod wire;
 

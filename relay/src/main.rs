@@ -1,9 +1,11 @@
 //! `relay`: serve lockstep matches over UDP (`relay serve`), or run a whole
-//! recorded and verified match locally in one command (`relay demo`).
+//! recorded and verified match locally in one command (`relay demo`), or
+//! issue a join token for one player (`relay token`).
 
 use clap::{Args, Parser, Subcommand};
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
+use lockstep::token::{TokenClaims, TokenKey, issue_token};
 use lockstep::transport::TransportConfig;
 use relay::demo::{DemoConfig, run};
 use relay::metrics::Metrics;
@@ -33,6 +35,33 @@ enum Command {
     Serve(ServeArgs),
     /// Run a whole match locally: a relay and N headless peers over loopback UDP.
     Demo(DemoArgs),
+    /// Issue a join token (hex) admitting one player to one match and slot.
+    Token(TokenArgs),
+}
+
+#[derive(Args)]
+struct TokenArgs {
+    /// Match the token admits.
+    #[arg(long = "match")]
+    match_name: String,
+    /// Slot (player position) the token admits.
+    #[arg(long)]
+    slot: u8,
+    /// Lifetime: `60s`, `5m`, `1h` or plain seconds.
+    #[arg(long, default_value = "60s", value_parser = parse_lifetime)]
+    expires_in: u64,
+    /// File holding the relay's token key as 64 hex digits.
+    #[arg(long)]
+    key_file: PathBuf,
+    /// Create the key file with a fresh random key (mode 0600) if it does not exist.
+    #[arg(long)]
+    create_key: bool,
+    /// Relay address written into the token (repeat for several).
+    #[arg(long = "relay", default_value = "127.0.0.1:7777")]
+    relays: Vec<SocketAddr>,
+    /// Print a JSON object (token, match, slot, expiry) instead of the bare hex token.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Clone)]
@@ -174,7 +203,102 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(a) => serve_cmd(&a),
         Command::Demo(a) => demo_cmd(&a),
+        Command::Token(a) => token_cmd(&a),
     }
+}
+
+fn parse_lifetime(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a lifetime like 60s, 5m or 1h"))?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("unknown unit `{unit}` (use s, m or h)")),
+    };
+    match n.checked_mul(scale) {
+        Some(0) | None => Err(format!("lifetime `{text}` must be positive and finite")),
+        Some(secs) => Ok(secs),
+    }
+}
+
+/// 32 bytes from the operating system's random source.
+fn os_random() -> std::io::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut b = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
+fn load_or_create_key(path: &std::path::Path, create: bool) -> Result<TokenKey, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => TokenKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+            let key = TokenKey::from_bytes(os_random().map_err(|e| format!("random: {e}"))?);
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            let mut f = opts
+                .open(path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut f, format!("{}\n", key.to_hex()).as_bytes())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            Ok(key)
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+fn token_cmd(a: &TokenArgs) -> ExitCode {
+    let key = match load_or_create_key(&a.key_file, a.create_key) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("relay token: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let claims = TokenClaims::new(
+        TransportConfig::default().protocol_id,
+        a.match_name.clone(),
+        a.slot,
+        now_unix,
+        a.expires_in,
+    );
+    let token = os_random()
+        .map_err(|e| format!("random: {e}"))
+        .and_then(|entropy| {
+            issue_token(&key, &claims, &a.relays, &entropy).map_err(|e| e.to_string())
+        });
+    let token = match token {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("relay token: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if a.json {
+        let relays: Vec<String> = a.relays.iter().map(ToString::to_string).collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "token": token.to_hex(), "match": claims.match_name, "slot": claims.slot,
+                "create_unix": claims.create_unix, "expire_unix": claims.expire_unix,
+                "relays": relays,
+            })
+        );
+    } else {
+        println!("{}", token.to_hex());
+    }
+    ExitCode::SUCCESS
 }
 
 fn serve_cmd(a: &ServeArgs) -> ExitCode {

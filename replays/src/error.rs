@@ -93,6 +93,20 @@ pub enum ReplayError {
         got: Turn,
     },
 
+    /// A turn record jumps further ahead than any real recording does; simulating
+    /// the gap as empty turns would let a forged file keep `verify` busy for hours.
+    #[error(
+        "turn {got} follows turn {after:?} with a gap over {max} turns: refusing to simulate it"
+    )]
+    TurnGap {
+        /// The last turn simulated before the gap, if any.
+        after: Option<Turn>,
+        /// The turn after the gap.
+        got: Turn,
+        /// The largest gap accepted ([`crate::verify::MAX_TURN_GAP`]).
+        max: u32,
+    },
+
     /// The writer was used after [`crate::Writer::finish`] or a failed write.
     #[error("the writer is closed")]
     Closed,

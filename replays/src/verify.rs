@@ -20,6 +20,8 @@ pub struct Progress {
     pub turn: Turn,
     /// Bytes of the file read so far.
     pub position: u64,
+    /// Hash of the re-simulated world after `turn`.
+    pub hash: StateHash,
 }
 
 /// One section that differs between the recorded and the re-simulated state.
@@ -96,6 +98,13 @@ impl VerifyReport {
     }
 }
 
+/// The most consecutive missing turns a replay may skip (simulated as empty).
+///
+/// The relay and peers record every turn, so a real file has no gaps at all;
+/// one minute of 100 ms turns is a generous bound that still stops a forged
+/// turn number near `u32::MAX` from making `verify` simulate for hours.
+pub const MAX_TURN_GAP: u32 = 600;
+
 /// Steps a world through recorded turns, filling gaps with empty turns.
 pub(crate) struct Replayer<S: Simulation> {
     pub(crate) world: S,
@@ -159,6 +168,13 @@ impl<S: Simulation> Replayer<S> {
         mut each: impl FnMut(Turn, &S),
     ) -> Result<(), ReplayError> {
         self.check_rules()?;
+        if turn.0.saturating_sub(self.next) > MAX_TURN_GAP {
+            return Err(ReplayError::TurnGap {
+                after: self.current(),
+                got: turn,
+                max: MAX_TURN_GAP,
+            });
+        }
         while self.next < turn.0 {
             let t = Turn(self.next);
             self.world.step(t, &[]);
@@ -304,7 +320,11 @@ pub fn verify<S: Simulation, R: Read>(
                             div = Some(divergence(t, expected, h, DivergenceSource::Hash));
                         }
                     }
-                    progress(Progress { turn: t, position });
+                    progress(Progress {
+                        turn: t,
+                        position,
+                        hash: h,
+                    });
                 })?;
                 if report.first_divergence.is_none() {
                     report.first_divergence = div;

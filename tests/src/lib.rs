@@ -5,3 +5,4 @@
 //! regenerates `BENCHMARKS.md`.
 
 pub mod bench;
+pub mod harness;

@@ -3,10 +3,12 @@
 //! per-connection directional keys, the truncated keyed-BLAKE3 MAC over the
 //! full 64-bit packet counter, and the replay window.
 //!
-//! Keys are derived from values both ends saw in the clear during the
-//! handshake, so the MAC stops blind (off-path) spoofing, injection and
-//! corruption, not an on-path observer; a key exchange would need a
-//! Diffie-Hellman dependency the project has not taken.
+//! In open mode the keys are derived from values both ends saw in the clear
+//! during the handshake, so the MAC stops blind (off-path) spoofing, injection
+//! and corruption, not an on-path observer. With a join token
+//! ([`crate::token`]) the keys come from the token's secret keys mixed with
+//! the fresh cookie, so an observer of the handshake cannot derive them and
+//! every connection attempt gets its own keys (no replay across attempts).
 
 use crate::wire::{COOKIE_LEN, Cookie, TAG_LEN, VERSION};
 use std::net::SocketAddr;
@@ -75,6 +77,51 @@ pub fn conn_keys(cookie: &Cookie) -> ConnKeys {
     ConnKeys {
         c2s: blake3::derive_key("lockstep transport v1 client to server", &session),
         s2c: blake3::derive_key("lockstep transport v1 server to client", &session),
+    }
+}
+
+/// The cookie MAC for a token handshake: [`cookie_mac`] inputs plus the token id,
+/// so a cookie earned with one token cannot complete a handshake with another.
+#[must_use]
+pub fn token_cookie_mac(
+    secret: &[u8; 32],
+    addr: SocketAddr,
+    timestamp: u64,
+    client_salt: u64,
+    protocol_id: u64,
+    token_id: &[u8],
+) -> [u8; COOKIE_LEN] {
+    let mut h = blake3::Hasher::new_keyed(secret);
+    h.update(b"lockstep token cookie");
+    h.update(&[VERSION]);
+    addr_bytes(addr, &mut h);
+    h.update(&timestamp.to_le_bytes());
+    h.update(&client_salt.to_le_bytes());
+    h.update(&protocol_id.to_le_bytes());
+    h.update(token_id);
+    let mut out = [0u8; COOKIE_LEN];
+    out.copy_from_slice(&h.finalize().as_bytes()[..COOKIE_LEN]);
+    out
+}
+
+/// Directional keys for one token handshake: each token key, as a BLAKE3 key,
+/// hashes the cookie, so the keys are secret (the token keys never cross the
+/// wire) and fresh for every attempt (the cookie carries the server time).
+#[must_use]
+pub fn token_conn_keys(token: &ConnKeys, cookie: &Cookie) -> ConnKeys {
+    let derive = |key: &[u8; 32], context: &[u8]| {
+        let mut h = blake3::Hasher::new_keyed(key);
+        h.update(context);
+        h.update(&[VERSION]);
+        h.update(&cookie.protocol_id.to_le_bytes());
+        h.update(&cookie.client_salt.to_le_bytes());
+        h.update(&cookie.timestamp.to_le_bytes());
+        h.update(&cookie.mac);
+        *h.finalize().as_bytes()
+    };
+    ConnKeys {
+        c2s: derive(&token.c2s, b"lockstep token v1 client to server"),
+        s2c: derive(&token.s2c, b"lockstep token v1 server to client"),
     }
 }
 

@@ -1,13 +1,16 @@
 //! The sans-IO client endpoint: runs the handshake (ConnectRequest →
 //! Challenge → ChallengeResponse → Accepted) against one server, then
-//! carries one authenticated [`Connection`].
+//! carries one authenticated [`Connection`]. With a join token the request
+//! and the response carry the token's sealed part and the connection keys
+//! come from the token's secret keys.
 
-use super::auth::conn_keys;
+use super::auth::{ConnKeys, conn_keys, token_conn_keys};
 use super::connection::{Channel, ConnEvent, Connection, DisconnectReason, Role, TransportConfig};
 use super::messages::SendError;
 use super::stats::LinkStats;
 use crate::rng::Rng;
 use crate::time::Instant;
+use crate::token::{ConnectToken, SealedToken};
 use crate::wire::{self, Cookie, Packet};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -48,6 +51,7 @@ pub struct Client {
     pending: VecDeque<(Channel, Vec<u8>)>,
     events: VecDeque<ClientEvent>,
     dropped_foreign: u64,
+    token: Option<Box<(SealedToken, ConnKeys)>>,
 }
 
 impl Client {
@@ -66,7 +70,27 @@ impl Client {
             pending: VecDeque::new(),
             events: VecDeque::new(),
             dropped_foreign: 0,
+            token: None,
         }
+    }
+
+    /// Starts connecting to `server` (normally one of `token.servers`) with a join
+    /// token; the token's protocol id replaces `config.protocol_id`.
+    #[must_use]
+    pub fn with_token(
+        now: Instant,
+        server: SocketAddr,
+        config: TransportConfig,
+        token: &ConnectToken,
+        rng_seed: u64,
+    ) -> Self {
+        let config = TransportConfig {
+            protocol_id: token.protocol_id(),
+            ..config
+        };
+        let mut c = Self::new(now, server, config, rng_seed);
+        c.token = Some(Box::new((token.private, token.keys)));
+        c
     }
 
     /// Processes one datagram received from `from`.
@@ -120,7 +144,11 @@ impl Client {
                     && c.protocol_id == self.cfg.protocol_id
                     && matches!(self.phase, Phase::Requesting) =>
             {
-                let conn = Connection::new(self.cfg, Role::Client, conn_keys(&c), now);
+                let keys = match self.token.as_deref() {
+                    Some((_, token_keys)) => token_conn_keys(token_keys, &c),
+                    None => conn_keys(&c),
+                };
+                let conn = Connection::new(self.cfg, Role::Client, keys, now);
                 self.phase = Phase::Responding {
                     cookie: c,
                     conn: Box::new(conn),
@@ -184,16 +212,29 @@ impl Client {
         buf.clear();
         let sent = match &mut self.phase {
             Phase::Requesting if now >= self.next_handshake => {
-                Packet::ConnectRequest {
-                    protocol_id: self.cfg.protocol_id,
-                    client_salt: self.salt,
+                match self.token.as_deref() {
+                    Some((token, _)) => Packet::TokenRequest {
+                        client_salt: self.salt,
+                        token: *token,
+                    },
+                    None => Packet::ConnectRequest {
+                        protocol_id: self.cfg.protocol_id,
+                        client_salt: self.salt,
+                    },
                 }
                 .encode(buf);
                 self.next_handshake = now + self.cfg.handshake_resend;
                 true
             }
             Phase::Responding { cookie, .. } if now >= self.next_handshake => {
-                Packet::ChallengeResponse(*cookie).encode(buf);
+                match self.token.as_deref() {
+                    Some((token, _)) => Packet::TokenResponse {
+                        cookie: *cookie,
+                        token: *token,
+                    },
+                    None => Packet::ChallengeResponse(*cookie),
+                }
+                .encode(buf);
                 self.next_handshake = now + self.cfg.handshake_resend;
                 true
             }

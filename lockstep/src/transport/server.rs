@@ -1,18 +1,24 @@
 //! The sans-IO server endpoint: many connections on one socket. Handshake
 //! packets are answered statelessly (a cookie, never a larger reply); a
-//! connection is allocated only when a client echoes a valid cookie.
+//! connection is allocated only when a client echoes a valid cookie. In token
+//! mode ([`AuthMode::Tokens`]) the request and the response also carry a join
+//! token, which is opened and checked both times, so nothing is remembered
+//! about a token until its holder completed the cookie round trip.
 
-use super::auth::{conn_keys, cookie_mac, ct_eq};
+use super::auth::{ConnKeys, conn_keys, cookie_mac, ct_eq, token_conn_keys, token_cookie_mac};
 use super::connection::{
     Channel, ConnEvent, Connection, DisconnectReason, DropReason, Role, TransportConfig,
 };
 use super::messages::SendError;
 use super::stats::LinkStats;
 use crate::time::Instant;
+use crate::token::ledger::UsedTokens;
+use crate::token::{Refusal, SealedToken, TokenClaims, TokenKey};
 use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::ops::Bound;
 
 /// Identifies one connection on a [`Server`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -78,6 +84,38 @@ pub struct ServerCounters {
     pub unexpected: u64,
     /// Connections accepted.
     pub accepted: u64,
+    /// Token mode: requests without a join token.
+    pub token_missing: u64,
+    /// Token mode: expired join tokens.
+    pub token_expired: u64,
+    /// Token mode: join tokens that did not open (forged, corrupted, another key).
+    pub token_forged: u64,
+    /// Token mode: join tokens already used from another address.
+    pub token_reused: u64,
+    /// Token mode: the used-token table was full of unexpired tokens.
+    pub token_table_full: u64,
+    /// Relay layer: the token names another match than the one joined.
+    pub token_wrong_match: u64,
+    /// Relay layer: the token names another slot than the one claimed.
+    pub token_wrong_slot: u64,
+}
+
+/// How a [`Server`] admits clients.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AuthMode {
+    /// Anyone who completes the cookie round trip may connect (LAN, demo);
+    /// keys come from the cookie, so an on-path observer could forge packets.
+    #[default]
+    Open,
+    /// Only holders of a join token sealed under `key` may connect; the
+    /// connection keys come from the token.
+    Tokens {
+        /// The relay's token key (shared with the matchmaker only).
+        key: TokenKey,
+        /// Unix time in seconds at this server's `Instant::ZERO` (the driver
+        /// knows the wall clock; see [`Server::set_unix_time`]).
+        unix_at_zero: u64,
+    },
 }
 
 /// Stateless replies waiting for `poll_transmit`; a flood beyond this is dropped.
@@ -87,6 +125,7 @@ struct Slot {
     addr: SocketAddr,
     cookie: [u8; wire::COOKIE_LEN],
     conn: Connection,
+    claims: Option<TokenClaims>,
 }
 
 /// Many connections on one socket.
@@ -101,6 +140,8 @@ pub struct Server {
     counters: ServerCounters,
     cursor: Option<ConnId>,
     now: Instant,
+    auth: AuthMode,
+    used_tokens: UsedTokens,
 }
 
 impl Server {
@@ -118,7 +159,118 @@ impl Server {
             counters: ServerCounters::default(),
             cursor: None,
             now: Instant::ZERO,
+            auth: AuthMode::Open,
+            used_tokens: UsedTokens::default(),
         }
+    }
+
+    /// Sets how clients are admitted (open by default).
+    #[must_use]
+    pub fn with_auth(mut self, auth: AuthMode) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// How clients are admitted.
+    #[must_use]
+    pub fn auth(&self) -> &AuthMode {
+        &self.auth
+    }
+
+    /// Tells a token-mode server that `now` is `unix_secs` on the wall clock
+    /// (re-anchors [`AuthMode::Tokens::unix_at_zero`]; no effect in open mode).
+    pub fn set_unix_time(&mut self, now: Instant, unix_secs: u64) {
+        if let AuthMode::Tokens { unix_at_zero, .. } = &mut self.auth {
+            *unix_at_zero = unix_secs.saturating_sub(now.as_micros() / 1_000_000);
+        }
+    }
+
+    /// The join-token claims `conn` was admitted with (`None` in open mode).
+    #[must_use]
+    pub fn claims(&self, conn: ConnId) -> Option<&TokenClaims> {
+        self.conns.get(&conn).and_then(|s| s.claims.as_ref())
+    }
+
+    /// Counts a refusal decided outside the transport (the relay's match and slot checks).
+    pub fn count_refusal(&mut self, reason: Refusal) {
+        let c = &mut self.counters;
+        match reason {
+            Refusal::Missing => c.token_missing += 1,
+            Refusal::Expired => c.token_expired += 1,
+            Refusal::Forged => c.token_forged += 1,
+            Refusal::Reused => c.token_reused += 1,
+            Refusal::WrongProtocol => c.wrong_protocol += 1,
+            Refusal::WrongMatch => c.token_wrong_match += 1,
+            Refusal::WrongSlot => c.token_wrong_slot += 1,
+            Refusal::TableFull => c.token_table_full += 1,
+        }
+    }
+
+    /// Counts `reason` and closes `conn` cleanly (e.g. its token names another match).
+    pub fn refuse(&mut self, conn: ConnId, reason: Refusal, now: Instant) {
+        self.count_refusal(reason);
+        self.disconnect(conn, now);
+    }
+
+    /// Join-token ids remembered to stop reuse from another address (0 in open mode).
+    #[must_use]
+    pub fn tracked_tokens(&self) -> usize {
+        self.used_tokens.len()
+    }
+
+    fn unix_now(&self, now: Instant) -> u64 {
+        match &self.auth {
+            AuthMode::Tokens { unix_at_zero, .. } => {
+                unix_at_zero.saturating_add(now.as_micros() / 1_000_000)
+            }
+            AuthMode::Open => 0,
+        }
+    }
+
+    /// Opens and checks a token for `from` without recording anything but pruning.
+    fn check_token(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        token: &SealedToken,
+    ) -> Result<(TokenClaims, ConnKeys), Refusal> {
+        let unix = self.unix_now(now);
+        let AuthMode::Tokens { key, .. } = &self.auth else {
+            return Err(Refusal::Forged);
+        };
+        self.used_tokens.prune(unix);
+        if token.protocol_id != self.cfg.protocol_id {
+            return Err(Refusal::WrongProtocol);
+        }
+        // Open before the expiry check, so `token_expired` counts only genuine
+        // tokens (a forged one with a past expiry is forged); the cost is the same.
+        let opened = token.open(key).map_err(|_| Refusal::Forged)?;
+        if unix >= token.expire_unix {
+            return Err(Refusal::Expired);
+        }
+        if self.used_tokens.used_elsewhere(&token.id(), from) {
+            return Err(Refusal::Reused);
+        }
+        Ok(opened)
+    }
+
+    fn deny(&mut self, to: SocketAddr, protocol_id: u64, client_salt: u64, reason: DenyReason) {
+        let p = Packet::Denied {
+            protocol_id,
+            client_salt,
+            reason,
+        };
+        self.reply(to, &p);
+    }
+
+    fn refuse_token(&mut self, to: SocketAddr, protocol_id: u64, salt: u64, reason: Refusal) {
+        self.count_refusal(reason);
+        let deny = if reason == Refusal::WrongProtocol {
+            DenyReason::WrongProtocol
+        } else {
+            DenyReason::InvalidToken
+        };
+        self.deny(to, protocol_id, salt, deny);
     }
 
     /// Processes one datagram from `from`.
@@ -152,6 +304,12 @@ impl Server {
                 client_salt,
             }) => self.on_request(now, from, protocol_id, client_salt),
             Ok(Packet::ChallengeResponse(c)) => self.on_response(now, from, c),
+            Ok(Packet::TokenRequest { client_salt, token }) => {
+                self.on_token_request(now, from, client_salt, &token);
+            }
+            Ok(Packet::TokenResponse { cookie, token }) => {
+                self.on_token_response(now, from, cookie, &token);
+            }
             Ok(_) => self.counters.unexpected += 1,
         }
     }
@@ -167,24 +325,18 @@ impl Server {
     }
 
     fn on_request(&mut self, now: Instant, from: SocketAddr, protocol_id: u64, client_salt: u64) {
+        if matches!(self.auth, AuthMode::Tokens { .. }) {
+            self.refuse_token(from, protocol_id, client_salt, Refusal::Missing);
+            return;
+        }
         if protocol_id != self.cfg.protocol_id {
             self.counters.wrong_protocol += 1;
-            let p = Packet::Denied {
-                protocol_id,
-                client_salt,
-                reason: DenyReason::WrongProtocol,
-            };
-            self.reply(from, &p);
+            self.deny(from, protocol_id, client_salt, DenyReason::WrongProtocol);
             return;
         }
         if self.conns.len() >= self.cfg.max_connections && !self.by_addr.contains_key(&from) {
             self.counters.denied_full += 1;
-            let p = Packet::Denied {
-                protocol_id,
-                client_salt,
-                reason: DenyReason::Full,
-            };
-            self.reply(from, &p);
+            self.deny(from, protocol_id, client_salt, DenyReason::Full);
             return;
         }
         let timestamp = now.as_micros();
@@ -199,7 +351,101 @@ impl Server {
         self.reply(from, &Packet::Challenge(c));
     }
 
+    fn on_token_request(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        client_salt: u64,
+        token: &SealedToken,
+    ) {
+        let protocol_id = token.protocol_id;
+        if self.auth == AuthMode::Open {
+            // An open server cannot open tokens, and the keys would not match.
+            self.counters.unexpected += 1;
+            self.deny(from, protocol_id, client_salt, DenyReason::InvalidToken);
+            return;
+        }
+        if let Err(r) = self.check_token(now, from, token) {
+            self.refuse_token(from, protocol_id, client_salt, r);
+            return;
+        }
+        if self.conns.len() >= self.cfg.max_connections && !self.by_addr.contains_key(&from) {
+            self.counters.denied_full += 1;
+            self.deny(from, protocol_id, client_salt, DenyReason::Full);
+            return;
+        }
+        let timestamp = now.as_micros();
+        let mac = token_cookie_mac(
+            &self.secret,
+            from,
+            timestamp,
+            client_salt,
+            protocol_id,
+            &token.id(),
+        );
+        self.counters.challenges_sent += 1;
+        let c = Cookie {
+            protocol_id,
+            client_salt,
+            timestamp,
+            mac,
+        };
+        self.reply(from, &Packet::Challenge(c));
+    }
+
+    /// Whether a cookie was minted for `from` by this server less than `cookie_lifetime` ago.
+    fn cookie_ok(&mut self, now: Instant, c: &Cookie, expect: &[u8; wire::COOKIE_LEN]) -> bool {
+        if c.protocol_id != self.cfg.protocol_id || !ct_eq(expect, &c.mac) {
+            self.counters.bad_cookie += 1;
+            return false;
+        }
+        let minted = Instant::from_micros(c.timestamp);
+        if minted > now || now.saturating_since(minted) > self.cfg.cookie_lifetime {
+            self.counters.expired_cookie += 1;
+            return false;
+        }
+        true
+    }
+
+    fn on_token_response(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        c: Cookie,
+        token: &SealedToken,
+    ) {
+        if self.auth == AuthMode::Open {
+            self.counters.unexpected += 1;
+            return;
+        }
+        let expect = token_cookie_mac(
+            &self.secret,
+            from,
+            c.timestamp,
+            c.client_salt,
+            c.protocol_id,
+            &token.id(),
+        );
+        if !self.cookie_ok(now, &c, &expect) {
+            return;
+        }
+        match self.check_token(now, from, token) {
+            Ok((claims, keys)) => self.admit(
+                now,
+                from,
+                c,
+                token_conn_keys(&keys, &c),
+                Some((claims, token.id())),
+            ),
+            Err(r) => self.refuse_token(from, c.protocol_id, c.client_salt, r),
+        }
+    }
+
     fn on_response(&mut self, now: Instant, from: SocketAddr, c: Cookie) {
+        if matches!(self.auth, AuthMode::Tokens { .. }) {
+            self.count_refusal(Refusal::Missing);
+            return;
+        }
         let expect = cookie_mac(
             &self.secret,
             from,
@@ -207,15 +453,20 @@ impl Server {
             c.client_salt,
             c.protocol_id,
         );
-        if c.protocol_id != self.cfg.protocol_id || !ct_eq(&expect, &c.mac) {
-            self.counters.bad_cookie += 1;
-            return;
+        if self.cookie_ok(now, &c, &expect) {
+            self.admit(now, from, c, conn_keys(&c), None);
         }
-        let minted = Instant::from_micros(c.timestamp);
-        if minted > now || now.saturating_since(minted) > self.cfg.cookie_lifetime {
-            self.counters.expired_cookie += 1;
-            return;
-        }
+    }
+
+    /// Allocates a connection for `from` after a verified cookie (and token, if any).
+    fn admit(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        c: Cookie,
+        keys: ConnKeys,
+        token: Option<(TokenClaims, [u8; crate::token::NONCE_LEN])>,
+    ) {
         if let Some(&old) = self.by_addr.get(&from) {
             if let Some(slot) = self.conns.get_mut(&old) {
                 if slot.cookie == c.mac {
@@ -228,23 +479,31 @@ impl Server {
         }
         if self.conns.len() >= self.cfg.max_connections {
             self.counters.denied_full += 1;
-            let p = Packet::Denied {
-                protocol_id: c.protocol_id,
-                client_salt: c.client_salt,
-                reason: DenyReason::Full,
-            };
-            self.reply(from, &p);
+            self.deny(from, c.protocol_id, c.client_salt, DenyReason::Full);
             return;
+        }
+        if let Some((claims, id)) = &token {
+            let unix = self.unix_now(now);
+            if self
+                .used_tokens
+                .record(*id, from, claims.expire_unix, unix)
+                .is_err()
+            {
+                self.counters.token_table_full += 1;
+                self.deny(from, c.protocol_id, c.client_salt, DenyReason::Full);
+                return;
+            }
         }
         let id = ConnId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
-        let conn = Connection::new(self.cfg, Role::Server, conn_keys(&c), now);
+        let conn = Connection::new(self.cfg, Role::Server, keys, now);
         self.conns.insert(
             id,
             Slot {
                 addr: from,
                 cookie: c.mac,
                 conn,
+                claims: token.map(|(claims, _)| claims),
             },
         );
         self.by_addr.insert(from, id);
@@ -289,6 +548,8 @@ impl Server {
     /// Advances every connection's timers.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
+        let unix = self.unix_now(now);
+        self.used_tokens.prune(unix);
         let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         for id in ids {
             if let Some(slot) = self.conns.get_mut(&id) {
@@ -309,10 +570,11 @@ impl Server {
         }
         let start = self.cursor;
         let order: Vec<ConnId> = match start {
+            // Strictly after the cursor: it may name a connection that is gone, and
+            // skipping "the first of c.." would then skip a live one forever.
             Some(c) => self
                 .conns
-                .range(c..)
-                .skip(1)
+                .range((Bound::Excluded(c), Bound::Unbounded))
                 .chain(self.conns.range(..=c))
                 .map(|(k, _)| *k)
                 .collect(),

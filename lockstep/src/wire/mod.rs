@@ -12,6 +12,9 @@
 //!   Challenge         0x81 ver u8 | protocol_id u64 | client_salt u64 | timestamp u64 | cookie [16]
 //!   ChallengeResponse 0x82 (same body as Challenge)
 //!   Denied            0x83 ver u8 | protocol_id u64 | client_salt u64 | reason u8
+//!   TokenRequest      0x84 ver u8 | protocol_id u64 | client_salt u64 | sealed token | zero padding to 1200
+//!   TokenResponse     0x86 (Challenge body) | sealed token
+//!   sealed token = create u64 | expire u64 | nonce [24] | ciphertext+tag [146] (see `crate::token`)
 //! prefix byte, bit 7 = 0: authenticated packet
 //!   bits 5..=6 kind (0 Data, 1 Accepted, 2 Disconnect), bit 4 = ack sent as one byte `seq - ack`,
 //!   bit i (0..=3) = byte i of ack_bits is 0xFF and left out
@@ -19,6 +22,7 @@
 //!   frames (Data only) | MAC [16]
 //! ```
 
+use crate::token::{SEALED_TOKEN_WIRE_LEN, SealedToken};
 use thiserror::Error;
 
 /// Wire format version carried by handshake packets and folded into every connection key.
@@ -35,6 +39,8 @@ pub const CONNECT_REQUEST_LEN: usize = MAX_PACKET;
 pub const CHALLENGE_LEN: usize = 1 + 1 + 8 + 8 + 8 + COOKIE_LEN;
 /// Length of a `Denied`.
 pub const DENIED_LEN: usize = 1 + 1 + 8 + 8 + 1;
+/// Length of a `TokenResponse` (a `ChallengeResponse` plus the sealed token).
+pub const TOKEN_RESPONSE_LEN: usize = CHALLENGE_LEN + SEALED_TOKEN_WIRE_LEN;
 /// Largest authenticated header (prefix, seq, 2-byte ack, 4 ack-bit bytes, ack delay).
 pub const MAX_HEADER_LEN: usize = 1 + 2 + 2 + 4 + 1;
 /// Payload bytes of one message fragment; larger messages are split into chunks of this size.
@@ -118,6 +124,8 @@ pub enum DenyReason {
     Full,
     /// The request named another protocol id.
     WrongProtocol,
+    /// The join token was missing, expired, forged or already used elsewhere.
+    InvalidToken,
 }
 
 impl DenyReason {
@@ -125,12 +133,14 @@ impl DenyReason {
         match self {
             Self::Full => 1,
             Self::WrongProtocol => 2,
+            Self::InvalidToken => 3,
         }
     }
     fn from_byte(b: u8, at: usize) -> Result<Self, DecodeError> {
         match b {
             1 => Ok(Self::Full),
             2 => Ok(Self::WrongProtocol),
+            3 => Ok(Self::InvalidToken),
             _ => Err(DecodeError::NonCanonical {
                 what: "deny reason",
                 at,
@@ -237,6 +247,20 @@ pub enum Packet<'a> {
         client_salt: u64,
         /// Why.
         reason: DenyReason,
+    },
+    /// Client asks to connect with a join token; always [`CONNECT_REQUEST_LEN`] bytes.
+    TokenRequest {
+        /// Random value chosen by the client for this attempt.
+        client_salt: u64,
+        /// The token's sealed part (its protocol id is the request's).
+        token: SealedToken,
+    },
+    /// Client echoes the cookie and forwards its token again (the server kept nothing).
+    TokenResponse {
+        /// The echoed cookie (its protocol id is the token's).
+        cookie: Cookie,
+        /// The token's sealed part.
+        token: SealedToken,
     },
     /// A packet of an established connection.
     Authed {
@@ -350,7 +374,8 @@ pub fn decode(bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
 }
 
 fn decode_handshake(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
-    if prefix & 0x7C != 0 {
+    // Bit 2 marks the token variants of the two client packets (0x84, 0x86).
+    if prefix & 0x78 != 0 || matches!(prefix, 0x85 | 0x87) {
         return Err(DecodeError::UnknownKind(prefix));
     }
     let mut r = Reader { bytes, pos: 1 };
@@ -360,16 +385,26 @@ fn decode_handshake(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError>
     }
     let protocol_id = r.u64()?;
     let client_salt = r.u64()?;
-    let packet = match prefix & 0x03 {
+    let packet = match prefix & 0x07 {
+        4 => {
+            let token = read_token(&mut r, protocol_id)?;
+            read_padding(&mut r)?;
+            Packet::TokenRequest { client_salt, token }
+        }
+        6 => {
+            let timestamp = r.u64()?;
+            let mac = r.array::<COOKIE_LEN>()?;
+            let token = read_token(&mut r, protocol_id)?;
+            let cookie = Cookie {
+                protocol_id,
+                client_salt,
+                timestamp,
+                mac,
+            };
+            Packet::TokenResponse { cookie, token }
+        }
         0 => {
-            let pad_at = r.pos;
-            let pad = r.take(CONNECT_REQUEST_LEN.saturating_sub(pad_at))?;
-            if let Some(i) = pad.iter().position(|&b| b != 0) {
-                return Err(DecodeError::NonCanonical {
-                    what: "padding",
-                    at: pad_at + i,
-                });
-            }
+            read_padding(&mut r)?;
             Packet::ConnectRequest {
                 protocol_id,
                 client_salt,
@@ -404,6 +439,24 @@ fn decode_handshake(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError>
         return Err(DecodeError::Trailing { at: r.pos });
     }
     Ok(packet)
+}
+
+fn read_token(r: &mut Reader<'_>, protocol_id: u64) -> Result<SealedToken, DecodeError> {
+    let at = r.pos;
+    let body = r.take(SEALED_TOKEN_WIRE_LEN)?;
+    SealedToken::decode_body(protocol_id, body).ok_or(DecodeError::Truncated { at, needed: 0 })
+}
+
+fn read_padding(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let pad_at = r.pos;
+    let pad = r.take(CONNECT_REQUEST_LEN.saturating_sub(pad_at))?;
+    if let Some(i) = pad.iter().position(|&b| b != 0) {
+        return Err(DecodeError::NonCanonical {
+            what: "padding",
+            at: pad_at + i,
+        });
+    }
+    Ok(())
 }
 
 /// Decodes only the header of an authenticated packet, returning it and the header length.
@@ -665,6 +718,18 @@ impl Packet<'_> {
             } => {
                 encode_hs_head(0x83, *protocol_id, *client_salt, out);
                 out.push(reason.to_byte());
+            }
+            Self::TokenRequest { client_salt, token } => {
+                let start = out.len();
+                encode_hs_head(0x84, token.protocol_id, *client_salt, out);
+                token.encode_body(out);
+                out.resize(start + CONNECT_REQUEST_LEN, 0);
+            }
+            Self::TokenResponse { cookie, token } => {
+                encode_hs_head(0x86, cookie.protocol_id, cookie.client_salt, out);
+                out.extend_from_slice(&cookie.timestamp.to_le_bytes());
+                out.extend_from_slice(&cookie.mac);
+                token.encode_body(out);
             }
             Self::Authed {
                 header,

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::rng::Rng;
+use crate::token::SealedToken;
 
 #[test]
 fn sequence_comparison_wraps_like_the_article() {
@@ -105,7 +106,7 @@ fn typed_errors_for_garbage() {
 #[test]
 fn fuzz_seed_corpus_is_valid_and_canonical() {
     // The committed seed corpus doubles as golden packets pinning the format.
-    let corpus: [&[u8]; 8] = [
+    let corpus: [&[u8]; 10] = [
         include_bytes!("../../fuzz/corpus/decode/connect_request"),
         include_bytes!("../../fuzz/corpus/decode/challenge"),
         include_bytes!("../../fuzz/corpus/decode/challenge_response"),
@@ -114,12 +115,68 @@ fn fuzz_seed_corpus_is_valid_and_canonical() {
         include_bytes!("../../fuzz/corpus/decode/data_ack_bits"),
         include_bytes!("../../fuzz/corpus/decode/accepted"),
         include_bytes!("../../fuzz/corpus/decode/disconnect"),
+        include_bytes!("../../fuzz/corpus/decode/token_request"),
+        include_bytes!("../../fuzz/corpus/decode/token_response"),
     ];
     for bytes in corpus {
         let p = decode(bytes).unwrap();
         let mut again = Vec::new();
         p.encode(&mut again);
         assert_eq!(again, bytes);
+    }
+}
+
+fn sample_token() -> SealedToken {
+    SealedToken {
+        protocol_id: 5,
+        create_unix: 1_700_000_000,
+        expire_unix: 1_700_000_060,
+        nonce: [0xAB; crate::token::NONCE_LEN],
+        sealed: [0xCD; crate::token::SEALED_LEN],
+    }
+}
+
+#[test]
+fn token_packets_have_fixed_sizes_and_reserved_prefixes_are_rejected() {
+    let mut b = Vec::new();
+    Packet::TokenRequest {
+        client_salt: 1,
+        token: sample_token(),
+    }
+    .encode(&mut b);
+    assert_eq!(
+        b.len(),
+        CONNECT_REQUEST_LEN,
+        "the token request is the largest packet"
+    );
+    assert_eq!(b[0], 0x84);
+    // Non-zero padding, a missing byte and an extra byte are all refused.
+    let mut p = b.clone();
+    *p.last_mut().unwrap() = 1;
+    assert!(matches!(decode(&p), Err(DecodeError::NonCanonical { .. })));
+    assert!(matches!(
+        decode(&b[..b.len() - 1]),
+        Err(DecodeError::Truncated { .. })
+    ));
+    b.clear();
+    let cookie = Cookie {
+        protocol_id: 5,
+        client_salt: 1,
+        timestamp: 2,
+        mac: [3; COOKIE_LEN],
+    };
+    Packet::TokenResponse {
+        cookie,
+        token: sample_token(),
+    }
+    .encode(&mut b);
+    assert_eq!(b.len(), TOKEN_RESPONSE_LEN);
+    let mut long = b.clone();
+    long.push(0);
+    assert!(matches!(decode(&long), Err(DecodeError::Trailing { .. })));
+    for prefix in [0x85u8, 0x87, 0x88, 0xC0] {
+        b[0] = prefix;
+        assert_eq!(decode(&b), Err(DecodeError::UnknownKind(prefix)));
     }
 }
 
@@ -143,6 +200,22 @@ fn sample_packets() -> Vec<Vec<u8>> {
             protocol_id: 5,
             client_salt: 6,
             reason: DenyReason::Full,
+        },
+        Packet::Denied {
+            protocol_id: 5,
+            client_salt: 6,
+            reason: DenyReason::InvalidToken,
+        },
+        Packet::TokenRequest {
+            client_salt: 8,
+            token: sample_token(),
+        },
+        Packet::TokenResponse {
+            cookie,
+            token: SealedToken {
+                protocol_id: cookie.protocol_id,
+                ..sample_token()
+            },
         },
         Packet::Authed {
             header: data_header(7, 3, 0xF0F0_FFFF),

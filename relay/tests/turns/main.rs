@@ -12,6 +12,7 @@ mod game_peers;
 mod hostile;
 mod netsim;
 mod pipe;
+mod token_cli;
 mod udp;
 
 use lockstep::event::Event;

@@ -202,3 +202,26 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
         lockstep::transport::CongestionMode::Bad
     );
 }
+
+/// Every peer learns that the match ended, whichever packets the loss takes:
+/// the relay's `MatchEnd` is reliable and the connection outlives the match.
+#[test]
+fn at_20_percent_loss_every_peer_sees_the_match_end_for_many_seeds() {
+    let link = lockstep::netsim::LinkConfig {
+        latency: Duration::from_millis(30),
+        jitter: Duration::from_millis(10),
+        loss: 0.20,
+        ..lockstep::netsim::LinkConfig::default()
+    };
+    let mut bad = Vec::new();
+    for seed in 1..=20 {
+        let (peers, _, now) = netsim_match(4, 40, link, seed);
+        for (i, p) in peers.iter().enumerate() {
+            let s = p.peer.summary(now);
+            if !s.completed {
+                bad.push((seed, i, s.final_turn, now.as_micros() / 1000));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:?}");
+}

@@ -47,6 +47,10 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Also print the re-simulated hash after every turn (for comparing
+        /// builds, e.g. across CPU architectures).
+        #[arg(long)]
+        print_hashes: bool,
     },
     /// First turn where two recordings of a match differ in inputs or hashes.
     Diff {
@@ -91,7 +95,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info { file, json } => info(&file, json),
-        Command::Verify { file, json } => verify(&file, json),
+        Command::Verify {
+            file,
+            json,
+            print_hashes,
+        } => verify(&file, json, print_hashes),
         Command::Diff { a, b, json } => diff(&a, &b, json),
         Command::State { file, turn, json } => state(&file, Turn(turn), json),
         Command::Export { file } => export(&file),
@@ -317,11 +325,17 @@ fn hash_opt(h: Option<StateHash>) -> Value {
     h.map_or(Value::Null, |h| Value::String(h.to_hex()))
 }
 
-fn verify(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
-    let run = || -> Result<VerifyReport, ReplayError> {
+fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, ReplayError> {
+    let mut turn_hashes: Vec<(Turn, StateHash)> = Vec::new();
+    let mut run = || -> Result<VerifyReport, ReplayError> {
         let total = std::fs::metadata(path)?.len();
         let mut bar = ProgressBar::new(total);
-        let report = replays::verify::<Game, _>(open(path)?, |p| bar.update(p.turn, p.position));
+        let report = replays::verify::<Game, _>(open(path)?, |p| {
+            bar.update(p.turn, p.position);
+            if print_hashes {
+                turn_hashes.push((p.turn, p.hash));
+            }
+        });
         bar.clear();
         report
     };
@@ -356,7 +370,7 @@ fn verify(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
                 "sections_turn": d.sections_turn.map(|t| t.0),
             })
         });
-        let out = json!({
+        let mut out = json!({
             "verified": ok,
             "turns": report.turns,
             "last_turn": report.last_turn.map(|t| t.0),
@@ -369,8 +383,18 @@ fn verify(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
             "first_divergence": div,
             "file_status": status_json(&report.summary),
         });
+        if print_hashes && let Value::Object(map) = &mut out {
+            let list = turn_hashes
+                .iter()
+                .map(|(t, h)| json!({"turn": t.0, "hash": h.to_hex()}))
+                .collect();
+            map.insert("turn_hashes".into(), Value::Array(list));
+        }
         println!("{out:#}");
         return Ok(ok);
+    }
+    for (t, h) in &turn_hashes {
+        println!("turn {t}: {h}");
     }
     println!(
         "re-simulated {} turns; {} hashes and {} keyframes checked; {} rejected inputs",

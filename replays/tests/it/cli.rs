@@ -69,6 +69,41 @@ fn verify_json_snapshots_and_exit_codes() {
 }
 
 #[test]
+fn verify_print_hashes_lists_every_simulated_turn() {
+    let path = data("peer_skirmish_2p.replay");
+    let (code, out, _) = run(&[
+        "verify".as_ref(),
+        "--json".as_ref(),
+        "--print-hashes".as_ref(),
+        path.as_os_str(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let list = v["turn_hashes"].as_array().unwrap();
+    assert_eq!(list.len() as u64, v["turns"].as_u64().unwrap());
+    for (i, entry) in list.iter().enumerate() {
+        assert_eq!(entry["turn"].as_u64().unwrap(), i as u64);
+    }
+    assert_eq!(list.last().unwrap()["hash"], v["final_hash"]);
+    // Without the flag the JSON is unchanged (the snapshots above hold it).
+    let (_, plain, _) = run(&["verify".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    assert!(!plain.contains("turn_hashes"));
+
+    let (code, text, _) = run(&[
+        "verify".as_ref(),
+        "--print-hashes".as_ref(),
+        path.as_os_str(),
+    ]);
+    assert_eq!(code, 0);
+    let first = list[0]["hash"].as_str().unwrap();
+    assert!(text.starts_with(&format!("turn 0: {first}\n")), "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("turn ")).count(),
+        list.len()
+    );
+}
+
+#[test]
 fn verify_text_names_the_divergence() {
     let (code, out, _) = run(&["verify".as_ref(), data("peer_desync_3p.replay").as_os_str()]);
     assert_eq!(code, 1);

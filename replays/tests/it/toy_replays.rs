@@ -284,3 +284,30 @@ fn writer_streams_to_a_file() {
     assert!(report.verified(), "{report:?}");
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn a_forged_turn_gap_is_refused_not_simulated() {
+    // The checksum key is public, so anyone can write a well-formed file whose
+    // next turn is near u32::MAX; verify must refuse rather than run for hours.
+    let mut w = Writer::new(Vec::new(), &crate::toy::header(2), SyncPolicy::AtFinish).unwrap();
+    w.record_turn(Turn(0), &[]).unwrap();
+    w.record_turn(Turn(u32::MAX - 1), &[]).unwrap();
+    let bytes = w.into_inner().unwrap();
+    let err = verify::<Toy, _>(Reader::from_bytes(&bytes).unwrap(), |_| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReplayError::TurnGap { after: Some(Turn(0)), got: Turn(g), max: replays::verify::MAX_TURN_GAP } if g == u32::MAX - 1
+        ),
+        "{err}"
+    );
+
+    // A gap within the bound is still simulated as empty turns.
+    let mut w = Writer::new(Vec::new(), &crate::toy::header(2), SyncPolicy::AtFinish).unwrap();
+    w.record_turn(Turn(0), &[]).unwrap();
+    w.record_turn(Turn(replays::verify::MAX_TURN_GAP), &[])
+        .unwrap();
+    let bytes = w.into_inner().unwrap();
+    let report = verify::<Toy, _>(Reader::from_bytes(&bytes).unwrap(), |_| {}).unwrap();
+    assert_eq!(report.turns, replays::verify::MAX_TURN_GAP + 1);
+}

@@ -1,7 +1,17 @@
 //! The benchmark harness behind `cargo run --release -p tests --bin bench`:
 //! statistics, plots, machine stamps, and the sections of `BENCHMARKS.md`.
 
+pub mod bandwidth_bench;
+pub mod benchpeer;
+pub mod carrier;
+pub mod framing;
+pub mod internal;
 pub mod machine;
+pub mod net_bench;
+pub mod net_report;
+pub mod netns;
+pub mod proxy;
+pub mod relay_bench;
 pub mod replay_bench;
 pub mod sim_bench;
 pub mod stats;

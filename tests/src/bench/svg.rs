@@ -12,6 +12,8 @@ pub struct Series {
     pub samples_ms: Vec<f64>,
     /// Dashed line (used for the baseline).
     pub dashed: bool,
+    /// Palette slot (default: the series' position), so paired series can share a colour.
+    pub colour: Option<usize>,
 }
 
 const PALETTE: [&str; 8] = [
@@ -79,7 +81,7 @@ pub fn cdf_plot(title: &str, series: &[Series]) -> String {
     );
 
     for (i, s) in series.iter().enumerate() {
-        let colour = PALETTE[i % PALETTE.len()];
+        let colour = PALETTE[s.colour.unwrap_or(i) % PALETTE.len()];
         let mut v: Vec<f64> = s
             .samples_ms
             .iter()
@@ -158,16 +160,19 @@ mod tests {
                     label: "ours".into(),
                     samples_ms: vec![1.0, 2.0, 3.0],
                     dashed: false,
+                    colour: None,
                 },
                 Series {
                     label: "tcp & co".into(),
                     samples_ms: vec![5.0, 400.0],
                     dashed: true,
+                    colour: None,
                 },
                 Series {
                     label: "empty".into(),
                     samples_ms: vec![],
                     dashed: false,
+                    colour: None,
                 },
             ],
         );

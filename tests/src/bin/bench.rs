@@ -7,7 +7,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
-use tests::bench::{replay_bench, sim_bench};
+use tests::bench::{bandwidth_bench, net_bench, net_report, relay_bench, replay_bench, sim_bench};
 
 /// Regenerates BENCHMARKS.md from measurements taken on this machine.
 #[derive(Parser, Debug)]
@@ -19,7 +19,7 @@ struct Args {
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
-    /// Run only these sections (comma-separated: sim, replay).
+    /// Run only these sections (comma-separated: sim, replay, net, relay, bandwidth).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -29,6 +29,11 @@ fn wanted(args: &Args, section: &str) -> bool {
 }
 
 fn main() -> ExitCode {
+    // Worker processes of the net and relay sections re-execute this binary.
+    let raw: Vec<String> = std::env::args().collect();
+    if let Some(code) = tests::bench::internal::dispatch(&raw) {
+        return code;
+    }
     let args = Args::parse();
     if cfg!(debug_assertions) {
         eprintln!(
@@ -81,6 +86,46 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+    }
+
+    if wanted(&args, "net") {
+        eprintln!("[net] turn latency, ours vs TCP, under loss");
+        let section = net_bench::measure(args.quick);
+        let svg_path = args
+            .out
+            .parent()
+            .unwrap_or_else(|| std::path::Path::new(""))
+            .join("tests/benchmarks/turn-latency.svg");
+        if let Some(dir) = svg_path.parent()
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            eprintln!("error: cannot create {}: {e}", dir.display());
+            return ExitCode::from(1);
+        }
+        if let Err(e) = std::fs::write(&svg_path, net_report::plot(&section)) {
+            eprintln!("error: cannot write {}: {e}", svg_path.display());
+            return ExitCode::from(1);
+        }
+        md.push_str("## Turn latency under loss: our transport vs TCP\n\n");
+        md.push_str(&net_report::markdown(
+            &section,
+            "tests/benchmarks/turn-latency.svg",
+        ));
+        md.push('\n');
+    }
+
+    if wanted(&args, "relay") {
+        eprintln!("[relay] capacity: concurrent 4-player matches on one relay process");
+        let cap = relay_bench::measure(args.quick);
+        md.push_str("## Relay capacity\n\n");
+        md.push_str(&relay_bench::markdown(&cap, machine.cores));
+        md.push('\n');
+    }
+
+    if wanted(&args, "bandwidth") {
+        md.push_str("## Bandwidth against the Age of Empires budget\n\n");
+        md.push_str(&bandwidth_bench::markdown(args.quick));
+        md.push('\n');
     }
 
     if let Err(e) = std::fs::write(&args.out, &md) {

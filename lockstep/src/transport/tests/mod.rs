@@ -3,6 +3,7 @@
 
 mod connection;
 mod reliability;
+mod tokens;
 
 use super::*;
 use crate::netsim::{LinkConfig, Network};
@@ -42,9 +43,16 @@ impl Harness {
         let clients = (0..n)
             .map(|i| Client::new(now, addr(SERVER), cfg, seed + i as u64))
             .collect();
+        Self::from_parts(link, seed, Server::new(cfg, [7; 32]), clients)
+    }
+
+    /// A harness around a given server and clients (client `i` sits at `client_addr(i)`).
+    fn from_parts(link: LinkConfig, seed: u64, server: Server, clients: Vec<Client>) -> Self {
+        let n = clients.len();
+        let now = Instant::ZERO;
         Self {
             net: Network::new(seed, link),
-            server: Server::new(cfg, [7; 32]),
+            server,
             clients,
             now,
             seen: Seen {

@@ -1,0 +1,302 @@
+//! A measuring peer: the real turn [`Session`] driving either the reference
+//! game with its seeded bot (what `relay::peer::GamePeer` plays) or a fake
+//! game for load generation (small commands at the bot's rate, a
+//! deterministic fake hash per turn). It timestamps every command it submits
+//! and matches them, in order, to the turns that execute them, so benchmarks
+//! get whole latency distributions rather than two percentiles.
+
+use lockstep::builder::SessionBuilder;
+use lockstep::event::Event;
+use lockstep::proto::{EndReason, decode_turn};
+use lockstep::session::Session;
+use lockstep::{Duration, Instant};
+use sim::bot::Bot;
+use sim::game::{Command, World};
+use sim::{PlayerId, Simulation, StateHash, Turn};
+use std::collections::VecDeque;
+
+/// What the peer plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Play {
+    /// The reference game, with a bot at this many actions per minute.
+    Game {
+        /// Bot actions per minute.
+        apm: u32,
+    },
+    /// No simulation: one small command every `every` turns, fake hashes.
+    Fake {
+        /// Turns between two submitted commands.
+        every: u32,
+    },
+}
+
+/// How a bench peer joins.
+#[derive(Clone, Debug)]
+pub struct BenchPeerConfig {
+    /// Match name (peers with the same name play together).
+    pub match_name: String,
+    /// Players in the match.
+    pub players: u8,
+    /// Turns to play.
+    pub turns: u32,
+    /// Bot seed.
+    pub seed: u64,
+    /// Game or fake.
+    pub play: Play,
+}
+
+/// Figures one peer measured over its match.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PeerFigures {
+    /// Command submitted → its turn executed, one sample per command, ms.
+    pub latencies_ms: Vec<f64>,
+    /// Total stall time (a due turn's bundle missing), ms.
+    pub stall_ms: f64,
+    /// From the start message to the last turn (or the end of the run), seconds.
+    pub secs: f64,
+    /// Turns executed.
+    pub turns: u32,
+    /// Whether every turn was played.
+    pub completed: bool,
+    /// Whether the relay's end-of-match message arrived.
+    pub end_seen: bool,
+    /// Carrier bytes sent (UDP payload or TCP stream bytes).
+    pub bytes_sent: u64,
+    /// Carrier bytes received.
+    pub bytes_received: u64,
+    /// Datagrams (UDP) or frames (TCP) sent.
+    pub packets_sent: u64,
+    /// Datagrams or frames received.
+    pub packets_received: u64,
+    /// Why the peer did not complete, if it did not.
+    pub error: Option<String>,
+}
+
+impl PeerFigures {
+    /// Stall time per minute of match.
+    #[must_use]
+    pub fn stall_per_min_ms(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.stall_ms * 60.0 / self.secs
+        } else {
+            0.0
+        }
+    }
+
+    /// Carrier bytes per second, up plus down.
+    #[must_use]
+    pub fn bytes_per_s(&self) -> f64 {
+        if self.secs > 0.0 {
+            (self.bytes_sent + self.bytes_received) as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The peer; see the module docs.
+#[derive(Debug)]
+pub struct BenchPeer {
+    config: BenchPeerConfig,
+    session: Session,
+    me: Option<PlayerId>,
+    world: Option<World>,
+    bot: Option<Bot>,
+    /// Submit times of our commands not yet executed, oldest first.
+    submitted: VecDeque<Instant>,
+    latencies: Vec<Duration>,
+    started: Option<Instant>,
+    last_turn_at: Option<Instant>,
+    turns: u32,
+    completed: bool,
+    failed: Option<String>,
+}
+
+impl BenchPeer {
+    /// A peer whose session has queued its join.
+    pub fn new(now: Instant, config: BenchPeerConfig) -> Result<Self, String> {
+        let session = SessionBuilder::new()
+            .with_match(&config.match_name, config.players)
+            .with_simulation::<World>(relay::peer::rules_fingerprint(config.players))
+            .with_name(&format!("bench-{}", config.seed))
+            .with_turns(config.turns)
+            .build(now)
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            config,
+            session,
+            me: None,
+            world: None,
+            bot: None,
+            submitted: VecDeque::new(),
+            latencies: Vec::new(),
+            started: None,
+            last_turn_at: None,
+            turns: 0,
+            completed: false,
+            failed: None,
+        })
+    }
+
+    /// The session, for a driver to feed and drain.
+    pub fn session(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Whether the session ended.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.session.is_ended()
+    }
+
+    /// Why the peer failed, if it did (rejected, could not report a hash).
+    #[must_use]
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Handles every pending session event. Call after feeding the session.
+    pub fn pump(&mut self, now: Instant) {
+        while let Some(ev) = self.session.poll_event() {
+            self.on_event(now, ev);
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, ev: Event) {
+        match ev {
+            Event::Started {
+                your_player, setup, ..
+            } => {
+                self.me = Some(your_player);
+                self.started = Some(now);
+                if let Play::Game { apm } = self.config.play {
+                    self.world = Some(World::new(&setup));
+                    self.bot = Some(Bot::new(your_player, self.config.seed, apm));
+                }
+            }
+            Event::TurnReady { turn, inputs } => self.on_turn(now, turn, &inputs),
+            Event::MatchEnded { reason, turn } => {
+                self.completed = reason == EndReason::Completed;
+                if !self.completed {
+                    self.note(format!("match ended at turn {turn}: {reason:?}"));
+                }
+            }
+            Event::PlayerDropped { player, turn } if Some(player) == self.me => {
+                self.note(format!("dropped by the relay at turn {turn}"));
+            }
+            Event::Rejected { reason } => self.failed = Some(format!("rejected: {reason}")),
+            _ => {}
+        }
+    }
+
+    fn on_turn(&mut self, now: Instant, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
+        self.turns += 1;
+        self.last_turn_at = Some(now);
+        let commands = decode_turn::<Command>(inputs);
+        let mine = commands
+            .iter()
+            .filter(|c| Some(c.player) == self.me)
+            .count();
+        for _ in 0..mine {
+            if let Some(at) = self.submitted.pop_front() {
+                self.latencies.push(now.saturating_since(at));
+            }
+        }
+        let (hash, orders) = match (self.world.as_mut(), self.bot.as_mut()) {
+            (Some(world), Some(bot)) => {
+                world.step(turn, &commands);
+                let hash = world.state_hash();
+                (hash, bot.think(world, turn))
+            }
+            _ => {
+                let every = match self.config.play {
+                    Play::Fake { every } => every.max(1),
+                    Play::Game { .. } => u32::MAX,
+                };
+                let orders = if turn.0 % every == 0 {
+                    vec![Command::Stop {
+                        units: vec![turn.0],
+                    }]
+                } else {
+                    Vec::new()
+                };
+                (fake_hash(turn), orders)
+            }
+        };
+        // After the last turn the session may already have ended; that hash is not needed.
+        if self.session.report_hash(turn, hash, Vec::new()).is_err() && !self.session.is_ended() {
+            self.failed = Some(format!("could not report the hash of turn {turn}"));
+        }
+        if !orders.is_empty() && self.session.submit_commands(now, &orders).is_ok() {
+            self.submitted
+                .extend(std::iter::repeat_n(now, orders.len()));
+        }
+    }
+
+    /// Records why the peer failed (the first reason wins).
+    pub fn note(&mut self, why: String) {
+        self.failed.get_or_insert(why);
+    }
+
+    /// The figures so far (carrier counters left at zero for the driver to fill).
+    #[must_use]
+    pub fn figures(&self, now: Instant) -> PeerFigures {
+        // A peer that played every turn is measured up to its last turn, whether
+        // or not the end-of-match message reached it (waiting for it is no stall).
+        let played_all = self.config.turns > 0 && self.turns >= self.config.turns;
+        let end = if self.completed || played_all {
+            self.last_turn_at.unwrap_or(now)
+        } else {
+            now
+        };
+        let stats = self.session.stats(end);
+        let secs = self
+            .started
+            .map_or(0.0, |s| end.saturating_since(s).as_secs_f64());
+        PeerFigures {
+            latencies_ms: self.latencies.iter().map(|d| d.as_millis_f64()).collect(),
+            stall_ms: stats.stall.as_millis_f64(),
+            secs,
+            turns: self.turns,
+            completed: self.completed || played_all,
+            end_seen: self.completed,
+            error: self.failed.clone(),
+            ..PeerFigures::default()
+        }
+    }
+}
+
+/// The fake game's hash of a turn: the same on every peer, different per turn.
+#[must_use]
+pub fn fake_hash(turn: Turn) -> StateHash {
+    let mut h = [0u8; 32];
+    for (i, b) in h.iter_mut().enumerate() {
+        *b = (turn.0.wrapping_mul(2_654_435_761) >> (i % 4 * 8)) as u8 ^ i as u8;
+    }
+    StateHash(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fake_hashes_agree_and_differ_by_turn() {
+        assert_eq!(fake_hash(Turn(7)), fake_hash(Turn(7)));
+        assert_ne!(fake_hash(Turn(7)), fake_hash(Turn(8)));
+    }
+
+    #[test]
+    fn figures_per_minute_and_per_second() {
+        let f = PeerFigures {
+            stall_ms: 300.0,
+            secs: 30.0,
+            bytes_sent: 3000,
+            bytes_received: 6000,
+            ..PeerFigures::default()
+        };
+        assert_eq!(f.stall_per_min_ms(), 600.0);
+        assert_eq!(f.bytes_per_s(), 300.0);
+        assert_eq!(PeerFigures::default().bytes_per_s(), 0.0);
+    }
+}

@@ -1,0 +1,498 @@
+//! Process harness for the end-to-end tests: spawns the real `relay`,
+//! `peer`, `netsim` and `replay` binaries on 127.0.0.1, reads their output
+//! line by line, and kills every child when its guard drops, so a failing
+//! test never leaks processes. Every wait is bounded by a deadline and
+//! panics with the child's recent output.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Paths of the workspace binaries the end-to-end tests run.
+#[derive(Debug)]
+pub struct Bins {
+    /// `relay` (relay crate).
+    pub relay: PathBuf,
+    /// `peer` (relay crate).
+    pub peer: PathBuf,
+    /// `netsim` (lockstep crate).
+    pub netsim: PathBuf,
+    /// `replay` (replays crate).
+    pub replay: PathBuf,
+}
+
+/// The binaries next to the running test executable (`target/<profile>/`),
+/// built once with `cargo build` if any is missing (e.g. after
+/// `cargo test -p tests`, which builds only this crate's targets) or if
+/// `E2E_REBUILD` is set.
+///
+/// # Panics
+/// If the binaries are missing and cannot be built.
+pub fn bins() -> &'static Bins {
+    static BINS: OnceLock<Bins> = OnceLock::new();
+    BINS.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> -> target/<profile>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable lives in target/<profile>/deps")
+            .to_path_buf();
+        let bins = Bins {
+            relay: dir.join(exe_name("relay")),
+            peer: dir.join(exe_name("peer")),
+            netsim: dir.join(exe_name("netsim")),
+            replay: dir.join(exe_name("replay")),
+        };
+        let all = [&bins.relay, &bins.peer, &bins.netsim, &bins.replay];
+        // `E2E_REBUILD=1`: rebuild even if present (they may be stale when
+        // only this crate was tested after editing the others).
+        let rebuild = std::env::var_os("E2E_REBUILD").is_some_and(|v| v != "0");
+        if rebuild || !all.iter().all(|p| p.exists()) {
+            build_bins(&dir);
+        }
+        for p in all {
+            assert!(p.exists(), "{} is missing after building", p.display());
+        }
+        bins
+    })
+}
+
+fn exe_name(name: &str) -> String {
+    format!("{name}{}", std::env::consts::EXE_SUFFIX)
+}
+
+/// Builds the binaries into `profile_dir` (same target dir, same profile).
+fn build_bins(profile_dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target_dir = profile_dir
+        .parent()
+        .expect("profile dir has a parent (the target dir)");
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "build", "-p", "relay", "-p", "lockstep", "-p", "replays", "--bins",
+    ])
+    .arg("--target-dir")
+    .arg(target_dir)
+    .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    eprintln!("e2e: building the binaries: {cmd:?}");
+    let status = cmd.status().expect("run cargo build for the e2e binaries");
+    assert!(status.success(), "cargo build of the e2e binaries failed");
+}
+
+/// One line a child printed.
+#[derive(Clone, Debug)]
+pub struct Line {
+    /// True for stderr, false for stdout.
+    pub stderr: bool,
+    /// The text, without the newline.
+    pub text: String,
+}
+
+/// A running child process; killed (and reaped) on drop.
+#[derive(Debug)]
+pub struct Proc {
+    name: String,
+    child: Child,
+    lines: Receiver<Line>,
+    /// Everything printed so far, both streams, for diagnostics.
+    log: Arc<Mutex<Vec<Line>>>,
+    readers: Vec<JoinHandle<()>>,
+    status: Option<ExitStatus>,
+}
+
+/// How many recent lines a panic message shows.
+const TAIL: usize = 40;
+
+impl Proc {
+    /// Spawns `program args` with both output streams read line by line.
+    ///
+    /// # Panics
+    /// If the program cannot be started.
+    pub fn spawn(name: &str, program: &Path, args: &[String]) -> Self {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name}: cannot start {}: {e}", program.display()));
+        let (tx, rx) = channel();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(reader(out, false, tx.clone(), Arc::clone(&log)));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(reader(err, true, tx, Arc::clone(&log)));
+        }
+        Self {
+            name: name.to_owned(),
+            child,
+            lines: rx,
+            log,
+            readers,
+            status: None,
+        }
+    }
+
+    /// The name given at spawn.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The last lines printed, for a panic message.
+    #[must_use]
+    pub fn tail(&self) -> String {
+        let log = self.log.lock().expect("log lock");
+        let start = log.len().saturating_sub(TAIL);
+        log[start..]
+            .iter()
+            .map(|l| format!("  {}{}\n", if l.stderr { "! " } else { "" }, l.text))
+            .collect()
+    }
+
+    /// Waits for the next line (either stream) for which `pred` returns
+    /// `Some`, up to `within`.
+    ///
+    /// # Panics
+    /// If no such line comes in time or the child closes its output first.
+    pub fn wait_line<T>(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pred: impl FnMut(&Line) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(v) = pred(&line) {
+                        return v;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: no {what} within {within:?}; last output:\n{}",
+                    self.name,
+                    self.tail()
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "{}: output ended before {what}; last output:\n{}",
+                    self.name,
+                    self.tail()
+                ),
+            }
+        }
+    }
+
+    /// Waits for the next JSON line on stdout matching `pred`.
+    pub fn wait_json(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        self.wait_line(what, within, |l| {
+            if l.stderr {
+                return None;
+            }
+            let v: Value = serde_json::from_str(&l.text).ok()?;
+            pred(&v).then_some(v)
+        })
+    }
+
+    /// Waits for the child to exit (polling, bounded by `within`), then for
+    /// its output to drain; returns the status and the whole stdout.
+    ///
+    /// # Panics
+    /// If the child is still running at the deadline.
+    pub fn wait_exit(&mut self, within: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + within;
+        let status = loop {
+            match self.child.try_wait().expect("try_wait") {
+                Some(s) => break s,
+                None if Instant::now() >= deadline => panic!(
+                    "{}: still running after {within:?}; last output:\n{}",
+                    self.name,
+                    self.tail()
+                ),
+                // Polling the child's state, not synchronising on time.
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        self.status = Some(status);
+        for r in self.readers.drain(..) {
+            // The pipes close when the process is gone; a panicked reader only loses lines.
+            let _ = r.join();
+        }
+        let stdout = self
+            .log
+            .lock()
+            .expect("log lock")
+            .iter()
+            .filter(|l| !l.stderr)
+            .map(|l| format!("{}\n", l.text))
+            .collect();
+        (status, stdout)
+    }
+
+    /// SIGKILLs the child now (a crash: no goodbye) and reaps it.
+    pub fn kill(&mut self) {
+        if self.status.is_none() {
+            // Already exited is fine: the error only says so.
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn reader(
+    stream: impl Read + Send + 'static,
+    stderr: bool,
+    tx: Sender<Line>,
+    log: Arc<Mutex<Vec<Line>>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for text in BufReader::new(stream).lines() {
+            let Ok(text) = text else { break };
+            let line = Line { stderr, text };
+            if let Ok(mut l) = log.lock() {
+                l.push(line.clone());
+            }
+            // Nobody listening any more is fine: the log still has it.
+            let _ = tx.send(line);
+        }
+    })
+}
+
+/// How long a child may take to start and report its address.
+pub const STARTUP: Duration = Duration::from_secs(20);
+
+/// A relay process (`relay serve --json --verbose` on 127.0.0.1:0).
+#[derive(Debug)]
+pub struct Relay {
+    /// The process.
+    pub proc: Proc,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its replay directory.
+    pub record_dir: PathBuf,
+    /// Every JSON event line read so far, in order.
+    pub events: Vec<Value>,
+}
+
+impl Relay {
+    /// Starts a relay recording into `record_dir` with extra flags
+    /// (`--policy`, `--turn-ms`, ...), and waits for its address.
+    pub fn start(record_dir: &Path, extra: &[&str]) -> Self {
+        std::fs::create_dir_all(record_dir).expect("create record dir");
+        let mut args: Vec<String> = [
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--json",
+            "--verbose",
+            "--record-dir",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.push(record_dir.display().to_string());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let mut proc = Proc::spawn("relay", &bins().relay, &args);
+        let v = proc.wait_json("listening line", STARTUP, |v| v["event"] == "listening");
+        let addr = v["addr"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("relay: bad listening line {v}"));
+        Self {
+            proc,
+            addr,
+            record_dir: record_dir.to_owned(),
+            events: vec![v],
+        }
+    }
+
+    /// Waits for the next event matching `pred`, keeping every event read.
+    pub fn wait_event(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        let mut seen = Vec::new();
+        let v = self.proc.wait_json(what, within, |v| {
+            seen.push(v.clone());
+            pred(v)
+        });
+        self.events.extend(seen);
+        v
+    }
+
+    /// Waits for the replay of a match to be closed; returns its path.
+    pub fn wait_recorded(&mut self, within: Duration) -> PathBuf {
+        let v = self.wait_event("recorded event", within, |v| v["event"] == "recorded");
+        assert_eq!(v["finished"], true, "relay: recording not finished: {v}");
+        PathBuf::from(v["path"].as_str().expect("recorded path"))
+    }
+
+    /// Events read so far of one kind.
+    #[must_use]
+    pub fn events_of(&self, kind: &str) -> Vec<&Value> {
+        self.events.iter().filter(|v| v["event"] == kind).collect()
+    }
+}
+
+/// A netsim proxy process in front of `upstream`; returns it and its address.
+pub fn netsim(upstream: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
+    let mut args: Vec<String> = vec![
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--upstream".into(),
+        upstream.to_string(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let mut proc = Proc::spawn("netsim", &bins().netsim, &args);
+    // `netsim: 127.0.0.1:PORT -> UPSTREAM (seed S)` on stderr.
+    let addr = proc.wait_line("listening line", STARTUP, |l| {
+        let rest = l.text.strip_prefix("netsim: ")?;
+        rest.split_whitespace().next()?.parse().ok()
+    });
+    (proc, addr)
+}
+
+/// What one peer is asked to do.
+#[derive(Clone, Debug)]
+pub struct PeerSpec {
+    /// Address to send to (the relay or a proxy in front of it).
+    pub relay: SocketAddr,
+    /// Match name.
+    pub match_name: String,
+    /// Players in the match.
+    pub players: u8,
+    /// Turns to play.
+    pub turns: u32,
+    /// Bot seed.
+    pub seed: u64,
+    /// Further flags (`--desync-at`, `--latency-ms`, ...).
+    pub extra: Vec<String>,
+}
+
+/// Starts a `peer --json` process.
+#[must_use]
+pub fn peer(spec: &PeerSpec) -> Proc {
+    let mut args: Vec<String> = vec![
+        "--relay".into(),
+        spec.relay.to_string(),
+        "--match".into(),
+        spec.match_name.clone(),
+        "--players".into(),
+        spec.players.to_string(),
+        "--turns".into(),
+        spec.turns.to_string(),
+        "--seed".into(),
+        spec.seed.to_string(),
+        "--timeout-s".into(),
+        "120".into(),
+        "--json".into(),
+    ];
+    args.extend(spec.extra.iter().cloned());
+    Proc::spawn(&format!("peer{}", spec.seed), &bins().peer, &args)
+}
+
+/// A peer's exit code and its parsed `--json` summary.
+#[derive(Debug)]
+pub struct PeerResult {
+    /// Exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// The summary object.
+    pub summary: Value,
+}
+
+/// Waits for a peer to exit and parses its summary.
+///
+/// # Panics
+/// If it does not exit in time or prints no JSON summary.
+pub fn finish_peer(p: &mut Proc, within: Duration) -> PeerResult {
+    let (status, out) = p.wait_exit(within);
+    let summary = serde_json::from_str(&out).unwrap_or_else(|e| {
+        panic!(
+            "{}: no JSON summary ({e}); exit {status}; output:\n{}",
+            p.name(),
+            p.tail()
+        )
+    });
+    PeerResult {
+        code: status.code(),
+        summary,
+    }
+}
+
+/// `replay verify FILE --json`: its exit code and report.
+#[must_use]
+pub fn replay_verify(path: &Path) -> (Option<i32>, Value) {
+    let args = vec![
+        "verify".to_owned(),
+        path.display().to_string(),
+        "--json".to_owned(),
+    ];
+    let mut p = Proc::spawn("replay verify", &bins().replay, &args);
+    let (status, out) = p.wait_exit(Duration::from_secs(60));
+    let v = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("replay verify: bad JSON ({e}):\n{}", p.tail()));
+    (status.code(), v)
+}
+
+/// A fresh scratch directory for one test, removed first if left over.
+#[must_use]
+pub fn scratch_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockstep-e2e-{}-{test}", std::process::id()));
+    // A leftover from an earlier run with the same pid is stale.
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// SplitMix64: a tiny seeded generator for picking fault turns.
+#[derive(Clone, Debug)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `lo..hi`.
+    pub fn range(&mut self, lo: u32, hi: u32) -> u32 {
+        let span = u64::from(hi.saturating_sub(lo).max(1));
+        lo + u32::try_from(self.next_u64() % span).unwrap_or(0)
+    }
+}
