@@ -60,6 +60,7 @@ mod desync;
 pub mod event;
 pub mod limits;
 mod matchroom;
+pub mod metrics;
 pub mod peer;
 pub mod recorder;
 pub mod router;

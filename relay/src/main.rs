@@ -8,12 +8,14 @@ use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
 use lockstep::transport::TransportConfig;
 use relay::demo::{DemoConfig, run};
+use relay::metrics::Metrics;
 use relay::recorder::{Recorder, reference_rules_hash};
-use relay::udp::{RelayNote, serve};
+use relay::udp::{RelayNote, ServeOptions, serve_with};
 use relay::{RelayConfig, RouterEvent, TurnPolicy};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 #[derive(Parser)]
@@ -105,11 +107,44 @@ struct ServeArgs {
     /// One JSON object per line instead of text logs.
     #[arg(long)]
     json: bool,
-    /// Also log every closed turn and agreed hash.
+    /// Also log every closed turn and agreed hash (same as `--log-level debug`).
     #[arg(long)]
     verbose: bool,
+    /// Least severe log level printed: error, warn, info or debug.
+    #[arg(long, default_value = "info")]
+    log_level: Level,
+    /// On SIGTERM/SIGINT, how long running matches may go on before they are ended.
+    #[arg(long, default_value_t = 30)]
+    grace_s: u64,
+    /// Most transport connections at once (the transport's own default is 64,
+    /// i.e. only 16 four-player matches).
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Serve Prometheus metrics (`/metrics`) and `/health` over HTTP on this address.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     #[command(flatten)]
     relay: RelayArgs,
+}
+
+/// Log severity, most severe first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl Level {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Warn => "warn",
+            Self::Info => "info",
+            Self::Debug => "debug",
+        }
+    }
 }
 
 #[derive(Args)]
@@ -286,22 +321,73 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     };
     let addr = socket.local_addr().map_or(a.bind, |x| x);
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({ "event": "listening", "addr": addr.to_string() })
+        out_line(
+            &serde_json::json!({ "event": "listening", "addr": addr.to_string() }).to_string(),
         );
     } else {
         eprintln!("relay: listening on {addr} ({} policy)", a.relay.policy);
     }
-    let stop = AtomicBool::new(false);
-    let r = serve(
-        &socket,
-        a.relay.config(),
-        TransportConfig::default(),
-        recorder,
-        &stop,
-        |n| log_note(&n, a.json, a.verbose),
-    );
+    let stop = Arc::new(AtomicBool::new(false));
+    // SIGTERM (orchestrators) and SIGINT (Ctrl-C) both start a graceful drain.
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("relay: cannot install the handler for signal {sig}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let level = if a.verbose { Level::Debug } else { a.log_level };
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let m = Arc::new(Metrics::new());
+            let listener = match relay::metrics::bind(addr) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("relay: cannot bind metrics {addr}: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let shown = listener.local_addr().map_or(addr, |x| x);
+            if let Err(e) = relay::metrics::spawn_http(
+                listener,
+                Arc::clone(&m),
+                Arc::new(AtomicBool::new(false)),
+            ) {
+                eprintln!("relay: cannot start the metrics thread: {e}");
+                return ExitCode::from(1);
+            }
+            // A start-up fact, printed at any level like `listening`.
+            if a.json {
+                out_line(
+                    &serde_json::json!({ "event": "metrics", "addr": shown.to_string() })
+                        .to_string(),
+                );
+            } else {
+                eprintln!("relay: metrics on http://{shown}/metrics");
+            }
+            Some(m)
+        }
+        None => None,
+    };
+    let opts = ServeOptions {
+        stop: &stop,
+        grace: Duration::from_secs(a.grace_s),
+        metrics,
+    };
+    let transport = TransportConfig {
+        max_connections: a.max_connections,
+        ..TransportConfig::default()
+    };
+    let r = serve_with(&socket, a.relay.config(), transport, recorder, &opts, |n| {
+        log_note(&n, a.json, level)
+    });
+    if r.is_ok() {
+        log_line(
+            level,
+            Level::Info,
+            a.json,
+            serde_json::json!({ "event": "stopped" }),
+        );
+    }
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -311,26 +397,79 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     }
 }
 
-fn log_note(n: &RelayNote<'_>, json: bool, verbose: bool) {
-    let value = match n {
-        RelayNote::Event(e) => match event_json(e, verbose) {
-            Some(v) => v,
-            None => return,
-        },
-        RelayNote::Recorded(r) => serde_json::json!({
+fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
+    let (at, value) = match n {
+        RelayNote::Event(e) => {
+            let at = event_level(e);
+            if at > level {
+                return;
+            }
+            match event_json(e, true) {
+                Some(v) => (at, v),
+                None => return,
+            }
+        }
+        RelayNote::Recorded(r) => (
+            Level::Info,
+            serde_json::json!({
             "event": "recorded", "match": r.id.0, "path": r.path.display().to_string(),
             "turns": r.turns, "finished": r.finished }),
-        RelayNote::RecordError(e) => serde_json::json!({ "event": "record_error", "error": e }),
+        ),
+        RelayNote::RecordError(e) => (
+            Level::Error,
+            serde_json::json!({ "event": "record_error", "error": e }),
+        ),
+        RelayNote::Draining { running, grace } => (
+            Level::Warn,
+            serde_json::json!({ "event": "draining", "running": running, "grace_s": grace.as_micros() / 1_000_000 }),
+        ),
     };
+    log_line(level, at, json, value);
+}
+
+/// Writes one log line to stdout; a closed stdout (the log reader went
+/// away) must not stop the relay, so write errors are ignored.
+fn out_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// How severe a router event is.
+const fn event_level(e: &RouterEvent) -> Level {
+    match e {
+        RouterEvent::TurnClosed { .. }
+        | RouterEvent::HashAgreed { .. }
+        | RouterEvent::PeerReport { .. } => Level::Debug,
+        RouterEvent::Desync { .. } | RouterEvent::DesyncSections { .. } => Level::Error,
+        RouterEvent::Dropped { .. } => Level::Warn,
+        RouterEvent::MatchStarted { .. }
+        | RouterEvent::DelayChanged { .. }
+        | RouterEvent::MatchEnded { .. } => Level::Info,
+    }
+}
+
+/// Prints one log line if `at` is within `level`: JSON with a `level` field,
+/// or text `kind {fields}` on stdout (errors and warnings also keep stdout,
+/// so one stream holds the whole story).
+fn log_line(level: Level, at: Level, json: bool, mut value: serde_json::Value) {
+    if at > level {
+        return;
+    }
+    if let Some(o) = value.as_object_mut() {
+        o.insert("level".into(), at.name().into());
+    }
     if json {
-        println!("{value}");
+        out_line(&value.to_string());
     } else {
         let kind = value["event"].as_str().unwrap_or("?").to_owned();
         let mut rest = value;
         if let Some(o) = rest.as_object_mut() {
             o.remove("event");
+            o.remove("level");
         }
-        println!("{kind:<14} {rest}");
+        out_line(&format!("{:<5} {kind:<14} {rest}", at.name()));
     }
 }
 

@@ -8,8 +8,8 @@ use crate::desync::{HashBook, Verdict, differing_sections};
 use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
 use crate::router::{ConnId, Outbox};
 use lockstep::proto::{
-    Bundle, DesyncReport, EndReason, Join, MAX_BUNDLE_ENTRIES, Notice, PlayerInfo, Start, ToPeer,
-    ToRelay,
+    Bundle, DesyncReport, EndReason, Join, MAX_BUNDLE_ENTRIES, MAX_INPUT_CHUNKS, Notice,
+    PlayerInfo, Start, ToPeer, ToRelay,
 };
 use lockstep::{Duration, Instant};
 use sim::{MatchSetup, PlayerId, SectionHash, StateHash, Turn};
@@ -31,7 +31,15 @@ struct Slot {
     drop_pending: Option<DropReason>,
     last_heard: Instant,
     next_ping: Instant,
+    /// Stamps of the pings sent and not yet answered (oldest overwritten), so
+    /// that only a pong echoing a real ping is taken as an RTT sample: a
+    /// forged stamp would otherwise raise every player's input delay.
+    pings: [u64; PINGS_KEPT],
+    next_ping_slot: usize,
 }
+
+/// Pings remembered per player (4 s at the default 250 ms interval).
+const PINGS_KEPT: usize = 16;
 
 impl Slot {
     /// Still expected to send inputs.
@@ -47,6 +55,20 @@ struct OpenTurn {
     /// Bit `p` set: player `p` sent its own input for this turn.
     received: u8,
     waiting_sent: bool,
+}
+
+/// Most entries one player may have in one bundle: its own input plus as
+/// much again carried from late inputs. Without a per-player share, one
+/// player spamming late inputs could fill the whole bundle and get every
+/// other player's input for that turn refused.
+const MAX_PLAYER_ENTRIES: usize = 2 * MAX_INPUT_CHUNKS;
+
+impl OpenTurn {
+    /// Whether `player` may add `n` more entries to this turn.
+    fn has_room(&self, player: PlayerId, n: usize) -> bool {
+        let mine = self.entries.iter().filter(|(p, _)| *p == player).count();
+        mine + n <= MAX_PLAYER_ENTRIES && self.entries.len() + n <= MAX_BUNDLE_ENTRIES
+    }
 }
 
 /// The section comparison of the first desync.
@@ -126,6 +148,10 @@ impl MatchRoom {
             return Some("different rules hash");
         }
         None
+    }
+
+    pub(crate) const fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Running(_))
     }
 
     pub(crate) const fn is_ended(&self) -> bool {
@@ -246,6 +272,8 @@ impl MatchRoom {
                 drop_pending: None,
                 last_heard: now,
                 next_ping: now,
+                pings: [u64::MAX; PINGS_KEPT],
+                next_ping_slot: 0,
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -299,6 +327,14 @@ impl MatchRoom {
             ToRelay::Sections { turn, sections } => g.on_sections(id, player, turn, sections, out),
             ToRelay::Pong { stamp_us } => {
                 let sent = Instant::from_micros(stamp_us);
+                let pinged = slot.pings.iter_mut().find(|p| **p == stamp_us);
+                if let Some(p) = pinged {
+                    // Each ping answers once: a replayed pong is no new sample.
+                    *p = u64::MAX;
+                } else {
+                    out.counters.bad_state += 1;
+                    return;
+                }
                 if sent <= now && now.saturating_since(sent) < Duration::from_secs(30) {
                     g.delay
                         .sample(usize::from(player.0), now.saturating_since(sent));
@@ -349,6 +385,8 @@ impl MatchRoom {
                 && now >= slot.next_ping
             {
                 slot.next_ping = now + config.ping_interval;
+                slot.pings[slot.next_ping_slot % PINGS_KEPT] = now.as_micros();
+                slot.next_ping_slot = (slot.next_ping_slot + 1) % PINGS_KEPT;
                 out.send(
                     conn,
                     &ToPeer::Ping {
@@ -396,6 +434,51 @@ impl MatchRoom {
             });
             self.phase = Phase::Ended;
         }
+    }
+
+    /// Ends the match at once because the relay is shutting down: a lobby's
+    /// members are refused; a running match's players get `MatchEnd` at the
+    /// last closed turn (reason `Abandoned`: the wire has no "shutdown"
+    /// reason) and a `MatchEnded` event lets the recorder finalise the replay.
+    pub(crate) fn shut_down(&mut self, config: &RelayConfig, out: &mut Outbox) {
+        let id = self.id;
+        match &mut self.phase {
+            Phase::Lobby(members) => {
+                for m in members.iter() {
+                    out.send(
+                        m.conn,
+                        &ToPeer::Rejected {
+                            reason: "relay shutting down".into(),
+                        },
+                    );
+                }
+            }
+            Phase::Running(g) => {
+                // Judge the reports already in, so the replay's trailer carries
+                // the latest agreed hash.
+                g.judge_hashes(id, config, out, false);
+                let last = g.next_close.0.checked_sub(1).map(Turn);
+                let end_turn = last.unwrap_or(g.first);
+                for slot in &g.slots {
+                    if let Some(conn) = slot.conn {
+                        out.send(
+                            conn,
+                            &ToPeer::MatchEnd {
+                                turn: end_turn,
+                                reason: EndReason::Abandoned,
+                            },
+                        );
+                    }
+                }
+                out.events.push_back(RouterEvent::MatchEnded {
+                    id,
+                    turn: last,
+                    reason: EndReason::Abandoned,
+                });
+            }
+            Phase::Ended => return,
+        }
+        self.phase = Phase::Ended;
     }
 
     /// The next instant [`MatchRoom::tick`] has work to do.
@@ -463,7 +546,7 @@ impl Game {
                 return;
             }
             let open = self.open.entry(landed_in).or_default();
-            if open.entries.len() + commands.len() > MAX_BUNDLE_ENTRIES {
+            if !open.has_room(player, commands.len()) {
                 out.counters.inputs_refused += 1;
                 return;
             }
@@ -483,7 +566,7 @@ impl Game {
             out.counters.inputs_duplicate += 1;
             return;
         }
-        if open.entries.len() + commands.len() > MAX_BUNDLE_ENTRIES {
+        if !open.has_room(player, commands.len()) {
             out.counters.inputs_refused += 1;
             return;
         }

@@ -1,12 +1,56 @@
 //! Turns router events into one replay file per match (`replays::Writer`):
 //! header at start, every closed turn's bundle, each agreed hash, drops,
 //! delay changes and the first desync with its differing sections.
+//!
+//! Storage failures (directory removed or unwritable, disk full) never stop
+//! a match: the first error of a match is returned once, that match's
+//! recording stops, and [`Recorder::errors`] counts it.
 
 use crate::event::{MatchId, MatchInfo, RouterEvent};
-use replays::{Header, PlayerInfo, ReplayError, Writer};
+use replays::{DEFAULT_SYNC, Header, PlayerInfo, ReplayError, Sink, Writer};
 use sim::{PlayerId, Simulation, StateHash, Turn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// Where a recording's bytes go: a file, or any sink a test injects.
+pub struct RecordSink(Box<dyn Sink + Send>);
+
+impl RecordSink {
+    /// Wraps any sink.
+    #[must_use]
+    pub fn new(sink: impl Sink + Send + 'static) -> Self {
+        Self(Box::new(sink))
+    }
+}
+
+impl std::fmt::Debug for RecordSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordSink")
+    }
+}
+
+impl Write for RecordSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Sink for RecordSink {
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.0.sync()
+    }
+}
+
+/// Opens the sink for a replay path (the default creates the file).
+pub type OpenSinkFn = Box<dyn FnMut(&Path) -> std::io::Result<RecordSink> + Send>;
+
+fn open_file(path: &Path) -> std::io::Result<RecordSink> {
+    std::fs::File::create(path).map(RecordSink::new)
+}
 
 /// Computes the rules hash a replay header needs from the match parameters.
 pub type RulesHashFn = fn(&MatchInfo) -> StateHash;
@@ -19,6 +63,21 @@ pub fn reference_rules_hash(info: &MatchInfo) -> StateHash {
         sim::game::World::new(&info.setup).rules_hash()
     } else {
         info.rules_hash
+    }
+}
+
+/// The match an event belongs to.
+const fn event_match(ev: &RouterEvent) -> MatchId {
+    match ev {
+        RouterEvent::MatchStarted { id, .. }
+        | RouterEvent::TurnClosed { id, .. }
+        | RouterEvent::HashAgreed { id, .. }
+        | RouterEvent::Desync { id, .. }
+        | RouterEvent::DesyncSections { id, .. }
+        | RouterEvent::Dropped { id, .. }
+        | RouterEvent::DelayChanged { id, .. }
+        | RouterEvent::PeerReport { id, .. }
+        | RouterEvent::MatchEnded { id, .. } => *id,
     }
 }
 
@@ -36,7 +95,7 @@ pub struct Recorded {
 }
 
 struct Recording {
-    writer: Writer,
+    writer: Writer<RecordSink>,
     path: PathBuf,
     last_agreed: Option<(Turn, StateHash)>,
     desync: Option<(Turn, Vec<(PlayerId, StateHash)>)>,
@@ -47,7 +106,22 @@ pub struct Recorder {
     dir: PathBuf,
     rules: RulesHashFn,
     start_unix_ms: fn() -> u64,
+    open: OpenSinkFn,
     live: BTreeMap<MatchId, Recording>,
+    /// Matches whose recording failed: their later events are ignored.
+    failed: BTreeSet<MatchId>,
+    errors: u64,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("dir", &self.dir)
+            .field("live", &self.live.len())
+            .field("failed", &self.failed)
+            .field("errors", &self.errors)
+            .finish_non_exhaustive()
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -79,8 +153,56 @@ impl Recorder {
             dir: dir.to_owned(),
             rules,
             start_unix_ms: unix_ms,
+            open: Box::new(open_file),
             live: BTreeMap::new(),
+            failed: BTreeSet::new(),
+            errors: 0,
         })
+    }
+
+    /// Opens each replay's sink with `open` instead of creating a file (tests
+    /// inject failing sinks this way).
+    #[must_use]
+    pub fn with_sink_opener(mut self, open: OpenSinkFn) -> Self {
+        self.open = open;
+        self
+    }
+
+    /// Recordings that failed (each counted once, when it failed).
+    #[must_use]
+    pub const fn errors(&self) -> u64 {
+        self.errors
+    }
+
+    /// Matches being recorded now.
+    #[must_use]
+    pub fn live(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Records one event; returns the recording when a match ends. The first
+    /// storage error of a match is returned once; that match's recording is
+    /// then abandoned (the file keeps every turn written before the error)
+    /// and its later events are ignored.
+    pub fn handle(&mut self, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
+        let id = event_match(ev);
+        if self.failed.contains(&id) {
+            if matches!(ev, RouterEvent::MatchEnded { .. }) {
+                self.failed.remove(&id);
+            }
+            return Ok(None);
+        }
+        match self.record(ev) {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.errors += 1;
+                self.live.remove(&id);
+                if !matches!(ev, RouterEvent::MatchEnded { .. }) {
+                    self.failed.insert(id);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Where match `id` is being recorded, if it is.
@@ -89,8 +211,7 @@ impl Recorder {
         self.live.get(&id).map(|r| r.path.as_path())
     }
 
-    /// Records one event; returns the recording when a match ends.
-    pub fn handle(&mut self, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
+    fn record(&mut self, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
         match ev {
             RouterEvent::MatchStarted { id, info } => {
                 let header = Header {
@@ -114,7 +235,8 @@ impl Recorder {
                     start_time_unix_ms: (self.start_unix_ms)(),
                 };
                 let path = self.dir.join(file_name(info, *id));
-                let writer = Writer::create(&path, &header)?;
+                let sink = (self.open)(&path)?;
+                let writer = Writer::new(sink, &header, DEFAULT_SYNC)?;
                 self.live.insert(
                     *id,
                     Recording {

@@ -8,6 +8,7 @@
 
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
+use crate::limits::TokenBucket;
 use crate::matchroom::MatchRoom;
 use lockstep::proto::{Delivery, MAX_REASON_LEN, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
@@ -29,6 +30,8 @@ pub struct RouterCounters {
     pub bytes_out: u64,
     /// Messages that did not decode.
     pub decode_errors: u64,
+    /// Messages dropped by the per-connection rate limit.
+    pub rate_limited: u64,
     /// Messages that made no sense in the connection's state.
     pub bad_state: u64,
     /// Connections refused (limit reached).
@@ -90,6 +93,7 @@ struct Conn {
     #[allow(dead_code)] // kept for logs and future per-address limits
     addr: SocketAddr,
     room: Option<(MatchId, Option<PlayerId>)>,
+    bucket: TokenBucket,
 }
 
 /// The relay's router; see the module docs.
@@ -101,6 +105,8 @@ pub struct Router {
     /// Lobbies and running matches by name.
     names: BTreeMap<String, MatchId>,
     next_match: u64,
+    /// Set by [`Router::begin_drain`]: new joins are refused.
+    draining: bool,
     out: Outbox,
 }
 
@@ -114,6 +120,7 @@ impl Router {
             matches: BTreeMap::new(),
             names: BTreeMap::new(),
             next_match: 1,
+            draining: false,
             out: Outbox::default(),
         }
     }
@@ -136,13 +143,71 @@ impl Router {
         self.matches.len()
     }
 
+    /// Matches whose game is running (not lobbies).
+    #[must_use]
+    pub fn running_count(&self) -> usize {
+        self.matches.values().filter(|m| m.is_running()).count()
+    }
+
+    /// Connections tracked.
+    #[must_use]
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Whether [`Router::begin_drain`] was called.
+    #[must_use]
+    pub const fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Starts a graceful shutdown: every later join is refused and lobbies
+    /// that have not started are closed (their members refused); running
+    /// matches go on until they end or [`Router::end_all`] is called.
+    pub fn begin_drain(&mut self) {
+        self.draining = true;
+        let lobbies: Vec<MatchId> = self
+            .matches
+            .iter()
+            .filter(|(_, m)| !m.is_running())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lobbies {
+            if let Some(m) = self.matches.get_mut(&id) {
+                m.shut_down(&self.config, &mut self.out);
+            }
+            self.reap(id);
+        }
+    }
+
+    /// Ends every match now (grace period over): players get `MatchEnd`, and
+    /// a `MatchEnded` event per running match lets the recorder finalise it.
+    pub fn end_all(&mut self) {
+        self.draining = true;
+        let ids: Vec<MatchId> = self.matches.keys().copied().collect();
+        for id in ids {
+            if let Some(m) = self.matches.get_mut(&id) {
+                m.shut_down(&self.config, &mut self.out);
+            }
+            self.reap(id);
+        }
+    }
+
     /// A connection was established; false if the router refuses it (limit).
-    pub fn handle_connected(&mut self, _now: Instant, conn: ConnId, addr: SocketAddr) -> bool {
+    pub fn handle_connected(&mut self, now: Instant, conn: ConnId, addr: SocketAddr) -> bool {
         if self.conns.len() >= self.config.limits.max_connections {
             self.out.counters.connections_refused += 1;
             return false;
         }
-        self.conns.insert(conn, Conn { addr, room: None });
+        let bucket = TokenBucket::full(now, self.config.limits.message_burst);
+        self.conns.insert(
+            conn,
+            Conn {
+                addr,
+                room: None,
+                bucket,
+            },
+        );
         true
     }
 
@@ -186,10 +251,18 @@ impl Router {
     pub fn handle_message(&mut self, now: Instant, conn: ConnId, bytes: &[u8]) {
         self.out.counters.messages += 1;
         self.out.counters.bytes_in += bytes.len() as u64;
-        let Some(c) = self.conns.get(&conn) else {
+        let limits = &self.config.limits;
+        let Some(c) = self.conns.get_mut(&conn) else {
             self.out.counters.bad_state += 1;
             return;
         };
+        if !c
+            .bucket
+            .take(now, limits.messages_per_sec, limits.message_burst)
+        {
+            self.out.counters.rate_limited += 1;
+            return;
+        }
         let Ok(msg) = ToRelay::decode(bytes) else {
             self.out.counters.decode_errors += 1;
             return;
@@ -261,6 +334,10 @@ impl Router {
     }
 
     fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+        if self.draining {
+            self.reject(conn, "relay shutting down");
+            return;
+        }
         let id = if let Some(&id) = self.names.get(&join.match_name) {
             if let Some(why) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
                 self.reject(conn, why);
@@ -378,9 +455,11 @@ mod tests {
 
     #[test]
     fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
-        let (mut r, now, _) = started_router();
+        let (mut r, mut now, _) = started_router();
         let mut x = 12345u64;
         for _ in 0..2000 {
+            // Spread over 2 s so the per-connection rate limit lets it all in.
+            now += Duration::from_millis(1);
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;

@@ -6,6 +6,8 @@
 
 use crate::config::RelayConfig;
 use crate::event::RouterEvent;
+use crate::limits::AddrLimiter;
+use crate::metrics::{Metric, Metrics};
 use crate::peer::{GamePeer, PeerConfig, PeerSummary};
 use crate::recorder::{Recorded, Recorder};
 use crate::router::Router;
@@ -16,6 +18,7 @@ use lockstep::transport::{Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Longest a driver sleeps in `recv` before looking at its timers again.
@@ -98,18 +101,75 @@ pub enum RelayNote<'a> {
     Event(&'a RouterEvent),
     /// A match's replay was closed.
     Recorded(&'a Recorded),
-    /// Recording failed for a match (the match goes on).
+    /// Recording failed for a match (the match goes on; reported once per match).
     RecordError(String),
+    /// A graceful shutdown began: `running` matches may go on for `grace`.
+    Draining {
+        /// Matches running when the shutdown began.
+        running: usize,
+        /// How long they may go on.
+        grace: Duration,
+    },
 }
 
-/// Serves matches on `socket` until `stop` is set. Every router event (and
-/// every finished recording) is passed to `note`.
+/// How [`serve_with`] stops and what it publishes.
+#[derive(Clone, Debug)]
+pub struct ServeOptions<'a> {
+    /// Set (e.g. by SIGTERM) to begin a graceful shutdown: no new matches,
+    /// running ones may finish within `grace`, then every match left is
+    /// ended (`MatchEnd` to its players) and every replay finalised.
+    pub stop: &'a AtomicBool,
+    /// How long running matches may go on after `stop` is set.
+    pub grace: Duration,
+    /// Counters to publish for the metrics endpoint, if any.
+    pub metrics: Option<Arc<Metrics>>,
+}
+
+/// After ending matches at shutdown, how long to keep sending so the
+/// players' `MatchEnd` gets through (or until every connection is gone).
+const LINGER: Duration = Duration::from_millis(1000);
+
+/// Serves matches on `socket` until `stop` is set, then ends every match at
+/// once (finalising its replay). Every router event (and every finished
+/// recording) is passed to `note`.
 pub fn serve(
     socket: &UdpSocket,
     config: RelayConfig,
     transport: TransportConfig,
-    mut recorder: Option<Recorder>,
+    recorder: Option<Recorder>,
     stop: &AtomicBool,
+    note: impl FnMut(RelayNote<'_>),
+) -> io::Result<()> {
+    let opts = ServeOptions {
+        stop,
+        grace: Duration::ZERO,
+        metrics: None,
+    };
+    serve_with(socket, config, transport, recorder, &opts, note)
+}
+
+/// Datagrams per second one source address may send (an honest peer sends
+/// 30-60); more are dropped before the transport sees them.
+const ADDR_PPS: u32 = 1000;
+
+/// Driver-side packet figures.
+#[derive(Default)]
+struct Io {
+    packets_in: u64,
+    packets_out: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+/// Serves matches on `socket` until a graceful shutdown completes (see
+/// [`ServeOptions::stop`]); returns `Ok` once every match has ended and every
+/// replay is finalised.
+pub fn serve_with(
+    socket: &UdpSocket,
+    config: RelayConfig,
+    transport: TransportConfig,
+    mut recorder: Option<Recorder>,
+    opts: &ServeOptions<'_>,
     mut note: impl FnMut(RelayNote<'_>),
 ) -> io::Result<()> {
     let epoch = std::time::Instant::now();
@@ -118,11 +178,40 @@ pub fn serve(
     let mut router = Router::new(config);
     let mut glue = RouterGlue::new();
     let mut buf = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
+    let mut io_count = Io::default();
+    let mut per_addr = AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536);
+    // Grace deadline once draining; then the end of the linger period.
+    let mut drain_until: Option<Instant> = None;
+    let mut linger_until: Option<Instant> = None;
+    if let Some(m) = &opts.metrics {
+        m.set(Metric::Up, 1);
+    }
+    loop {
         let now = clock();
+        if drain_until.is_none() && opts.stop.load(Ordering::Relaxed) {
+            drain_until = Some(now + opts.grace);
+            router.begin_drain();
+            note(RelayNote::Draining {
+                running: router.running_count(),
+                grace: opts.grace,
+            });
+        }
+        if let Some(until) = drain_until
+            && linger_until.is_none()
+            && (now >= until || router.match_count() == 0)
+        {
+            let had = router.match_count();
+            router.end_all();
+            linger_until = Some(if had > 0 { now + LINGER } else { now });
+        }
+        if let Some(l) = linger_until
+            && (now >= l || server.connections().next().is_none())
+        {
+            break;
+        }
         let wait = until(
             now,
-            [server.poll_timeout(), router.poll_timeout()]
+            [server.poll_timeout(), router.poll_timeout(), linger_until]
                 .into_iter()
                 .flatten()
                 .min(),
@@ -130,7 +219,11 @@ pub fn serve(
         let got = receive(socket, wait)?;
         let now = clock();
         for (from, bytes) in got {
-            server.handle_datagram(now, from, &bytes);
+            io_count.packets_in += 1;
+            io_count.bytes_in += bytes.len() as u64;
+            if per_addr.allow(now, from) {
+                server.handle_datagram(now, from, &bytes);
+            }
         }
         server.handle_timeout(now);
         router.handle_timeout(now);
@@ -147,10 +240,74 @@ pub fn serve(
         }
         while let Some(to) = server.poll_transmit(now, &mut buf) {
             // A send error to one address (e.g. unreachable) must not stop the relay.
-            let _ = socket.send_to(&buf, to);
+            if socket.send_to(&buf, to).is_ok() {
+                io_count.packets_out += 1;
+                io_count.bytes_out += buf.len() as u64;
+            }
+        }
+        if let Some(m) = &opts.metrics {
+            publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
+            m.set(Metric::DropRateLimitedAddr, per_addr.dropped());
+            m.set(Metric::Draining, u64::from(drain_until.is_some()));
         }
     }
+    if let Some(m) = &opts.metrics {
+        publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
+        m.set(Metric::Up, 0);
+    }
     Ok(())
+}
+
+fn publish(
+    m: &Metrics,
+    router: &Router,
+    server: &Server,
+    glue: &RouterGlue,
+    recorder: Option<&Recorder>,
+    io: &Io,
+) {
+    let r = router.counters();
+    let s = server.counters();
+    let set = |k, v: u64| m.set(k, v);
+    set(Metric::Matches, router.match_count() as u64);
+    set(Metric::MatchesRunning, router.running_count() as u64);
+    set(Metric::MatchesStarted, r.matches_started);
+    set(Metric::MatchesEnded, r.matches_ended);
+    set(Metric::Peers, router.connection_count() as u64);
+    set(Metric::PacketsIn, io.packets_in);
+    set(Metric::PacketsOut, io.packets_out);
+    set(Metric::BytesIn, io.bytes_in);
+    set(Metric::BytesOut, io.bytes_out);
+    set(Metric::MessagesIn, r.messages);
+    set(Metric::DropMalformed, s.malformed);
+    set(Metric::DropWrongVersion, s.wrong_version);
+    set(Metric::DropWrongProtocol, s.wrong_protocol);
+    set(Metric::DropServerFull, s.denied_full);
+    set(Metric::DropBadCookie, s.bad_cookie);
+    set(Metric::DropExpiredCookie, s.expired_cookie);
+    set(Metric::DropUnknownSender, s.unknown_sender);
+    set(Metric::DropAuthFailed, s.auth_failed);
+    set(Metric::DropReplayed, s.replayed);
+    set(Metric::DropRepliesQueueFull, s.replies_dropped);
+    set(Metric::DropMessageUndecodable, r.decode_errors);
+    set(Metric::DropMessageBadState, r.bad_state);
+    set(Metric::DropInputLate, r.inputs_late);
+    set(Metric::DropInputDuplicate, r.inputs_duplicate);
+    set(Metric::DropInputRefused, r.inputs_refused);
+    set(Metric::DropHashRefused, r.hashes_refused);
+    set(Metric::DropSendQueue, glue.dropped());
+    set(Metric::DropConnectionsRefused, r.connections_refused);
+    set(Metric::DropJoinsRefused, r.joins_refused);
+    set(Metric::DropRateLimitedConn, r.rate_limited);
+    set(Metric::Desyncs, r.desynced_turns);
+    set(Metric::StallTurnsDeadline, r.turns_closed_by_deadline);
+    set(Metric::StallTurnsWaiting, r.turns_waiting);
+    set(Metric::TurnsClosed, r.turns_closed);
+    set(Metric::PlayersDropped, r.drops);
+    if let Some(rec) = recorder {
+        set(Metric::RecordErrors, rec.errors());
+        set(Metric::RecordingsLive, rec.live() as u64);
+    }
 }
 
 /// Options of a UDP peer.

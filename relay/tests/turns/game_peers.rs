@@ -128,3 +128,71 @@ fn game_peers_summaries_agree_and_report_a_forced_desync() {
         assert!(!s.desyncs[0].sections.is_empty());
     }
 }
+
+/// A sink that accepts `cap` bytes and then fails like a full disk.
+struct FullDisk {
+    data: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    cap: usize,
+}
+
+impl std::io::Write for FullDisk {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut d = self.data.lock().unwrap();
+        let room = self.cap.saturating_sub(d.len());
+        if room == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        }
+        let n = room.min(buf.len());
+        d.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl replays::Sink for FullDisk {
+    fn sync(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanly() {
+    use relay::recorder::{RecordSink, Recorder, reference_rules_hash};
+    let (summaries, events) = game_peers(2, 60, None);
+    // The match itself never depends on the recorder: it completed.
+    assert!(summaries.iter().all(|s| s.completed));
+    let dir = std::env::temp_dir().join(format!("turns-test-{}-full", std::process::id()));
+    let data = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink_data = data.clone();
+    let mut rec = Recorder::new(&dir, reference_rules_hash)
+        .unwrap()
+        .with_sink_opener(Box::new(move |_| {
+            Ok(RecordSink::new(FullDisk {
+                data: sink_data.clone(),
+                cap: 4096,
+            }))
+        }));
+    let errors = events.iter().filter(|e| rec.handle(e).is_err()).count();
+    assert_eq!(errors, 1, "the failure is reported once");
+    assert_eq!(rec.errors(), 1);
+    assert_eq!(rec.live(), 0);
+    // Everything before the failure reads back; the last record is torn or absent.
+    let bytes = data.lock().unwrap().clone();
+    let (_, summary) = replays::Reader::from_bytes(&bytes).unwrap().scan().unwrap();
+    assert!(summary.turns > 0 && summary.turns < 60, "{summary:?}");
+    assert!(summary.trailer.is_none());
+
+    // The replay directory removed and replaced by a file before the match starts.
+    let mut rec = Recorder::new(&dir, reference_rules_hash).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let errors: Vec<String> = events
+        .iter()
+        .filter_map(|e| rec.handle(e).err().map(|e| e.to_string()))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(rec.errors(), 1);
+    std::fs::remove_file(&dir).unwrap();
+}

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 mod game_peers;
+mod hostile;
 mod netsim;
 mod pipe;
 mod token_cli;
@@ -234,7 +235,14 @@ struct Sim {
     router_events: Vec<RouterEvent>,
     factory: GameFactory,
     seed: u64,
+    /// A hostile extra sender: on every step, the messages `flood` returns
+    /// reach the router on that peer's connection at once (outside the pipe,
+    /// so the pipe's seeded delays are the same as without it).
+    flood: Option<(usize, Flood)>,
 }
+
+/// Makes a hostile peer's extra messages for one step: (now, step counter).
+type Flood = fn(Instant, u64) -> Vec<Vec<u8>>;
 
 struct Setup {
     peers: usize,
@@ -307,6 +315,7 @@ impl Sim {
             router_events: Vec::new(),
             factory: setup.factory,
             seed: setup.seed,
+            flood: None,
         }
     }
 
@@ -449,6 +458,13 @@ impl Sim {
                             self.peers[p].session.handle_message(self.now, &bytes);
                         }
                     }
+                }
+            }
+            if let Some((p, flood)) = self.flood {
+                self.seq += 1;
+                for bytes in flood(self.now, self.seq) {
+                    self.router
+                        .handle_message(self.now, ConnId(p as u32), &bytes);
                 }
             }
             if self.router.poll_timeout().is_some_and(|t| t <= self.now) {

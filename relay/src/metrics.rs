@@ -1,0 +1,307 @@
+//! Relay health and counters in Prometheus text format, served by a tiny
+//! std-only HTTP thread. The relay loop only stores into atomics
+//! ([`Metrics::set`]); the HTTP thread only loads them, so a slow or hostile
+//! scraper can never block the loop.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration as StdDuration;
+
+/// One exported series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[allow(missing_docs)] // each variant is documented by its HELP text in `DEFS`
+pub enum Metric {
+    Up,
+    Draining,
+    Matches,
+    MatchesRunning,
+    MatchesStarted,
+    MatchesEnded,
+    Peers,
+    PacketsIn,
+    PacketsOut,
+    BytesIn,
+    BytesOut,
+    MessagesIn,
+    DropMalformed,
+    DropWrongVersion,
+    DropWrongProtocol,
+    DropServerFull,
+    DropBadCookie,
+    DropExpiredCookie,
+    DropUnknownSender,
+    DropAuthFailed,
+    DropReplayed,
+    DropRepliesQueueFull,
+    DropMessageUndecodable,
+    DropMessageBadState,
+    DropInputLate,
+    DropInputDuplicate,
+    DropInputRefused,
+    DropHashRefused,
+    DropSendQueue,
+    DropConnectionsRefused,
+    DropJoinsRefused,
+    DropRateLimitedConn,
+    DropRateLimitedAddr,
+    Desyncs,
+    StallTurnsDeadline,
+    StallTurnsWaiting,
+    TurnsClosed,
+    PlayersDropped,
+    RecordErrors,
+    RecordingsLive,
+}
+
+/// How many series there are.
+const COUNT: usize = Metric::RecordingsLive as usize + 1;
+
+/// Name (with labels), type, help; in [`Metric`] order.
+const DEFS: [(&str, &str, &str); COUNT] = [
+    ("relay_up", "gauge", "1 while the relay loop runs"),
+    (
+        "relay_draining",
+        "gauge",
+        "1 after SIGTERM: no new matches, running ones finishing",
+    ),
+    ("relay_matches", "gauge", "Matches in lobby or running"),
+    (
+        "relay_matches_running",
+        "gauge",
+        "Matches whose game is running",
+    ),
+    ("relay_matches_started_total", "counter", "Matches started"),
+    ("relay_matches_ended_total", "counter", "Matches ended"),
+    ("relay_peers", "gauge", "Connections tracked by the router"),
+    (
+        "relay_packets_in_total",
+        "counter",
+        "UDP datagrams received",
+    ),
+    ("relay_packets_out_total", "counter", "UDP datagrams sent"),
+    (
+        "relay_bytes_in_total",
+        "counter",
+        "UDP payload bytes received",
+    ),
+    ("relay_bytes_out_total", "counter", "UDP payload bytes sent"),
+    (
+        "relay_messages_in_total",
+        "counter",
+        "Turn-protocol messages received",
+    ),
+    (
+        "relay_drops_total{reason=\"malformed\"}",
+        "counter",
+        "Datagrams or messages dropped, by reason",
+    ),
+    ("relay_drops_total{reason=\"wrong_version\"}", "", ""),
+    ("relay_drops_total{reason=\"wrong_protocol\"}", "", ""),
+    ("relay_drops_total{reason=\"server_full\"}", "", ""),
+    ("relay_drops_total{reason=\"bad_cookie\"}", "", ""),
+    ("relay_drops_total{reason=\"expired_cookie\"}", "", ""),
+    ("relay_drops_total{reason=\"unknown_sender\"}", "", ""),
+    ("relay_drops_total{reason=\"auth_failed\"}", "", ""),
+    ("relay_drops_total{reason=\"replayed\"}", "", ""),
+    ("relay_drops_total{reason=\"reply_queue_full\"}", "", ""),
+    ("relay_drops_total{reason=\"undecodable_message\"}", "", ""),
+    ("relay_drops_total{reason=\"bad_state\"}", "", ""),
+    ("relay_drops_total{reason=\"input_late\"}", "", ""),
+    ("relay_drops_total{reason=\"input_duplicate\"}", "", ""),
+    ("relay_drops_total{reason=\"input_refused\"}", "", ""),
+    ("relay_drops_total{reason=\"hash_refused\"}", "", ""),
+    ("relay_drops_total{reason=\"send_queue\"}", "", ""),
+    ("relay_drops_total{reason=\"connection_refused\"}", "", ""),
+    ("relay_drops_total{reason=\"join_refused\"}", "", ""),
+    (
+        "relay_drops_total{reason=\"rate_limited_connection\"}",
+        "",
+        "",
+    ),
+    ("relay_drops_total{reason=\"rate_limited_address\"}", "", ""),
+    (
+        "relay_desyncs_total",
+        "counter",
+        "Turns whose hashes disagreed",
+    ),
+    (
+        "relay_stalls_total{kind=\"deadline_closed\"}",
+        "counter",
+        "Turns closed by the deadline with inputs missing, or waiting past it",
+    ),
+    ("relay_stalls_total{kind=\"waiting\"}", "", ""),
+    ("relay_turns_closed_total", "counter", "Turns closed"),
+    ("relay_players_dropped_total", "counter", "Players dropped"),
+    (
+        "relay_record_errors_total",
+        "counter",
+        "Replay recordings that failed (each reported once)",
+    ),
+    ("relay_recordings", "gauge", "Replays being written"),
+];
+
+/// Counters shared between the relay loop (writer) and the HTTP thread (reader).
+#[derive(Debug)]
+pub struct Metrics {
+    values: [AtomicU64; COUNT],
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            values: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Metrics {
+    /// All zero.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets one series (the loop publishes totals, so a store is enough).
+    pub fn set(&self, m: Metric, v: u64) {
+        self.values[m as usize].store(v, Ordering::Relaxed);
+    }
+
+    /// Adds to one series.
+    pub fn add(&self, m: Metric, v: u64) {
+        self.values[m as usize].fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Reads one series.
+    #[must_use]
+    pub fn get(&self, m: Metric) -> u64 {
+        self.values[m as usize].load(Ordering::Relaxed)
+    }
+
+    /// Everything in Prometheus text exposition format (version 0.0.4).
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        for (i, (name, kind, help)) in DEFS.iter().enumerate() {
+            if !kind.is_empty() {
+                let base = name.split('{').next().unwrap_or(name);
+                out.push_str(&format!("# HELP {base} {help}\n# TYPE {base} {kind}\n"));
+            }
+            let v = self.values[i].load(Ordering::Relaxed);
+            out.push_str(&format!("{name} {v}\n"));
+        }
+        out
+    }
+}
+
+/// Serves `GET /metrics` (and `/health`: 200 while up, 503 while draining)
+/// on `listener` until `stop` is set; one request at a time, each bounded
+/// by a short timeout so a stuck client cannot hold the thread.
+pub fn spawn_http(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("relay-metrics".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        // A failed scrape concerns only that client.
+                        let _ = answer(stream, &metrics);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(StdDuration::from_millis(50));
+                    }
+                    Err(_) => std::thread::sleep(StdDuration::from_millis(50)),
+                }
+            }
+        })
+}
+
+/// Binds the metrics address.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr)
+}
+
+fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(StdDuration::from_secs(2)))?;
+    stream.set_write_timeout(Some(StdDuration::from_secs(2)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    // Skip the headers; the request has no body we care about.
+    let mut header = String::new();
+    while reader.read_line(&mut header)? > 2 {
+        header.clear();
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = match path {
+        "/metrics" => ("200 OK", metrics.render()),
+        "/health" | "/healthz" => {
+            if metrics.get(Metric::Up) == 1 && metrics.get(Metric::Draining) == 0 {
+                ("200 OK", "ok\n".to_owned())
+            } else {
+                ("503 Service Unavailable", "draining\n".to_owned())
+            }
+        }
+        _ => ("404 Not Found", "not found\n".to_owned()),
+    };
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn render_lists_every_series_once_with_help_per_family() {
+        let m = Metrics::new();
+        m.set(Metric::Up, 1);
+        m.add(Metric::DropReplayed, 3);
+        let text = m.render();
+        assert!(text.contains("relay_up 1\n"));
+        assert!(text.contains("relay_drops_total{reason=\"replayed\"} 3\n"));
+        assert_eq!(text.matches("# TYPE relay_drops_total counter").count(), 1);
+        let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(samples, COUNT);
+    }
+
+    #[test]
+    fn http_endpoint_serves_metrics_and_health() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let m = Arc::new(Metrics::new());
+        m.set(Metric::Up, 1);
+        m.set(Metric::Matches, 7);
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = spawn_http(listener, m.clone(), stop.clone()).unwrap();
+        let get = |path: &str| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut r = String::new();
+            s.read_to_string(&mut r).unwrap();
+            r
+        };
+        let r = get("/metrics");
+        assert!(r.starts_with("HTTP/1.1 200 OK"));
+        assert!(r.contains("relay_matches 7\n"));
+        assert!(get("/health").starts_with("HTTP/1.1 200"));
+        m.set(Metric::Draining, 1);
+        assert!(get("/health").starts_with("HTTP/1.1 503"));
+        assert!(get("/nope").starts_with("HTTP/1.1 404"));
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+}

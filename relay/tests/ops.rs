@@ -1,0 +1,305 @@
+//! Process-level operations tests: a real `relay serve` and real `peer`
+//! processes on loopback. The relay is stopped with SIGTERM (graceful drain)
+//! or SIGKILL (crash) mid-match, and its replay files are read back.
+//! Synchronisation is by the relay's JSON log lines; every wait is bounded.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use replays::{Ending, Reader};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+/// Upper bound on any wait; generous for a loaded 2-core machine.
+const BOUND: Duration = Duration::from_secs(60);
+
+struct Relay {
+    child: Child,
+    lines: Receiver<Value>,
+    addr: String,
+    seen: Vec<Value>,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("relay-ops-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Relay {
+    fn start(dir: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--json", "--verbose"])
+            .args(["--turn-ms", "50", "--record-dir"])
+            .arg(dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && tx.send(v).is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut relay = Self {
+            child,
+            lines,
+            addr: String::new(),
+            seen: Vec::new(),
+        };
+        let v = relay.wait_for(|v| v["event"] == "listening");
+        relay.addr = v["addr"].as_str().unwrap().to_owned();
+        relay
+    }
+
+    /// The next log line matching `pred` (lines before it are kept in `seen`).
+    fn wait_for(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        let end = Instant::now() + BOUND;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    self.seen.push(v.clone());
+                    if pred(&v) {
+                        return v;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!("relay log line not seen in time"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("relay stdout closed: {:?}", self.seen.last())
+                }
+            }
+        }
+    }
+
+    /// Every remaining log line until the relay closes stdout (it exited).
+    fn drain(&mut self) {
+        let end = Instant::now() + BOUND;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => self.seen.push(v),
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => panic!("relay did not exit in time"),
+            }
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        wait_bounded(&mut self.child)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for a child that is known to be exiting (its stdout closed or it was
+/// killed); bounded by `BOUND`.
+fn wait_bounded(child: &mut Child) -> ExitStatus {
+    let end = Instant::now() + BOUND;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < end, "process did not exit in time");
+        // Not synchronisation: the process has already been told to stop;
+        // this only paces the polling of its exit status.
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Peers(Vec<Child>);
+
+impl Peers {
+    fn start(relay: &str, name: &str, n: u8, turns: u32) -> Self {
+        Self(
+            (0..n)
+                .map(|i| {
+                    Command::new(env!("CARGO_BIN_EXE_peer"))
+                        .args(["--relay", relay, "--match", name])
+                        .args(["--players", &n.to_string(), "--turns", &turns.to_string()])
+                        .args([
+                            "--seed",
+                            &(u64::from(i) + 1).to_string(),
+                            "--timeout-s",
+                            "60",
+                        ])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn turn_closed_at_least(t: u64) -> impl Fn(&Value) -> bool {
+    move |v| v["event"] == "turn_closed" && v["turn"].as_u64().is_some_and(|x| x >= t)
+}
+
+fn replay_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lsr"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn sigterm_after_grace_ends_matches_finalises_replays_and_exits_zero() {
+    let dir = scratch("term");
+    let mut relay = Relay::start(&dir, &["--grace-s", "0"]);
+    // Two matches far longer than the test: the grace period must end them.
+    let _a = Peers::start(&relay.addr, "a", 2, 100_000);
+    let _b = Peers::start(&relay.addr, "b", 2, 100_000);
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(turn_closed_at_least(20));
+    relay.signal("-TERM");
+    relay.drain();
+    let status = relay.wait();
+    assert!(status.success(), "relay exit status {status:?}");
+    assert!(relay.seen.iter().any(|v| v["event"] == "draining"));
+    let recorded: Vec<&Value> = relay
+        .seen
+        .iter()
+        .filter(|v| v["event"] == "recorded")
+        .collect();
+    assert_eq!(recorded.len(), 2, "{:?}", relay.seen.last());
+    assert!(recorded.iter().all(|v| v["finished"] == true));
+    let files = replay_files(&dir);
+    assert_eq!(files.len(), 2);
+    for f in files {
+        let (_, summary) = Reader::open(&f).unwrap().scan().unwrap();
+        assert_eq!(summary.ending, Ending::Complete, "{}", f.display());
+        assert!(
+            summary.turns >= 20,
+            "{} turns in {}",
+            summary.turns,
+            f.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
+    let dir = scratch("grace");
+    let mut relay = Relay::start(&dir, &["--grace-s", "60"]);
+    let mut peers = Peers::start(&relay.addr, "g", 2, 60);
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(turn_closed_at_least(10));
+    relay.signal("-TERM");
+    relay.wait_for(|v| v["event"] == "draining");
+    // A join after the drain began is refused: no new match starts.
+    let _late = Peers::start(&relay.addr, "late", 2, 60);
+    let ended = relay.wait_for(|v| v["event"] == "match_ended");
+    assert_eq!(ended["reason"], "completed", "{ended}");
+    relay.drain();
+    assert!(relay.wait().success());
+    assert_eq!(
+        relay
+            .seen
+            .iter()
+            .filter(|v| v["event"] == "match_started")
+            .count(),
+        1
+    );
+    for c in &mut peers.0 {
+        assert!(
+            wait_bounded(c).success(),
+            "a peer of the finished match failed"
+        );
+    }
+    let files = replay_files(&dir);
+    assert_eq!(files.len(), 1);
+    let (_, summary) = Reader::open(&files[0]).unwrap().scan().unwrap();
+    assert_eq!(summary.ending, Ending::Complete);
+    assert_eq!(summary.last_turn.map(|t| t.0), Some(59));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigkill_leaves_every_replay_readable_to_its_last_complete_turn() {
+    let dir = scratch("kill");
+    let mut relay = Relay::start(&dir, &[]);
+    let _a = Peers::start(&relay.addr, "a", 2, 100_000);
+    let _b = Peers::start(&relay.addr, "b", 2, 100_000);
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(turn_closed_at_least(25));
+    relay.signal("-KILL");
+    relay.drain();
+    assert!(!relay.wait().success());
+    // The log line of turn T is printed before T is recorded, so every turn
+    // before the last one logged per match must be in its file.
+    let mut logged = std::collections::BTreeMap::new();
+    for v in relay.seen.iter().filter(|v| v["event"] == "turn_closed") {
+        let (id, turn) = (v["match"].as_u64().unwrap(), v["turn"].as_u64().unwrap());
+        let e = logged.entry(id).or_insert(0);
+        *e = turn.max(*e);
+    }
+    let files = replay_files(&dir);
+    assert_eq!(files.len(), 2);
+    for f in files {
+        let stem = f.file_stem().unwrap().to_str().unwrap().to_owned();
+        let id: u64 = stem.rsplit('-').next().unwrap().parse().unwrap();
+        let (_, summary) = Reader::open(&f).unwrap().scan().unwrap();
+        assert!(summary.trailer.is_none());
+        assert!(
+            matches!(summary.ending, Ending::NoTrailer | Ending::Torn { .. }),
+            "{:?}",
+            summary.ending
+        );
+        let last = u64::from(summary.last_turn.map_or(0, |t| t.0));
+        let logged_last = logged[&id];
+        assert!(
+            last + 1 >= logged_last && logged_last >= 1,
+            "{last} readable, {logged_last} logged in {}",
+            f.display()
+        );
+        assert_eq!(
+            u64::from(summary.turns),
+            last + 1,
+            "turns are contiguous from 0"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
