@@ -240,6 +240,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
             timeout,
             record: None,
             vanish_after: config.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
+            token: None,
         };
         let stop = Arc::clone(&stop);
         let prog_tx = prog_tx.clone();

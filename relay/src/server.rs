@@ -40,7 +40,8 @@ impl RouterGlue {
         while let Some(ev) = server.poll_event() {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
-                    if !router.handle_connected(now, conn, addr) {
+                    let claims = server.claims(conn).cloned();
+                    if !router.handle_connected_with_claims(now, conn, addr, claims) {
                         server.disconnect(conn, now);
                     }
                 }
@@ -84,5 +85,10 @@ impl RouterGlue {
             }
         }
         self.backlog.retain(|_, q| !q.is_empty());
+        // Token refusals last, so the `Rejected` message is already handed over.
+        while let Some((conn, refusal)) = router.poll_refusal() {
+            self.backlog.remove(&conn);
+            server.refuse(conn, refusal, now);
+        }
     }
 }
