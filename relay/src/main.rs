@@ -461,6 +461,10 @@ fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             Level::Error,
             serde_json::json!({ "event": "record_error", "error": e }),
         ),
+        RelayNote::TokenRefused { conn, reason } => (
+            Level::Warn,
+            serde_json::json!({ "event": "token_refused", "conn": conn.0, "reason": format!("{reason:?}") }),
+        ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,
             serde_json::json!({ "event": "draining", "running": running, "grace_s": grace.as_micros() / 1_000_000 }),

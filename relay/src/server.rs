@@ -5,6 +5,7 @@
 
 use crate::router::{ConnId, Router};
 use lockstep::peer_glue::channel;
+use lockstep::token::Refusal;
 use lockstep::transport::{Channel, SendError, Server, ServerEvent};
 use lockstep::{Duration, Instant};
 use std::collections::{BTreeMap, VecDeque};
@@ -20,6 +21,8 @@ pub struct RouterGlue {
     backlog: BTreeMap<ConnId, VecDeque<(Channel, Vec<u8>)>>,
     next_stats: Instant,
     dropped: u64,
+    /// Token refusals passed to the server since the last [`RouterGlue::take_refusals`].
+    refused: Vec<(ConnId, Refusal)>,
 }
 
 impl RouterGlue {
@@ -33,6 +36,12 @@ impl RouterGlue {
     #[must_use]
     pub const fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Token refusals (wrong match, wrong slot) handed to `Server::refuse`
+    /// since the last call, for the driver's logs.
+    pub fn take_refusals(&mut self) -> Vec<(ConnId, Refusal)> {
+        std::mem::take(&mut self.refused)
     }
 
     /// Moves everything pending in both directions.
@@ -89,6 +98,7 @@ impl RouterGlue {
         while let Some((conn, refusal)) = router.poll_refusal() {
             self.backlog.remove(&conn);
             server.refuse(conn, refusal, now);
+            self.refused.push((conn, refusal));
         }
     }
 }

@@ -111,6 +111,15 @@ pub enum RelayNote<'a> {
     Recorded(&'a Recorded),
     /// Recording failed for a match (the match goes on; reported once per match).
     RecordError(String),
+    /// A connection's join was refused because its token does not admit it
+    /// (another match, or a slot outside the match or taken); the connection
+    /// was closed and the reason counted.
+    TokenRefused {
+        /// The connection.
+        conn: crate::router::ConnId,
+        /// Why.
+        reason: lockstep::token::Refusal,
+    },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
         /// Matches running when the shutdown began.
@@ -242,6 +251,9 @@ pub fn serve_with(
         server.handle_timeout(now);
         router.handle_timeout(now);
         glue.pump(now, &mut router, &mut server);
+        for (conn, reason) in glue.take_refusals() {
+            note(RelayNote::TokenRefused { conn, reason });
+        }
         while let Some(ev) = router.poll_event() {
             note(RelayNote::Event(&ev));
             if let Some(rec) = recorder.as_mut() {
