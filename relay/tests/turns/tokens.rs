@@ -246,4 +246,5 @@ fn peer_without_a_token_never_connects() {
     assert!(o.peers[0].peer.summary(o.now).player.is_none());
     assert_eq!(o.most_matches, 0);
     assert_eq!(o.router.joins_refused, 0, "refused before any join");
+    assert!(o.server.token_missing > 0, "{:?}", o.server);
 }
