@@ -186,6 +186,7 @@ fn main() -> ExitCode {
                 timeout: Duration::from_secs(cli.duration_s * 3 + 60),
                 record: None,
                 vanish_after: None,
+                token: None,
             };
             let stop = stop.clone();
             handles.push(std::thread::spawn(move || -> Option<PeerSummary> {

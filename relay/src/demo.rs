@@ -205,7 +205,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                         RelayNote::Event(e) => Note::Event(e.clone()),
                         RelayNote::Recorded(r) => Note::Recorded(r.clone()),
                         RelayNote::RecordError(e) => Note::RecordError(e),
-                        RelayNote::Draining { .. } => return,
+                        RelayNote::Draining { .. } | RelayNote::TokenRefused { .. } => return,
                     };
                     let _ = note_tx.send(note);
                 },
@@ -240,6 +240,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
             timeout,
             record: None,
             vanish_after: config.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
+            token: None,
         };
         let stop = Arc::clone(&stop);
         let prog_tx = prog_tx.clone();

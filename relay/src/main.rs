@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
-use lockstep::transport::TransportConfig;
+use lockstep::transport::{AuthMode, TransportConfig};
 use relay::demo::{DemoConfig, run};
 use relay::metrics::Metrics;
 use relay::recorder::{Recorder, reference_rules_hash};
@@ -123,6 +123,14 @@ struct ServeArgs {
     /// Serve Prometheus metrics (`/metrics`) and `/health` over HTTP on this address.
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Token mode: admit only holders of a join token sealed under the key in
+    /// this file (64 hex digits, as written by `relay token --create-key`);
+    /// each plays only in the token's match and slot.
+    #[arg(long, conflicts_with = "open")]
+    token_key_file: Option<PathBuf>,
+    /// Open mode (the default without `--token-key-file`): anyone can join any match.
+    #[arg(long)]
+    open: bool,
     #[command(flatten)]
     relay: RelayArgs,
 }
@@ -302,6 +310,19 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
 }
 
 fn serve_cmd(a: &ServeArgs) -> ExitCode {
+    let auth = match &a.token_key_file {
+        Some(path) => match load_or_create_key(path, false) {
+            Ok(key) => AuthMode::Tokens {
+                key,
+                unix_at_zero: 0,
+            },
+            Err(e) => {
+                eprintln!("relay: bad --token-key-file: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => AuthMode::Open,
+    };
     let socket = match UdpSocket::bind(a.bind) {
         Ok(s) => s,
         Err(e) => {
@@ -326,6 +347,26 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         );
     } else {
         eprintln!("relay: listening on {addr} ({} policy)", a.relay.policy);
+    }
+    // A start-up fact, printed at any level like `listening`.
+    let open = auth == AuthMode::Open;
+    if a.json {
+        out_line(
+            &serde_json::json!({
+                "event": "auth",
+                "mode": if open { "open" } else { "tokens" },
+                "level": if open { "warn" } else { "info" },
+                "explicit": a.open,
+                "note": if open { "open mode: anyone can join any match" } else { "token mode: join tokens required" },
+            })
+            .to_string(),
+        );
+    } else if open {
+        eprintln!(
+            "relay: OPEN MODE: anyone can join any match (use --token-key-file to require join tokens)"
+        );
+    } else {
+        eprintln!("relay: token mode: only holders of a join token may connect");
     }
     let stop = Arc::new(AtomicBool::new(false));
     // SIGTERM (orchestrators) and SIGINT (Ctrl-C) both start a graceful drain.
@@ -372,6 +413,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         stop: &stop,
         grace: Duration::from_secs(a.grace_s),
         metrics,
+        auth,
     };
     let transport = TransportConfig {
         max_connections: a.max_connections,
@@ -418,6 +460,10 @@ fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
         RelayNote::RecordError(e) => (
             Level::Error,
             serde_json::json!({ "event": "record_error", "error": e }),
+        ),
+        RelayNote::TokenRefused { conn, reason } => (
+            Level::Warn,
+            serde_json::json!({ "event": "token_refused", "conn": conn.0, "reason": format!("{reason:?}") }),
         ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,

@@ -21,6 +21,8 @@ struct Member {
     conn: ConnId,
     name: String,
     turns: u32,
+    /// The slot a join token granted (token mode); `None`: the next free slot.
+    slot: Option<u8>,
 }
 
 /// One player slot of a running match.
@@ -119,6 +121,25 @@ fn bit(p: PlayerId) -> u8 {
     1u8.checked_shl(u32::from(p.0)).unwrap_or(0)
 }
 
+/// Orders a full lobby by player slot: members a token gave a slot sit in
+/// it, the others fill the free slots in join order.
+fn seat(members: Vec<Member>) -> Vec<Member> {
+    let n = members.len();
+    let mut seats: Vec<Option<Member>> = (0..n).map(|_| None).collect();
+    let mut rest = Vec::new();
+    for m in members {
+        match m.slot.map(usize::from) {
+            Some(s) if s < n && seats[s].is_none() => seats[s] = Some(m),
+            _ => rest.push(m),
+        }
+    }
+    let mut rest = rest.into_iter();
+    seats
+        .into_iter()
+        .filter_map(|s| s.or_else(|| rest.next()))
+        .collect()
+}
+
 impl MatchRoom {
     /// A new lobby shaped by its first join.
     pub(crate) fn new(id: MatchId, join: &Join) -> Self {
@@ -150,6 +171,17 @@ impl MatchRoom {
         None
     }
 
+    /// Whether a token-granted `slot` can be taken in this lobby: below the
+    /// slot count and not held by another member.
+    pub(crate) fn slot_free(&self, slot: u8) -> bool {
+        match &self.phase {
+            Phase::Lobby(members) => {
+                slot < self.slots && members.iter().all(|m| m.slot != Some(slot))
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) const fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Running(_))
     }
@@ -165,6 +197,7 @@ impl MatchRoom {
         now: Instant,
         conn: ConnId,
         join: &Join,
+        slot: Option<u8>,
         config: &RelayConfig,
         out: &mut Outbox,
     ) -> Option<Vec<(ConnId, PlayerId)>> {
@@ -175,6 +208,7 @@ impl MatchRoom {
             conn,
             name: join.name.clone(),
             turns: join.turns,
+            slot,
         });
         let joined = u8::try_from(members.len()).unwrap_or(u8::MAX);
         for m in members.iter() {
@@ -212,6 +246,7 @@ impl MatchRoom {
         config: &RelayConfig,
         out: &mut Outbox,
     ) -> Vec<(ConnId, PlayerId)> {
+        let members = seat(members);
         let first = Turn(0);
         let turns = members.iter().map(|m| m.turns).filter(|&t| t > 0).min();
         let last = turns.map(|t| Turn(first.0 + t - 1));

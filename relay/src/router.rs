@@ -11,6 +11,7 @@ use crate::event::{MatchId, RouterEvent};
 use crate::limits::TokenBucket;
 use crate::matchroom::MatchRoom;
 use lockstep::proto::{Delivery, MAX_REASON_LEN, ToPeer, ToRelay};
+use lockstep::token::{Refusal, TokenClaims};
 use lockstep::{Duration, Instant};
 use sim::PlayerId;
 use std::collections::{BTreeMap, VecDeque};
@@ -66,6 +67,10 @@ pub struct RouterCounters {
     pub matches_started: u64,
     /// Matches ended.
     pub matches_ended: u64,
+    /// Joins refused because the connection's token names another match.
+    pub token_wrong_match: u64,
+    /// Joins refused because the token's slot is outside the match or taken.
+    pub token_wrong_slot: u64,
 }
 
 /// Messages and events produced while handling an input; shared with the match rooms.
@@ -94,6 +99,8 @@ struct Conn {
     addr: SocketAddr,
     room: Option<(MatchId, Option<PlayerId>)>,
     bucket: TokenBucket,
+    /// What the connection's join token grants (token mode); `None`: open.
+    claims: Option<TokenClaims>,
 }
 
 /// The relay's router; see the module docs.
@@ -108,6 +115,8 @@ pub struct Router {
     /// Set by [`Router::begin_drain`]: new joins are refused.
     draining: bool,
     out: Outbox,
+    /// Token refusals for the driver to pass to `Server::refuse`.
+    refusals: VecDeque<(ConnId, Refusal)>,
 }
 
 impl Router {
@@ -122,6 +131,7 @@ impl Router {
             next_match: 1,
             draining: false,
             out: Outbox::default(),
+            refusals: VecDeque::new(),
         }
     }
 
@@ -195,6 +205,22 @@ impl Router {
 
     /// A connection was established; false if the router refuses it (limit).
     pub fn handle_connected(&mut self, now: Instant, conn: ConnId, addr: SocketAddr) -> bool {
+        self.handle_connected_with_claims(now, conn, addr, None)
+    }
+
+    /// A connection was established with a join token's `claims` (token
+    /// mode; `None` is the same as [`Router::handle_connected`]). Its Join
+    /// must then name the token's match, and it plays in the token's slot;
+    /// otherwise the join is refused, counted (`token_wrong_match`,
+    /// `token_wrong_slot`) and queued for [`Router::poll_refusal`].
+    /// False if the router refuses the connection (limit).
+    pub fn handle_connected_with_claims(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        addr: SocketAddr,
+        claims: Option<TokenClaims>,
+    ) -> bool {
         if self.conns.len() >= self.config.limits.max_connections {
             self.out.counters.connections_refused += 1;
             return false;
@@ -206,6 +232,7 @@ impl Router {
                 addr,
                 room: None,
                 bucket,
+                claims,
             },
         );
         true
@@ -320,6 +347,13 @@ impl Router {
         self.out.msgs.pop_front()
     }
 
+    /// The next token refusal: the driver passes it to `Server::refuse`
+    /// (which counts it and closes the connection).
+    #[must_use]
+    pub fn poll_refusal(&mut self) -> Option<(ConnId, Refusal)> {
+        self.refusals.pop_front()
+    }
+
     /// The next event for logs and the replay recorder.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<RouterEvent> {
@@ -333,14 +367,51 @@ impl Router {
         self.out.send(conn, &ToPeer::Rejected { reason });
     }
 
+    /// Refuses a join its connection's token does not admit.
+    fn refuse_token(&mut self, conn: ConnId, refusal: Refusal) {
+        match refusal {
+            Refusal::WrongMatch => {
+                self.out.counters.token_wrong_match += 1;
+                self.reject(conn, "join token is for another match");
+            }
+            _ => {
+                self.out.counters.token_wrong_slot += 1;
+                self.reject(conn, "join token's slot is outside the match or taken");
+            }
+        }
+        self.refusals.push_back((conn, refusal));
+    }
+
     fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
         if self.draining {
             self.reject(conn, "relay shutting down");
             return;
         }
+        let slot = self
+            .conns
+            .get(&conn)
+            .and_then(|c| c.claims.as_ref())
+            .map(|c| (c.match_name != join.match_name, c.slot));
+        if let Some((wrong_match, slot)) = slot {
+            if wrong_match {
+                self.refuse_token(conn, Refusal::WrongMatch);
+                return;
+            }
+            if slot >= join.slots {
+                self.refuse_token(conn, Refusal::WrongSlot);
+                return;
+            }
+        }
+        let slot = slot.map(|(_, s)| s);
         let id = if let Some(&id) = self.names.get(&join.match_name) {
             if let Some(why) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
                 self.reject(conn, why);
+                return;
+            }
+            if let Some(s) = slot
+                && !self.matches.get(&id).is_some_and(|m| m.slot_free(s))
+            {
+                self.refuse_token(conn, Refusal::WrongSlot);
                 return;
             }
             id
@@ -361,7 +432,7 @@ impl Router {
         let Some(m) = self.matches.get_mut(&id) else {
             return;
         };
-        if let Some(assigned) = m.join(now, conn, join, &self.config, &mut self.out) {
+        if let Some(assigned) = m.join(now, conn, join, slot, &self.config, &mut self.out) {
             self.out.counters.matches_started += 1;
             for (c, p) in assigned {
                 if let Some(conn) = self.conns.get_mut(&c) {

@@ -5,6 +5,7 @@
 
 use crate::router::{ConnId, Router};
 use lockstep::peer_glue::channel;
+use lockstep::token::Refusal;
 use lockstep::transport::{Channel, SendError, Server, ServerEvent};
 use lockstep::{Duration, Instant};
 use std::collections::{BTreeMap, VecDeque};
@@ -20,6 +21,8 @@ pub struct RouterGlue {
     backlog: BTreeMap<ConnId, VecDeque<(Channel, Vec<u8>)>>,
     next_stats: Instant,
     dropped: u64,
+    /// Token refusals passed to the server since the last [`RouterGlue::take_refusals`].
+    refused: Vec<(ConnId, Refusal)>,
 }
 
 impl RouterGlue {
@@ -35,12 +38,19 @@ impl RouterGlue {
         self.dropped
     }
 
+    /// Token refusals (wrong match, wrong slot) handed to `Server::refuse`
+    /// since the last call, for the driver's logs.
+    pub fn take_refusals(&mut self) -> Vec<(ConnId, Refusal)> {
+        std::mem::take(&mut self.refused)
+    }
+
     /// Moves everything pending in both directions.
     pub fn pump(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
         while let Some(ev) = server.poll_event() {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
-                    if !router.handle_connected(now, conn, addr) {
+                    let claims = server.claims(conn).cloned();
+                    if !router.handle_connected_with_claims(now, conn, addr, claims) {
                         server.disconnect(conn, now);
                     }
                 }
@@ -84,5 +94,11 @@ impl RouterGlue {
             }
         }
         self.backlog.retain(|_, q| !q.is_empty());
+        // Token refusals last, so the `Rejected` message is already handed over.
+        while let Some((conn, refusal)) = router.poll_refusal() {
+            self.backlog.remove(&conn);
+            server.refuse(conn, refusal, now);
+            self.refused.push((conn, refusal));
+        }
     }
 }

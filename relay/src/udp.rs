@@ -14,7 +14,8 @@ use crate::router::Router;
 use crate::server::RouterGlue;
 use lockstep::netsim::{Link, LinkConfig};
 use lockstep::peer_glue::PeerGlue;
-use lockstep::transport::{Client, Server, TransportConfig};
+use lockstep::token::ConnectToken;
+use lockstep::transport::{AuthMode, Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -94,6 +95,13 @@ pub fn process_secret() -> [u8; 32] {
     out
 }
 
+/// Seconds since the Unix epoch, from the wall clock.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// What the relay driver reports to its caller, event by event.
 #[derive(Debug)]
 pub enum RelayNote<'a> {
@@ -103,6 +111,15 @@ pub enum RelayNote<'a> {
     Recorded(&'a Recorded),
     /// Recording failed for a match (the match goes on; reported once per match).
     RecordError(String),
+    /// A connection's join was refused because its token does not admit it
+    /// (another match, or a slot outside the match or taken); the connection
+    /// was closed and the reason counted.
+    TokenRefused {
+        /// The connection.
+        conn: crate::router::ConnId,
+        /// Why.
+        reason: lockstep::token::Refusal,
+    },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
         /// Matches running when the shutdown began.
@@ -123,6 +140,10 @@ pub struct ServeOptions<'a> {
     pub grace: Duration,
     /// Counters to publish for the metrics endpoint, if any.
     pub metrics: Option<Arc<Metrics>>,
+    /// Who may connect: anyone ([`AuthMode::Open`], the default) or only
+    /// holders of a join token sealed under the relay's key. In token mode
+    /// the driver anchors the server's token clock to the wall clock.
+    pub auth: AuthMode,
 }
 
 /// After ending matches at shutdown, how long to keep sending so the
@@ -144,6 +165,7 @@ pub fn serve(
         stop,
         grace: Duration::ZERO,
         metrics: None,
+        auth: AuthMode::Open,
     };
     serve_with(socket, config, transport, recorder, &opts, note)
 }
@@ -174,7 +196,8 @@ pub fn serve_with(
 ) -> io::Result<()> {
     let epoch = std::time::Instant::now();
     let clock = || Instant::from_std(epoch, std::time::Instant::now());
-    let mut server = Server::new(transport, process_secret());
+    let mut server = Server::new(transport, process_secret()).with_auth(opts.auth.clone());
+    server.set_unix_time(clock(), unix_now());
     let mut router = Router::new(config);
     let mut glue = RouterGlue::new();
     let mut buf = Vec::new();
@@ -228,6 +251,9 @@ pub fn serve_with(
         server.handle_timeout(now);
         router.handle_timeout(now);
         glue.pump(now, &mut router, &mut server);
+        for (conn, reason) in glue.take_refusals() {
+            note(RelayNote::TokenRefused { conn, reason });
+        }
         while let Some(ev) = router.poll_event() {
             note(RelayNote::Event(&ev));
             if let Some(rec) = recorder.as_mut() {
@@ -304,6 +330,13 @@ fn publish(
     set(Metric::StallTurnsWaiting, r.turns_waiting);
     set(Metric::TurnsClosed, r.turns_closed);
     set(Metric::PlayersDropped, r.drops);
+    set(Metric::DropTokenMissing, s.token_missing);
+    set(Metric::DropTokenExpired, s.token_expired);
+    set(Metric::DropTokenForged, s.token_forged);
+    set(Metric::DropTokenReused, s.token_reused);
+    set(Metric::DropTokenTableFull, s.token_table_full);
+    set(Metric::DropTokenWrongMatch, s.token_wrong_match);
+    set(Metric::DropTokenWrongSlot, s.token_wrong_slot);
     if let Some(rec) = recorder {
         set(Metric::RecordErrors, rec.errors());
         set(Metric::RecordingsLive, rec.live() as u64);
@@ -329,6 +362,8 @@ pub struct PeerRun {
     pub record: Option<std::path::PathBuf>,
     /// Fault switch: after this long, go silent without a goodbye (a crash).
     pub vanish_after: Option<Duration>,
+    /// Join token to connect with (a token-mode relay); `None`: open handshake.
+    pub token: Option<ConnectToken>,
 }
 
 /// Plays one match as a peer on `socket`; `progress` is called about every
@@ -347,7 +382,10 @@ pub fn run_peer(
     if let Some(path) = &run.record {
         peer.record_to(path.clone());
     }
-    let mut client = Client::new(now, run.relay, run.transport, run.seed);
+    let mut client = match &run.token {
+        Some(token) => Client::with_token(now, run.relay, run.transport, token, run.seed),
+        None => Client::new(now, run.relay, run.transport, run.seed),
+    };
     let mut glue = PeerGlue::new();
     let mut up = run.impair.map(|c| Link::new(c, run.seed ^ 0x5eed_0001));
     let mut down = run.impair.map(|c| Link::new(c, run.seed ^ 0x5eed_0002));

@@ -303,3 +303,114 @@ fn sigkill_leaves_every_replay_readable_to_its_last_complete_turn() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `relay token` for one slot and returns the hex token.
+fn issue(key_file: &Path, match_name: &str, slot: u8, create: bool) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_relay"));
+    cmd.args(["token", "--match", match_name, "--slot", &slot.to_string()])
+        .args(["--expires-in", "5m", "--key-file"])
+        .arg(key_file);
+    if create {
+        cmd.arg("--create-key");
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Starts a `peer --json` process, with a join token or without.
+fn token_peer(relay: &str, seed: u64, token: Option<&str>, timeout_s: u64) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_peer"));
+    cmd.args(["--relay", relay, "--match", "tok", "--players", "2"])
+        .args(["--turns", "40", "--json", "--seed", &seed.to_string()])
+        .args(["--timeout-s", &timeout_s.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(t) = token {
+        cmd.args(["--token", t]);
+    }
+    cmd.spawn().unwrap()
+}
+
+#[test]
+fn token_mode_relay_admits_token_holders_in_their_slots_and_refuses_others() {
+    let dir = scratch("tokens");
+    let key = dir.join("relay.key");
+    // Slot 1 first: the relay must seat by token, not by join order.
+    let t1 = issue(&key, "tok", 1, true);
+    let t0 = issue(&key, "tok", 0, false);
+    let elsewhere = issue(&key, "elsewhere", 0, false);
+
+    // A bad key file is a start-up error (exit 2), as is --open with a key.
+    let bad = dir.join("bad.key");
+    std::fs::write(&bad, "not hex\n").unwrap();
+    for extra in [
+        vec!["--token-key-file", bad.to_str().unwrap()],
+        vec!["--open", "--token-key-file", key.to_str().unwrap()],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+    }
+
+    let mut relay = Relay::start(&dir, &["--token-key-file", key.to_str().unwrap()]);
+    let auth = relay.wait_for(|v| v["event"] == "auth");
+    assert_eq!(auth["mode"], "tokens");
+
+    // Without a token the handshake never completes: the peer gives up.
+    let mut stranger = token_peer(&relay.addr, 9, None, 3);
+    // A token for another match connects but its join is refused and logged.
+    let mut astray = token_peer(&relay.addr, 8, Some(&elsewhere), 10);
+    let refused = relay.wait_for(|v| v["event"] == "token_refused");
+    assert_eq!(refused["reason"], "WrongMatch");
+    assert!(!wait_bounded(&mut astray).success());
+    let mut a = token_peer(&relay.addr, 1, Some(&t1), 60);
+    let mut b = token_peer(&relay.addr, 2, Some(&t0), 60);
+    let mut summaries = Vec::new();
+    for c in [&mut a, &mut b] {
+        let mut out = String::new();
+        std::io::Read::read_to_string(c.stdout.as_mut().unwrap(), &mut out).unwrap();
+        assert!(wait_bounded(c).success(), "{out}");
+        summaries.push(serde_json::from_str::<Value>(&out).unwrap());
+    }
+    assert_eq!(summaries[0]["player"], 1, "{:?}", summaries[0]);
+    assert_eq!(summaries[1]["player"], 0);
+    assert_eq!(summaries[0]["completed"], true);
+    assert_eq!(summaries[0]["final_hash"], summaries[1]["final_hash"]);
+    let mut out = String::new();
+    std::io::Read::read_to_string(stranger.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(!wait_bounded(&mut stranger).success());
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["player"].is_null(), "{v:?}");
+
+    relay.signal("-TERM");
+    relay.drain();
+    assert!(relay.wait().success());
+    let started = relay
+        .seen
+        .iter()
+        .filter(|v| v["event"] == "match_started")
+        .count();
+    assert_eq!(started, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn open_mode_says_so_at_start_up() {
+    let dir = scratch("open");
+    let mut relay = Relay::start(&dir, &["--open"]);
+    let auth = relay.wait_for(|v| v["event"] == "auth");
+    assert_eq!(auth["mode"], "open");
+    assert_eq!(auth["level"], "warn");
+    relay.signal("-TERM");
+    relay.drain();
+    assert!(relay.wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

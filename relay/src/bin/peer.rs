@@ -6,6 +6,7 @@
 use clap::Parser;
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
+use lockstep::token::ConnectToken;
 use lockstep::transport::TransportConfig;
 use relay::peer::PeerConfig;
 use relay::udp::{PeerRun, run_peer};
@@ -67,6 +68,10 @@ struct Cli {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Join token (hex, from `relay token`) for a relay in token mode; the
+    /// relay puts this peer in the token's match slot.
+    #[arg(long)]
+    token: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +90,13 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("peer: cannot bind {bind}: {e}");
             return ExitCode::from(1);
+        }
+    };
+    let token = match cli.token.as_deref().map(ConnectToken::from_hex).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("peer: bad --token: {e}");
+            return ExitCode::from(2);
         }
     };
     let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
@@ -113,6 +125,7 @@ fn main() -> ExitCode {
         timeout: Duration::from_secs(cli.timeout_s),
         record: cli.record.clone(),
         vanish_after: None,
+        token,
     };
     let stop = AtomicBool::new(false);
     let result = run_peer(&socket, &run, &stop, |peer, now| {

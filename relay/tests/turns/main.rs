@@ -13,6 +13,7 @@ mod hostile;
 mod netsim;
 mod pipe;
 mod token_cli;
+mod tokens;
 mod udp;
 
 use lockstep::event::Event;
