@@ -651,3 +651,40 @@ mod tests {
         assert_ne!(chain_seed(1), chain_seed(2));
     }
 }
+
+/// `y-m-d h:m:s UTC` from Unix milliseconds (proleptic Gregorian calendar), as
+/// the header's start time is shown; dependency-free for one line of output.
+#[must_use]
+pub fn utc_string(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Days to civil date, after Howard Hinnant's `civil_from_days`.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod utc_tests {
+    use super::utc_string;
+
+    #[test]
+    fn civil_dates_including_leap_days() {
+        assert_eq!(utc_string(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc_string(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc_string(1_795_314_600_000), "2026-11-22 02:30:00 UTC");
+    }
+}

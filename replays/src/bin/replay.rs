@@ -126,29 +126,6 @@ fn display_name(path: &Path) -> String {
     )
 }
 
-/// `y-m-d h:m:s UTC` from Unix milliseconds (proleptic Gregorian calendar).
-fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Days to civil date, after Howard Hinnant's `civil_from_days`.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
 /// `"12:34.5"` (minutes:seconds.tenths) for a number of microseconds.
 fn clock(us: u64) -> String {
     let tenths = us / 100_000;
@@ -249,7 +226,7 @@ fn info(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
     println!(
         "match:       {:?}, started {}",
         h.match_name,
-        utc(h.start_time_unix_ms)
+        replays::format::utc_string(h.start_time_unix_ms)
     );
     println!(
         "setup:       seed {}, {} players, {} ticks per turn, {} per turn{}",

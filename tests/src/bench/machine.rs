@@ -13,7 +13,7 @@ pub struct Machine {
     pub cores: usize,
     /// Kernel release.
     pub kernel: String,
-    /// Date and time of the run, UTC, ISO 8601.
+    /// Date and time of the run, UTC.
     pub date_utc: String,
     /// Git commit of the working tree, if known.
     pub commit: String,
@@ -45,14 +45,14 @@ impl Machine {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_else(|| "unknown".to_owned());
-        let secs = SystemTime::now()
+        let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Self {
             cpu,
             cores,
             kernel,
-            date_utc: iso8601(secs),
+            date_utc: replays::format::utc_string(millis),
             commit,
             command,
         }
@@ -62,32 +62,10 @@ impl Machine {
     #[must_use]
     pub fn stamp(&self) -> String {
         format!(
-            "Measured on {} ({} cores), Linux {}, {} UTC, commit `{}`, with `{}`.",
+            "Measured on {} ({} cores), Linux {}, {}, commit `{}`, with `{}`.",
             self.cpu, self.cores, self.kernel, self.date_utc, self.commit, self.command
         )
     }
-}
-
-/// Formats Unix seconds as `YYYY-MM-DD HH:MM` (UTC), by the civil-from-days
-/// algorithm, to avoid a date crate for one line.
-#[must_use]
-pub fn iso8601(unix_secs: u64) -> String {
-    let days = i64::try_from(unix_secs / 86_400).unwrap_or(0);
-    let rem = unix_secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
 }
 
 #[cfg(test)]
@@ -95,9 +73,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dates() {
-        assert_eq!(iso8601(0), "1970-01-01 00:00");
-        assert_eq!(iso8601(951_782_400), "2000-02-29 00:00");
-        assert_eq!(iso8601(1_795_314_600), "2026-11-22 02:30");
+    fn stamp_names_the_machine_date_and_command() {
+        let m = Machine::detect("bench --quick".to_owned());
+        assert!(m.cores >= 1);
+        assert!(m.date_utc.ends_with(" UTC"), "{}", m.date_utc);
+        let s = m.stamp();
+        assert!(
+            s.contains("`bench --quick`") && s.contains(&m.date_utc),
+            "{s}"
+        );
     }
 }
