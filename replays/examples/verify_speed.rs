@@ -12,32 +12,18 @@
 
 use replays::botmatch::{RecordOptions, record_bot_match};
 use replays::{Reader, verify};
-use sim::MatchSetup;
-use sim::game::{DEFAULT_TICKS_PER_TURN, MapConfig, World};
+use sim::game::World;
 use std::time::Instant;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let units: u32 = args.next().map_or(Ok(1000), |a| a.parse())?;
     let turns: u32 = args.next().map_or(Ok(300), |a| a.parse())?;
-    let setup = MatchSetup {
-        seed: 5,
-        players: 4,
-        ticks_per_turn: DEFAULT_TICKS_PER_TURN,
-    };
-    let mut config = MapConfig::standard(4);
-    // Room for the armies: about four tiles per unit.
-    let side = u16::try_from(sim::num::isqrt(u64::from(units) * 4).max(128)).unwrap_or(1024);
-    config.width = side;
-    config.height = side;
-    let per_player = u16::try_from(units / 4).unwrap_or(u16::MAX);
-    config.start_soldiers = per_player * 2 / 3;
-    config.start_archers = per_player - config.start_soldiers;
     let melee = args.next().as_deref() == Some("melee");
     let world = if melee {
         sim::scenarios::melee(units, 5)
     } else {
-        World::generate(&setup, &config)
+        sim::scenarios::armies(4, units, 5)
     };
     let players = world.setup().players;
     let start_units = world.unit_count();

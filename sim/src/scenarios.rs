@@ -95,6 +95,23 @@ pub fn melee(units: u32, seed: u64) -> World {
     world
 }
 
+/// `players` players on a square standard map sized for about `units`
+/// starting army units (about four tiles per unit), split evenly between the
+/// players, two thirds soldiers and one third archers: a large bot match for
+/// replay and verification benchmarks.
+#[must_use]
+pub fn armies(players: u8, units: u32, seed: u64) -> World {
+    let setup = setup(seed, players);
+    let mut config = MapConfig::standard(players);
+    let side = u16::try_from(crate::num::isqrt(u64::from(units) * 4).max(128)).unwrap_or(1024);
+    config.width = side;
+    config.height = side;
+    let per_player = u16::try_from(units / u32::from(players.max(1))).unwrap_or(u16::MAX);
+    config.start_soldiers = u16::try_from(u32::from(per_player) * 2 / 3).unwrap_or(u16::MAX);
+    config.start_archers = per_player - config.start_soldiers;
+    World::generate(&setup, &config)
+}
+
 /// One bot per player of `world`, seeded from `seed`.
 #[must_use]
 pub fn bots(world: &World, seed: u64, apm: u32) -> Vec<Bot> {
@@ -132,5 +149,20 @@ pub fn play(
         let inputs = bot_inputs(world, bots, turn);
         world.step(turn, &inputs);
         each(turn, &inputs, world);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn armies_seats_the_requested_army_on_a_map_sized_for_it() {
+        let world = armies(4, 1000, 5);
+        assert_eq!(world.setup().players, 4);
+        // 250 army units per player plus each player's base and starting workers.
+        assert_eq!(world.unit_count(), 1020);
+        assert_eq!(world.map().width(), 128);
+        assert_eq!(armies(2, 40_000, 5).map().width(), 400);
     }
 }

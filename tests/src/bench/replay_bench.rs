@@ -5,8 +5,7 @@
 use super::stats::Summary;
 use replays::botmatch::{RecordOptions, record_bot_match};
 use replays::{Reader, verify};
-use sim::MatchSetup;
-use sim::game::{DEFAULT_TICKS_PER_TURN, MapConfig, World};
+use sim::game::World;
 use std::time::Instant;
 
 /// Verification speed of one recorded match.
@@ -24,23 +23,6 @@ pub struct ReplayFigures {
     pub bytes: usize,
     /// Turns verified per second.
     pub turns_per_s: Summary,
-}
-
-/// A 4-player bot match on a map sized for about `units` starting units.
-fn four_player_world(units: u32) -> World {
-    let setup = MatchSetup {
-        seed: 5,
-        players: 4,
-        ticks_per_turn: DEFAULT_TICKS_PER_TURN,
-    };
-    let mut config = MapConfig::standard(4);
-    let side = u16::try_from(sim::num::isqrt(u64::from(units) * 4).max(128)).unwrap_or(1024);
-    config.width = side;
-    config.height = side;
-    let per_player = u16::try_from(units / 4).unwrap_or(u16::MAX);
-    config.start_soldiers = per_player * 2 / 3;
-    config.start_archers = per_player - config.start_soldiers;
-    World::generate(&setup, &config)
 }
 
 /// Records `world` played by bots for `turns` turns, then verifies it `runs` times.
@@ -94,7 +76,7 @@ pub fn standard(quick: bool) -> Result<Vec<ReplayFigures>, String> {
     Ok(vec![
         measure(
             "4-player bot match, ~1,000 units",
-            four_player_world(1000),
+            sim::scenarios::armies(4, 1000, 5),
             turns,
             runs,
         )?,
