@@ -439,9 +439,13 @@ impl MatchRoom {
                 );
             }
         }
-        g.close_turns(id, now, config, out);
-        g.judge_hashes(id, config, out, false);
-        g.prune_probe(id, out);
+        // With nobody left, no turn is closed for no one: `finished` ends
+        // the match as abandoned below, and the router frees it.
+        if g.slots.iter().any(|s| s.conn.is_some()) {
+            g.close_turns(id, now, config, out);
+            g.judge_hashes(id, config, out, false);
+            g.prune_probe(id, out);
+        }
         if let Some(reason) = g.finished(now) {
             if reason == EndReason::Completed {
                 // Judge whatever final reports arrived, so the replay gets them.
@@ -624,9 +628,23 @@ impl Game {
         self.delay.forget(usize::from(player.0));
     }
 
+    /// The earliest instant turn `t` may close, even with every input in:
+    /// `max_turns_ahead` turns before its deadline. Inputs are accepted that
+    /// far ahead, so honest play never waits on it; it bounds the work of one
+    /// step by the clock, whatever the players send or fail to send.
+    fn earliest_close(&self, t: Turn, config: &RelayConfig) -> Instant {
+        let ahead = config
+            .turn_length
+            .saturating_mul(u64::from(config.limits.max_turns_ahead));
+        self.deadline(t, config) - ahead
+    }
+
     fn close_turns(&mut self, id: MatchId, now: Instant, config: &RelayConfig, out: &mut Outbox) {
         while self.last.is_none_or(|l| self.next_close <= l) {
             let turn = self.next_close;
+            if now < self.earliest_close(turn, config) {
+                return;
+            }
             let deadline = self.deadline(turn, config);
             let received = self.open.get(&turn).map_or(0, |o| o.received);
             let missing: Vec<PlayerId> = (0..self.slots.len())
