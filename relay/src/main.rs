@@ -123,6 +123,11 @@ struct ServeArgs {
     /// Serve Prometheus metrics (`/metrics`) and `/health` over HTTP on this address.
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Watchdog: `/health` answers 503 (and `relay_watchdog_trips_total`
+    /// counts it) when the event loop has not completed an iteration for
+    /// this many seconds, so an orchestrator restarts a wedged relay.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    watchdog_s: u64,
     /// Token mode: admit only holders of a join token sealed under the key in
     /// this file (64 hex digits, as written by `relay token --create-key`);
     /// each plays only in the token's match and slot.
@@ -379,7 +384,9 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     let level = if a.verbose { Level::Debug } else { a.log_level };
     let metrics = match a.metrics {
         Some(addr) => {
-            let m = Arc::new(Metrics::new());
+            let m = Arc::new(
+                Metrics::new().with_watchdog(std::time::Duration::from_secs(a.watchdog_s)),
+            );
             let listener = match relay::metrics::bind(addr) {
                 Ok(l) => l,
                 Err(e) => {

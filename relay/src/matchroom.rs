@@ -15,6 +15,17 @@ use lockstep::{Duration, Instant};
 use sim::{MatchSetup, PlayerId, SectionHash, StateHash, Turn};
 use std::collections::BTreeMap;
 
+/// What may close a turn in one pass over the open turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closing {
+    /// Complete inputs and passed deadlines: the driver's timer step.
+    Clock,
+    /// Only complete inputs: while the driver hands over a wake-up's
+    /// messages, so that an input that arrived in the same wake-up as its
+    /// turn's deadline is counted before the deadline closes the turn.
+    InputsOnly,
+}
+
 /// A player waiting in the lobby.
 #[derive(Debug)]
 struct Member {
@@ -384,7 +395,7 @@ impl MatchRoom {
             }
             ToRelay::Join(_) => out.counters.bad_state += 1,
         }
-        self.tick(now, config, out);
+        self.tick_by(now, config, out, Closing::InputsOnly);
     }
 
     /// Transport-measured link figures for a player (fed to the delay choice).
@@ -411,6 +422,11 @@ impl MatchRoom {
 
     /// Runs timers and closes every turn that can close.
     pub(crate) fn tick(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox) {
+        self.tick_by(now, config, out, Closing::Clock);
+    }
+
+    /// [`MatchRoom::tick`], closing turns by their deadline only if `closing` says so.
+    fn tick_by(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox, closing: Closing) {
         let id = self.id;
         let Phase::Running(g) = &mut self.phase else {
             return;
@@ -442,7 +458,7 @@ impl MatchRoom {
         // With nobody left, no turn is closed for no one: `finished` ends
         // the match as abandoned below, and the router frees it.
         if g.slots.iter().any(|s| s.conn.is_some()) {
-            g.close_turns(id, now, config, out);
+            g.close_turns(id, now, config, out, closing);
             g.judge_hashes(id, config, out, false);
             g.prune_probe(id, out);
         }
@@ -639,7 +655,14 @@ impl Game {
         self.deadline(t, config) - ahead
     }
 
-    fn close_turns(&mut self, id: MatchId, now: Instant, config: &RelayConfig, out: &mut Outbox) {
+    fn close_turns(
+        &mut self,
+        id: MatchId,
+        now: Instant,
+        config: &RelayConfig,
+        out: &mut Outbox,
+        closing: Closing,
+    ) {
         while self.last.is_none_or(|l| self.next_close <= l) {
             let turn = self.next_close;
             if now < self.earliest_close(turn, config) {
@@ -653,7 +676,7 @@ impl Game {
                     (self.slots[p].live() && received & bit(pid) == 0).then_some(pid)
                 })
                 .collect();
-            let passed = now >= deadline;
+            let passed = closing == Closing::Clock && now >= deadline;
             if !config.policy.should_close(missing.is_empty(), passed) {
                 if passed {
                     let open = self.open.entry(turn).or_default();

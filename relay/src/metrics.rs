@@ -60,10 +60,13 @@ pub enum Metric {
     PlayersDropped,
     RecordErrors,
     RecordingsLive,
+    LoopStalled,
+    WatchdogTrips,
+    DropInputOverBudget,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::RecordingsLive as usize + 1;
+const COUNT: usize = Metric::DropInputOverBudget as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -154,27 +157,107 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Replay recordings that failed (each reported once)",
     ),
     ("relay_recordings", "gauge", "Replays being written"),
+    (
+        "relay_loop_stalled",
+        "gauge",
+        "1 while the event loop has not completed an iteration within the watchdog time",
+    ),
+    (
+        "relay_watchdog_trips_total",
+        "counter",
+        "Times the watchdog found the event loop stalled",
+    ),
+    (
+        "relay_input_over_budget_total",
+        "counter",
+        "Inputs refused because they would exceed the player's byte budget for the turn",
+    ),
 ];
 
-/// Counters shared between the relay loop (writer) and the HTTP thread (reader).
+/// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes
+/// well under 20 ms (its longest wait), so 5 s without one is a wedge.
+pub const DEFAULT_WATCHDOG: StdDuration = StdDuration::from_secs(5);
+
+/// Counters shared between the relay loop (writer) and the HTTP thread
+/// (reader), and the loop's heartbeat for the watchdog.
 #[derive(Debug)]
 pub struct Metrics {
     values: [AtomicU64; COUNT],
+    /// Origin of the heartbeat clock.
+    epoch: std::time::Instant,
+    /// When the loop last completed an iteration: microseconds since
+    /// `epoch`, plus one (0: it never did).
+    heartbeat: AtomicU64,
+    /// How long without a heartbeat means stalled.
+    watchdog: StdDuration,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         Self {
             values: std::array::from_fn(|_| AtomicU64::new(0)),
+            epoch: std::time::Instant::now(),
+            heartbeat: AtomicU64::new(0),
+            watchdog: DEFAULT_WATCHDOG,
         }
     }
 }
 
 impl Metrics {
-    /// All zero.
+    /// All zero, with the default watchdog time.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same with a watchdog time of `after`: `/health` answers 503 once
+    /// the loop has not completed an iteration for that long.
+    #[must_use]
+    pub fn with_watchdog(mut self, after: StdDuration) -> Self {
+        self.watchdog = after;
+        self
+    }
+
+    /// Called by the event loop at the end of every iteration.
+    pub fn beat(&self) {
+        self.beat_at(std::time::Instant::now());
+    }
+
+    /// Called by the event loop when it stops: a stopped loop is down
+    /// (`relay_up` 0), not stalled.
+    pub fn stop_beating(&self) {
+        self.heartbeat.store(0, Ordering::Relaxed);
+    }
+
+    fn beat_at(&self, now: std::time::Instant) {
+        let us = now.saturating_duration_since(self.epoch).as_micros();
+        let us = u64::try_from(us).unwrap_or(u64::MAX - 1);
+        self.heartbeat.store(us + 1, Ordering::Relaxed);
+    }
+
+    /// Whether the loop is stalled at `now`: it is running (it has beaten at
+    /// least once and not stopped) and has not beaten within the watchdog time.
+    #[must_use]
+    pub fn stalled_at(&self, now: std::time::Instant) -> bool {
+        let beat = self.heartbeat.load(Ordering::Relaxed);
+        if beat == 0 {
+            return false;
+        }
+        let last = self.epoch + StdDuration::from_micros(beat - 1);
+        now.saturating_duration_since(last) > self.watchdog
+    }
+
+    /// The watchdog's check, run by the HTTP thread: updates the
+    /// `relay_loop_stalled` gauge and counts each new stall once in
+    /// `relay_watchdog_trips_total`. Returns whether the loop is stalled.
+    pub fn watch(&self, now: std::time::Instant) -> bool {
+        let stalled = self.stalled_at(now);
+        let was =
+            self.values[Metric::LoopStalled as usize].swap(u64::from(stalled), Ordering::Relaxed);
+        if stalled && was == 0 {
+            self.add(Metric::WatchdogTrips, 1);
+        }
+        stalled
     }
 
     /// Sets one series (the loop publishes totals, so a store is enough).
@@ -209,7 +292,8 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` (and `/health`: 200 while up, 503 while draining)
+/// Serves `GET /metrics` (and `/health`: 200 while up, 503 while draining
+/// or while the watchdog finds the event loop stalled)
 /// on `listener` until `stop` is set; one request at a time, each bounded
 /// by a short timeout so a stuck client cannot hold the thread.
 pub fn spawn_http(
@@ -222,6 +306,9 @@ pub fn spawn_http(
         .name("relay-metrics".into())
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
+                // The watchdog runs here, off the loop it watches, at least
+                // every 50 ms (the accept poll below).
+                let _ = metrics.watch(std::time::Instant::now());
                 match listener.accept() {
                     Ok((stream, _)) => {
                         // A failed scrape concerns only that client.
@@ -257,7 +344,9 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
     let (status, body) = match path {
         "/metrics" => ("200 OK", metrics.render()),
         "/health" | "/healthz" => {
-            if metrics.get(Metric::Up) == 1 && metrics.get(Metric::Draining) == 0 {
+            if metrics.watch(std::time::Instant::now()) {
+                ("503 Service Unavailable", "stalled\n".to_owned())
+            } else if metrics.get(Metric::Up) == 1 && metrics.get(Metric::Draining) == 0 {
                 ("200 OK", "ok\n".to_owned())
             } else {
                 ("503 Service Unavailable", "draining\n".to_owned())
@@ -290,6 +379,25 @@ mod tests {
         assert_eq!(text.matches("# TYPE relay_drops_total counter").count(), 1);
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(samples, COUNT);
+    }
+
+    #[test]
+    fn watchdog_trips_once_per_stall_and_clears_on_the_next_beat() {
+        let m = Metrics::new().with_watchdog(StdDuration::from_secs(3));
+        let t0 = m.epoch + StdDuration::from_secs(1);
+        // A relay still starting (no iteration yet) is not stalled.
+        assert!(!m.watch(t0 + StdDuration::from_secs(60)));
+        m.beat_at(t0);
+        assert!(!m.watch(t0 + StdDuration::from_secs(3)));
+        assert!(m.watch(t0 + StdDuration::from_millis(3_001)));
+        assert!(m.watch(t0 + StdDuration::from_secs(10)));
+        assert_eq!(m.get(Metric::WatchdogTrips), 1);
+        assert_eq!(m.get(Metric::LoopStalled), 1);
+        m.beat_at(t0 + StdDuration::from_secs(11));
+        assert!(!m.watch(t0 + StdDuration::from_secs(12)));
+        assert_eq!(m.get(Metric::LoopStalled), 0);
+        assert!(m.watch(t0 + StdDuration::from_secs(20)));
+        assert_eq!(m.get(Metric::WatchdogTrips), 2);
     }
 
     #[test]

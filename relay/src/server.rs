@@ -44,6 +44,18 @@ impl RouterGlue {
         std::mem::take(&mut self.refused)
     }
 
+    /// One driver step, after the wake-up's datagrams went into `server`:
+    /// runs the transport's timers, hands the router every message that
+    /// arrived *before* running the router's timers (an input that came in
+    /// just before its turn's deadline is on time, not late), then moves the
+    /// router's output to the transport. Drivers call this once per wake-up.
+    pub fn step(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
+        server.handle_timeout(now);
+        self.pump(now, router, server);
+        router.handle_timeout(now);
+        self.pump(now, router, server);
+    }
+
     /// Moves everything pending in both directions.
     pub fn pump(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
         while let Some(ev) = server.poll_event() {

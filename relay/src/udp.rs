@@ -208,6 +208,7 @@ pub fn serve_with(
     let mut linger_until: Option<Instant> = None;
     if let Some(m) = &opts.metrics {
         m.set(Metric::Up, 1);
+        m.beat();
     }
     loop {
         let now = clock();
@@ -248,9 +249,7 @@ pub fn serve_with(
                 server.handle_datagram(now, from, &bytes);
             }
         }
-        server.handle_timeout(now);
-        router.handle_timeout(now);
-        glue.pump(now, &mut router, &mut server);
+        glue.step(now, &mut router, &mut server);
         for (conn, reason) in glue.take_refusals() {
             note(RelayNote::TokenRefused { conn, reason });
         }
@@ -275,11 +274,13 @@ pub fn serve_with(
             publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
             m.set(Metric::DropRateLimitedAddr, per_addr.dropped());
             m.set(Metric::Draining, u64::from(drain_until.is_some()));
+            m.beat();
         }
     }
     if let Some(m) = &opts.metrics {
         publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
         m.set(Metric::Up, 0);
+        m.stop_beating();
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! no step closes more turns than the clock allows, and the per-player byte
 //! budget keeps every bundle deliverable.
 
-use lockstep::proto::{Join, ToRelay};
+use lockstep::proto::{Join, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
 use relay::{ConnId, RelayConfig, Router, RouterEvent};
 use sim::{StateHash, Turn};
@@ -128,4 +128,258 @@ fn no_step_closes_more_turns_than_the_clock_allows() {
     assert_eq!(closed as u64, ahead - d0 + 1, "turns closed at the start");
     assert_eq!(after, 3, "turns closed in three turn lengths");
     assert_eq!(r.running_count(), 1);
+}
+
+/// A transport server + router + glue and two transport clients, passing
+/// datagrams by hand so a test decides which wake-up each one arrives in.
+struct Wire {
+    server: lockstep::transport::Server,
+    router: Router,
+    glue: relay::server::RouterGlue,
+    clients: Vec<(SocketAddr, lockstep::transport::Client)>,
+    server_addr: SocketAddr,
+}
+
+impl Wire {
+    fn new(players: u8, config: RelayConfig, now: Instant) -> Self {
+        use lockstep::transport::{Client, Server, TransportConfig};
+        let server_addr = addr(999);
+        let clients = (0..u32::from(players))
+            .map(|i| {
+                let c = Client::new(
+                    now,
+                    server_addr,
+                    TransportConfig::default(),
+                    7 + u64::from(i),
+                );
+                (addr(i), c)
+            })
+            .collect();
+        Self {
+            server: Server::new(TransportConfig::default(), [3; 32]),
+            router: Router::new(config),
+            glue: relay::server::RouterGlue::new(),
+            clients,
+            server_addr,
+        }
+    }
+
+    /// Datagrams the clients have to send now.
+    fn from_clients(&mut self, now: Instant) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for (a, c) in &mut self.clients {
+            c.handle_timeout(now);
+            while c.poll_transmit(now, &mut buf).is_some() {
+                out.push((*a, buf.clone()));
+            }
+        }
+        out
+    }
+
+    /// One relay wake-up at `now` with `datagrams`, as the serve loop does
+    /// it, then the relay's answers delivered to the clients.
+    fn wake(&mut self, now: Instant, datagrams: Vec<(SocketAddr, Vec<u8>)>) {
+        for (from, bytes) in datagrams {
+            self.server.handle_datagram(now, from, &bytes);
+        }
+        self.glue.step(now, &mut self.router, &mut self.server);
+        let mut buf = Vec::new();
+        while let Some(to) = self.server.poll_transmit(now, &mut buf) {
+            if let Some((_, c)) = self.clients.iter_mut().find(|(a, _)| *a == to) {
+                c.handle_datagram(now, self.server_addr, &buf);
+            }
+        }
+    }
+
+    /// Messages the clients received so far.
+    fn received(&mut self) -> Vec<(usize, ToPeer)> {
+        let mut out = Vec::new();
+        for (i, (_, c)) in self.clients.iter_mut().enumerate() {
+            while let Some(ev) = c.poll_event() {
+                if let lockstep::transport::ClientEvent::Message(bytes) = ev
+                    && let Ok(msg) = ToPeer::decode(&bytes)
+                {
+                    out.push((i, msg));
+                }
+            }
+        }
+        out
+    }
+
+    fn send_all(&mut self, msg: &ToRelay) {
+        for (_, c) in &mut self.clients {
+            c.send(lockstep::transport::Channel::Reliable, &msg.to_bytes())
+                .unwrap();
+        }
+    }
+
+    /// Connects every client and starts a match; returns the start time.
+    fn start(&mut self, mut now: Instant, turns: u32) -> Instant {
+        for _ in 0..20 {
+            let d = self.from_clients(now);
+            self.wake(now, d);
+            now += Duration::from_millis(1);
+        }
+        let n = u8::try_from(self.clients.len()).unwrap();
+        for (i, (_, c)) in self.clients.iter_mut().enumerate() {
+            assert!(c.is_connected(), "client {i} not connected");
+            c.send(
+                lockstep::transport::Channel::Reliable,
+                &ToRelay::Join(Join {
+                    match_name: "w".into(),
+                    slots: n,
+                    game_id: "g".into(),
+                    game_version: 1,
+                    rules_hash: StateHash([0; 32]),
+                    name: format!("p{i}"),
+                    turns,
+                })
+                .to_bytes(),
+            )
+            .unwrap();
+        }
+        let d = self.from_clients(now);
+        self.wake(now, d);
+        assert_eq!(self.router.running_count(), 1);
+        assert!(
+            self.received()
+                .iter()
+                .any(|(_, m)| matches!(m, ToPeer::Start(_)))
+        );
+        now
+    }
+}
+
+/// Inputs that reach the relay in the same wake-up in which their turn's
+/// deadline passes are on time: the driver hands the router the wake-up's
+/// messages before it runs the router's timers. (It ran the timers first,
+/// so the turn closed without them and both inputs were counted late.)
+#[test]
+fn inputs_arriving_in_the_wake_up_of_their_deadline_are_on_time() {
+    let config = RelayConfig {
+        adaptive_delay: false,
+        ..RelayConfig::default()
+    };
+    let (turn, d0, lead) = (
+        config.turn_length,
+        u64::from(config.initial_delay),
+        config.deadline_lead,
+    );
+    let mut w = Wire::new(2, config, Instant::from_millis(1));
+    let started = w.start(Instant::from_millis(1), 10);
+    let deadline = started + turn.saturating_mul(d0) - lead;
+    // Both inputs for turn 0 leave the clients just before the deadline and
+    // arrive with it.
+    w.send_all(&ToRelay::Input {
+        turn: Turn(0),
+        commands: vec![vec![1, 2, 3]],
+    });
+    // (Clients pace their packets: collect what they send over the last
+    // 50 ms before the deadline; the network holds it until the deadline.)
+    let mut d = Vec::new();
+    for ms in (1..=50).rev() {
+        d.extend(w.from_clients(deadline - Duration::from_millis(ms)));
+    }
+    w.wake(deadline, d);
+    let closed = std::iter::from_fn(|| w.router.poll_event())
+        .find_map(|e| match e {
+            RouterEvent::TurnClosed {
+                turn,
+                inputs,
+                missing,
+                ..
+            } => Some((turn, inputs.len(), missing)),
+            _ => None,
+        })
+        .expect("turn 0 closed");
+    assert_eq!(closed, (Turn(0), 2, vec![]));
+    assert_eq!(w.router.counters().inputs_late, 0);
+}
+
+/// `GET path` on the metrics endpoint: the whole HTTP response.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    r
+}
+
+/// Polls `GET path` until `want` holds, for at most 20 s.
+fn http_until(addr: SocketAddr, path: &str, want: impl Fn(&str) -> bool) -> String {
+    let bound = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let r = http_get(addr, path);
+        if want(&r) || std::time::Instant::now() > bound {
+            return r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A deliberately stalled event loop (the driver's callback blocks) turns
+/// `/health` into 503 "stalled" and counts one watchdog trip; once the loop
+/// runs again the relay finishes normally.
+#[test]
+fn health_is_503_while_the_event_loop_is_stalled() {
+    use relay::metrics::{Metric, Metrics, spawn_http};
+    use relay::udp::{RelayNote, ServeOptions, serve_with};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let listener = relay::metrics::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let http = listener.local_addr().unwrap();
+    let metrics = Arc::new(Metrics::new().with_watchdog(std::time::Duration::from_millis(200)));
+    let http_stop = Arc::new(AtomicBool::new(false));
+    let h = spawn_http(listener, Arc::clone(&metrics), Arc::clone(&http_stop)).unwrap();
+    let stop = AtomicBool::new(false);
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let opts = ServeOptions {
+            stop: &stop,
+            grace: Duration::ZERO,
+            metrics: Some(Arc::clone(&metrics)),
+            auth: lockstep::transport::AuthMode::Open,
+        };
+        let served = scope.spawn(move || {
+            serve_with(
+                &socket,
+                RelayConfig::default(),
+                lockstep::transport::TransportConfig::default(),
+                None,
+                &opts,
+                |n| {
+                    if let RelayNote::Draining { .. } = n {
+                        // The stall: the loop waits here until the test says so.
+                        let _ = entered_tx.send(());
+                        let _ = released.recv();
+                    }
+                },
+            )
+        });
+        let r = http_until(http, "/health", |r| r.starts_with("HTTP/1.1 200"));
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        stop.store(true, Ordering::Relaxed);
+        entered
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap();
+        let r = http_until(http, "/health", |r| r.contains("stalled"));
+        assert!(
+            r.starts_with("HTTP/1.1 503") && r.contains("stalled"),
+            "{r}"
+        );
+        let m = http_get(http, "/metrics");
+        assert!(m.contains("relay_loop_stalled 1\n"), "{m}");
+        assert!(m.contains("relay_watchdog_trips_total 1\n"), "{m}");
+        release.send(()).unwrap();
+        served.join().unwrap().unwrap();
+    });
+    // The loop ran again before it stopped: no longer stalled.
+    assert!(!metrics.stalled_at(std::time::Instant::now()));
+    assert_eq!(metrics.get(Metric::WatchdogTrips), 1);
+    http_stop.store(true, Ordering::Relaxed);
+    h.join().unwrap();
 }

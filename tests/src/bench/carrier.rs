@@ -267,9 +267,7 @@ pub fn serve_udp(
             counters.bytes_in += bytes.len() as u64;
             server.handle_datagram(now, from, &bytes);
         }
-        server.handle_timeout(now);
-        router.handle_timeout(now);
-        glue.pump(now, &mut router, &mut server);
+        glue.step(now, &mut router, &mut server);
         while let Some(ev) = router.poll_event() {
             // Drops are rare and worth a line on stderr (a worker's stderr is shown on failure).
             if let relay::RouterEvent::Dropped { .. } = ev {
