@@ -414,3 +414,41 @@ fn open_mode_says_so_at_start_up() {
     assert!(relay.wait().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The wedge reproduction: a solo peer of an unbounded match joins and
+/// leaves. The relay ends that match as abandoned at once, and stays
+/// responsive: a second match plays to its end on it, and SIGTERM then
+/// stops it (before the fix it spun at 100 % CPU, grew by ~0.5 GB/s,
+/// answered no handshake and ignored SIGTERM).
+#[test]
+fn a_solo_peer_leaving_an_unbounded_match_does_not_wedge_the_relay() {
+    let dir = scratch("wedge");
+    let mut relay = Relay::start(&dir, &["--grace-s", "0"]);
+    for turns in [0u32, 1_000_000] {
+        let mut solo = Command::new(env!("CARGO_BIN_EXE_peer"))
+            .args(["--relay", &relay.addr, "--match", "solo", "--players", "1"])
+            .args(["--turns", &turns.to_string(), "--timeout-s", "2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        relay.wait_for(|v| v["event"] == "match_started");
+        // The peer gives up after its timeout (no end comes) and leaves.
+        let _ = wait_bounded(&mut solo);
+        let ended = relay.wait_for(|v| v["event"] == "match_ended");
+        assert_eq!(ended["reason"], "abandoned", "{ended}");
+    }
+    let mut peers = Peers::start(&relay.addr, "after", 2, 20);
+    let ended = relay.wait_for(|v| v["event"] == "match_ended" && v["reason"] == "completed");
+    assert!(ended["turn"].as_u64().is_some(), "{ended}");
+    for c in &mut peers.0 {
+        assert!(
+            wait_bounded(c).success(),
+            "a peer of the second match failed"
+        );
+    }
+    relay.signal("-TERM");
+    relay.drain();
+    assert!(relay.wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
