@@ -89,6 +89,13 @@ pub enum Event {
         /// Actual turn.
         landed_in: Turn,
     },
+    /// The relay refused our input for `turn` (it would have gone over our
+    /// byte budget for the turn it landed in): its commands are not played.
+    /// A game tells its player, e.g. "command dropped: too many orders".
+    InputRefused {
+        /// The turn the input was meant for.
+        turn: Turn,
+    },
     /// The match is over; every turn up to `turn` has been yielded.
     MatchEnded {
         /// Last turn.

@@ -14,8 +14,10 @@ use std::fmt;
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
 pub const PROTOCOL_VERSION: u8 = 1;
-/// Largest encoded message accepted (a full bundle of 8 players fits easily).
-pub const MAX_MESSAGE_LEN: usize = 64 * 1024;
+/// Largest encoded message accepted: the largest bundle the relay can build
+/// ([`MAX_BUNDLE_LEN`]) fits, and the transport's default message limit is
+/// the same (`TransportConfig::max_message`).
+pub const MAX_MESSAGE_LEN: usize = 96 * 1024;
 /// Longest match, player, game or section name.
 pub const MAX_NAME_LEN: usize = 64;
 /// Longest free-text reason (rejections, match end).
@@ -24,8 +26,35 @@ pub const MAX_REASON_LEN: usize = 160;
 pub const MAX_INPUT_CHUNKS: usize = 16;
 /// Most command bytes (all chunks together) one player may put in one turn.
 pub const MAX_INPUT_BYTES: usize = 4096;
+/// Most command bytes of late inputs (inputs that arrived after their turn
+/// closed) the relay carries into one turn for one player.
+pub const MAX_CARRY_BYTES: usize = MAX_INPUT_BYTES;
+/// A player's byte budget in one bundle: its own input plus carried-over
+/// late input. The relay refuses (with [`ToPeer::InputRefused`]) input that
+/// would go over it, so every bundle it builds stays deliverable.
+pub const MAX_PLAYER_TURN_BYTES: usize = MAX_INPUT_BYTES + MAX_CARRY_BYTES;
+/// Most entries one player may have in one bundle: its own chunks plus as
+/// many again carried from late inputs.
+pub const MAX_PLAYER_TURN_ENTRIES: usize = 2 * MAX_INPUT_CHUNKS;
 /// Most entries in one bundle: every player's chunks plus late ones that landed there.
-pub const MAX_BUNDLE_ENTRIES: usize = MAX_PLAYERS as usize * MAX_INPUT_CHUNKS * 2;
+pub const MAX_BUNDLE_ENTRIES: usize = MAX_PLAYERS as usize * MAX_PLAYER_TURN_ENTRIES;
+/// Upper bound of one encoded notice (postcard: tag, player or delay byte,
+/// a varint turn of at most 5 bytes).
+const MAX_NOTICE_LEN: usize = 1 + 1 + 5;
+/// Upper bound of the encoded [`ToPeer::Bundle`] with every player at its
+/// byte and entry budget and every notice slot used: version and message
+/// tag, the turn (varint), two collection lengths (varints), per entry its
+/// player byte and a chunk length of at most 2 varint bytes
+/// ([`MAX_INPUT_BYTES`] < 2^14).
+pub const MAX_BUNDLE_LEN: usize = 1
+    + 1
+    + 5
+    + 3
+    + MAX_PLAYERS as usize * (MAX_PLAYER_TURN_BYTES + MAX_PLAYER_TURN_ENTRIES * (1 + 2))
+    + 1
+    + MAX_NOTICES * MAX_NOTICE_LEN;
+const _: () = assert!(MAX_BUNDLE_LEN <= MAX_MESSAGE_LEN);
+const _: () = assert!(MAX_INPUT_BYTES < 1 << 14);
 /// Most notices piggybacked on one bundle.
 pub const MAX_NOTICES: usize = 32;
 /// Most section hashes in one report.
@@ -261,6 +290,13 @@ pub enum ToPeer {
         /// Why.
         reason: EndReason,
     },
+    /// Your input for `turn` was refused: with it your share of the turn it
+    /// would have landed in would exceed [`MAX_PLAYER_TURN_BYTES`] or
+    /// [`MAX_PLAYER_TURN_ENTRIES`]. Its commands are not played.
+    InputRefused {
+        /// The turn the input was meant for.
+        turn: Turn,
+    },
 }
 
 /// Why bytes are not a valid protocol message.
@@ -437,9 +473,14 @@ impl ToPeer {
             Self::Bundle(b) => {
                 check(b.inputs.len() <= MAX_BUNDLE_ENTRIES, "bundle entries")?;
                 check(b.notices.len() <= MAX_NOTICES, "notices")?;
+                let mut per_player = [0usize; MAX_PLAYERS as usize];
                 for (p, bytes) in &b.inputs {
                     check_player(*p)?;
                     check(bytes.len() <= MAX_INPUT_BYTES, "input bytes")?;
+                    if let Some(n) = per_player.get_mut(usize::from(p.0)) {
+                        *n += bytes.len();
+                        check(*n <= MAX_PLAYER_TURN_BYTES, "player bytes in bundle")?;
+                    }
                 }
                 b.notices.iter().try_for_each(|n| match n {
                     Notice::PlayerDropped { player, .. } => check_player(*player),
@@ -471,6 +512,7 @@ impl ToPeer {
             }
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
+            | Self::InputRefused { .. }
             | Self::Ping { .. }
             | Self::MatchEnd { .. } => Ok(()),
         }
@@ -522,6 +564,42 @@ pub fn decode_turn<C: DeserializeOwned>(inputs: &[(PlayerId, Vec<u8>)]) -> Vec<S
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
+
+    /// The budget arithmetic is right: the largest bundle the budgets allow
+    /// (every player at its byte and entry budget, the longest turn number,
+    /// every notice slot) encodes within `MAX_BUNDLE_LEN`, and decodes.
+    #[test]
+    fn the_largest_bundle_the_budgets_allow_fits_its_bound() {
+        let chunk = MAX_PLAYER_TURN_BYTES / MAX_PLAYER_TURN_ENTRIES;
+        let inputs = (0..MAX_PLAYERS)
+            .flat_map(|p| {
+                (0..MAX_PLAYER_TURN_ENTRIES).map(move |_| (PlayerId(p), vec![0xAB; chunk]))
+            })
+            .collect::<Vec<_>>();
+        let notices = (0..MAX_NOTICES)
+            .map(|i| Notice::PlayerDropped {
+                player: PlayerId(u8::try_from(i % 8).unwrap()),
+                turn: Turn(u32::MAX),
+            })
+            .collect();
+        let b = ToPeer::Bundle(Bundle {
+            turn: Turn(u32::MAX),
+            inputs,
+            notices,
+        });
+        let bytes = b.to_bytes();
+        assert!(
+            bytes.len() <= MAX_BUNDLE_LEN,
+            "{} > {MAX_BUNDLE_LEN}",
+            bytes.len()
+        );
+        assert!(
+            bytes.len() + 512 > MAX_BUNDLE_LEN,
+            "the bound is loose: {}",
+            bytes.len()
+        );
+        assert_eq!(ToPeer::decode(&bytes), Ok(b));
+    }
 
     fn samples() -> (Vec<ToRelay>, Vec<ToPeer>) {
         let h = StateHash([7; 32]);
@@ -620,6 +698,7 @@ mod tests {
                 turn: Turn(3),
                 landed_in: Turn(6),
             },
+            ToPeer::InputRefused { turn: Turn(4) },
             ToPeer::Waiting {
                 turn: Turn(3),
                 players: vec![PlayerId(2)],

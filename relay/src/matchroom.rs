@@ -8,11 +8,12 @@ use crate::desync::{HashBook, Verdict, differing_sections};
 use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
 use crate::router::{ConnId, Outbox};
 use lockstep::proto::{
-    Bundle, DesyncReport, EndReason, Join, MAX_BUNDLE_ENTRIES, MAX_INPUT_CHUNKS, Notice,
-    PlayerInfo, Start, ToPeer, ToRelay,
+    Bundle, DesyncReport, EndReason, Join, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES,
+    MAX_INPUT_CHUNKS, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, PlayerInfo, Start,
+    ToPeer, ToRelay,
 };
 use lockstep::{Duration, Instant};
-use sim::{MatchSetup, PlayerId, SectionHash, StateHash, Turn};
+use sim::{MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, StateHash, Turn};
 use std::collections::BTreeMap;
 
 /// What may close a turn in one pass over the open turns.
@@ -67,20 +68,51 @@ struct OpenTurn {
     entries: Vec<(PlayerId, Vec<u8>)>,
     /// Bit `p` set: player `p` sent its own input for this turn.
     received: u8,
+    /// Per player slot: entries and command bytes carried into this turn
+    /// from that player's late inputs.
+    carried: [(usize, usize); MAX_PLAYERS as usize],
     waiting_sent: bool,
 }
 
-/// Most entries one player may have in one bundle: its own input plus as
-/// much again carried from late inputs. Without a per-player share, one
-/// player spamming late inputs could fill the whole bundle and get every
-/// other player's input for that turn refused.
-const MAX_PLAYER_ENTRIES: usize = 2 * MAX_INPUT_CHUNKS;
-
 impl OpenTurn {
-    /// Whether `player` may add `n` more entries to this turn.
-    fn has_room(&self, player: PlayerId, n: usize) -> bool {
-        let mine = self.entries.iter().filter(|(p, _)| *p == player).count();
-        mine + n <= MAX_PLAYER_ENTRIES && self.entries.len() + n <= MAX_BUNDLE_ENTRIES
+    /// Whether `player` may add `commands` to this turn, as its own input
+    /// (`late` false) or carried from a late one. Each player has its own
+    /// budget, in entries and in bytes: its own input (at most
+    /// `MAX_INPUT_CHUNKS` chunks, `MAX_INPUT_BYTES`, checked by the decoder)
+    /// always fits, carried input fits up to the same again. So one player
+    /// spamming late inputs can neither crowd out the others' input nor
+    /// make the bundle larger than the transport can deliver
+    /// (`MAX_BUNDLE_LEN`).
+    fn has_room(&self, player: PlayerId, commands: &[Vec<u8>], late: bool) -> bool {
+        let n = commands.len();
+        let bytes: usize = commands.iter().map(Vec::len).sum();
+        let Some(&(carried_n, carried_bytes)) = self.carried.get(usize::from(player.0)) else {
+            return false;
+        };
+        let (mine_n, mine_bytes) = self
+            .entries
+            .iter()
+            .filter(|(p, _)| *p == player)
+            .fold((0, 0), |(n, b), (_, c)| (n + 1, b + c.len()));
+        let fits_share = if late {
+            carried_n + n <= MAX_INPUT_CHUNKS && carried_bytes + bytes <= MAX_CARRY_BYTES
+        } else {
+            n <= MAX_INPUT_CHUNKS && bytes <= MAX_INPUT_BYTES
+        };
+        fits_share
+            && mine_n + n <= MAX_PLAYER_TURN_ENTRIES
+            && mine_bytes + bytes <= MAX_PLAYER_TURN_BYTES
+            && self.entries.len() + n <= MAX_BUNDLE_ENTRIES
+    }
+
+    /// Adds `player`'s commands (checked with [`OpenTurn::has_room`]).
+    fn add(&mut self, player: PlayerId, commands: Vec<Vec<u8>>, late: bool) {
+        if late && let Some(c) = self.carried.get_mut(usize::from(player.0)) {
+            c.0 += commands.len();
+            c.1 += commands.iter().map(Vec::len).sum::<usize>();
+        }
+        self.entries
+            .extend(commands.into_iter().map(|c| (player, c)));
     }
 }
 
@@ -601,12 +633,14 @@ impl Game {
                 return;
             }
             let open = self.open.entry(landed_in).or_default();
-            if !open.has_room(player, commands.len()) {
-                out.counters.inputs_refused += 1;
+            if !open.has_room(player, &commands, true) {
+                out.counters.inputs_over_budget += 1;
+                if let Some(conn) = slot.conn {
+                    out.send(conn, &ToPeer::InputRefused { turn });
+                }
                 return;
             }
-            open.entries
-                .extend(commands.into_iter().map(|c| (player, c)));
+            open.add(player, commands, true);
             if let Some(conn) = slot.conn {
                 out.send(conn, &ToPeer::LateInput { turn, landed_in });
             }
@@ -621,13 +655,17 @@ impl Game {
             out.counters.inputs_duplicate += 1;
             return;
         }
-        if !open.has_room(player, commands.len()) {
-            out.counters.inputs_refused += 1;
+        // The player's input for this turn is in, even if refused below:
+        // the turn must not wait for an input it will never get.
+        open.received |= bit(player);
+        if !open.has_room(player, &commands, false) {
+            out.counters.inputs_over_budget += 1;
+            if let Some(conn) = slot.conn {
+                out.send(conn, &ToPeer::InputRefused { turn });
+            }
             return;
         }
-        open.received |= bit(player);
-        open.entries
-            .extend(commands.into_iter().map(|c| (player, c)));
+        open.add(player, commands, false);
         out.counters.inputs += 1;
     }
 

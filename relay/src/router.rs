@@ -45,8 +45,11 @@ pub struct RouterCounters {
     pub inputs_late: u64,
     /// Inputs for a turn the player already sent.
     pub inputs_duplicate: u64,
-    /// Inputs refused (too far ahead, past the end, dropped player, full turn).
+    /// Inputs refused (too far ahead, past the end, dropped player).
     pub inputs_refused: u64,
+    /// Inputs refused because they would take their player over its byte or
+    /// entry budget for the turn (the sender gets `InputRefused`).
+    pub inputs_over_budget: u64,
     /// Turns closed.
     pub turns_closed: u64,
     /// Turns closed by the deadline with inputs missing.

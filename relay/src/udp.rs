@@ -321,6 +321,7 @@ fn publish(
     set(Metric::DropInputLate, r.inputs_late);
     set(Metric::DropInputDuplicate, r.inputs_duplicate);
     set(Metric::DropInputRefused, r.inputs_refused);
+    set(Metric::DropInputOverBudget, r.inputs_over_budget);
     set(Metric::DropHashRefused, r.hashes_refused);
     set(Metric::DropSendQueue, glue.dropped());
     set(Metric::DropConnectionsRefused, r.connections_refused);

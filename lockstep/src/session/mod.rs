@@ -76,6 +76,8 @@ pub struct SessionStats {
     pub latency_samples: usize,
     /// Inputs of ours that arrived late at the relay.
     pub late_inputs: u32,
+    /// Inputs of ours the relay refused (over our byte budget for a turn).
+    pub inputs_refused: u32,
     /// Messages that did not decode or made no sense now.
     pub bad_messages: u32,
     /// Bundles dropped as duplicates or stale.
@@ -343,6 +345,14 @@ impl Session {
                         .or_default()
                         .extend(times.into_iter().map(|at| InFlight { at, own: false }));
                     self.events.push_back(Event::LateInput { turn, landed_in });
+                }
+            }
+            ToPeer::InputRefused { turn } => {
+                if let Phase::Running(r) = &mut self.phase {
+                    self.stats.inputs_refused += 1;
+                    // Its commands are never played: no latency sample.
+                    r.awaiting_late.remove(&turn);
+                    self.events.push_back(Event::InputRefused { turn });
                 }
             }
             ToPeer::Waiting { turn, players } => {

@@ -34,7 +34,8 @@ pub struct TransportConfig {
     pub keepalive: Duration,
     /// Un-acked reliable window in messages/fragments (256, at most 1024).
     pub max_unacked: usize,
-    /// Largest reliable message after reassembly (64 KiB, at most 255 KiB).
+    /// Largest reliable message after reassembly (default `proto::MAX_MESSAGE_LEN`,
+    /// 96 KiB: the largest bundle fits; at most 255 KiB).
     pub max_message: usize,
     /// Redundancy sized from measured loss: unreliable messages get extra copies in
     /// later packets, new reliable messages extra early repeats within one interval.
@@ -62,7 +63,7 @@ impl Default for TransportConfig {
             timeout: Duration::from_secs(5),
             keepalive: Duration::from_millis(250),
             max_unacked: 256,
-            max_message: 64 * 1024,
+            max_message: crate::proto::MAX_MESSAGE_LEN,
             redundancy: false,
             congestion: CongestionConfig::default(),
             burst: 3,

@@ -165,7 +165,7 @@ impl Wire {
     }
 
     /// Datagrams the clients have to send now.
-    fn from_clients(&mut self, now: Instant) -> Vec<(SocketAddr, Vec<u8>)> {
+    fn client_datagrams(&mut self, now: Instant) -> Vec<(SocketAddr, Vec<u8>)> {
         let mut out = Vec::new();
         let mut buf = Vec::new();
         for (a, c) in &mut self.clients {
@@ -217,7 +217,7 @@ impl Wire {
     /// Connects every client and starts a match; returns the start time.
     fn start(&mut self, mut now: Instant, turns: u32) -> Instant {
         for _ in 0..20 {
-            let d = self.from_clients(now);
+            let d = self.client_datagrams(now);
             self.wake(now, d);
             now += Duration::from_millis(1);
         }
@@ -239,7 +239,7 @@ impl Wire {
             )
             .unwrap();
         }
-        let d = self.from_clients(now);
+        let d = self.client_datagrams(now);
         self.wake(now, d);
         assert_eq!(self.router.running_count(), 1);
         assert!(
@@ -279,7 +279,7 @@ fn inputs_arriving_in_the_wake_up_of_their_deadline_are_on_time() {
     // 50 ms before the deadline; the network holds it until the deadline.)
     let mut d = Vec::new();
     for ms in (1..=50).rev() {
-        d.extend(w.from_clients(deadline - Duration::from_millis(ms)));
+        d.extend(w.client_datagrams(deadline - Duration::from_millis(ms)));
     }
     w.wake(deadline, d);
     let closed = std::iter::from_fn(|| w.router.poll_event())
@@ -382,4 +382,94 @@ fn health_is_503_while_the_event_loop_is_stalled() {
     assert_eq!(metrics.get(Metric::WatchdogTrips), 1);
     http_stop.store(true, Ordering::Relaxed);
     h.join().unwrap();
+}
+
+/// `n` chunks of `len` bytes.
+fn chunks(n: usize, len: usize, fill: u8) -> Vec<Vec<u8>> {
+    (0..n).map(|_| vec![fill; len]).collect()
+}
+
+/// The worst bundle hostile players can force is delivered. After turn 0
+/// closed, eight players each send 20 late inputs for turn 0 (one of 16
+/// chunks, 4 KiB, carried into turn 1, and 19 of one 4 KiB chunk each) and
+/// then a full own input for turn 1 (16 chunks, 4 KiB), every message
+/// within the documented per-message limits. The relay carries each player's first
+/// late input and refuses the rest with `InputRefused` (counted); bundle 1,
+/// at 8 KiB per player more than the old 64 KiB limit, reaches every
+/// client. Before the per-player byte budget the relay carried all 20 late
+/// inputs and its glue dropped the oversize bundle: every peer waited on
+/// turn 1 until it gave up.
+#[test]
+fn the_worst_bundle_hostile_players_can_force_is_delivered() {
+    use lockstep::proto::{MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_MESSAGE_LEN};
+    let config = RelayConfig {
+        adaptive_delay: false,
+        initial_delay: 30,
+        ..RelayConfig::default()
+    };
+    let mut w = Wire::new(8, config, Instant::from_millis(1));
+    let mut now = w.start(Instant::from_millis(1), 10);
+    let small = MAX_INPUT_BYTES / MAX_INPUT_CHUNKS;
+    w.send_all(&ToRelay::Input {
+        turn: Turn(0),
+        commands: vec![],
+    });
+    let mut got = Vec::new();
+    let mut late_sent = false;
+    let end = now + Duration::from_secs(10);
+    while now < end {
+        now += Duration::from_millis(5);
+        let d = w.client_datagrams(now);
+        w.wake(now, d);
+        got.extend(w.received());
+        if !late_sent
+            && got
+                .iter()
+                .any(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(0)))
+        {
+            late_sent = true;
+            w.send_all(&ToRelay::Input {
+                turn: Turn(0),
+                commands: chunks(MAX_INPUT_CHUNKS, small, 2),
+            });
+            for _ in 0..19 {
+                w.send_all(&ToRelay::Input {
+                    turn: Turn(0),
+                    commands: vec![vec![3; MAX_INPUT_BYTES]],
+                });
+            }
+            // Turn 1 closes once every own input is in: send those last.
+            w.send_all(&ToRelay::Input {
+                turn: Turn(1),
+                commands: chunks(MAX_INPUT_CHUNKS, small, 1),
+            });
+        }
+        let have_1 = got
+            .iter()
+            .filter(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(1)))
+            .count();
+        if have_1 == 8 {
+            break;
+        }
+    }
+    for i in 0..8 {
+        let b = got
+            .iter()
+            .find_map(|(c, m)| match m {
+                ToPeer::Bundle(b) if *c == i && b.turn == Turn(1) => Some(b),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("client {i} never got bundle 1"));
+        // Every player's own input and its first late input, nothing more.
+        assert_eq!(b.inputs.len(), 8 * 2 * MAX_INPUT_CHUNKS);
+        let len = ToPeer::Bundle(b.clone()).to_bytes().len();
+        assert!(len > 64 * 1024 && len <= MAX_MESSAGE_LEN, "{len}");
+        let refused = got
+            .iter()
+            .filter(|(c, m)| *c == i && matches!(m, ToPeer::InputRefused { turn: Turn(0) }))
+            .count();
+        assert_eq!(refused, 19, "client {i}");
+    }
+    let c = w.router.counters();
+    assert_eq!(c.inputs_over_budget, 8 * 19, "{c:?}");
 }

@@ -251,7 +251,11 @@ fn large_messages_are_fragmented_and_reassembled_over_loss() {
     h.server.send(conn, Channel::Reliable, &big).unwrap();
     h.server.send(conn, Channel::Reliable, b"after").unwrap();
     assert!(matches!(
-        h.server.send(conn, Channel::Reliable, &vec![0; 70_000]),
+        h.server.send(
+            conn,
+            Channel::Reliable,
+            &vec![0; crate::proto::MAX_MESSAGE_LEN + 1]
+        ),
         Err(SendError::TooLarge { .. })
     ));
     let t = h.now + Duration::from_secs(10);
