@@ -63,3 +63,191 @@ impl Default for RelayConfig {
         }
     }
 }
+
+/// A [`RelayConfig`] value outside what the relay and its peers can run
+/// with (a zero turn length, a delay peers refuse, ...): found at start-up by
+/// [`RelayConfig::validate`] instead of as a match that stalls.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid setting {flag} = {value}: {allowed}")]
+pub struct InvalidSetting {
+    /// The command-line flag that sets it (or the field name, for settings
+    /// only the library exposes).
+    pub flag: &'static str,
+    /// The value given.
+    pub value: String,
+    /// The allowed range, for humans.
+    pub allowed: String,
+}
+
+/// Longest turn the relay accepts.
+pub const MAX_TURN_LENGTH: Duration = Duration::from_secs(10);
+
+impl RelayConfig {
+    /// Checks every setting against what the relay and the peers accept;
+    /// the first bad one is returned, naming its flag and the allowed range.
+    /// `relay serve`/`relay demo` call it at start-up, and
+    /// [`serve_with`](crate::udp::serve_with) refuses an invalid config.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        use lockstep::proto::MAX_INPUT_DELAY;
+        fn bad(flag: &'static str, value: impl ToString, allowed: String) -> InvalidSetting {
+            InvalidSetting {
+                flag,
+                value: value.to_string(),
+                allowed,
+            }
+        }
+        let ms = |d: Duration| format!("{} ms", d.as_millis_f64());
+        let turn = self.turn_length;
+        if turn < Duration::from_millis(1) || turn > MAX_TURN_LENGTH {
+            return Err(bad(
+                "--turn-ms",
+                ms(turn),
+                format!("1 ms ..= {}", ms(MAX_TURN_LENGTH)),
+            ));
+        }
+        if self.min_delay < 1 || self.min_delay > self.max_delay {
+            return Err(bad(
+                "min_delay",
+                self.min_delay,
+                format!("1 ..= max_delay ({})", self.max_delay),
+            ));
+        }
+        if self.max_delay > MAX_INPUT_DELAY {
+            return Err(bad(
+                "max_delay",
+                self.max_delay,
+                format!("min_delay ({}) ..= {MAX_INPUT_DELAY} turns", self.min_delay),
+            ));
+        }
+        // A fixed delay may be anything peers accept; an adaptive one starts
+        // inside the range it adapts in.
+        let (lo, hi) = if self.adaptive_delay {
+            (self.min_delay, self.max_delay)
+        } else {
+            (1, MAX_INPUT_DELAY)
+        };
+        if self.initial_delay < lo || self.initial_delay > hi {
+            return Err(bad(
+                "--input-delay",
+                self.initial_delay,
+                format!(
+                    "{lo} ..= {hi} turns{}",
+                    if self.adaptive_delay {
+                        " (the adaptive range; with --fixed-delay up to 50)"
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        if self.deadline_lead >= turn {
+            return Err(bad(
+                "deadline_lead",
+                ms(self.deadline_lead),
+                format!("0 ..< the turn length ({})", ms(turn)),
+            ));
+        }
+        if self.ticks_per_turn == 0 {
+            return Err(bad("ticks_per_turn", 0, "1 ..= 65535".into()));
+        }
+        if self.ping_interval < Duration::from_millis(1)
+            || self.ping_interval > Duration::from_secs(10)
+        {
+            return Err(bad(
+                "ping_interval",
+                ms(self.ping_interval),
+                "1 ms ..= 10000 ms".into(),
+            ));
+        }
+        let min_silence = self.ping_interval.saturating_mul(2).max(turn);
+        if self.silence_timeout < min_silence || self.silence_timeout > Duration::from_secs(3600) {
+            return Err(bad(
+                "--silence-timeout-ms",
+                ms(self.silence_timeout),
+                format!(
+                    "{} (two ping intervals, at least one turn) ..= 3600000 ms",
+                    ms(min_silence)
+                ),
+            ));
+        }
+        let l = &self.limits;
+        // Peers send input `delay` turns ahead: the relay must accept that far.
+        if l.max_turns_ahead < u32::from(self.max_delay.max(self.initial_delay)) {
+            return Err(bad(
+                "limits.max_turns_ahead",
+                l.max_turns_ahead,
+                format!(
+                    "at least the largest input delay ({})",
+                    self.max_delay.max(self.initial_delay)
+                ),
+            ));
+        }
+        for (flag, v) in [
+            ("limits.max_connections", l.max_connections),
+            ("limits.max_matches", l.max_matches),
+            ("limits.max_hash_turns", l.max_hash_turns),
+        ] {
+            if v == 0 {
+                return Err(bad(flag, 0, "at least 1".into()));
+            }
+        }
+        for (flag, v) in [
+            ("limits.messages_per_sec", l.messages_per_sec),
+            ("limits.message_burst", l.message_burst),
+        ] {
+            if v == 0 {
+                return Err(bad(flag, 0, "at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_each_bad_setting_names_its_flag() {
+        assert_eq!(RelayConfig::default().validate(), Ok(()));
+        let check = |f: fn(&mut RelayConfig), flag: &str| {
+            let mut c = RelayConfig::default();
+            f(&mut c);
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.flag, flag, "{e}");
+            e.to_string()
+        };
+        let e = check(|c| c.turn_length = Duration::ZERO, "--turn-ms");
+        assert_eq!(e, "invalid setting --turn-ms = 0 ms: 1 ms ..= 10000 ms");
+        check(|c| c.turn_length = Duration::from_secs(11), "--turn-ms");
+        check(|c| c.initial_delay = 0, "--input-delay");
+        check(|c| c.initial_delay = 31, "--input-delay");
+        check(
+            |c| {
+                c.adaptive_delay = false;
+                c.initial_delay = 51;
+            },
+            "--input-delay",
+        );
+        check(|c| c.max_delay = 51, "max_delay");
+        check(|c| c.min_delay = 0, "min_delay");
+        check(|c| c.min_delay = 31, "min_delay");
+        check(
+            |c| c.silence_timeout = Duration::ZERO,
+            "--silence-timeout-ms",
+        );
+        check(|c| c.ping_interval = Duration::ZERO, "ping_interval");
+        check(|c| c.ticks_per_turn = 0, "ticks_per_turn");
+        check(|c| c.deadline_lead = c.turn_length, "deadline_lead");
+        check(|c| c.limits.max_turns_ahead = 10, "limits.max_turns_ahead");
+        check(|c| c.limits.max_connections = 0, "limits.max_connections");
+        check(|c| c.limits.messages_per_sec = 0, "limits.messages_per_sec");
+        // A fixed delay of 25 (the clean-end example) is valid.
+        let fixed = RelayConfig {
+            adaptive_delay: false,
+            initial_delay: 25,
+            ..RelayConfig::default()
+        };
+        assert_eq!(fixed.validate(), Ok(()));
+    }
+}

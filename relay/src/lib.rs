@@ -68,7 +68,7 @@ pub mod server;
 pub mod turn_policy;
 pub mod udp;
 
-pub use config::RelayConfig;
+pub use config::{InvalidSetting, RelayConfig};
 pub use event::{DropReason, MatchId, MatchInfo, RouterEvent};
 pub use limits::Limits;
 pub use router::{ConnId, Router, RouterCounters};

@@ -87,8 +87,8 @@ impl RelayArgs {
     fn config(&self) -> RelayConfig {
         RelayConfig {
             policy: self.policy,
-            turn_length: Duration::from_millis(self.turn_ms.max(1)),
-            initial_delay: self.input_delay.min(lockstep::proto::MAX_INPUT_DELAY),
+            turn_length: Duration::from_millis(self.turn_ms),
+            initial_delay: self.input_delay,
             adaptive_delay: !self.fixed_delay,
             silence_timeout: Duration::from_millis(self.silence_timeout_ms),
             ..RelayConfig::default()
@@ -314,7 +314,22 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The relay settings of `serve`/`demo`, validated: a bad one is reported on
+/// stderr with its flag and allowed range (exit 2) before anything starts.
+fn valid_config(a: &RelayArgs) -> Result<RelayConfig, ExitCode> {
+    let config = a.config();
+    config.validate().map_err(|e| {
+        eprintln!("relay: {e}");
+        ExitCode::from(2)
+    })?;
+    Ok(config)
+}
+
 fn serve_cmd(a: &ServeArgs) -> ExitCode {
+    let config = match valid_config(&a.relay) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let auth = match &a.token_key_file {
         Some(path) => match load_or_create_key(path, false) {
             Ok(key) => AuthMode::Tokens {
@@ -426,7 +441,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         max_connections: a.max_connections,
         ..TransportConfig::default()
     };
-    let r = serve_with(&socket, a.relay.config(), transport, recorder, &opts, |n| {
+    let r = serve_with(&socket, config, transport, recorder, &opts, |n| {
         log_note(&n, a.json, level)
     });
     if r.is_ok() {
@@ -587,11 +602,15 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
         eprintln!("relay demo: --loss must be within 0..1");
         return ExitCode::from(2);
     }
+    let relay = match valid_config(&a.relay) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let impaired = a.loss > 0.0 || a.latency_ms > 0 || a.jitter_ms > 0;
     let config = DemoConfig {
         peers: a.peers,
         turns: a.turns,
-        relay: a.relay.config(),
+        relay,
         impair: impaired.then(|| LinkConfig {
             latency: Duration::from_millis(a.latency_ms),
             jitter: Duration::from_millis(a.jitter_ms),

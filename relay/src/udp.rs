@@ -194,6 +194,9 @@ pub fn serve_with(
     opts: &ServeOptions<'_>,
     mut note: impl FnMut(RelayNote<'_>),
 ) -> io::Result<()> {
+    config
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let epoch = std::time::Instant::now();
     let clock = || Instant::from_std(epoch, std::time::Instant::now());
     let mut server = Server::new(transport, process_secret()).with_auth(opts.auth.clone());
