@@ -84,6 +84,9 @@ fn game_peers(
     (peers.iter().map(|p| p.summary(now)).collect(), events)
 }
 
+/// The wall-clock time the tests hand the recorder (the driver's job).
+const T0_UNIX_MS: u64 = 1_795_314_600_000;
+
 /// Records `events` with the relay's recorder and verifies the replay by re-simulation.
 fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
     let dir = std::env::temp_dir().join(format!("turns-test-{}-{tag}", std::process::id()));
@@ -91,7 +94,7 @@ fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport
         relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
     let mut done = None;
     for e in events {
-        if let Some(r) = rec.handle(e).unwrap() {
+        if let Some(r) = rec.handle(T0_UNIX_MS, e).unwrap() {
             done = Some(r);
         }
     }
@@ -174,7 +177,10 @@ fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanl
                 cap: 4096,
             }))
         }));
-    let errors = events.iter().filter(|e| rec.handle(e).is_err()).count();
+    let errors = events
+        .iter()
+        .filter(|e| rec.handle(T0_UNIX_MS, e).is_err())
+        .count();
     assert_eq!(errors, 1, "the failure is reported once");
     assert_eq!(rec.errors(), 1);
     assert_eq!(rec.live(), 0);
@@ -190,7 +196,7 @@ fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanl
     std::fs::write(&dir, b"not a directory").unwrap();
     let errors: Vec<String> = events
         .iter()
-        .filter_map(|e| rec.handle(e).err().map(|e| e.to_string()))
+        .filter_map(|e| rec.handle(T0_UNIX_MS, e).err().map(|e| e.to_string()))
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(rec.errors(), 1);
