@@ -1,6 +1,8 @@
 //! Turns router events into one replay file per match (`replays::Writer`):
-//! header at start, every closed turn's bundle, each agreed hash, drops,
-//! delay changes and the first desync with its differing sections.
+//! header at start, every closed turn's bundle, a hash for every judged turn
+//! (the agreed one, or the majority's on a desynced turn, next to a dispute
+//! record naming each dissenting player's hash), drops, delay changes and
+//! the first desync with its differing sections.
 //!
 //! Storage failures (directory removed or unwritable, disk full) never stop
 //! a match: the first error of a match is returned once, that match's
@@ -95,6 +97,7 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         RouterEvent::MatchStarted { id, .. }
         | RouterEvent::TurnClosed { id, .. }
         | RouterEvent::HashAgreed { id, .. }
+        | RouterEvent::HashDisputed { id, .. }
         | RouterEvent::Desync { id, .. }
         | RouterEvent::DesyncSections { id, .. }
         | RouterEvent::Dropped { id, .. }
@@ -113,14 +116,16 @@ pub struct Recorded {
     pub path: PathBuf,
     /// Turns recorded.
     pub turns: u32,
-    /// Whether a trailer was written (false: no agreed hash, file left recoverable).
+    /// Whether a trailer was written (false: no agreed or majority hash, file
+    /// left recoverable).
     pub finished: bool,
 }
 
 struct Recording {
     writer: Writer<RecordSink>,
     path: PathBuf,
-    last_agreed: Option<(Turn, StateHash)>,
+    /// The latest turn's agreed (or majority) hash: the trailer's final hash.
+    last_hash: Option<(Turn, StateHash)>,
     desync: Option<(Turn, Vec<(PlayerId, StateHash)>)>,
 }
 
@@ -306,7 +311,7 @@ impl Recorder {
                     Recording {
                         writer,
                         path,
-                        last_agreed: None,
+                        last_hash: None,
                         desync: None,
                     },
                 );
@@ -321,7 +326,23 @@ impl Recorder {
             RouterEvent::HashAgreed { id, turn, hash } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.writer.record_hash(*turn, *hash)?;
-                    r.last_agreed = Some((*turn, *hash));
+                    r.last_hash = Some((*turn, *hash));
+                }
+            }
+            RouterEvent::HashDisputed {
+                id,
+                turn,
+                majority,
+                dissent,
+            } => {
+                if let Some(r) = self.live.get_mut(id) {
+                    // The majority's hash is the turn's hash record, so the
+                    // file keeps one hash per turn and verifies against it.
+                    if let Some(hash) = majority {
+                        r.writer.record_hash(*turn, *hash)?;
+                        r.last_hash = Some((*turn, *hash));
+                    }
+                    r.writer.record_dispute(*turn, *majority, dissent)?;
                 }
             }
             RouterEvent::Desync {
@@ -365,7 +386,7 @@ impl Recorder {
                 if let Some((t, hashes)) = r.desync.take() {
                     r.writer.record_desync(t, &hashes, &[])?;
                 }
-                let finished = if let Some((turn, hash)) = r.last_agreed {
+                let finished = if let Some((turn, hash)) = r.last_hash {
                     r.writer.finish(turn, hash)?;
                     true
                 } else {
