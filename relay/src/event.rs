@@ -91,6 +91,21 @@ pub enum RouterEvent {
         /// The agreed hash.
         hash: StateHash,
     },
+    /// Hash reports for a turn disagreed. Sent for every such turn (unlike
+    /// [`RouterEvent::Desync`], which announces only the first), so a
+    /// recording keeps one hash per turn after a desync.
+    HashDisputed {
+        /// Which match.
+        id: MatchId,
+        /// The turn.
+        turn: Turn,
+        /// The hash a strict majority of the reporters had; `None` when no
+        /// hash has one (e.g. two players who disagree).
+        majority: Option<StateHash>,
+        /// Each player outside the majority with its hash; every reporter
+        /// when there is no majority.
+        dissent: Vec<(PlayerId, StateHash)>,
+    },
     /// Hash reports disagreed (only the first desync of a match is reported).
     Desync {
         /// Which match.

@@ -509,6 +509,7 @@ const fn event_level(e: &RouterEvent) -> Level {
     match e {
         RouterEvent::TurnClosed { .. }
         | RouterEvent::HashAgreed { .. }
+        | RouterEvent::HashDisputed { .. }
         | RouterEvent::PeerReport { .. } => Level::Debug,
         RouterEvent::Desync { .. } | RouterEvent::DesyncSections { .. } => Level::Error,
         RouterEvent::Dropped { .. } => Level::Warn,
@@ -560,7 +561,17 @@ fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::Value> {
             "missing": missing.iter().map(|p| p.0).collect::<Vec<_>>() }),
         RouterEvent::HashAgreed { id, turn, hash } if verbose => json!({
             "event": "hash_agreed", "match": id.0, "turn": turn.0, "hash": hex(hash) }),
-        RouterEvent::TurnClosed { .. } | RouterEvent::HashAgreed { .. } => return None,
+        RouterEvent::HashDisputed {
+            id,
+            turn,
+            majority,
+            dissent,
+        } if verbose => json!({
+            "event": "hash_disputed", "match": id.0, "turn": turn.0, "majority": majority.as_ref().map(hex),
+            "dissent": dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": hex(h)})).collect::<Vec<_>>() }),
+        RouterEvent::TurnClosed { .. }
+        | RouterEvent::HashAgreed { .. }
+        | RouterEvent::HashDisputed { .. } => return None,
         RouterEvent::Desync {
             id,
             turn,

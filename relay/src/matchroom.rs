@@ -846,6 +846,22 @@ impl Game {
                     majority_member,
                 } => {
                     out.counters.desynced_turns += 1;
+                    // Every disputed turn is reported (the recorder keeps a
+                    // hash per turn); the announcement below only once.
+                    let majority = majority_member
+                        .and_then(|m| hashes.iter().find(|(p, _)| *p == m))
+                        .map(|(_, h)| *h);
+                    let dissent = hashes
+                        .iter()
+                        .filter(|(_, h)| majority != Some(*h))
+                        .copied()
+                        .collect();
+                    out.events.push_back(RouterEvent::HashDisputed {
+                        id,
+                        turn,
+                        majority,
+                        dissent,
+                    });
                     if self.desynced {
                         continue;
                     }

@@ -1,10 +1,19 @@
 //! Turns router events into one replay file per match (`replays::Writer`):
-//! header at start, every closed turn's bundle, each agreed hash, drops,
-//! delay changes and the first desync with its differing sections.
+//! header at start, every closed turn's bundle, a hash for every judged turn
+//! (the agreed one, or the majority's on a desynced turn, next to a dispute
+//! record naming each dissenting player's hash), drops, delay changes and
+//! the first desync with its differing sections.
 //!
 //! Storage failures (directory removed or unwritable, disk full) never stop
 //! a match: the first error of a match is returned once, that match's
 //! recording stops, and [`Recorder::errors`] counts it.
+//!
+//! A recording never destroys another: files are opened with create-new
+//! semantics, named after the match, its UTC start time and its number, and a
+//! name already taken (a previous run of the relay on the same directory, a
+//! crash-recovered file, another relay) gets a `~2`, `~3`, ... suffix instead
+//! of being replaced. The wall-clock time comes in with each event from the
+//! driver; the recorder reads no clock.
 
 use crate::event::{MatchId, MatchInfo, RouterEvent};
 use replays::{DEFAULT_SYNC, Header, PlayerInfo, ReplayError, Sink, Writer};
@@ -45,12 +54,28 @@ impl Sink for RecordSink {
     }
 }
 
-/// Opens the sink for a replay path (the default creates the file).
+/// Opens the sink for a replay path. It must not replace an existing file:
+/// it fails with [`std::io::ErrorKind::AlreadyExists`] instead, and the
+/// recorder tries the next free name.
 pub type OpenSinkFn = Box<dyn FnMut(&Path) -> std::io::Result<RecordSink> + Send>;
 
+/// Creates a new file; an existing one is left alone (`AlreadyExists`), so a
+/// restarted relay can never truncate the recordings of an earlier run.
 fn open_file(path: &Path) -> std::io::Result<RecordSink> {
-    std::fs::File::create(path).map(RecordSink::new)
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map(RecordSink::new)
 }
+
+/// How many suffixed names (`~2`, `~3`, ...) are tried when a name is taken
+/// before the recording gives up with the `AlreadyExists` error.
+const MAX_NAME_CLASHES: u32 = 1000;
+
+/// Longest match-name part of a file name, in bytes (file systems allow 255
+/// per name; the rest is the time, the number and the suffix).
+const MAX_NAME_PART: usize = 64;
 
 /// Computes the rules hash a replay header needs from the match parameters.
 pub type RulesHashFn = fn(&MatchInfo) -> StateHash;
@@ -72,6 +97,7 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         RouterEvent::MatchStarted { id, .. }
         | RouterEvent::TurnClosed { id, .. }
         | RouterEvent::HashAgreed { id, .. }
+        | RouterEvent::HashDisputed { id, .. }
         | RouterEvent::Desync { id, .. }
         | RouterEvent::DesyncSections { id, .. }
         | RouterEvent::Dropped { id, .. }
@@ -90,22 +116,24 @@ pub struct Recorded {
     pub path: PathBuf,
     /// Turns recorded.
     pub turns: u32,
-    /// Whether a trailer was written (false: no agreed hash, file left recoverable).
+    /// Whether a trailer was written (false: no agreed or majority hash, file
+    /// left recoverable).
     pub finished: bool,
 }
 
 struct Recording {
     writer: Writer<RecordSink>,
     path: PathBuf,
-    last_agreed: Option<(Turn, StateHash)>,
+    /// The latest turn's agreed (or majority) hash: the trailer's final hash.
+    last_hash: Option<(Turn, StateHash)>,
     desync: Option<(Turn, Vec<(PlayerId, StateHash)>)>,
 }
 
-/// Records every match a router runs into `dir/<match>-<id>.lsr`.
+/// Records every match a router runs into
+/// `dir/<match>-<YYYYMMDD>T<HHMMSS>Z-<id>.lsr` (see the module docs).
 pub struct Recorder {
     dir: PathBuf,
     rules: RulesHashFn,
-    start_unix_ms: fn() -> u64,
     open: OpenSinkFn,
     live: BTreeMap<MatchId, Recording>,
     /// Matches whose recording failed: their later events are ignored.
@@ -124,15 +152,12 @@ impl std::fmt::Debug for Recorder {
     }
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn file_name(info: &MatchInfo, id: MatchId) -> String {
-    let clean: String = info
-        .match_name
+/// The file name of match `id` started at `unix_ms`; `clash` > 1 is the
+/// suffix used when the plain name is taken. The match name is reduced to
+/// ASCII letters, digits, `-` and `_` (no separators, no `..`, no hidden
+/// files) and bounded in length, so any name a client sends is a safe file name.
+fn file_name(match_name: &str, unix_ms: u64, id: MatchId, clash: u32) -> String {
+    let mut clean: String = match_name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -141,8 +166,23 @@ fn file_name(info: &MatchInfo, id: MatchId) -> String {
                 '_'
             }
         })
+        .take(MAX_NAME_PART)
         .collect();
-    format!("{clean}-{}.lsr", id.0)
+    if clean.is_empty() {
+        clean.push_str("match");
+    }
+    // "2026-11-22 15:42:03 UTC" -> "20261122T154203Z" (no ':' for Windows).
+    let digits: String = replays::format::utc_string(unix_ms)
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let (date, time) = digits.split_at(digits.len().saturating_sub(6));
+    let suffix = if clash > 1 {
+        format!("~{clash}")
+    } else {
+        String::new()
+    };
+    format!("{clean}-{date}T{time}Z-{}{suffix}.lsr", id.0)
 }
 
 impl Recorder {
@@ -152,7 +192,6 @@ impl Recorder {
         Ok(Self {
             dir: dir.to_owned(),
             rules,
-            start_unix_ms: unix_ms,
             open: Box::new(open_file),
             live: BTreeMap::new(),
             failed: BTreeSet::new(),
@@ -180,11 +219,17 @@ impl Recorder {
         self.live.len()
     }
 
-    /// Records one event; returns the recording when a match ends. The first
-    /// storage error of a match is returned once; that match's recording is
-    /// then abandoned (the file keeps every turn written before the error)
-    /// and its later events are ignored.
-    pub fn handle(&mut self, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
+    /// Records one event that happened at wall-clock time `unix_ms` (Unix
+    /// milliseconds, read by the driver: it becomes the header's start time
+    /// and part of the file name); returns the recording when a match ends.
+    /// The first storage error of a match is returned once; that match's
+    /// recording is then abandoned (the file keeps every turn written before
+    /// the error) and its later events are ignored.
+    pub fn handle(
+        &mut self,
+        unix_ms: u64,
+        ev: &RouterEvent,
+    ) -> Result<Option<Recorded>, ReplayError> {
         let id = event_match(ev);
         if self.failed.contains(&id) {
             if matches!(ev, RouterEvent::MatchEnded { .. }) {
@@ -192,7 +237,7 @@ impl Recorder {
             }
             return Ok(None);
         }
-        match self.record(ev) {
+        match self.record(unix_ms, ev) {
             Ok(r) => Ok(r),
             Err(e) => {
                 self.errors += 1;
@@ -211,7 +256,32 @@ impl Recorder {
         self.live.get(&id).map(|r| r.path.as_path())
     }
 
-    fn record(&mut self, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
+    /// Creates the replay file of a match under the first free name.
+    fn create(
+        &mut self,
+        info: &MatchInfo,
+        unix_ms: u64,
+        id: MatchId,
+    ) -> Result<(PathBuf, RecordSink), ReplayError> {
+        let mut clash = 1;
+        loop {
+            let path = self
+                .dir
+                .join(file_name(&info.match_name, unix_ms, id, clash));
+            match (self.open)(&path) {
+                Ok(sink) => return Ok((path, sink)),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AlreadyExists
+                        && clash < MAX_NAME_CLASHES =>
+                {
+                    clash += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn record(&mut self, unix_ms: u64, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
         match ev {
             RouterEvent::MatchStarted { id, info } => {
                 let header = Header {
@@ -232,17 +302,16 @@ impl Recorder {
                         })
                         .collect(),
                     match_name: info.match_name.clone(),
-                    start_time_unix_ms: (self.start_unix_ms)(),
+                    start_time_unix_ms: unix_ms,
                 };
-                let path = self.dir.join(file_name(info, *id));
-                let sink = (self.open)(&path)?;
+                let (path, sink) = self.create(info, unix_ms, *id)?;
                 let writer = Writer::new(sink, &header, DEFAULT_SYNC)?;
                 self.live.insert(
                     *id,
                     Recording {
                         writer,
                         path,
-                        last_agreed: None,
+                        last_hash: None,
                         desync: None,
                     },
                 );
@@ -257,7 +326,23 @@ impl Recorder {
             RouterEvent::HashAgreed { id, turn, hash } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.writer.record_hash(*turn, *hash)?;
-                    r.last_agreed = Some((*turn, *hash));
+                    r.last_hash = Some((*turn, *hash));
+                }
+            }
+            RouterEvent::HashDisputed {
+                id,
+                turn,
+                majority,
+                dissent,
+            } => {
+                if let Some(r) = self.live.get_mut(id) {
+                    // The majority's hash is the turn's hash record, so the
+                    // file keeps one hash per turn and verifies against it.
+                    if let Some(hash) = majority {
+                        r.writer.record_hash(*turn, *hash)?;
+                        r.last_hash = Some((*turn, *hash));
+                    }
+                    r.writer.record_dispute(*turn, *majority, dissent)?;
                 }
             }
             RouterEvent::Desync {
@@ -301,7 +386,7 @@ impl Recorder {
                 if let Some((t, hashes)) = r.desync.take() {
                     r.writer.record_desync(t, &hashes, &[])?;
                 }
-                let finished = if let Some((turn, hash)) = r.last_agreed {
+                let finished = if let Some((turn, hash)) = r.last_hash {
                     r.writer.finish(turn, hash)?;
                     true
                 } else {
@@ -318,5 +403,150 @@ impl Recorder {
             RouterEvent::PeerReport { .. } => {}
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+    use super::*;
+    use lockstep::proto::{EndReason, PlayerInfo as ProtoPlayer};
+    use sim::MatchSetup;
+
+    /// 2026-11-22 02:30:00 UTC.
+    const T0: u64 = 1_795_314_600_000;
+
+    fn info(name: &str) -> MatchInfo {
+        MatchInfo {
+            match_name: name.into(),
+            game_id: "toy".into(),
+            game_version: 1,
+            rules_hash: StateHash([3; 32]),
+            setup: MatchSetup {
+                seed: 1,
+                players: 2,
+                ticks_per_turn: 2,
+            },
+            turn_length_us: 100_000,
+            players: (0..2)
+                .map(|i| ProtoPlayer {
+                    id: PlayerId(i),
+                    name: format!("p{i}"),
+                })
+                .collect(),
+            input_delay: 3,
+            first_turn: Turn(0),
+            last_turn: Some(Turn(1)),
+        }
+    }
+
+    /// A whole two-turn match of match number `id`.
+    fn a_match(id: u64, name: &str) -> Vec<RouterEvent> {
+        let id = MatchId(id);
+        let mut evs = vec![RouterEvent::MatchStarted {
+            id,
+            info: info(name),
+        }];
+        for t in 0..2 {
+            evs.push(RouterEvent::TurnClosed {
+                id,
+                turn: Turn(t),
+                inputs: vec![(PlayerId(0), vec![1, 2, 3])],
+                missing: Vec::new(),
+            });
+            evs.push(RouterEvent::HashAgreed {
+                id,
+                turn: Turn(t),
+                hash: StateHash([10 + t as u8; 32]),
+            });
+        }
+        evs.push(RouterEvent::MatchEnded {
+            id,
+            turn: Some(Turn(1)),
+            reason: EndReason::Completed,
+        });
+        evs
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("recorder-unit-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn record_all(rec: &mut Recorder, unix_ms: u64, evs: &[RouterEvent]) -> Recorded {
+        let mut done = None;
+        for e in evs {
+            if let Some(r) = rec.handle(unix_ms, e).unwrap() {
+                done = Some(r);
+            }
+        }
+        done.unwrap()
+    }
+
+    #[test]
+    fn file_names_carry_time_and_number_and_are_safe() {
+        assert_eq!(
+            file_name("duel", T0, MatchId(7), 1),
+            "duel-20261122T023000Z-7.lsr"
+        );
+        assert_eq!(
+            file_name("../../etc/passwd", T0, MatchId(1), 3),
+            "______etc_passwd-20261122T023000Z-1~3.lsr"
+        );
+        assert_eq!(
+            file_name("", 0, MatchId(1), 1),
+            "match-19700101T000000Z-1.lsr"
+        );
+        let long = file_name(&"é".repeat(500), T0, MatchId(1), 1);
+        assert!(long.len() < 100, "{long}");
+    }
+
+    #[test]
+    fn an_existing_file_is_never_overwritten() {
+        let dir = scratch("clash");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Files a previous run may have left: the old naming scheme's name and
+        // the name this run picks first.
+        let taken = [
+            dir.join("g-1.lsr"),
+            dir.join(file_name("g", T0, MatchId(1), 1)),
+        ];
+        for p in &taken {
+            std::fs::write(p, b"an earlier recording").unwrap();
+        }
+        let mut rec = Recorder::new(&dir, |i| i.rules_hash).unwrap();
+        let done = record_all(&mut rec, T0, &a_match(1, "g"));
+        for p in &taken {
+            assert_eq!(std::fs::read(p).unwrap(), b"an earlier recording");
+        }
+        assert!(!taken.contains(&done.path));
+        assert_eq!(done.path, dir.join(file_name("g", T0, MatchId(1), 2)));
+        let (header, summary) = replays::Reader::open(&done.path).unwrap().scan().unwrap();
+        assert!(summary.is_complete(), "{summary}");
+        // The time the driver passed in is the header's start time.
+        assert_eq!(header.start_time_unix_ms, T0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_second_recorder_on_the_same_directory_keeps_the_first_runs_files() {
+        let dir = scratch("restart");
+        // Same match numbers, same match name, same second: a relay restarted at once.
+        let first = record_all(
+            &mut Recorder::new(&dir, |i| i.rules_hash).unwrap(),
+            T0,
+            &a_match(1, "g"),
+        );
+        let before = std::fs::read(&first.path).unwrap();
+        let second = record_all(
+            &mut Recorder::new(&dir, |i| i.rules_hash).unwrap(),
+            T0,
+            &a_match(1, "g"),
+        );
+        assert_ne!(first.path, second.path);
+        assert_eq!(std::fs::read(&first.path).unwrap(), before);
+        assert!(second.finished);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

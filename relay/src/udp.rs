@@ -102,6 +102,14 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Milliseconds since the Unix epoch, from the wall clock (0 if the clock is
+/// before 1970).
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// What the relay driver reports to its caller, event by event.
 #[derive(Debug)]
 pub enum RelayNote<'a> {
@@ -259,7 +267,8 @@ pub fn serve_with(
         while let Some(ev) = router.poll_event() {
             note(RelayNote::Event(&ev));
             if let Some(rec) = recorder.as_mut() {
-                match rec.handle(&ev) {
+                // The recorder reads no clock: the wall-clock time comes from here.
+                match rec.handle(unix_now_ms(), &ev) {
                     Ok(Some(done)) => note(RelayNote::Recorded(&done)),
                     Ok(None) => {}
                     Err(e) => note(RelayNote::RecordError(e.to_string())),

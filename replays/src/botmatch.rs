@@ -32,6 +32,12 @@ pub struct RecordOptions {
     pub drop: Option<(PlayerId, Turn)>,
     /// Corrupt the recorder's world after this turn (a desync the replay will show).
     pub perturb_at: Option<Turn>,
+    /// The relay's view of a desync: this player's world is corrupted after
+    /// this turn while the recorder's (the majority's) is not. From then on
+    /// every hash record is the majority's and a dispute record names the
+    /// player's own hash; the first one also gets a desync record with the
+    /// differing sections, as the relay records them. Use with `hash_lag` 0.
+    pub dissent_from: Option<(PlayerId, Turn)>,
     /// fsync policy of the writer.
     pub sync: SyncPolicy,
 }
@@ -50,6 +56,7 @@ impl Default for RecordOptions {
             delay: None,
             drop: None,
             perturb_at: None,
+            dissent_from: None,
             sync: SyncPolicy::AtFinish,
         }
     }
@@ -82,6 +89,10 @@ pub fn record_bot_match<W: Sink>(
     }
     let mut bots = sim::scenarios::bots(&world, opts.bot_seed, opts.apm);
     let mut hashes: Vec<StateHash> = Vec::new();
+    // The dissenting player's own world and its hashes, once it diverged.
+    let mut odd_world: Option<World> = None;
+    let mut first_desync: Option<Vec<(PlayerId, StateHash)>> = None;
+    let mut desync_sections: Vec<String> = Vec::new();
     let mut stamped: Vec<Stamped<Command>> = Vec::new();
     for t in 0..opts.turns {
         let turn = Turn(t);
@@ -110,12 +121,39 @@ pub fn record_bot_match<W: Sink>(
             stamped.extend(sim::decode_commands::<Command>(*p, bytes).unwrap_or_default());
         }
         world.step(turn, &stamped);
+        if let Some(odd) = odd_world.as_mut() {
+            odd.step(turn, &stamped);
+        }
         if opts.perturb_at == Some(turn) {
             world.perturb(t);
         }
+        if let Some((odd_player, at)) = opts.dissent_from
+            && at == turn
+        {
+            let mut odd = world.clone();
+            odd.perturb(t);
+            let sections =
+                crate::verify::compare_sections(&world.section_hashes(), &odd.section_hashes());
+            let mut all: Vec<(PlayerId, StateHash)> = (0..setup.players)
+                .map(|p| (PlayerId(p), world.state_hash()))
+                .collect();
+            if let Some(slot) = all.iter_mut().find(|(p, _)| *p == odd_player) {
+                slot.1 = odd.state_hash();
+            }
+            desync_sections = sections.into_iter().map(|s| s.name).collect();
+            first_desync = Some(all);
+            odd_world = Some(odd);
+        }
         let hash = world.state_hash();
         hashes.push(hash);
-        if t >= opts.hash_lag {
+        if let (Some(odd), Some((odd_player, _))) = (&odd_world, opts.dissent_from) {
+            w.record_hash(turn, hash)?;
+            w.record_dispute(turn, Some(hash), &[(odd_player, odd.state_hash())])?;
+            // The relay writes the first desync once its section probe is back.
+            if let Some(all) = first_desync.take() {
+                w.record_desync(turn, &all, &desync_sections)?;
+            }
+        } else if t >= opts.hash_lag {
             let ht = t - opts.hash_lag;
             w.record_hash(Turn(ht), hashes[ht as usize])?;
         }

@@ -55,5 +55,24 @@ pub fn all() -> Vec<(&'static str, World, RecordOptions)> {
                 ..RecordOptions::default()
             },
         ),
+        // A relay's recording of a desynced match: player 2 diverged after
+        // turn 60; every later turn has the majority's hash and a dispute
+        // record (record kind 11), the first one also a desync record.
+        (
+            "relay_dispute_3p.replay",
+            World::new(&MatchSetup {
+                seed: 14,
+                players: 3,
+                ticks_per_turn: DEFAULT_TICKS_PER_TURN,
+            }),
+            RecordOptions {
+                turns: 100,
+                keyframe_every: 0,
+                bot_seed: 14,
+                dissent_from: Some((PlayerId(2), Turn(60))),
+                match_name: "golden dispute".into(),
+                ..RecordOptions::default()
+            },
+        ),
     ]
 }

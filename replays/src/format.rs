@@ -209,6 +209,18 @@ pub enum Record {
         /// Names of the sections known to differ (may be empty).
         sections: Vec<String>,
     },
+    /// Hash reports for `turn` disagreed (written by the relay for every such
+    /// turn, next to the majority's [`Record::Hash`]).
+    Dispute {
+        /// The turn.
+        turn: Turn,
+        /// The hash a strict majority of the reporters had (also recorded as
+        /// the turn's hash record); `None` when there was no majority.
+        majority: Option<StateHash>,
+        /// Each player outside the majority with its hash; every reporter
+        /// when there was no majority.
+        dissent: Vec<(PlayerId, StateHash)>,
+    },
     /// A player left or was dropped; from `turn` on they send nothing.
     Drop {
         /// The player.
@@ -275,6 +287,8 @@ pub mod kind {
     pub const TRAILER: u8 = 9;
     /// [`super::Record::Start`]
     pub const START: u8 = 10;
+    /// [`super::Record::Dispute`]
+    pub const DISPUTE: u8 = 11;
 }
 
 /// Name of a record kind byte, for messages and `replay export`.
@@ -291,6 +305,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::KEYFRAME_INDEX => "keyframe_index",
         kind::TRAILER => "trailer",
         kind::START => "start",
+        kind::DISPUTE => "dispute",
         _ => "unknown",
     }
 }
@@ -332,6 +347,7 @@ impl Record {
             Self::KeyframeIndex(_) => kind::KEYFRAME_INDEX,
             Self::Trailer { .. } => kind::TRAILER,
             Self::Start { .. } => kind::START,
+            Self::Dispute { .. } => kind::DISPUTE,
         }
     }
 
@@ -342,6 +358,7 @@ impl Record {
             Self::Turn { turn, .. }
             | Self::Hash { turn, .. }
             | Self::Desync { turn, .. }
+            | Self::Dispute { turn, .. }
             | Self::Drop { turn, .. }
             | Self::Keyframe { turn, .. } => Some(*turn),
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
@@ -377,6 +394,11 @@ impl Record {
                 hashes,
                 sections,
             } => postcard::to_io(&(turn, hashes, sections), &mut *out),
+            Self::Dispute {
+                turn,
+                majority,
+                dissent,
+            } => postcard::to_io(&(turn, majority, dissent), &mut *out),
             Self::Drop { player, turn } => postcard::to_io(&(player, turn), &mut *out),
             Self::DelayChange { delay, from_turn } => {
                 postcard::to_io(&(delay, from_turn), &mut *out)
@@ -447,6 +469,14 @@ impl Record {
                     turn,
                     hashes,
                     sections,
+                }
+            }
+            kind::DISPUTE => {
+                let (turn, majority, dissent) = exact(payload).map_err(bad)?;
+                Self::Dispute {
+                    turn,
+                    majority,
+                    dissent,
                 }
             }
             kind::DROP => {
@@ -594,6 +624,16 @@ mod tests {
                 turn: Turn(4),
                 hashes: vec![(PlayerId(1), h)],
                 sections: vec!["units".into()],
+            },
+            Record::Dispute {
+                turn: Turn(4),
+                majority: Some(h),
+                dissent: vec![(PlayerId(1), StateHash([8; 32]))],
+            },
+            Record::Dispute {
+                turn: Turn(5),
+                majority: None,
+                dissent: vec![(PlayerId(0), h), (PlayerId(1), StateHash([8; 32]))],
             },
             Record::Drop {
                 player: PlayerId(1),

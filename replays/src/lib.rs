@@ -47,6 +47,14 @@
 //! | 8 | keyframe index | list of (turn, byte offset, hash), written by `finish` |
 //! | 9 | trailer | final turn, final hash, number of turn records |
 //! | 10 | start | hash, snapshot of the world before turn 0, for a match that starts from a scenario rather than `Simulation::new(setup)` |
+//! | 11 | dispute | turn, majority hash (optional), list of (player, hash) of the players outside the majority (every reporter when there is none) |
+//!
+//! Kind 11 was added within version 1: files without it read as before; a
+//! build older than it refuses a file holding one as an unknown record kind.
+//! The relay writes, for every turn whose hash reports disagreed, the
+//! majority's hash as the turn's hash record (so verification and the
+//! trailer follow the majority) plus a dispute record; the first desync of a
+//! match also gets a desync record with the differing sections.
 //!
 //! Rules: a start record, if any, comes before the first turn; turn records strictly increase; a hash record may come after later
 //! turns (the peers agree on a hash after the relay closed further turns);
@@ -109,5 +117,5 @@ pub use error::ReplayError;
 pub use format::{FORMAT_VERSION, Header, KeyframeEntry, PlayerInfo, Record};
 pub use reader::{Ending, ReadSummary, Reader};
 pub use seek::{ReindexReport, Seeked, reindex, seek};
-pub use verify::{Divergence, Progress, SectionDiff, VerifyReport, verify};
+pub use verify::{Divergence, Progress, RecordedDesync, SectionDiff, VerifyReport, verify};
 pub use writer::{DEFAULT_SYNC, Sink, SyncPolicy, Writer};

@@ -55,8 +55,10 @@ pub struct ReadSummary {
     pub last_hash: Option<(Turn, StateHash)>,
     /// Keyframe records read.
     pub keyframes: u32,
-    /// Desync records read.
+    /// Desync records read (the first desync of a match, with its sections).
     pub desyncs: u32,
+    /// Dispute records read: turns whose hash reports disagreed.
+    pub disputes: u32,
     /// Drop records read.
     pub drops: u32,
     /// Delay-change records read.
@@ -222,6 +224,7 @@ impl<R: Read> Reader<R> {
                 last_hash: None,
                 keyframes: 0,
                 desyncs: 0,
+                disputes: 0,
                 drops: 0,
                 delay_changes: 0,
                 started: false,
@@ -421,6 +424,7 @@ impl<R: Read> Reader<R> {
             }
             Record::Keyframe { .. } => s.keyframes += 1,
             Record::Desync { .. } => s.desyncs += 1,
+            Record::Dispute { .. } => s.disputes += 1,
             Record::Drop { .. } => s.drops += 1,
             Record::DelayChange { .. } => s.delay_changes += 1,
             Record::KeyframeIndex(_) => {}

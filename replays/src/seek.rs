@@ -187,6 +187,11 @@ pub fn reindex<S: Simulation, R: Read, W: Sink>(
                 rp.begin_from(&snapshot, hash)?;
                 w.record_start(&snapshot, hash)?;
             }
+            Record::Dispute {
+                turn,
+                majority,
+                dissent,
+            } => w.record_dispute(turn, majority, &dissent)?,
             Record::Drop { player, turn } => w.record_drop(player, turn)?,
             Record::DelayChange { delay, from_turn } => w.record_delay_change(delay, from_turn)?,
             Record::Trailer {

@@ -1,6 +1,7 @@
 //! Re-simulation of a replay: [`verify()`] steps a fresh world through every
 //! recorded turn and compares every recorded hash, reporting the first
-//! divergence with the sections that differ.
+//! divergence with the sections that differ, and lists the desyncs the
+//! recording holds (turns whose players' hashes disagreed during the match).
 
 use crate::Record;
 use crate::error::ReplayError;
@@ -65,6 +66,114 @@ pub struct Divergence {
     pub sections_turn: Option<Turn>,
 }
 
+/// A turn whose players reported different hashes during the match, as the
+/// recording holds it (from its dispute record, and for the first desync also
+/// its desync record with the differing sections).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedDesync {
+    /// The turn.
+    pub turn: Turn,
+    /// The hash a strict majority reported (the one verification checks);
+    /// `None` when there was none.
+    pub majority: Option<StateHash>,
+    /// The odd players and their hashes; every reporter when there was no majority.
+    pub dissent: Vec<(PlayerId, StateHash)>,
+    /// Sections known to differ (recorded for the first desync only).
+    pub sections: Vec<String>,
+}
+
+impl RecordedDesync {
+    /// From a desync record alone (files written before dispute records
+    /// existed): the majority is worked out from the listed hashes.
+    fn from_desync(turn: Turn, hashes: &[(PlayerId, StateHash)], sections: Vec<String>) -> Self {
+        let majority = hashes
+            .iter()
+            .map(|(_, h)| *h)
+            .find(|h| hashes.iter().filter(|(_, x)| x == h).count() * 2 > hashes.len());
+        Self {
+            turn,
+            majority,
+            dissent: hashes
+                .iter()
+                .filter(|(_, h)| majority != Some(*h))
+                .copied()
+                .collect(),
+            sections,
+        }
+    }
+}
+
+impl RecordedDesync {
+    /// The players outside the majority (every reporter when there was none).
+    #[must_use]
+    pub fn odd_players(&self) -> Vec<PlayerId> {
+        self.dissent.iter().map(|(p, _)| *p).collect()
+    }
+}
+
+/// Collects the desyncs of a recording from its dispute and desync records.
+#[derive(Debug, Default)]
+struct DesyncLog(BTreeMap<Turn, RecordedDesync>);
+
+impl DesyncLog {
+    fn note(&mut self, record: Record) {
+        match record {
+            Record::Desync {
+                turn,
+                hashes,
+                sections,
+            } => {
+                if let Some(d) = self.0.get_mut(&turn) {
+                    d.sections = sections;
+                } else {
+                    self.0
+                        .insert(turn, RecordedDesync::from_desync(turn, &hashes, sections));
+                }
+            }
+            Record::Dispute {
+                turn,
+                majority,
+                dissent,
+            } => {
+                // A dispute record is the authority on who was odd; a desync
+                // record of the same turn only adds its sections.
+                let sections = self.0.remove(&turn).map(|d| d.sections).unwrap_or_default();
+                self.0.insert(
+                    turn,
+                    RecordedDesync {
+                        turn,
+                        majority,
+                        dissent,
+                        sections,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn into_list(self) -> Vec<RecordedDesync> {
+        self.0.into_values().collect()
+    }
+}
+
+/// Reads a whole recording (without re-simulating) and lists the desyncs it
+/// holds, for `replay info`; a damaged file is read up to its last intact record.
+pub fn recorded_desyncs<R: Read>(
+    mut reader: Reader<R>,
+) -> Result<(Header, ReadSummary, Vec<RecordedDesync>), ReplayError> {
+    let mut log = DesyncLog::default();
+    let header = reader.header().clone();
+    for item in reader.by_ref() {
+        match item {
+            Ok(r) => log.note(r),
+            Err(e) if e.is_damage() => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((header, reader.summary().clone(), log.into_list()))
+}
+
 /// The outcome of [`verify()`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyReport {
@@ -80,8 +189,8 @@ pub struct VerifyReport {
     pub keyframes_checked: u32,
     /// Player inputs that did not decode and counted as empty.
     pub rejected_inputs: u32,
-    /// Turns with a recorded desync.
-    pub recorded_desyncs: Vec<Turn>,
+    /// Turns with a recorded desync, in turn order (each turn once).
+    pub recorded_desyncs: Vec<RecordedDesync>,
     /// Hash of the re-simulated world after the last turn.
     pub final_hash: Option<StateHash>,
     /// The first disagreement, if any.
@@ -91,10 +200,19 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    /// True only when every recorded hash matched and the file is complete and undamaged.
+    /// True only when every recorded hash matched and the file is complete
+    /// and undamaged. Recorded desyncs do not count against it: the hash
+    /// records of a desynced turn are the majority's; see [`Self::clean`].
     #[must_use]
     pub fn verified(&self) -> bool {
         self.first_divergence.is_none() && self.summary.is_complete()
+    }
+
+    /// True when the recording is verified and holds no desync: every player
+    /// agreed on every turn.
+    #[must_use]
+    pub fn clean(&self) -> bool {
+        self.verified() && self.recorded_desyncs.is_empty()
     }
 }
 
@@ -296,7 +414,7 @@ pub fn verify<S: Simulation, R: Read>(
     // After the first divergence the world is wrong: simulate on only until a
     // keyframe has shown which sections differ, then just read to the end.
     let mut simulating = true;
-    let mut desync_sections: BTreeMap<Turn, Vec<String>> = BTreeMap::new();
+    let mut desyncs = DesyncLog::default();
 
     while let Some(item) = reader.next() {
         let record = match item {
@@ -369,10 +487,7 @@ pub fn verify<S: Simulation, R: Read>(
                 }
             }
             Record::Start { hash, snapshot } => rp.begin_from(&snapshot, hash)?,
-            Record::Desync { turn, sections, .. } => {
-                report.recorded_desyncs.push(turn);
-                desync_sections.insert(turn, sections);
-            }
+            r @ (Record::Desync { .. } | Record::Dispute { .. }) => desyncs.note(r),
             Record::Trailer {
                 final_turn,
                 final_hash,
@@ -400,7 +515,7 @@ pub fn verify<S: Simulation, R: Read>(
     report.final_hash = report.last_turn.and_then(|t| lookup(&computed, t));
     if let Some(d) = report.first_divergence.as_mut()
         && d.sections.is_empty()
-        && let Some(names) = desync_sections.get(&d.turn)
+        && let Some(names) = desyncs.0.get(&d.turn).map(|x| &x.sections)
     {
         d.sections = names
             .iter()
@@ -412,6 +527,7 @@ pub fn verify<S: Simulation, R: Read>(
             .collect();
         d.sections_turn = Some(d.turn);
     }
+    report.recorded_desyncs = desyncs.into_list();
     report.summary = reader.summary().clone();
     Ok(report)
 }

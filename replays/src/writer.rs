@@ -171,6 +171,23 @@ impl<W: Sink> Writer<W> {
         })
     }
 
+    /// Records that the hash reports for `turn` disagreed: the majority's
+    /// hash (`None`: no majority) and each dissenting player's hash. Write
+    /// the majority hash with [`Writer::record_hash`] too: verification and
+    /// the trailer use hash records.
+    pub fn record_dispute(
+        &mut self,
+        turn: Turn,
+        majority: Option<StateHash>,
+        dissent: &[(PlayerId, StateHash)],
+    ) -> Result<(), ReplayError> {
+        self.record(&Record::Dispute {
+            turn,
+            majority,
+            dissent: dissent.to_vec(),
+        })
+    }
+
     /// Records that `player` left; from `turn` on they send nothing.
     pub fn record_drop(&mut self, player: PlayerId, turn: Turn) -> Result<(), ReplayError> {
         self.record(&Record::Drop { player, turn })

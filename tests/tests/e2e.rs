@@ -168,12 +168,26 @@ fn a_forced_desync_is_reported_at_its_turn_naming_the_peer_and_sections() {
     assert_eq!(sections.len(), 1, "{sections:?}");
     assert_eq!(sections[0]["turn"], at);
     assert!(!sections[0]["sections"].as_array().unwrap().is_empty());
-    // The relay's replay records the disagreement and re-simulates to the
-    // majority's hashes.
-    let (_, report) = replay_verify(&path);
-    assert_eq!(
-        report["recorded_desyncs"],
-        serde_json::json!([at]),
+    // The relay's replay records the disagreement on every turn from `at` on
+    // and re-simulates to the majority's hashes: verify exits 3.
+    let (code, report) = replay_verify(&path);
+    assert_eq!(code, Some(3), "{report:#}");
+    assert_eq!(report["verified"], true, "{report:#}");
+    let recorded = report["recorded_desyncs"].as_array().unwrap();
+    assert_eq!(recorded[0]["turn"], at, "{report:#}");
+    // One entry per turn from `at` (40) on (the very last turns may end unjudged
+    // when the match ends before their hashes arrive).
+    let listed: Vec<u64> = recorded
+        .iter()
+        .map(|d| d["turn"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = (40..).take(listed.len()).collect();
+    assert_eq!(listed, expected, "{report:#}");
+    assert!(listed.len() > 30, "{report:#}");
+    assert!(
+        recorded
+            .iter()
+            .all(|d| d["odd_players"] == serde_json::json!([odd])),
         "{report:#}"
     );
     let _ = std::fs::remove_dir_all(&dir);

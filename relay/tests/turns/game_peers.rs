@@ -84,6 +84,9 @@ fn game_peers(
     (peers.iter().map(|p| p.summary(now)).collect(), events)
 }
 
+/// The wall-clock time the tests hand the recorder (the driver's job).
+const T0_UNIX_MS: u64 = 1_795_314_600_000;
+
 /// Records `events` with the relay's recorder and verifies the replay by re-simulation.
 fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
     let dir = std::env::temp_dir().join(format!("turns-test-{}-{tag}", std::process::id()));
@@ -91,7 +94,7 @@ fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport
         relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
     let mut done = None;
     for e in events {
-        if let Some(r) = rec.handle(e).unwrap() {
+        if let Some(r) = rec.handle(T0_UNIX_MS, e).unwrap() {
             done = Some(r);
         }
     }
@@ -127,6 +130,86 @@ fn game_peers_summaries_agree_and_report_a_forced_desync() {
         assert_eq!(s.desyncs[0].odd_players, vec![odd]);
         assert!(!s.desyncs[0].sections.is_empty());
     }
+}
+
+/// After a desync the relay keeps recording: every turn has a hash record
+/// (the majority's), every desynced turn a dispute record naming the odd
+/// player and its hash, the trailer holds the last turn's majority hash, and
+/// verification lists every desynced turn.
+#[test]
+fn a_desynced_match_is_recorded_turn_by_turn() {
+    let (peers, events) = game_peers(3, 80, Some((1, 40)));
+    let odd = sim::PlayerId(peers[1].player.unwrap());
+    let honest = peers[0].final_hash.clone().unwrap();
+    assert_eq!(peers[2].final_hash.as_deref(), Some(honest.as_str()));
+    let dir = std::env::temp_dir().join(format!("turns-test-{}-disputed", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut rec =
+        relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
+    let mut done = None;
+    for e in &events {
+        if let Some(r) = rec.handle(T0_UNIX_MS, e).unwrap() {
+            done = Some(r);
+        }
+    }
+    let done = done.unwrap();
+    assert!(done.finished);
+    let records: Vec<replays::Record> = replays::Reader::open(&done.path)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let hashed: std::collections::BTreeSet<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            replays::Record::Hash { turn, .. } => Some(turn.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hashed, (0..80).collect(), "a hash record for every turn");
+    let disputed: Vec<(u32, Vec<sim::PlayerId>)> = records
+        .iter()
+        .filter_map(|r| match r {
+            replays::Record::Dispute {
+                turn,
+                majority: Some(_),
+                dissent,
+            } => Some((turn.0, dissent.iter().map(|(p, _)| *p).collect())),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<(u32, Vec<sim::PlayerId>)> = (40..80).map(|t| (t, vec![odd])).collect();
+    assert_eq!(disputed, expected);
+    let Some(replays::Record::Trailer {
+        final_turn,
+        final_hash,
+        ..
+    }) = records.last()
+    else {
+        panic!("no trailer");
+    };
+    assert_eq!(final_turn.0, 79);
+    assert_eq!(
+        final_hash.to_hex(),
+        honest,
+        "the trailer holds the majority's last hash"
+    );
+
+    let report =
+        replays::verify::<sim::game::World, _>(replays::Reader::open(&done.path).unwrap(), |_| {})
+            .unwrap();
+    assert!(report.verified(), "{report:?}");
+    assert!(!report.clean());
+    assert!(report.hashes_checked >= 80);
+    let turns: Vec<u32> = report.recorded_desyncs.iter().map(|d| d.turn.0).collect();
+    assert_eq!(turns, (40..80).collect::<Vec<_>>());
+    assert!(
+        report
+            .recorded_desyncs
+            .iter()
+            .all(|d| d.odd_players() == [odd])
+    );
+    assert!(!report.recorded_desyncs[0].sections.is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A sink that accepts `cap` bytes and then fails like a full disk.
@@ -174,7 +257,10 @@ fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanl
                 cap: 4096,
             }))
         }));
-    let errors = events.iter().filter(|e| rec.handle(e).is_err()).count();
+    let errors = events
+        .iter()
+        .filter(|e| rec.handle(T0_UNIX_MS, e).is_err())
+        .count();
     assert_eq!(errors, 1, "the failure is reported once");
     assert_eq!(rec.errors(), 1);
     assert_eq!(rec.live(), 0);
@@ -190,7 +276,7 @@ fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanl
     std::fs::write(&dir, b"not a directory").unwrap();
     let errors: Vec<String> = events
         .iter()
-        .filter_map(|e| rec.handle(e).err().map(|e| e.to_string()))
+        .filter_map(|e| rec.handle(T0_UNIX_MS, e).err().map(|e| e.to_string()))
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(rec.errors(), 1);

@@ -75,3 +75,48 @@ fn udp_demo_survives_a_crashed_peer_and_records_the_drop() {
     }
     assert!(r.replay.verified);
 }
+
+/// Two relays, one after the other, recording into one directory (the same
+/// match name and match number, as after a restart): both recordings survive
+/// intact and verify.
+#[test]
+fn a_restarted_relay_keeps_the_previous_runs_recordings() {
+    let dir = std::env::temp_dir().join(format!("turns-demo-{}-restart", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = relay::demo::DemoConfig {
+        peers: 2,
+        turns: 30,
+        relay: RelayConfig {
+            turn_length: Duration::from_millis(20),
+            silence_timeout: Duration::from_millis(3000),
+            ..RelayConfig::default()
+        },
+        impair: None,
+        record_dir: dir.clone(),
+        seed: 5,
+        apm: 600,
+        desync: None,
+        peer_impair: Vec::new(),
+        vanish: None,
+    };
+    let first = relay::demo::run(&config, |_| {}).unwrap();
+    let first_path = first.replay.path.clone().unwrap();
+    assert!(first.replay.verified, "{}", first.table());
+    let first_bytes = std::fs::read(&first_path).unwrap();
+    let second = relay::demo::run(&config, |_| {}).unwrap();
+    let second_path = second.replay.path.clone().unwrap();
+    assert!(second.replay.verified, "{}", second.table());
+    assert_ne!(first_path, second_path);
+    assert_eq!(std::fs::read(&first_path).unwrap(), first_bytes);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        let (_, s) = replays::Reader::open(f).unwrap().scan().unwrap();
+        assert!(s.is_complete() && s.turns == 30, "{}: {s}", f.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

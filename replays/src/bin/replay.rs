@@ -1,13 +1,16 @@
 //! `replay`: inspect, verify, diff, seek into and export replay files of the
 //! reference game (`sim::game::World`).
 //!
-//! Exit codes: 0 success (verified / identical), 1 divergence, damaged file
-//! or any other failure, 2 bad usage.
+//! Exit codes: 0 success (verified with no desync recorded / identical), 1
+//! divergence, damaged file or any other failure, 2 bad usage, 3 (`verify`)
+//! the recorded (majority) hashes verify but the recording holds desyncs.
 
 use clap::{Parser, Subcommand};
 use replays::reader::group_thousands;
 use replays::verify::DivergenceSource;
-use replays::{Ending, Header, ReadSummary, Reader, Record, ReplayError, VerifyReport};
+use replays::{
+    Ending, Header, ReadSummary, Reader, Record, RecordedDesync, ReplayError, VerifyReport,
+};
 use serde_json::{Value, json};
 use sim::game::World;
 use sim::{PlayerId, Simulation, StateHash, Turn};
@@ -23,7 +26,7 @@ type Game = World;
     name = "replay",
     version,
     about = "Inspect, verify, diff and seek into lockstep replay files",
-    after_help = "Exit codes: 0 success, 1 divergence / damaged file / difference / error, 2 bad usage."
+    after_help = "Exit codes: 0 success, 1 divergence / damaged file / difference / error, 2 bad usage, 3 (verify) hashes verify but the recording holds desyncs."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -40,7 +43,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Re-simulate the match and check every recorded hash.
+    /// Re-simulate the match, check every recorded hash (the majority's on a
+    /// desynced turn) and list the desyncs the recording holds (exit 3).
     Verify {
         /// The replay file.
         file: PathBuf,
@@ -99,7 +103,11 @@ fn main() -> ExitCode {
             file,
             json,
             print_hashes,
-        } => verify(&file, json, print_hashes),
+        } => match verify(&file, json, print_hashes) {
+            // Verified, but the players disagreed during the match.
+            Ok(Verified::WithDesyncs) => return ExitCode::from(3),
+            other => other.map(|v| v == Verified::Clean),
+        },
         Command::Diff { a, b, json } => diff(&a, &b, json),
         Command::State { file, turn, json } => state(&file, Turn(turn), json),
         Command::Export { file } => export(&file),
@@ -173,8 +181,66 @@ fn final_hash(s: &ReadSummary) -> Option<(Turn, StateHash, &'static str)> {
         .or_else(|| s.last_hash.map(|(t, h)| (t, h, "last recorded hash")))
 }
 
+/// `"P1, P2"`, or `"none (no majority: P0, P1 differ)"` style text for a desync.
+fn odd_text(d: &RecordedDesync) -> String {
+    let players: Vec<String> = d.odd_players().iter().map(ToString::to_string).collect();
+    if d.majority.is_some() {
+        format!("odd {}", players.join(", "))
+    } else {
+        format!("no majority ({} differ)", players.join(", "))
+    }
+}
+
+fn desync_json(d: &RecordedDesync) -> Value {
+    json!({
+        "turn": d.turn.0,
+        "majority": hash_opt(d.majority),
+        "odd_players": d.odd_players().iter().map(|p| p.0).collect::<Vec<_>>(),
+        "dissent": d.dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
+        "sections": d.sections,
+    })
+}
+
+/// Prints the recorded desyncs as text: runs of consecutive turns with the
+/// same odd players on one line each, sections where they were recorded.
+fn print_desyncs(list: &[RecordedDesync]) {
+    let mut i = 0;
+    while let Some(first) = list.get(i) {
+        let odd = odd_text(first);
+        let mut end = i;
+        while list
+            .get(end + 1)
+            .is_some_and(|n| n.turn.0 == list[end].turn.0 + 1 && odd_text(n) == odd)
+        {
+            end += 1;
+        }
+        let last = &list[end];
+        let span = if end == i {
+            format!("turn {}", first.turn)
+        } else {
+            format!(
+                "turns {}..={} ({} turns)",
+                first.turn,
+                last.turn,
+                end - i + 1
+            )
+        };
+        println!("  {span}: {odd}");
+        for d in &list[i..=end] {
+            if !d.sections.is_empty() {
+                println!(
+                    "    differing sections at turn {}: {}",
+                    d.turn,
+                    d.sections.join(", ")
+                );
+            }
+        }
+        i = end + 1;
+    }
+}
+
 fn info(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
-    let (h, s) = open(path)?.scan()?;
+    let (h, s, desyncs) = replays::verify::recorded_desyncs(open(path)?)?;
     let turns = s.last_turn.map_or(0, |t| u64::from(t.0) + 1);
     let game_us = turns * h.turn_length_us;
     let fin = final_hash(&s);
@@ -200,6 +266,8 @@ fn info(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
             "hashes": s.hashes,
             "keyframes": s.keyframes,
             "desyncs": s.desyncs,
+            "disputed_turns": s.disputes,
+            "recorded_desyncs": desyncs.iter().map(desync_json).collect::<Vec<_>>(),
             "drops": s.drops,
             "delay_changes": s.delay_changes,
             "start_state": s.started,
@@ -249,13 +317,25 @@ fn info(path: &Path, as_json: bool) -> Result<bool, ReplayError> {
         _ => println!("turns:       none"),
     }
     println!("duration:    {} of game time", clock(game_us));
+    let disputed = if s.disputes > 0 {
+        format!(" ({} disputed turns)", s.disputes)
+    } else {
+        String::new()
+    };
     println!(
-        "records:     {} hashes, {} keyframes, {} desyncs, {} drops, {} delay changes",
+        "records:     {} hashes, {} keyframes, {} desyncs{disputed}, {} drops, {} delay changes",
         s.hashes, s.keyframes, s.desyncs, s.drops, s.delay_changes
     );
     match fin {
         Some((t, hash, from)) => println!("final hash:  {hash} (turn {t}, {from})"),
         None => println!("final hash:  none recorded"),
+    }
+    if !desyncs.is_empty() {
+        println!(
+            "desyncs:     players disagreed on {} turns (hash records hold the majority's hash):",
+            desyncs.len()
+        );
+        print_desyncs(&desyncs);
     }
     println!("status:      {s}");
     Ok(true)
@@ -302,7 +382,18 @@ fn hash_opt(h: Option<StateHash>) -> Value {
     h.map_or(Value::Null, |h| Value::String(h.to_hex()))
 }
 
-fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, ReplayError> {
+/// How `replay verify` ended (failures are `Ok(Failed)` or an error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verified {
+    /// Every recorded hash matches and no desync is recorded (exit 0).
+    Clean,
+    /// Every recorded (majority) hash matches, but desyncs are recorded (exit 3).
+    WithDesyncs,
+    /// A divergence, or an incomplete or damaged file (exit 1).
+    Failed,
+}
+
+fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<Verified, ReplayError> {
     let mut turn_hashes: Vec<(Turn, StateHash)> = Vec::new();
     let mut run = || -> Result<VerifyReport, ReplayError> {
         let total = std::fs::metadata(path)?.len();
@@ -327,11 +418,16 @@ fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, Replay
                 "error": e.to_string(),
             });
             println!("{out:#}");
-            return Ok(false);
+            return Ok(Verified::Failed);
         }
         Err(e) => return Err(e),
     };
     let ok = report.verified();
+    let outcome = match (ok, report.recorded_desyncs.is_empty()) {
+        (false, _) => Verified::Failed,
+        (true, true) => Verified::Clean,
+        (true, false) => Verified::WithDesyncs,
+    };
     if as_json {
         let div = report.first_divergence.as_ref().map(|d| {
             json!({
@@ -356,7 +452,8 @@ fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, Replay
             "hashes_unchecked": report.hashes_unchecked,
             "keyframes_checked": report.keyframes_checked,
             "rejected_inputs": report.rejected_inputs,
-            "recorded_desyncs": report.recorded_desyncs.iter().map(|t| t.0).collect::<Vec<_>>(),
+            "clean": outcome == Verified::Clean,
+            "recorded_desyncs": report.recorded_desyncs.iter().map(desync_json).collect::<Vec<_>>(),
             "first_divergence": div,
             "file_status": status_json(&report.summary),
         });
@@ -368,7 +465,7 @@ fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, Replay
             map.insert("turn_hashes".into(), Value::Array(list));
         }
         println!("{out:#}");
-        return Ok(ok);
+        return Ok(outcome);
     }
     for (t, h) in &turn_hashes {
         println!("turn {t}: {h}");
@@ -384,18 +481,18 @@ fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, Replay
         println!("hash after turn {t}: {h}");
     }
     if !report.recorded_desyncs.is_empty() {
-        let turns: Vec<String> = report
-            .recorded_desyncs
-            .iter()
-            .map(ToString::to_string)
-            .collect();
         println!(
-            "desyncs recorded during the match at turns {}",
-            turns.join(", ")
+            "desyncs recorded during the match: players disagreed on {} turns",
+            report.recorded_desyncs.len()
         );
+        print_desyncs(&report.recorded_desyncs);
     }
     println!("file: {}", report.summary);
     match &report.first_divergence {
+        None if outcome == Verified::WithDesyncs => println!(
+            "VERIFIED WITH DESYNCS: every recorded hash matches (the majority's on the {} desynced turns), but the players disagreed",
+            report.recorded_desyncs.len()
+        ),
         None if ok => println!("VERIFIED: every recorded hash matches"),
         None => println!("NOT VERIFIED: the hashes present match, but the file is incomplete"),
         Some(d) => {
@@ -426,7 +523,7 @@ fn verify(path: &Path, as_json: bool, print_hashes: bool) -> Result<bool, Replay
             }
         }
     }
-    Ok(ok)
+    Ok(outcome)
 }
 
 const fn source_name(s: DivergenceSource) -> &'static str {
@@ -612,6 +709,15 @@ fn record_json(offset: u64, r: &Record) -> Value {
             "turn": turn.0,
             "hashes": hashes.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
             "sections": sections,
+        }),
+        Record::Dispute {
+            turn,
+            majority,
+            dissent,
+        } => json!({
+            "turn": turn.0,
+            "majority": hash_opt(*majority),
+            "dissent": dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
         }),
         Record::Drop { player, turn } => json!({"player": player.0, "turn": turn.0}),
         Record::DelayChange { delay, from_turn } => {

@@ -38,6 +38,7 @@ fn info_snapshots() {
         "peer_skirmish_2p.replay",
         "relay_economy_4p.replay",
         "peer_desync_3p.replay",
+        "relay_dispute_3p.replay",
     ] {
         let (code, out, _) = run(&["info".as_ref(), data(name).as_os_str()]);
         assert_eq!(code, 0);
@@ -57,13 +58,16 @@ fn verify_json_snapshots_and_exit_codes() {
         ("economy", data("relay_economy_4p.replay"), 0),
         ("desync", data("peer_desync_3p.replay"), 1),
         ("torn_economy", torn, 1),
+        ("dispute", data("relay_dispute_3p.replay"), 3),
     ] {
         let (code, out, err) = run(&["verify".as_ref(), "--json".as_ref(), path.as_os_str()]);
         assert_eq!(code, expected_code, "{label}: {out}");
         // Not a terminal: no progress bar on stderr.
         assert!(err.is_empty(), "{label}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["verified"], expected_code == 0);
+        // Exit 3: the (majority) hashes verify, but desyncs are recorded.
+        assert_eq!(v["verified"], expected_code != 1);
+        assert_eq!(v["clean"], expected_code == 0);
         insta::assert_snapshot!(format!("verify_json_{label}"), out);
     }
 }
@@ -108,6 +112,31 @@ fn verify_text_names_the_divergence() {
     let (code, out, _) = run(&["verify".as_ref(), data("peer_desync_3p.replay").as_os_str()]);
     assert_eq!(code, 1);
     insta::assert_snapshot!("verify_text_desync", out);
+}
+
+#[test]
+fn verify_text_lists_recorded_desyncs_and_exits_3() {
+    let (code, out, _) = run(&[
+        "verify".as_ref(),
+        data("relay_dispute_3p.replay").as_os_str(),
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("turns 60..=99 (40 turns): odd P2"), "{out}");
+    assert!(out.contains("VERIFIED WITH DESYNCS"), "{out}");
+    insta::assert_snapshot!("verify_text_dispute", out);
+    // The same turns in `info --json`, one entry per turn.
+    let (code, out, _) = run(&[
+        "info".as_ref(),
+        "--json".as_ref(),
+        data("relay_dispute_3p.replay").as_os_str(),
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let list = v["recorded_desyncs"].as_array().unwrap();
+    assert_eq!(list.len(), 40);
+    assert_eq!(list[0]["turn"], 60);
+    assert_eq!(list[0]["odd_players"], serde_json::json!([2]));
+    assert!(!list[0]["sections"].as_array().unwrap().is_empty());
 }
 
 #[test]

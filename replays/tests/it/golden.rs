@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 pub const SKIRMISH: &[u8] = include_bytes!("../data/peer_skirmish_2p.replay");
 pub const ECONOMY: &[u8] = include_bytes!("../data/relay_economy_4p.replay");
 pub const DESYNC: &[u8] = include_bytes!("../data/peer_desync_3p.replay");
+/// A relay's recording of a desynced match, with dispute records (kind 11).
+pub const DISPUTE: &[u8] = include_bytes!("../data/relay_dispute_3p.replay");
 
 fn records(bytes: &[u8]) -> Vec<Record> {
     Reader::from_bytes(bytes)
@@ -25,6 +27,7 @@ fn golden_v1_files_read_completely() {
         (SKIRMISH, 300, 2, 3),
         (ECONOMY, 240, 4, 0),
         (DESYNC, 200, 3, 4),
+        (DISPUTE, 100, 3, 0),
     ] {
         let r = Reader::from_bytes(bytes).unwrap();
         assert_eq!(r.version(), 1);
@@ -40,8 +43,9 @@ fn golden_v1_files_read_completely() {
 #[test]
 fn writer_reproduces_the_golden_bytes() {
     // The writer and the sim are deterministic: the same recipe gives the same file.
-    for ((name, world, opts), golden) in
-        fixtures::all().into_iter().zip([SKIRMISH, ECONOMY, DESYNC])
+    for ((name, world, opts), golden) in fixtures::all()
+        .into_iter()
+        .zip([SKIRMISH, ECONOMY, DESYNC, DISPUTE])
     {
         let (bytes, _) = record_bot_match(Vec::new(), world, &opts).unwrap();
         assert!(
@@ -58,6 +62,7 @@ fn golden_recordings_verify_and_the_desync_is_found() {
         assert!(report.verified(), "{report:?}");
     }
     let report = verify::<World, _>(Reader::from_bytes(DESYNC).unwrap(), |_| {}).unwrap();
+    assert!(report.recorded_desyncs.is_empty());
     let d = report.first_divergence.unwrap();
     assert_eq!(d.turn, Turn(110));
     assert_eq!(d.sections_turn, Some(Turn(150)));
@@ -216,5 +221,33 @@ fn bit_flips_across_a_golden_file_are_located() {
             }
         }
         bytes[pos] ^= bit;
+    }
+}
+
+#[test]
+fn a_relay_recording_of_a_desync_verifies_against_the_majority_and_lists_every_disputed_turn() {
+    let (_, summary) = Reader::from_bytes(DISPUTE).unwrap().scan().unwrap();
+    assert_eq!(
+        (summary.hashes, summary.disputes, summary.desyncs),
+        (100, 40, 1)
+    );
+    let report = verify::<World, _>(Reader::from_bytes(DISPUTE).unwrap(), |_| {}).unwrap();
+    assert!(report.verified(), "{report:?}");
+    assert!(!report.clean());
+    assert_eq!(
+        report.hashes_checked, 101,
+        "100 hash records and the trailer"
+    );
+    let turns: Vec<u32> = report.recorded_desyncs.iter().map(|d| d.turn.0).collect();
+    assert_eq!(turns, (60..100).collect::<Vec<_>>());
+    for d in &report.recorded_desyncs {
+        assert_eq!(d.odd_players(), [PlayerId(2)]);
+        assert!(d.majority.is_some());
+        assert_eq!(d.sections.is_empty(), d.turn != Turn(60), "{d:?}");
+    }
+    // The clean goldens record no desync.
+    for bytes in [SKIRMISH, ECONOMY] {
+        let report = verify::<World, _>(Reader::from_bytes(bytes).unwrap(), |_| {}).unwrap();
+        assert!(report.clean());
     }
 }
