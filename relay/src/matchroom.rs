@@ -432,7 +432,9 @@ impl MatchRoom {
 
     /// Transport-measured link figures for a player (fed to the delay choice).
     pub(crate) fn link_stats(&mut self, player: PlayerId, rtt: Duration, jitter: Duration) {
-        if let Phase::Running(g) = &mut self.phase {
+        if let Phase::Running(g) = &mut self.phase
+            && g.slots.get(usize::from(player.0)).is_some_and(Slot::live)
+        {
             g.delay
                 .sample(usize::from(player.0), rtt + jitter.saturating_mul(2));
         }
@@ -481,6 +483,11 @@ impl MatchRoom {
         for p in 0..g.slots.len() {
             let slot = &g.slots[p];
             if slot.live() && now.saturating_since(slot.last_heard) >= config.silence_timeout {
+                // The router forgets the connection's seat too, so nothing it
+                // sends (or the transport measures) reaches the match again.
+                if let Some(conn) = slot.conn {
+                    out.detached.push(conn);
+                }
                 g.drop_player(
                     PlayerId(u8::try_from(p).unwrap_or(u8::MAX)),
                     DropReason::Timeout,

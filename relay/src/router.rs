@@ -82,6 +82,9 @@ pub(crate) struct Outbox {
     pub(crate) msgs: VecDeque<(ConnId, Delivery, Vec<u8>)>,
     pub(crate) events: VecDeque<RouterEvent>,
     pub(crate) counters: RouterCounters,
+    /// Connections a match let go of (a player dropped by silence): the
+    /// router clears their seat so they no longer reach the match.
+    pub(crate) detached: Vec<ConnId>,
 }
 
 impl Outbox {
@@ -448,6 +451,11 @@ impl Router {
 
     /// Removes a match that ended and detaches its connections (they may join again).
     fn reap(&mut self, id: MatchId) {
+        for conn in std::mem::take(&mut self.out.detached) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.room = None;
+            }
+        }
         let Some(m) = self.matches.get(&id) else {
             return;
         };

@@ -473,3 +473,63 @@ fn the_worst_bundle_hostile_players_can_force_is_delivered() {
     let c = w.router.counters();
     assert_eq!(c.inputs_over_budget, 8 * 19, "{c:?}");
 }
+
+/// A player dropped by the silence timeout is let go by the router too:
+/// what its connection sends is refused as out of state, and the link
+/// figures the transport still measures for it (here a 2 s RTT) no longer
+/// feed the match's input delay. (Only `Leave` cleared the seat, so a
+/// dropped player's bad link kept raising everyone's delay.)
+#[test]
+fn a_player_dropped_by_silence_no_longer_reaches_the_match() {
+    let config = RelayConfig::default();
+    let silence = config.silence_timeout;
+    let mut r = Router::new(config);
+    let t0 = Instant::from_millis(10);
+    start(&mut r, t0, 2, 0);
+    let mut dropped_at = None;
+    let mut delays_after = Vec::new();
+    let mut now = t0;
+    for k in 0..150u32 {
+        now += Duration::from_millis(100);
+        // Player 0 plays: an input for a turn ahead, and a good link.
+        let input = ToRelay::Input {
+            turn: Turn(k + 3),
+            commands: vec![],
+        };
+        r.handle_message(now, ConnId(0), &input.to_bytes());
+        r.handle_link_stats(ConnId(0), Duration::from_millis(10), Duration::ZERO, 0.0);
+        if dropped_at.is_some() {
+            r.handle_link_stats(ConnId(1), Duration::from_secs(2), Duration::ZERO, 0.0);
+        }
+        r.handle_timeout(now);
+        for e in std::iter::from_fn(|| r.poll_event()) {
+            match e {
+                RouterEvent::Dropped { reason, .. } => {
+                    assert_eq!(reason, relay::DropReason::Timeout);
+                    dropped_at = Some(now);
+                }
+                RouterEvent::DelayChanged { delay, .. } if dropped_at.is_some() => {
+                    delays_after.push(delay);
+                }
+                _ => {}
+            }
+        }
+    }
+    let dropped_at = dropped_at.expect("player 1 dropped");
+    assert!(dropped_at >= t0 + silence);
+    assert!(
+        delays_after.iter().all(|&d| d <= 3),
+        "a dropped player's link raised the delay: {delays_after:?}"
+    );
+    let bad = r.counters().bad_state;
+    r.handle_message(
+        now,
+        ConnId(1),
+        &ToRelay::Hash {
+            turn: Turn(1),
+            hash: StateHash([1; 32]),
+        }
+        .to_bytes(),
+    );
+    assert_eq!(r.counters().bad_state, bad + 1);
+}
