@@ -474,7 +474,7 @@ impl Router {
             id
         } else {
             if self.matches.len() >= self.config.limits.max_matches {
-                let detail = format!("{} matches", self.config.limits.max_matches);
+                let detail = format!("match limit {} reached", self.config.limits.max_matches);
                 self.reject(conn, join, RejectReason::RelayFull, Some(detail), None);
                 return;
             }

@@ -404,7 +404,7 @@ fn a_full_relay_refuses_matches_and_connections_with_its_reason() {
     );
     assert_eq!(s.rejected[0], None);
     s.assert_refused(1, RejectReason::RelayFull);
-    assert_eq!(s.joins[0].detail.as_deref(), Some("1 matches"));
+    assert_eq!(s.joins[0].detail.as_deref(), Some("match limit 1 reached"));
     // Over the router's connection limit: told why, then closed.
     s.assert_refused(2, RejectReason::RelayFull);
     assert_eq!(s.ended[2], Some(DisconnectReason::Remote));
