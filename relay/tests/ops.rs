@@ -248,7 +248,8 @@ fn sigterm_after_grace_ends_matches_finalises_replays_and_exits_zero() {
 fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
     let dir = scratch("grace");
     let mut relay = Relay::start(&dir, &["--grace-s", "60"]);
-    let mut peers = Peers::start(&relay.addr, "g", 2, 60);
+    // 120 turns of 50 ms: the late peers below have seconds to join while it runs.
+    let mut peers = Peers::start(&relay.addr, "g", 2, 120);
     relay.wait_for(|v| v["event"] == "match_started");
     relay.wait_for(turn_closed_at_least(10));
     relay.signal("-TERM");
@@ -308,7 +309,7 @@ fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
     assert_eq!(files.len(), 1);
     let (_, summary) = Reader::open(&files[0]).unwrap().scan().unwrap();
     assert_eq!(summary.ending, Ending::Complete);
-    assert_eq!(summary.last_turn.map(|t| t.0), Some(59));
+    assert_eq!(summary.last_turn.map(|t| t.0), Some(119));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
