@@ -203,11 +203,33 @@ impl Router {
             .map(|(id, _)| *id)
             .collect();
         for id in lobbies {
-            if let Some(m) = self.matches.get_mut(&id) {
-                m.shut_down(&self.config, &mut self.out);
-            }
-            self.reap(id);
+            self.shut_down(id);
         }
+    }
+
+    /// Ends match `id` for a shutdown; a lobby's members are refused with
+    /// `ShuttingDown` (by the room) and reported for the log here.
+    fn shut_down(&mut self, id: MatchId) {
+        let Some(m) = self.matches.get_mut(&id) else {
+            return;
+        };
+        if !m.is_running() {
+            let name = m.name.clone();
+            for (&conn, c) in &self.conns {
+                if c.room == Some((id, None)) {
+                    self.refusals.push_back(JoinRefusal {
+                        conn,
+                        addr: c.addr,
+                        match_name: name.clone(),
+                        reason: RejectReason::ShuttingDown,
+                        detail: None,
+                        token: None,
+                    });
+                }
+            }
+        }
+        m.shut_down(&self.config, &mut self.out);
+        self.reap(id);
     }
 
     /// Ends every match now (grace period over): players get `MatchEnd`, and
@@ -216,10 +238,7 @@ impl Router {
         self.draining = true;
         let ids: Vec<MatchId> = self.matches.keys().copied().collect();
         for id in ids {
-            if let Some(m) = self.matches.get_mut(&id) {
-                m.shut_down(&self.config, &mut self.out);
-            }
-            self.reap(id);
+            self.shut_down(id);
         }
     }
 
