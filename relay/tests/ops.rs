@@ -143,13 +143,14 @@ fn wait_bounded(child: &mut Child) -> ExitStatus {
 
 struct Peers(Vec<Child>);
 
-/// Waits for a peer that the relay is expected to refuse: its exit code and
-/// its stderr. Bounded: its `--timeout-s` is below `BOUND`.
-fn refused_peer_output(child: Child) -> (Option<i32>, String) {
+/// Waits for a peer that the relay is expected to refuse: its exit code,
+/// its stderr and its stdout. Bounded: its `--timeout-s` is below `BOUND`.
+fn refused_peer_output(child: Child) -> (Option<i32>, String, String) {
     let out = child.wait_with_output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
     )
 }
 
@@ -268,7 +269,7 @@ fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
         })
         .collect();
     for c in late {
-        let (code, stderr) = refused_peer_output(c);
+        let (code, stderr, _) = refused_peer_output(c);
         assert_eq!(code, Some(5), "{stderr}");
         assert_eq!(
             refusal_line(&stderr),
@@ -426,20 +427,25 @@ fn token_mode_relay_admits_token_holders_in_their_slots_and_refuses_others() {
     // exits 5 (long before its timeout), and the relay logs each refusal.
     let stranger = token_peer(&relay.addr, 9, None, 30);
     let astray = token_peer(&relay.addr, 8, Some(&elsewhere), 30);
-    for (child, text, code) in [
+    for (child, text, code, variant) in [
         (
             stranger,
             "the relay requires a join token and none was given",
             "token_missing",
+            "TokenMissing",
         ),
         (
             astray,
             "the join token is for another match (the token admits match \"elsewhere\")",
             "wrong_match",
+            "WrongMatch",
         ),
     ] {
-        let (exit, stderr) = refused_peer_output(child);
+        let (exit, stderr, stdout) = refused_peer_output(child);
         assert_eq!(exit, Some(5), "{stderr}");
+        let summary: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(summary["refused"]["reason"], variant, "{summary}");
+        assert!(summary["player"].is_null(), "{summary}");
         assert_eq!(refusal_line(&stderr), Some(text), "{stderr}");
         let logged = relay.seen_or_wait(|v| v["event"] == "join_refused" && v["reason"] == code);
         assert_eq!(logged["text"], text.split(" (").next().unwrap(), "{logged}");
