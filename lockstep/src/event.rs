@@ -1,6 +1,6 @@
 //! What a [`Session`](crate::session::Session) reports to the game loop.
 
-use crate::proto::{EndReason, PlayerInfo};
+use crate::proto::{EndReason, PlayerInfo, RejectReason};
 use sim::{MatchSetup, PlayerId, StateHash, Turn};
 
 /// Something the game loop must react to, polled with `Session::poll_event`.
@@ -13,10 +13,13 @@ pub enum Event {
         /// Slots to fill.
         slots: u8,
     },
-    /// The relay refused to let this peer join.
+    /// The relay refused this peer: at the transport handshake (see
+    /// `Session::handle_denied`) or its join. The session has ended.
     Rejected {
-        /// Why.
-        reason: String,
+        /// Why, typed; `Display` gives the line to show a human.
+        reason: RejectReason,
+        /// Optional specifics the relay added.
+        detail: Option<String>,
     },
     /// The match started: build the world from `setup`.
     Started {

@@ -67,6 +67,11 @@ impl PeerGlue {
                 ClientEvent::Disconnected(reason) => {
                     self.connected = false;
                     self.disconnected = Some(reason);
+                    // A denied handshake is a refusal like a rejected join:
+                    // the session reports it typed, with its reason.
+                    if let DisconnectReason::Denied(d) = reason {
+                        session.handle_denied(d.into());
+                    }
                 }
             }
         }

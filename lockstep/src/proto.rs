@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sim::{MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Stamped, StateHash, Turn};
 use std::fmt;
 
+mod reject;
+pub use reject::RejectReason;
+
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
 pub const PROTOCOL_VERSION: u8 = 1;
 /// Largest encoded message accepted: the largest bundle the relay can build
@@ -20,7 +23,7 @@ pub const PROTOCOL_VERSION: u8 = 1;
 pub const MAX_MESSAGE_LEN: usize = 96 * 1024;
 /// Longest match, player, game or section name.
 pub const MAX_NAME_LEN: usize = 64;
-/// Longest free-text reason (rejections, match end).
+/// Longest free-text reason (a rejection's detail, match end).
 pub const MAX_REASON_LEN: usize = 160;
 /// Most command chunks one player may put in one turn's input.
 pub const MAX_INPUT_CHUNKS: usize = 16;
@@ -239,10 +242,12 @@ pub enum ToPeer {
         /// Slots to fill.
         slots: u8,
     },
-    /// The join was refused.
+    /// The join was refused; the connection may be closed after it.
     Rejected {
-        /// Why.
-        reason: String,
+        /// Why, typed so the client can act on it.
+        reason: RejectReason,
+        /// Optional specifics for humans (at most [`MAX_REASON_LEN`] bytes).
+        detail: Option<String>,
     },
     /// The match starts.
     Start(Start),
@@ -454,7 +459,10 @@ impl ToPeer {
                 check_name(match_name, "match name")?;
                 check(*slots <= MAX_PLAYERS, "slots")
             }
-            Self::Rejected { reason } => check(reason.len() <= MAX_REASON_LEN, "reason"),
+            Self::Rejected { detail, .. } => check(
+                detail.as_ref().is_none_or(|d| d.len() <= MAX_REASON_LEN),
+                "reason detail",
+            ),
             Self::Start(s) => {
                 check_player(s.your_player)?;
                 check(
@@ -645,7 +653,8 @@ mod tests {
                 slots: 2,
             },
             ToPeer::Rejected {
-                reason: "full".into(),
+                reason: RejectReason::RelayFull,
+                detail: Some("64 matches".into()),
             },
             ToPeer::Start(Start {
                 your_player: PlayerId(1),

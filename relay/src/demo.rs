@@ -205,7 +205,9 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                         RelayNote::Event(e) => Note::Event(e.clone()),
                         RelayNote::Recorded(r) => Note::Recorded(r.clone()),
                         RelayNote::RecordError(e) => Note::RecordError(e),
-                        RelayNote::Draining { .. } | RelayNote::TokenRefused { .. } => return,
+                        RelayNote::Draining { .. }
+                        | RelayNote::Refused { .. }
+                        | RelayNote::RefusalsSuppressed { .. } => return,
                     };
                     let _ = note_tx.send(note);
                 },

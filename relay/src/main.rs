@@ -483,9 +483,22 @@ fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             Level::Error,
             serde_json::json!({ "event": "record_error", "error": e }),
         ),
-        RelayNote::TokenRefused { conn, reason } => (
+        RelayNote::Refused {
+            conn,
+            addr,
+            match_name,
+            reason,
+            detail,
+        } => (
             Level::Warn,
-            serde_json::json!({ "event": "token_refused", "conn": conn.0, "reason": format!("{reason:?}") }),
+            serde_json::json!({
+            "event": "join_refused", "conn": conn.map(|c| c.0), "addr": addr.to_string(),
+            "match": match_name, "reason": reason.code(), "text": reason.to_string(),
+            "detail": detail }),
+        ),
+        RelayNote::RefusalsSuppressed { count } => (
+            Level::Warn,
+            serde_json::json!({ "event": "refusals_suppressed", "count": count }),
         ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,

@@ -7,6 +7,7 @@ use crate::delay::DelayController;
 use crate::desync::{HashBook, Verdict, differing_sections};
 use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
 use crate::router::{ConnId, Outbox};
+use lockstep::proto::RejectReason;
 use lockstep::proto::{
     Bundle, DesyncReport, EndReason, Join, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES,
     MAX_INPUT_CHUNKS, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, PlayerInfo, Start,
@@ -198,18 +199,23 @@ impl MatchRoom {
     }
 
     /// Why `join` cannot enter this match, if it cannot.
-    pub(crate) fn refuse(&self, join: &Join) -> Option<&'static str> {
+    pub(crate) fn refuse(&self, join: &Join) -> Option<(RejectReason, Option<String>)> {
         if !matches!(self.phase, Phase::Lobby(_)) {
-            return Some("match already running");
+            return Some((RejectReason::MatchRunning, None));
         }
         if join.slots != self.slots {
-            return Some("slot count differs from the lobby's");
+            let d = format!(
+                "the lobby has {} slots, the join asked for {}",
+                self.slots, join.slots
+            );
+            return Some((RejectReason::SlotCountDiffers, Some(d)));
         }
         if join.game_id != self.game_id || join.game_version != self.game_version {
-            return Some("different game or game version");
+            let d = format!("the lobby plays {} v{}", self.game_id, self.game_version);
+            return Some((RejectReason::GameDiffers, Some(d)));
         }
         if join.rules_hash != self.rules_hash {
-            return Some("different rules hash");
+            return Some((RejectReason::RulesDiffer, None));
         }
         None
     }
@@ -542,7 +548,8 @@ impl MatchRoom {
                     out.send(
                         m.conn,
                         &ToPeer::Rejected {
-                            reason: "relay shutting down".into(),
+                            reason: RejectReason::ShuttingDown,
+                            detail: None,
                         },
                     );
                 }

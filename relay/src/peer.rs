@@ -5,7 +5,7 @@
 
 use lockstep::builder::{BuildError, SessionBuilder};
 use lockstep::event::Event;
-use lockstep::proto::{EndReason, decode_turn};
+use lockstep::proto::{EndReason, RejectReason, decode_turn};
 use lockstep::session::{Session, SessionStats};
 use lockstep::{Duration, Instant};
 use serde::Serialize;
@@ -41,6 +41,24 @@ pub struct DesyncSummary {
     pub odd_players: Vec<u8>,
     /// Differing sections, once the relay compared them.
     pub sections: Vec<String>,
+}
+
+/// The relay refused this peer (its handshake or its join).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PeerRefusal {
+    /// Why, typed.
+    pub reason: RejectReason,
+    /// Specifics the relay added, if any.
+    pub detail: Option<String>,
+}
+
+impl std::fmt::Display for PeerRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.detail {
+            Some(d) => write!(f, "{} ({d})", self.reason),
+            None => write!(f, "{}", self.reason),
+        }
+    }
 }
 
 /// Latency percentiles in milliseconds.
@@ -89,6 +107,8 @@ pub struct PeerSummary {
     pub completed: bool,
     /// Why the session ended early, if it did.
     pub error: Option<String>,
+    /// Why the relay refused this peer, if it did (`peer` then exits 5).
+    pub refused: Option<PeerRefusal>,
 }
 
 /// A session playing the reference game with a bot.
@@ -104,6 +124,7 @@ pub struct GamePeer {
     dropped: Vec<(u8, u32)>,
     completed: bool,
     error: Option<String>,
+    refused: Option<PeerRefusal>,
     /// Every event, for callers that want to log them.
     log: Vec<Event>,
     record: Option<PeerRecording>,
@@ -158,6 +179,7 @@ impl GamePeer {
             dropped: Vec::new(),
             completed: false,
             error: None,
+            refused: None,
             log: Vec::new(),
             record: None,
         })
@@ -336,7 +358,12 @@ impl GamePeer {
                 self.completed = *reason == EndReason::Completed;
                 self.close_recording();
             }
-            Event::Rejected { reason } => self.error = Some(format!("rejected: {reason}")),
+            Event::Rejected { reason, detail } => {
+                self.refused = Some(PeerRefusal {
+                    reason: *reason,
+                    detail: detail.clone(),
+                });
+            }
             _ => {}
         }
     }
@@ -383,6 +410,7 @@ impl GamePeer {
             dropped: self.dropped.clone(),
             completed: self.completed,
             error: self.error.clone(),
+            refused: self.refused.clone(),
         }
     }
 }

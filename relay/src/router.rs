@@ -10,7 +10,7 @@ use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
 use crate::limits::TokenBucket;
 use crate::matchroom::MatchRoom;
-use lockstep::proto::{Delivery, MAX_REASON_LEN, ToPeer, ToRelay};
+use lockstep::proto::{Delivery, MAX_REASON_LEN, RejectReason, ToPeer, ToRelay};
 use lockstep::token::{Refusal, TokenClaims};
 use lockstep::{Duration, Instant};
 use sim::PlayerId;
@@ -98,10 +98,30 @@ impl Outbox {
     }
 }
 
+/// A join the router refused: the peer got [`ToPeer::Rejected`] with the
+/// same reason; the driver logs it and, for a token refusal, closes the
+/// connection through `Server::refuse` (after that message is delivered).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JoinRefusal {
+    /// The refused connection.
+    pub conn: ConnId,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// The match the join named.
+    pub match_name: String,
+    /// Why.
+    pub reason: RejectReason,
+    /// Specifics sent along, if any.
+    pub detail: Option<String>,
+    /// The connection's join token does not admit this join: the transport
+    /// counts it and closes the connection. `None`: the connection stays
+    /// open (the peer may leave or join another match).
+    pub token: Option<Refusal>,
+}
+
 /// Where a connection is.
 #[derive(Debug)]
 struct Conn {
-    #[allow(dead_code)] // kept for logs and future per-address limits
     addr: SocketAddr,
     room: Option<(MatchId, Option<PlayerId>)>,
     bucket: TokenBucket,
@@ -121,8 +141,8 @@ pub struct Router {
     /// Set by [`Router::begin_drain`]: new joins are refused.
     draining: bool,
     out: Outbox,
-    /// Token refusals for the driver to pass to `Server::refuse`.
-    refusals: VecDeque<(ConnId, Refusal)>,
+    /// Refused joins for the driver (logs; token ones go to `Server::refuse`).
+    refusals: VecDeque<JoinRefusal>,
 }
 
 impl Router {
@@ -189,11 +209,33 @@ impl Router {
             .map(|(id, _)| *id)
             .collect();
         for id in lobbies {
-            if let Some(m) = self.matches.get_mut(&id) {
-                m.shut_down(&self.config, &mut self.out);
-            }
-            self.reap(id);
+            self.shut_down(id);
         }
+    }
+
+    /// Ends match `id` for a shutdown; a lobby's members are refused with
+    /// `ShuttingDown` (by the room) and reported for the log here.
+    fn shut_down(&mut self, id: MatchId) {
+        let Some(m) = self.matches.get_mut(&id) else {
+            return;
+        };
+        if !m.is_running() {
+            let name = m.name.clone();
+            for (&conn, c) in &self.conns {
+                if c.room == Some((id, None)) {
+                    self.refusals.push_back(JoinRefusal {
+                        conn,
+                        addr: c.addr,
+                        match_name: name.clone(),
+                        reason: RejectReason::ShuttingDown,
+                        detail: None,
+                        token: None,
+                    });
+                }
+            }
+        }
+        m.shut_down(&self.config, &mut self.out);
+        self.reap(id);
     }
 
     /// Ends every match now (grace period over): players get `MatchEnd`, and
@@ -202,10 +244,7 @@ impl Router {
         self.draining = true;
         let ids: Vec<MatchId> = self.matches.keys().copied().collect();
         for id in ids {
-            if let Some(m) = self.matches.get_mut(&id) {
-                m.shut_down(&self.config, &mut self.out);
-            }
-            self.reap(id);
+            self.shut_down(id);
         }
     }
 
@@ -218,7 +257,8 @@ impl Router {
     /// mode; `None` is the same as [`Router::handle_connected`]). Its Join
     /// must then name the token's match, and it plays in the token's slot;
     /// otherwise the join is refused, counted (`token_wrong_match`,
-    /// `token_wrong_slot`) and queued for [`Router::poll_refusal`].
+    /// `token_wrong_slot`) and queued for [`Router::poll_refusal`] with its
+    /// token refusal, so the driver closes the connection.
     /// False if the router refuses the connection (limit).
     pub fn handle_connected_with_claims(
         &mut self,
@@ -353,10 +393,11 @@ impl Router {
         self.out.msgs.pop_front()
     }
 
-    /// The next token refusal: the driver passes it to `Server::refuse`
-    /// (which counts it and closes the connection).
+    /// The next refused join, for the driver's log; one whose
+    /// [`JoinRefusal::token`] is set goes to `Server::refuse` (which counts
+    /// it and closes the connection after the `Rejected` message).
     #[must_use]
-    pub fn poll_refusal(&mut self) -> Option<(ConnId, Refusal)> {
+    pub fn poll_refusal(&mut self) -> Option<JoinRefusal> {
         self.refusals.pop_front()
     }
 
@@ -366,31 +407,66 @@ impl Router {
         self.out.events.pop_front()
     }
 
-    fn reject(&mut self, conn: ConnId, reason: &str) {
+    /// Refuses `join`: the peer gets the typed reason, the driver a [`JoinRefusal`].
+    fn reject(
+        &mut self,
+        conn: ConnId,
+        join: &lockstep::proto::Join,
+        reason: RejectReason,
+        detail: Option<String>,
+        token: Option<Refusal>,
+    ) {
         self.out.counters.joins_refused += 1;
-        let mut reason = reason.to_owned();
-        reason.truncate(MAX_REASON_LEN);
-        self.out.send(conn, &ToPeer::Rejected { reason });
+        let detail = detail.map(|mut d| {
+            // Cut at a char boundary: the limit is in bytes.
+            let mut end = d.len().min(MAX_REASON_LEN);
+            while !d.is_char_boundary(end) {
+                end -= 1;
+            }
+            d.truncate(end);
+            d
+        });
+        self.out.send(
+            conn,
+            &ToPeer::Rejected {
+                reason,
+                detail: detail.clone(),
+            },
+        );
+        let addr = self
+            .conns
+            .get(&conn)
+            .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.addr);
+        self.refusals.push_back(JoinRefusal {
+            conn,
+            addr,
+            match_name: join.match_name.clone(),
+            reason,
+            detail,
+            token,
+        });
     }
 
     /// Refuses a join its connection's token does not admit.
-    fn refuse_token(&mut self, conn: ConnId, refusal: Refusal) {
-        match refusal {
+    fn refuse_token(&mut self, conn: ConnId, join: &lockstep::proto::Join, refusal: Refusal) {
+        let detail = match refusal {
             Refusal::WrongMatch => {
                 self.out.counters.token_wrong_match += 1;
-                self.reject(conn, "join token is for another match");
+                let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
+                granted.map(|c| format!("the token admits match {:?}", c.match_name))
             }
             _ => {
                 self.out.counters.token_wrong_slot += 1;
-                self.reject(conn, "join token's slot is outside the match or taken");
+                let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
+                granted.map(|c| format!("the token admits slot {}", c.slot))
             }
-        }
-        self.refusals.push_back((conn, refusal));
+        };
+        self.reject(conn, join, refusal.into(), detail, Some(refusal));
     }
 
     fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
         if self.draining {
-            self.reject(conn, "relay shutting down");
+            self.reject(conn, join, RejectReason::ShuttingDown, None, None);
             return;
         }
         let slot = self
@@ -400,30 +476,31 @@ impl Router {
             .map(|c| (c.match_name != join.match_name, c.slot));
         if let Some((wrong_match, slot)) = slot {
             if wrong_match {
-                self.refuse_token(conn, Refusal::WrongMatch);
+                self.refuse_token(conn, join, Refusal::WrongMatch);
                 return;
             }
             if slot >= join.slots {
-                self.refuse_token(conn, Refusal::WrongSlot);
+                self.refuse_token(conn, join, Refusal::WrongSlot);
                 return;
             }
         }
         let slot = slot.map(|(_, s)| s);
         let id = if let Some(&id) = self.names.get(&join.match_name) {
-            if let Some(why) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
-                self.reject(conn, why);
+            if let Some((why, detail)) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
+                self.reject(conn, join, why, detail, None);
                 return;
             }
             if let Some(s) = slot
                 && !self.matches.get(&id).is_some_and(|m| m.slot_free(s))
             {
-                self.refuse_token(conn, Refusal::WrongSlot);
+                self.refuse_token(conn, join, Refusal::WrongSlot);
                 return;
             }
             id
         } else {
             if self.matches.len() >= self.config.limits.max_matches {
-                self.reject(conn, "relay is full");
+                let detail = format!("match limit {} reached", self.config.limits.max_matches);
+                self.reject(conn, join, RejectReason::RelayFull, Some(detail), None);
                 return;
             }
             let id = MatchId(self.next_match);
@@ -549,8 +626,19 @@ mod tests {
             let bytes: Vec<u8> = (0..len).map(|i| (x >> (i % 8)) as u8).collect();
             r.handle_message(now, ConnId((x % 3) as u32), &bytes);
         }
-        // A second join on a playing connection, and input far in the future.
+        let c = r.counters().clone();
+        assert!(c.decode_errors > 1000, "{c:?}");
+        assert_eq!(r.match_count(), 1);
+        // Each targeted action is counted by exactly its own counter: the
+        // garbage above may have bumped these already, so compare deltas.
+        now += Duration::from_secs(1);
+        // A second join on a playing connection.
         r.handle_message(now, ConnId(0), &join("again"));
+        let after_join = r.counters().clone();
+        assert_eq!(after_join.bad_state, c.bad_state + 1, "{after_join:?}");
+        assert_eq!(after_join.inputs_refused, c.inputs_refused);
+        assert_eq!(after_join.joins_refused, c.joins_refused);
+        // Input far in the future.
         r.handle_message(
             now,
             ConnId(1),
@@ -560,9 +648,9 @@ mod tests {
             }
             .to_bytes(),
         );
-        let c = r.counters();
-        assert!(c.decode_errors > 1000, "{c:?}");
-        assert!(c.bad_state >= 1 && c.inputs_refused >= 1, "{c:?}");
+        let after_input = r.counters();
+        assert_eq!(after_input.inputs_refused, c.inputs_refused + 1);
+        assert_eq!(after_input.bad_state, after_join.bad_state);
         assert_eq!(r.match_count(), 1);
     }
 
@@ -572,10 +660,24 @@ mod tests {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000));
         r.handle_connected(now, ConnId(9), addr);
         r.handle_message(now, ConnId(9), &join("late"));
-        let rejected = std::iter::from_fn(|| r.poll_outgoing()).any(|(c, _, b)| {
-            c == ConnId(9) && matches!(ToPeer::decode(&b), Ok(ToPeer::Rejected { .. }))
-        });
-        assert!(rejected);
+        let rejected: Vec<ToPeer> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(9))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .collect();
+        assert_eq!(
+            rejected,
+            vec![ToPeer::Rejected {
+                reason: RejectReason::MatchRunning,
+                detail: None
+            }]
+        );
         assert_eq!(r.counters().joins_refused, 1);
+        let logged = r.poll_refusal().unwrap();
+        assert_eq!(
+            (logged.conn, logged.addr, logged.reason, logged.token),
+            (ConnId(9), addr, RejectReason::MatchRunning, None)
+        );
+        assert_eq!(logged.match_name, "m");
+        assert_eq!(r.poll_refusal(), None);
     }
 }

@@ -3,9 +3,9 @@
 //! and each connection's link figures feed the input-delay choice. Sans-IO:
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
-use crate::router::{ConnId, Router};
+use crate::router::{ConnId, JoinRefusal, Router};
 use lockstep::peer_glue::channel;
-use lockstep::token::Refusal;
+use lockstep::proto::{RejectReason, ToPeer};
 use lockstep::transport::{Channel, SendError, Server, ServerEvent};
 use lockstep::{Duration, Instant};
 use std::collections::{BTreeMap, VecDeque};
@@ -21,8 +21,8 @@ pub struct RouterGlue {
     backlog: BTreeMap<ConnId, VecDeque<(Channel, Vec<u8>)>>,
     next_stats: Instant,
     dropped: u64,
-    /// Token refusals passed to the server since the last [`RouterGlue::take_refusals`].
-    refused: Vec<(ConnId, Refusal)>,
+    /// Refused joins (and connections) since the last [`RouterGlue::take_refusals`].
+    refused: Vec<JoinRefusal>,
 }
 
 impl RouterGlue {
@@ -38,9 +38,10 @@ impl RouterGlue {
         self.dropped
     }
 
-    /// Token refusals (wrong match, wrong slot) handed to `Server::refuse`
-    /// since the last call, for the driver's logs.
-    pub fn take_refusals(&mut self) -> Vec<(ConnId, Refusal)> {
+    /// Every join refused since the last call, for the driver's logs: the
+    /// router's (token ones were handed to `Server::refuse`) and connections
+    /// over the router's limit (`RelayFull`, closed after the message).
+    pub fn take_refusals(&mut self) -> Vec<JoinRefusal> {
         std::mem::take(&mut self.refused)
     }
 
@@ -63,7 +64,23 @@ impl RouterGlue {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
                     if !router.handle_connected_with_claims(now, conn, addr, claims) {
+                        // Say why before closing: the close delivers it first.
+                        let reason = RejectReason::RelayFull;
+                        let detail = Some("connection limit reached".to_owned());
+                        let msg = ToPeer::Rejected {
+                            reason,
+                            detail: detail.clone(),
+                        };
+                        let _ = server.send(conn, Channel::Reliable, &msg.to_bytes());
                         server.disconnect(conn, now);
+                        self.refused.push(JoinRefusal {
+                            conn,
+                            addr,
+                            match_name: String::new(),
+                            reason,
+                            detail,
+                            token: None,
+                        });
                     }
                 }
                 ServerEvent::Message { conn, bytes } => router.handle_message(now, conn, &bytes),
@@ -106,11 +123,14 @@ impl RouterGlue {
             }
         }
         self.backlog.retain(|_, q| !q.is_empty());
-        // Token refusals last, so the `Rejected` message is already handed over.
-        while let Some((conn, refusal)) = router.poll_refusal() {
-            self.backlog.remove(&conn);
-            server.refuse(conn, refusal, now);
-            self.refused.push((conn, refusal));
+        // Refusals last, so the `Rejected` message is already in the
+        // transport, which delivers it before the close.
+        while let Some(r) = router.poll_refusal() {
+            if let Some(refusal) = r.token {
+                self.backlog.remove(&r.conn);
+                server.refuse(r.conn, refusal, now);
+            }
+            self.refused.push(r);
         }
     }
 }

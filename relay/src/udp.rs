@@ -119,14 +119,28 @@ pub enum RelayNote<'a> {
     Recorded(&'a Recorded),
     /// Recording failed for a match (the match goes on; reported once per match).
     RecordError(String),
-    /// A connection's join was refused because its token does not admit it
-    /// (another match, or a slot outside the match or taken); the connection
-    /// was closed and the reason counted.
-    TokenRefused {
-        /// The connection.
-        conn: crate::router::ConnId,
+    /// A peer was refused, with the reason it was sent: its join (a token
+    /// for another match or slot, a running match, another game, a full or
+    /// draining relay, ...) or its handshake (a missing, expired, reused or
+    /// forged token, another protocol, a full server).
+    Refused {
+        /// The connection; `None` when the handshake was denied (no
+        /// connection was ever made).
+        conn: Option<crate::router::ConnId>,
+        /// The peer's address.
+        addr: SocketAddr,
+        /// The match its join named (`None` before any join).
+        match_name: Option<&'a str>,
         /// Why.
-        reason: lockstep::token::Refusal,
+        reason: lockstep::proto::RejectReason,
+        /// Specifics sent along, if any.
+        detail: Option<&'a str>,
+    },
+    /// More refusals than [`REFUSAL_NOTES_PER_SEC`] came in one second;
+    /// this many were counted (see the metrics) but not passed on one by one.
+    RefusalsSuppressed {
+        /// How many.
+        count: u64,
     },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
@@ -152,6 +166,45 @@ pub struct ServeOptions<'a> {
     /// holders of a join token sealed under the relay's key. In token mode
     /// the driver anchors the server's token clock to the wall clock.
     pub auth: AuthMode,
+}
+
+/// Most [`RelayNote::Refused`] per second: a flood of bad handshakes must
+/// not turn into a flood of log lines (the counters still count them all).
+pub const REFUSAL_NOTES_PER_SEC: u64 = 20;
+
+/// Caps refusal notes to [`REFUSAL_NOTES_PER_SEC`] per one-second window.
+#[derive(Default)]
+struct RefusalNotes {
+    window: Option<Instant>,
+    in_window: u64,
+    suppressed: u64,
+}
+
+impl RefusalNotes {
+    /// Whether to pass one more refusal on now; reports what a closed window suppressed.
+    fn allow(&mut self, now: Instant, note: &mut impl FnMut(RelayNote<'_>)) -> bool {
+        let fresh = self
+            .window
+            .is_none_or(|w| now.saturating_since(w) >= Duration::from_secs(1));
+        if fresh {
+            if self.suppressed > 0 {
+                note(RelayNote::RefusalsSuppressed {
+                    count: self.suppressed,
+                });
+            }
+            *self = Self {
+                window: Some(now),
+                ..Self::default()
+            };
+        }
+        if self.in_window < REFUSAL_NOTES_PER_SEC {
+            self.in_window += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
 }
 
 /// After ending matches at shutdown, how long to keep sending so the
@@ -214,6 +267,7 @@ pub fn serve_with(
     let mut buf = Vec::new();
     let mut io_count = Io::default();
     let mut per_addr = AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536);
+    let mut refusal_notes = RefusalNotes::default();
     // Grace deadline once draining; then the end of the linger period.
     let mut drain_until: Option<Instant> = None;
     let mut linger_until: Option<Instant> = None;
@@ -261,8 +315,27 @@ pub fn serve_with(
             }
         }
         glue.step(now, &mut router, &mut server);
-        for (conn, reason) in glue.take_refusals() {
-            note(RelayNote::TokenRefused { conn, reason });
+        for r in glue.take_refusals() {
+            if refusal_notes.allow(now, &mut note) {
+                note(RelayNote::Refused {
+                    conn: Some(r.conn),
+                    addr: r.addr,
+                    match_name: (!r.match_name.is_empty()).then_some(r.match_name.as_str()),
+                    reason: r.reason,
+                    detail: r.detail.as_deref(),
+                });
+            }
+        }
+        while let Some((addr, denied)) = server.poll_denied() {
+            if refusal_notes.allow(now, &mut note) {
+                note(RelayNote::Refused {
+                    conn: None,
+                    addr,
+                    match_name: None,
+                    reason: denied.into(),
+                    detail: None,
+                });
+            }
         }
         while let Some(ev) = router.poll_event() {
             note(RelayNote::Event(&ev));

@@ -84,6 +84,14 @@ impl Relay {
         }
     }
 
+    /// A log line matching `pred`, already seen or the next one to come.
+    fn seen_or_wait(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        match self.seen.iter().find(|v| pred(v)) {
+            Some(v) => v.clone(),
+            None => self.wait_for(pred),
+        }
+    }
+
     /// Every remaining log line until the relay closes stdout (it exited).
     fn drain(&mut self) {
         let end = Instant::now() + BOUND;
@@ -134,6 +142,24 @@ fn wait_bounded(child: &mut Child) -> ExitStatus {
 }
 
 struct Peers(Vec<Child>);
+
+/// Waits for a peer that the relay is expected to refuse: its exit code,
+/// its stderr and its stdout. Bounded: its `--timeout-s` is below `BOUND`.
+fn refused_peer_output(child: Child) -> (Option<i32>, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The refusal a peer printed: the one stderr line "refused by the relay: ...".
+fn refusal_line(stderr: &str) -> Option<&str> {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("refused by the relay: "))
+}
 
 impl Peers {
     fn start(relay: &str, name: &str, n: u8, turns: u32) -> Self {
@@ -223,14 +249,35 @@ fn sigterm_after_grace_ends_matches_finalises_replays_and_exits_zero() {
 fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
     let dir = scratch("grace");
     let mut relay = Relay::start(&dir, &["--grace-s", "60"]);
-    let mut peers = Peers::start(&relay.addr, "g", 2, 60);
+    // 120 turns of 50 ms: the late peers below have seconds to join while it runs.
+    let mut peers = Peers::start(&relay.addr, "g", 2, 120);
     relay.wait_for(|v| v["event"] == "match_started");
     relay.wait_for(turn_closed_at_least(10));
     relay.signal("-TERM");
     relay.wait_for(|v| v["event"] == "draining");
-    // A join after the drain began is refused: no new match starts.
-    let _late = Peers::start(&relay.addr, "late", 2, 60);
-    let ended = relay.wait_for(|v| v["event"] == "match_ended");
+    // A join after the drain began is refused, with its reason: each late
+    // peer says why and exits 5, and the relay logs each refusal.
+    let late: Vec<Child> = (0..2)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_peer"))
+                .args(["--relay", &relay.addr, "--match", "late", "--players", "2"])
+                .args(["--seed", &(10 + i).to_string(), "--timeout-s", "30"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in late {
+        let (code, stderr, _) = refused_peer_output(c);
+        assert_eq!(code, Some(5), "{stderr}");
+        assert_eq!(
+            refusal_line(&stderr),
+            Some("the relay is shutting down"),
+            "{stderr}"
+        );
+    }
+    let ended = relay.seen_or_wait(|v| v["event"] == "match_ended");
     assert_eq!(ended["reason"], "completed", "{ended}");
     relay.drain();
     assert!(relay.wait().success());
@@ -242,6 +289,17 @@ fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
             .count(),
         1
     );
+    let refusals: Vec<&Value> = relay
+        .seen
+        .iter()
+        .filter(|v| v["event"] == "join_refused")
+        .collect();
+    assert_eq!(refusals.len(), 2, "{refusals:?}");
+    for r in refusals {
+        assert_eq!(r["reason"], "shutting_down", "{r}");
+        assert_eq!(r["match"], "late", "{r}");
+        assert_eq!(r["level"], "warn", "{r}");
+    }
     for c in &mut peers.0 {
         assert!(
             wait_bounded(c).success(),
@@ -252,7 +310,7 @@ fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
     assert_eq!(files.len(), 1);
     let (_, summary) = Reader::open(&files[0]).unwrap().scan().unwrap();
     assert_eq!(summary.ending, Ending::Complete);
-    assert_eq!(summary.last_turn.map(|t| t.0), Some(59));
+    assert_eq!(summary.last_turn.map(|t| t.0), Some(119));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -329,7 +387,7 @@ fn token_peer(relay: &str, seed: u64, token: Option<&str>, timeout_s: u64) -> Ch
         .args(["--turns", "40", "--json", "--seed", &seed.to_string()])
         .args(["--timeout-s", &timeout_s.to_string()])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(Stdio::piped());
     if let Some(t) = token {
         cmd.args(["--token", t]);
     }
@@ -364,13 +422,35 @@ fn token_mode_relay_admits_token_holders_in_their_slots_and_refuses_others() {
     let auth = relay.wait_for(|v| v["event"] == "auth");
     assert_eq!(auth["mode"], "tokens");
 
-    // Without a token the handshake never completes: the peer gives up.
-    let mut stranger = token_peer(&relay.addr, 9, None, 3);
-    // A token for another match connects but its join is refused and logged.
-    let mut astray = token_peer(&relay.addr, 8, Some(&elsewhere), 10);
-    let refused = relay.wait_for(|v| v["event"] == "token_refused");
-    assert_eq!(refused["reason"], "WrongMatch");
-    assert!(!wait_bounded(&mut astray).success());
+    // Without a token the handshake is denied; a token for another match
+    // connects but its join is refused. Each peer prints the reason and
+    // exits 5 (long before its timeout), and the relay logs each refusal.
+    let stranger = token_peer(&relay.addr, 9, None, 30);
+    let astray = token_peer(&relay.addr, 8, Some(&elsewhere), 30);
+    for (child, text, code, variant) in [
+        (
+            stranger,
+            "the relay requires a join token and none was given",
+            "token_missing",
+            "TokenMissing",
+        ),
+        (
+            astray,
+            "the join token is for another match (the token admits match \"elsewhere\")",
+            "wrong_match",
+            "WrongMatch",
+        ),
+    ] {
+        let (exit, stderr, stdout) = refused_peer_output(child);
+        assert_eq!(exit, Some(5), "{stderr}");
+        let summary: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(summary["refused"]["reason"], variant, "{summary}");
+        assert!(summary["player"].is_null(), "{summary}");
+        assert_eq!(refusal_line(&stderr), Some(text), "{stderr}");
+        let logged = relay.seen_or_wait(|v| v["event"] == "join_refused" && v["reason"] == code);
+        assert_eq!(logged["text"], text.split(" (").next().unwrap(), "{logged}");
+        assert_eq!(logged["level"], "warn");
+    }
     let mut a = token_peer(&relay.addr, 1, Some(&t1), 60);
     let mut b = token_peer(&relay.addr, 2, Some(&t0), 60);
     let mut summaries = Vec::new();
@@ -384,11 +464,6 @@ fn token_mode_relay_admits_token_holders_in_their_slots_and_refuses_others() {
     assert_eq!(summaries[1]["player"], 0);
     assert_eq!(summaries[0]["completed"], true);
     assert_eq!(summaries[0]["final_hash"], summaries[1]["final_hash"]);
-    let mut out = String::new();
-    std::io::Read::read_to_string(stranger.stdout.as_mut().unwrap(), &mut out).unwrap();
-    assert!(!wait_bounded(&mut stranger).success());
-    let v: Value = serde_json::from_str(&out).unwrap();
-    assert!(v["player"].is_null(), "{v:?}");
 
     relay.signal("-TERM");
     relay.drain();

@@ -20,7 +20,8 @@ use crate::builder::SessionConfig;
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
-    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, Start, ToPeer, ToRelay,
+    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, RejectReason, Start,
+    ToPeer, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -290,6 +291,20 @@ impl Session {
         }
     }
 
+    /// The transport refused the connection before any join (its handshake
+    /// was denied): reported as [`Event::Rejected`] like a refused join, so a
+    /// game handles every refusal in one place.
+    pub fn handle_denied(&mut self, reason: RejectReason) {
+        self.refused(reason, None);
+    }
+
+    fn refused(&mut self, reason: RejectReason, detail: Option<String>) {
+        if matches!(self.phase, Phase::Joining) {
+            self.events.push_back(Event::Rejected { reason, detail });
+            self.phase = Phase::Ended;
+        }
+    }
+
     /// Handles one message from the relay.
     pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
         self.stats.bytes_received += bytes.len() as u64;
@@ -303,12 +318,7 @@ impl Session {
                     self.events.push_back(Event::Lobby { joined, slots });
                 }
             }
-            ToPeer::Rejected { reason } => {
-                if matches!(self.phase, Phase::Joining) {
-                    self.events.push_back(Event::Rejected { reason });
-                    self.phase = Phase::Ended;
-                }
-            }
+            ToPeer::Rejected { reason, detail } => self.refused(reason, detail),
             ToPeer::Start(start) => self.start(now, start),
             ToPeer::Bundle(bundle) => self.on_bundle(now, bundle),
             ToPeer::Desync(d) => self.events.push_back(Event::Desync {

@@ -92,7 +92,7 @@ pub enum DisconnectReason {
     #[error("closed by peer")]
     Remote,
     /// The server refused the connection.
-    #[error("denied by server: {0:?}")]
+    #[error("denied by the server: {0}")]
     Denied(wire::DenyReason),
     /// The un-acked window stayed full for `backpressure_timeout`.
     #[error("un-acked window stalled")]
@@ -124,6 +124,14 @@ pub(crate) enum DropReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Open,
+    /// Closing after the reliable messages already queued are delivered
+    /// (acked), so a last message such as a refusal reaches the peer before
+    /// the disconnect; nothing new is accepted or delivered meanwhile.
+    Flushing {
+        reason: DisconnectReason,
+        /// Give up waiting for acks then and close anyway.
+        until: Instant,
+    },
     Closing {
         copies_left: u8,
         reason: DisconnectReason,
@@ -322,8 +330,13 @@ impl Connection {
                 if !frames.is_empty() {
                     self.ack_owed = true;
                 }
-                self.events
-                    .extend(delivered.into_iter().map(ConnEvent::Message));
+                // A flushing connection is on its way out: what the peer
+                // still sends is acked but not delivered.
+                if self.state == State::Open {
+                    self.events
+                        .extend(delivered.into_iter().map(ConnEvent::Message));
+                }
+                self.finish_flush();
             }
         }
         if let Some(srtt) = self.rtt.srtt() {
@@ -379,7 +392,12 @@ impl Connection {
 
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         self.advance(now);
-        if self.state != State::Open {
+        if let State::Flushing { reason, until } = self.state
+            && now >= until
+        {
+            self.start_closing(reason);
+        }
+        if !self.is_sending() {
             return;
         }
         if now >= self.last_recv + self.cfg.timeout {
@@ -425,9 +443,41 @@ impl Connection {
 
     /// Starts a clean close: the disconnect packet goes out `disconnect_copies` times.
     pub(crate) fn close(&mut self, reason: DisconnectReason) {
+        if self.is_sending() {
+            self.start_closing(reason);
+        }
+    }
+
+    /// Closes once every reliable message already queued has been acked (or
+    /// at `now + timeout` if the peer never acks), then sends the disconnect
+    /// packets; so a last message (a refusal and its reason) is delivered
+    /// before the connection ends, as a TCP FIN follows the data.
+    pub(crate) fn close_after_flush(&mut self, reason: DisconnectReason, now: Instant) {
         if self.state != State::Open {
             return;
         }
+        self.state = State::Flushing {
+            reason,
+            until: now + self.cfg.timeout,
+        };
+        self.finish_flush();
+    }
+
+    /// Whether data packets still go out (open, or flushing before the close).
+    fn is_sending(&self) -> bool {
+        matches!(self.state, State::Open | State::Flushing { .. })
+    }
+
+    /// Moves a flushing connection on to its disconnect packets once nothing is un-acked.
+    fn finish_flush(&mut self) {
+        if let State::Flushing { reason, .. } = self.state
+            && self.out.unacked() == 0
+        {
+            self.start_closing(reason);
+        }
+    }
+
+    fn start_closing(&mut self, reason: DisconnectReason) {
         if !self.received.any() && !self.accepted_to_send {
             self.state = State::Closed;
             self.events.push_back(ConnEvent::Closed(reason));
@@ -482,7 +532,7 @@ impl Connection {
         match self.state {
             State::Closed => None,
             State::Closing { .. } => Some(self.now),
-            State::Open => {
+            State::Open | State::Flushing { .. } => {
                 if self.accepted_to_send {
                     return Some(self.now);
                 }
@@ -495,6 +545,9 @@ impl Connection {
                 }
                 if let Some(f) = self.full_since {
                     t = t.min(f + self.cfg.backpressure_timeout);
+                }
+                if let State::Flushing { until, .. } = self.state {
+                    t = t.min(until);
                 }
                 Some(t)
             }
@@ -539,7 +592,7 @@ impl Connection {
         self.advance(now);
         buf.clear();
         if self.send_counter == u64::MAX {
-            if self.state == State::Open {
+            if self.is_sending() {
                 self.state = State::Closed;
                 self.events
                     .push_back(ConnEvent::Closed(DisconnectReason::CounterExhausted));
@@ -566,7 +619,7 @@ impl Connection {
                 }
                 true
             }
-            State::Open => {
+            State::Open | State::Flushing { .. } => {
                 if self.accepted_to_send {
                     self.accepted_to_send = false;
                     let h = self.header(AuthKind::Accepted, now);

@@ -142,6 +142,7 @@ pub struct Server {
     now: Instant,
     auth: AuthMode,
     used_tokens: UsedTokens,
+    denials: VecDeque<(SocketAddr, DenyReason)>,
 }
 
 impl Server {
@@ -161,6 +162,7 @@ impl Server {
             now: Instant::ZERO,
             auth: AuthMode::Open,
             used_tokens: UsedTokens::default(),
+            denials: VecDeque::new(),
         }
     }
 
@@ -206,7 +208,9 @@ impl Server {
         }
     }
 
-    /// Counts `reason` and closes `conn` cleanly (e.g. its token names another match).
+    /// Counts `reason` and closes `conn` cleanly (e.g. its token names
+    /// another match); like [`Server::disconnect`], the messages already
+    /// queued for it (the refusal with its reason) are delivered first.
     pub fn refuse(&mut self, conn: ConnId, reason: Refusal, now: Instant) {
         self.count_refusal(reason);
         self.disconnect(conn, now);
@@ -255,6 +259,9 @@ impl Server {
     }
 
     fn deny(&mut self, to: SocketAddr, protocol_id: u64, client_salt: u64, reason: DenyReason) {
+        if self.denials.len() < MAX_REPLIES {
+            self.denials.push_back((to, reason));
+        }
         let p = Packet::Denied {
             protocol_id,
             client_salt,
@@ -265,10 +272,14 @@ impl Server {
 
     fn refuse_token(&mut self, to: SocketAddr, protocol_id: u64, salt: u64, reason: Refusal) {
         self.count_refusal(reason);
-        let deny = if reason == Refusal::WrongProtocol {
-            DenyReason::WrongProtocol
-        } else {
-            DenyReason::InvalidToken
+        // Each refusal its own code on the wire, so the client can say why.
+        let deny = match reason {
+            Refusal::Missing => DenyReason::TokenMissing,
+            Refusal::Expired => DenyReason::TokenExpired,
+            Refusal::Reused => DenyReason::TokenReused,
+            Refusal::WrongProtocol => DenyReason::WrongProtocol,
+            Refusal::TableFull => DenyReason::Full,
+            Refusal::Forged | Refusal::WrongMatch | Refusal::WrongSlot => DenyReason::InvalidToken,
         };
         self.deny(to, protocol_id, salt, deny);
     }
@@ -362,7 +373,7 @@ impl Server {
         if self.auth == AuthMode::Open {
             // An open server cannot open tokens, and the keys would not match.
             self.counters.unexpected += 1;
-            self.deny(from, protocol_id, client_salt, DenyReason::InvalidToken);
+            self.deny(from, protocol_id, client_salt, DenyReason::TokenUnexpected);
             return;
         }
         if let Err(r) = self.check_token(now, from, token) {
@@ -643,13 +654,25 @@ impl Server {
         self.conns.keys().copied()
     }
 
-    /// Closes `conn` cleanly (redundant disconnect packets, then `Disconnected`).
+    /// Closes `conn` cleanly: the reliable messages already queued for it
+    /// are delivered first (at most until the silence timeout if the client
+    /// stops acking; it gets no new messages meanwhile), then redundant
+    /// disconnect packets, then `Disconnected`. So a last message, such as
+    /// a refusal with its reason, always precedes the close.
     pub fn disconnect(&mut self, conn: ConnId, now: Instant) {
         self.now = self.now.max(now);
         if let Some(slot) = self.conns.get_mut(&conn) {
-            slot.conn.close(DisconnectReason::Local);
+            slot.conn.close_after_flush(DisconnectReason::Local, now);
         }
         self.pump(conn);
+    }
+
+    /// The next handshake this server denied (no connection existed): to
+    /// whom and why, for the driver's logs. At most 1024 wait; a flood
+    /// beyond that is only counted (see [`ServerCounters`]).
+    #[must_use]
+    pub fn poll_denied(&mut self) -> Option<(SocketAddr, DenyReason)> {
+        self.denials.pop_front()
     }
 
     /// Drops and refusals by reason.

@@ -124,8 +124,23 @@ pub enum DenyReason {
     Full,
     /// The request named another protocol id.
     WrongProtocol,
-    /// The join token was missing, expired, forged or already used elsewhere.
+    /// The join token did not open (forged, corrupted or another relay's key).
     InvalidToken,
+    /// A token-mode server got a request without a join token.
+    TokenMissing,
+    /// The join token has expired.
+    TokenExpired,
+    /// The join token was already used from another address.
+    TokenReused,
+    /// An open-mode server got a join token it cannot check.
+    TokenUnexpected,
+}
+
+impl std::fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The peer-facing text lives with the protocol's reject reasons.
+        std::fmt::Display::fmt(&crate::proto::RejectReason::from(*self), f)
+    }
 }
 
 impl DenyReason {
@@ -134,6 +149,10 @@ impl DenyReason {
             Self::Full => 1,
             Self::WrongProtocol => 2,
             Self::InvalidToken => 3,
+            Self::TokenMissing => 4,
+            Self::TokenExpired => 5,
+            Self::TokenReused => 6,
+            Self::TokenUnexpected => 7,
         }
     }
     fn from_byte(b: u8, at: usize) -> Result<Self, DecodeError> {
@@ -141,6 +160,10 @@ impl DenyReason {
             1 => Ok(Self::Full),
             2 => Ok(Self::WrongProtocol),
             3 => Ok(Self::InvalidToken),
+            4 => Ok(Self::TokenMissing),
+            5 => Ok(Self::TokenExpired),
+            6 => Ok(Self::TokenReused),
+            7 => Ok(Self::TokenUnexpected),
             _ => Err(DecodeError::NonCanonical {
                 what: "deny reason",
                 at,

@@ -1,7 +1,8 @@
 //! `peer`: a headless peer of the reference game with a seeded bot. Joins a
 //! match on a relay, plays it, prints progress on stderr and a summary on
 //! exit. Exit code 0 when the match completed without desync, 3 on a desync,
-//! 1 on any other failure, 2 for bad usage.
+//! 5 when the relay refused the peer (one line on stderr: "refused by the
+//! relay: <reason>"), 1 on any other failure, 2 for bad usage.
 
 use clap::Parser;
 use lockstep::Duration;
@@ -181,7 +182,10 @@ fn main() -> ExitCode {
             println!("error: {e}");
         }
     }
-    if !summary.desyncs.is_empty() {
+    if let Some(r) = &summary.refused {
+        eprintln!("refused by the relay: {r}");
+        ExitCode::from(5)
+    } else if !summary.desyncs.is_empty() {
         ExitCode::from(3)
     } else if summary.completed && summary.error.is_none() {
         ExitCode::SUCCESS

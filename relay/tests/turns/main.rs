@@ -13,6 +13,7 @@ mod game_peers;
 mod hostile;
 mod netsim;
 mod pipe;
+mod refusals;
 mod token_cli;
 mod tokens;
 mod udp;

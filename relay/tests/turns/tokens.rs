@@ -43,6 +43,8 @@ struct Outcome {
     router: relay::RouterCounters,
     /// Most matches (lobbies included) the router held at once.
     most_matches: usize,
+    /// Every refused join, as the driver would log it.
+    refusals: Vec<relay::router::JoinRefusal>,
     now: Instant,
 }
 
@@ -88,12 +90,18 @@ fn run(players: &[(&str, Option<ConnectToken>)], turns: u32) -> Outcome {
         })
         .collect();
     let mut most_matches = 0;
+    let mut refusals = Vec::new();
     let mut buf = Vec::new();
     // Datagrams in flight: (deliver at, seq) -> (from, to, bytes); 5 ms one way.
     let mut wire: BTreeMap<(Instant, u64), (SocketAddr, SocketAddr, Vec<u8>)> = BTreeMap::new();
     let mut seq = 0u64;
     let one_way = Duration::from_millis(5);
-    let finished = |p: &TokenPeer| p.peer.is_done() || p.glue.disconnected().is_some();
+    // A refused peer is finished once the relay closed its connection too,
+    // so the tests see that the refusal arrived before the close.
+    let finished = |p: &TokenPeer| {
+        p.glue.disconnected().is_some()
+            || (p.peer.is_done() && p.peer.summary(Instant::ZERO).refused.is_none())
+    };
     let limit = Instant::from_millis(120_000);
     while now < limit && !peers.iter().all(finished) {
         rglue.pump(now, &mut router, &mut server);
@@ -106,6 +114,7 @@ fn run(players: &[(&str, Option<ConnectToken>)], turns: u32) -> Outcome {
             p.peer.pump(now);
             p.glue.pump(now, p.peer.session(), &mut p.client);
         }
+        refusals.extend(rglue.take_refusals());
         rglue.pump(now, &mut router, &mut server);
         while router.poll_event().is_some() {}
         most_matches = most_matches.max(router.match_count());
@@ -156,7 +165,9 @@ fn run(players: &[(&str, Option<ConnectToken>)], turns: u32) -> Outcome {
         p.glue.pump(now, p.peer.session(), &mut p.client);
         p.peer.pump(now);
     }
+    refusals.extend(rglue.take_refusals());
     Outcome {
+        refusals,
         server: server.counters().clone(),
         router: router.counters().clone(),
         most_matches,
@@ -195,11 +206,19 @@ fn valid_tokens_play_a_match_in_the_tokens_slots() {
 fn token_for_another_match_is_refused_and_allocates_nothing() {
     let o = run(&[("ranked", Some(token("casual", 0, 3)))], 30);
     let p = &o.peers[0];
-    assert!(p.peer.summary(o.now).player.is_none());
-    assert!(
-        p.glue.disconnected().is_some(),
-        "the relay closed the connection"
+    let summary = p.peer.summary(o.now);
+    assert!(summary.player.is_none());
+    assert_eq!(
+        summary.refused.map(|r| r.reason),
+        Some(lockstep::proto::RejectReason::WrongMatch),
+        "the peer was told why"
     );
+    assert_eq!(
+        p.glue.disconnected(),
+        Some(lockstep::transport::DisconnectReason::Remote),
+        "then the relay closed the connection"
+    );
+    assert_eq!(o.refusals.len(), 1);
     assert_eq!(
         (o.router.token_wrong_match, o.server.token_wrong_match),
         (1, 1)
@@ -213,6 +232,10 @@ fn token_for_another_match_is_refused_and_allocates_nothing() {
 fn token_slot_outside_the_match_is_refused_and_allocates_nothing() {
     let o = run(&[("ranked", Some(token("ranked", 2, 4)))], 30);
     assert!(o.peers[0].glue.disconnected().is_some());
+    assert_eq!(
+        o.peers[0].peer.summary(o.now).refused.map(|r| r.reason),
+        Some(lockstep::proto::RejectReason::WrongSlot)
+    );
     assert_eq!(
         (o.router.token_wrong_slot, o.server.token_wrong_slot),
         (1, 1)

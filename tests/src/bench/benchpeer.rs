@@ -184,7 +184,7 @@ impl BenchPeer {
             Event::PlayerDropped { player, turn } if Some(player) == self.me => {
                 self.note(format!("dropped by the relay at turn {turn}"));
             }
-            Event::Rejected { reason } => self.failed = Some(format!("rejected: {reason}")),
+            Event::Rejected { reason, .. } => self.failed = Some(format!("rejected: {reason}")),
             _ => {}
         }
     }

@@ -163,6 +163,74 @@ fn silence_times_out_and_clean_disconnect_reaches_the_peer() {
 }
 
 #[test]
+fn a_server_close_delivers_the_messages_queued_before_it() {
+    // A lossy link, so the last messages need resends after the close began.
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        loss: 0.3,
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(1, link, TransportConfig::default(), 31);
+    h.connect();
+    let conn = h.conn_of(0);
+    let sent: Vec<Vec<u8>> = (0..5).map(|i| numbered(9, i, 300)).collect();
+    for m in &sent {
+        h.server.send(conn, Channel::Reliable, m).unwrap();
+    }
+    // The close comes right after the messages, before any packet left.
+    h.server.disconnect(conn, h.now);
+    // Closing: nothing new is accepted, and what the client still sends is not delivered.
+    assert_eq!(
+        h.server.send(conn, Channel::Reliable, b"late"),
+        Err(SendError::NotConnected)
+    );
+    h.clients[0].send(Channel::Reliable, b"ignored").unwrap();
+    let t = h.now + Duration::from_secs(4);
+    h.run_until(t, |_| {});
+    assert_eq!(h.client_messages(0), sent, "every queued message, in order");
+    let ended = h.seen.client[0].last().cloned();
+    assert_eq!(
+        ended,
+        Some(ClientEvent::Disconnected(DisconnectReason::Remote)),
+        "then the close"
+    );
+    assert!(h.seen.server.contains(&ServerEvent::Disconnected {
+        conn,
+        reason: DisconnectReason::Local
+    }));
+    assert!(h.server_messages(conn).is_empty());
+    assert_eq!(h.server.connections().count(), 0);
+}
+
+#[test]
+fn a_server_close_stops_waiting_for_a_client_that_never_acks() {
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 32);
+    h.connect();
+    let conn = h.conn_of(0);
+    h.net.set_link(
+        client_addr(0),
+        addr(SERVER),
+        LinkConfig { loss: 1.0, ..link },
+    );
+    h.server.send(conn, Channel::Reliable, b"bye").unwrap();
+    h.server.disconnect(conn, h.now);
+    let limit = h.now + TransportConfig::default().timeout + Duration::from_secs(1);
+    h.run_until(limit, |_| {});
+    assert_eq!(
+        h.server.connections().count(),
+        0,
+        "closed within the timeout"
+    );
+    assert!(
+        h.seen
+            .server
+            .iter()
+            .any(|e| matches!(e, ServerEvent::Disconnected { conn: c, .. } if *c == conn))
+    );
+}
+
+#[test]
 fn full_window_raises_backpressure_then_disconnects() {
     let link = LinkConfig::with_latency(Duration::from_millis(20));
     let cfg = TransportConfig {

@@ -184,7 +184,7 @@ fn refused_tokens_are_counted_by_reason_and_allocate_nothing() {
     let expired = token_for(0, 10, UNIX0 - 120, 60);
     assert_eq!(
         denied(&ask(&mut s, now, a, &expired)),
-        Some(wire::DenyReason::InvalidToken)
+        Some(wire::DenyReason::TokenExpired)
     );
     assert_eq!(s.counters().token_expired, 1);
 
@@ -226,7 +226,7 @@ fn refused_tokens_are_counted_by_reason_and_allocate_nothing() {
     s.handle_datagram(now, a, &plain);
     assert_eq!(
         denied(&drain(&mut s, now).remove(0).1),
-        Some(wire::DenyReason::InvalidToken)
+        Some(wire::DenyReason::TokenMissing)
     );
     let mut plain_resp = Vec::new();
     wire::Packet::ChallengeResponse(wire::Cookie {
@@ -257,7 +257,7 @@ fn refused_tokens_are_counted_by_reason_and_allocate_nothing() {
     s.handle_datagram(Instant::from_millis(1_500), a, &resp);
     assert_eq!(
         denied(&drain(&mut s, now).remove(0).1),
-        Some(wire::DenyReason::InvalidToken)
+        Some(wire::DenyReason::TokenExpired)
     );
     assert_eq!(s.counters().token_expired, 2);
     // A valid cookie with a tampered token in the response.
@@ -306,7 +306,7 @@ fn a_token_used_from_one_address_is_refused_from_another_until_it_expires() {
     // B's fresh request and B's pending response are both refused as reused.
     assert_eq!(
         denied(&ask(&mut s, now, b, &t)),
-        Some(wire::DenyReason::InvalidToken)
+        Some(wire::DenyReason::TokenReused)
     );
     let Ok(wire::Packet::Challenge(cookie)) = wire::decode(&b_challenge) else {
         panic!("challenge expected")
@@ -331,7 +331,7 @@ fn a_token_used_from_one_address_is_refused_from_another_until_it_expires() {
     s.handle_timeout(later);
     assert_eq!(
         denied(&ask(&mut s, later, b, &t)),
-        Some(wire::DenyReason::InvalidToken)
+        Some(wire::DenyReason::TokenExpired)
     );
     assert_eq!(s.counters().token_expired, 1);
     assert_eq!(s.tracked_tokens(), 0);
@@ -381,7 +381,7 @@ fn mismatched_modes_are_denied_with_a_reason_the_client_reports() {
     h.run_until(Instant::from_millis(500), |_| {});
     assert!(
         h.seen.client[0].contains(&ClientEvent::Disconnected(DisconnectReason::Denied(
-            wire::DenyReason::InvalidToken
+            wire::DenyReason::TokenUnexpected
         )))
     );
     assert_eq!(h.server.connections().count(), 0);
@@ -391,7 +391,7 @@ fn mismatched_modes_are_denied_with_a_reason_the_client_reports() {
     h.run_until(Instant::from_millis(500), |_| {});
     assert!(
         h.seen.client[0].contains(&ClientEvent::Disconnected(DisconnectReason::Denied(
-            wire::DenyReason::InvalidToken
+            wire::DenyReason::TokenMissing
         )))
     );
     assert_eq!(h.server.counters().token_missing, 1);
@@ -408,6 +408,17 @@ fn mismatched_modes_are_denied_with_a_reason_the_client_reports() {
     h.run_until(Instant::from_millis(500), |_| {});
     assert_eq!(h.server.counters().token_expired, 1);
     assert!(!h.clients[0].is_connected());
+    assert!(
+        h.seen.client[0].contains(&ClientEvent::Disconnected(DisconnectReason::Denied(
+            wire::DenyReason::TokenExpired
+        )))
+    );
+    // The driver hears of every denial, with the address and the reason.
+    assert_eq!(
+        h.server.poll_denied(),
+        Some((client_addr(0), wire::DenyReason::TokenExpired))
+    );
+    assert_eq!(h.server.poll_denied(), None);
 }
 
 /// The datagram kinds a connect flood mixes.
