@@ -235,19 +235,13 @@ fn parse_lifetime(text: &str) -> Result<u64, String> {
     }
 }
 
-/// 32 bytes from the operating system's random source.
-fn os_random() -> std::io::Result<[u8; 32]> {
-    use std::io::Read;
-    let mut b = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b)
-}
-
 fn load_or_create_key(path: &std::path::Path, create: bool) -> Result<TokenKey, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => TokenKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-            let key = TokenKey::from_bytes(os_random().map_err(|e| format!("random: {e}"))?);
+            let key = TokenKey::from_bytes(
+                relay::entropy::os_random("a new token key").map_err(|e| e.to_string())?,
+            );
             let mut opts = std::fs::OpenOptions::new();
             opts.write(true).create_new(true);
             #[cfg(unix)]
@@ -281,12 +275,14 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
         now_unix,
         a.expires_in,
     );
-    let token = os_random()
-        .map_err(|e| format!("random: {e}"))
-        .and_then(|entropy| {
-            issue_token(&key, &claims, &a.relays, &entropy).map_err(|e| e.to_string())
-        });
-    let token = match token {
+    let entropy = match relay::entropy::os_random("the token's entropy") {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("relay token: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let token = match issue_token(&key, &claims, &a.relays, &entropy) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("relay token: {e}");
@@ -310,6 +306,12 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
 }
 
 fn serve_cmd(a: &ServeArgs) -> ExitCode {
+    // The cookie secret comes from the OS CSPRNG: without one, stop at
+    // start-up with a clear message rather than serve with a guessable key.
+    if let Err(e) = relay::udp::process_secret() {
+        eprintln!("relay: {e}");
+        return ExitCode::from(1);
+    }
     let auth = match &a.token_key_file {
         Some(path) => match load_or_create_key(path, false) {
             Ok(key) => AuthMode::Tokens {

@@ -252,7 +252,7 @@ pub fn serve_udp(
     let clock = Clock::new();
     let (tx, rx) = unbounded();
     let reader = udp_reader(socket, (), tx, Arc::clone(stop))?;
-    let mut server = Server::new(transport, secret());
+    let mut server = Server::new(transport, relay::udp::process_secret()?);
     let mut router = Router::new(config);
     let mut glue = RouterGlue::new();
     let mut counters = RelayCounters::default();
@@ -286,20 +286,6 @@ pub fn serve_udp(
     Ok(counters)
 }
 
-/// A server secret for the stateless cookies, different per run (not cryptographic).
-fn secret() -> [u8; 32] {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    *blake3::hash(
-        &[
-            nanos.to_le_bytes(),
-            u128::from(std::process::id()).to_le_bytes(),
-        ]
-        .concat(),
-    )
-    .as_bytes()
-}
 
 /// What a TCP reader thread reports.
 enum TcpInput {
