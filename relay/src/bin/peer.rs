@@ -4,6 +4,9 @@
 //! 1 on any other failure, 2 for bad usage.
 
 use clap::Parser;
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::{err_println as eprintln, out_println as println};
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::token::ConnectToken;
@@ -177,8 +180,9 @@ fn main() -> ExitCode {
         for (p, t) in &summary.dropped {
             println!("player P{p} dropped at turn {t}");
         }
+        // An error is a diagnostic: stderr, like every other error.
         if let Some(e) = &summary.error {
-            println!("error: {e}");
+            eprintln!("peer: error: {e}");
         }
     }
     if !summary.desyncs.is_empty() {

@@ -237,7 +237,7 @@ pub fn internal_main(args: &[String]) -> ExitCode {
     match result.map(|peers| RunOutput { peers, tcp }) {
         Ok(figures) => match serde_json::to_string(&figures) {
             Ok(json) => {
-                println!("{json}");
+                replays::out_println!("{json}");
                 ExitCode::SUCCESS
             }
             Err(e) => {

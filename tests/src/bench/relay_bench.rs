@@ -45,7 +45,7 @@ pub fn relay_main() -> ExitCode {
             }
         };
     let (socket, addr) = socket;
-    println!("{addr}");
+    replays::out_println!("{addr}");
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
     std::thread::spawn(move || {
@@ -55,7 +55,7 @@ pub fn relay_main() -> ExitCode {
     });
     match serve_udp(&socket, RelayConfig::default(), transport(), &stop) {
         Ok(c) => {
-            println!("{}", serde_json::to_string(&c).unwrap_or_default());
+            replays::out_println!("{}", serde_json::to_string(&c).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -96,7 +96,7 @@ pub fn loadgen_main(args: &[String]) -> ExitCode {
     };
     match loadgen(relay, matches, turns, seed) {
         Ok(f) => {
-            println!("{}", serde_json::to_string(&f).unwrap_or_default());
+            replays::out_println!("{}", serde_json::to_string(&f).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Err(e) => {
