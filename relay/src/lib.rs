@@ -62,6 +62,7 @@ pub mod event;
 pub mod limits;
 mod matchroom;
 pub mod metrics;
+mod names;
 pub mod peer;
 pub mod recorder;
 pub mod router;

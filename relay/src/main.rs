@@ -191,10 +191,10 @@ struct DemoArgs {
     /// Fault switch: which peer (0-based index) perturbs its world.
     #[arg(long, requires = "desync_at")]
     desync_peer: Option<u8>,
-    /// Extra one-way latency (ms) on one peer's link: `--lag-peer P --lag-ms 500`.
+    /// Fault switch: this peer (0-based index) gets `--lag-ms` of extra latency.
     #[arg(long, requires = "lag_ms")]
     lag_peer: Option<u8>,
-    /// See `--lag-peer`.
+    /// Extra one-way latency (ms) on `--lag-peer`'s link, on top of `--latency-ms`.
     #[arg(long, requires = "lag_peer")]
     lag_ms: Option<u64>,
     /// Fault switch: this peer (0-based) crashes silently after `--kill-after-ms`.

@@ -44,7 +44,8 @@ struct Cli {
     /// Bot actions per minute.
     #[arg(long, default_value_t = 300)]
     apm: u32,
-    /// Display name.
+    /// Display name (default `bot<seed>`); the relay appends `#2`, `#3`, ... to
+    /// a name another player of the match already has.
     #[arg(long)]
     name: Option<String>,
     /// Record this peer's view of the match (with keyframes) to this replay file.
