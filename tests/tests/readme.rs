@@ -14,8 +14,10 @@
 //!   `rust` blocks are not;
 //! - checked are `cargo run ... -- ARGS` (not `--example`),
 //!   `target/<profile>/BIN ARGS`, and lines starting with `relay`, `peer`,
-//!   `replay`, `netsim` or `bench`; other commands (`cargo test`, `cd`, ...)
-//!   are not;
+//!   `replay`, `netsim` or `bench`; of every other `cargo` line (but
+//!   `cargo fuzz` and `cargo install`), the packages, `--test`, `--example`
+//!   and `--bin` targets and `--manifest-path` it names must exist; other
+//!   commands (`cd`, scripts) are not checked;
 //! - `#` starts a comment; a trailing `\` continues the line; a leading
 //!   `VAR=value` is an environment setting; `| ...` (a pipe) and a trailing
 //!   `&` are shell, not arguments;
@@ -175,8 +177,17 @@ fn argument(word: &str) -> Option<String> {
     Some(if placeholder { "1".to_owned() } else { w.to_owned() })
 }
 
-/// Each workspace package's binaries and `default-run`, from `cargo metadata`.
-fn packages() -> BTreeMap<String, (Vec<String>, Option<String>)> {
+/// A workspace package as `cargo metadata` describes it.
+#[derive(Debug)]
+struct Package {
+    bins: Vec<String>,
+    default_run: Option<String>,
+    /// Every target as (kind, name): `bin`, `lib`, `test`, `example`, `bench`.
+    targets: Vec<(String, String)>,
+}
+
+/// Each workspace package, from `cargo metadata`.
+fn packages() -> BTreeMap<String, Package> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
@@ -192,17 +203,26 @@ fn packages() -> BTreeMap<String, (Vec<String>, Option<String>)> {
     let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
     let mut map = BTreeMap::new();
     for p in meta["packages"].as_array().expect("packages") {
-        let bins = p["targets"]
-            .as_array()
-            .expect("targets")
+        let mut targets = Vec::new();
+        for t in p["targets"].as_array().expect("targets") {
+            let name = t["name"].as_str().expect("target name").to_owned();
+            for k in t["kind"].as_array().expect("target kind") {
+                targets.push((k.as_str().unwrap_or("").to_owned(), name.clone()));
+            }
+        }
+        let bins = targets
             .iter()
-            .filter(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin")))
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .filter(|(k, _)| k == "bin")
+            .map(|(_, n)| n.clone())
             .collect();
         let default_run = p["default_run"].as_str().map(str::to_owned);
         map.insert(
             p["name"].as_str().expect("package name").to_owned(),
-            (bins, default_run),
+            Package {
+                bins,
+                default_run,
+                targets,
+            },
         );
     }
     map
@@ -217,12 +237,14 @@ fn workspace_root() -> PathBuf {
 
 /// The binary `cargo run` would pick for a package, or cargo's complaint.
 fn resolve_cargo(
-    packages: &BTreeMap<String, (Vec<String>, Option<String>)>,
+    packages: &BTreeMap<String, Package>,
     package: Option<&str>,
     bin: Option<&str>,
 ) -> Result<String, String> {
     let package = package.ok_or("`cargo run` without `-p`: which package is ambiguous")?;
-    let (bins, default_run) = packages
+    let Package {
+        bins, default_run, ..
+    } = packages
         .get(package)
         .ok_or_else(|| format!("no package `{package}` in the workspace"))?;
     match (bin, default_run, bins.as_slice()) {
@@ -266,12 +288,64 @@ fn check(bin: &str, args: &[String]) -> Result<(), String> {
     }
 }
 
+/// For any `cargo` line: the packages (`-p`), targets (`--test`,
+/// `--example`, `--bin`) and `--manifest-path` it names exist. `Ok(false)`
+/// when the line is not a cargo command this checks.
+fn check_cargo_names(packages: &BTreeMap<String, Package>, text: &str) -> Result<bool, String> {
+    let words: Vec<&str> = strip_comment(text)
+        .split_whitespace()
+        .skip_while(|w| is_env_setting(w))
+        .take_while(|w| *w != "--")
+        .collect();
+    if words.first() != Some(&"cargo") || words.get(1).is_some_and(|w| *w == "fuzz" || *w == "install") {
+        return Ok(false);
+    }
+    let values = |flags: &[&str]| -> Vec<&str> {
+        words
+            .windows(2)
+            .filter(|w| flags.contains(&w[0]))
+            .map(|w| w[1])
+            .collect()
+    };
+    let named = values(&["-p", "--package"]);
+    for p in &named {
+        if !packages.contains_key(*p) {
+            return Err(format!("no package `{p}` in the workspace"));
+        }
+    }
+    for (flag, kind) in [("--test", "test"), ("--example", "example"), ("--bin", "bin")] {
+        for name in values(&[flag]) {
+            let found = packages
+                .iter()
+                .filter(|(p, _)| named.is_empty() || named.contains(&p.as_str()))
+                .any(|(_, p)| p.targets.iter().any(|(k, n)| k == kind && n == name));
+            if !found {
+                return Err(format!("no {kind} target `{name}` in {named:?}"));
+            }
+        }
+    }
+    for path in values(&["--manifest-path"]) {
+        if !workspace_root().join(path).is_file() {
+            return Err(format!("no file `{path}`"));
+        }
+    }
+    Ok(true)
+}
+
 /// Every problem with the README's command lines, one line each.
 fn problems(readme: &str) -> (usize, Vec<String>) {
     let packages = packages();
     let mut checked = 0;
     let mut bad = Vec::new();
     for (line, text) in command_lines(readme) {
+        match check_cargo_names(&packages, &text) {
+            Ok(true) => checked += 1,
+            Ok(false) => {}
+            Err(e) => {
+                checked += 1;
+                bad.push(format!("README.md:{line}: `{}`: {e}", text.trim()));
+            }
+        }
         let Some(inv) = parse(line, &text) else {
             continue;
         };
@@ -315,15 +389,20 @@ cargo run -p relay -- demo --loss 0.1
 cargo run -p tests -- --quick --nope
 target/release/nosuchbin --help
 peer --relay 127.0.0.1:7777 --players nine
+cargo test -p tests --test no_such_test
+cargo run -p replays --example no_such_example
 ```
 ";
     let (checked, bad) = problems(readme);
-    assert_eq!(checked, 7);
+    // 7 binary lines, of which the two `cargo run` lines count twice (their
+    // cargo names are checked too), + 2 other cargo lines.
+    assert_eq!(checked, 11);
     let lines: Vec<&str> = bad.iter().map(|b| &b[..b.find(':').unwrap_or(0) + 3]).collect();
     // Lines 2 (bogus flag), 4 (bogus subcommand), 6 (bogus bench flag),
-    // 7 (no such binary), 8 (not a number) fail; 3 and 5 are fine.
-    assert_eq!(bad.len(), 5, "{bad:#?}");
-    for n in [2, 4, 6, 7, 8] {
+    // 7 (no such binary), 8 (not a number), 9 (no such test target) and
+    // 10 (no such example) fail; 3 and 5 are fine.
+    assert_eq!(bad.len(), 7, "{bad:#?}");
+    for n in [2, 4, 6, 7, 8, 9, 10] {
         assert!(
             bad.iter().any(|b| b.starts_with(&format!("README.md:{n}:"))),
             "line {n} not caught: {lines:?}"
