@@ -3,10 +3,6 @@
 //! issue a join token for one player (`relay token`).
 
 use clap::{Args, Parser, Subcommand};
-// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
-// (`| head`): these shadow the std macros for the whole binary.
-use replays::err_println as eprintln;
-use replays::{out_print as print, out_println as println};
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
@@ -21,6 +17,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::err_println as eprintln;
+use replays::{out_print as print, out_println as println};
 
 #[derive(Parser)]
 #[command(

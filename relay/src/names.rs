@@ -71,7 +71,11 @@ mod tests {
         let long = "é".repeat(MAX_NAME_LEN / 2); // 64 bytes of 2-byte chars
         let got = unique(&[&long, &long]);
         assert_eq!(got[0], long);
-        assert!(got[1].len() <= MAX_NAME_LEN && got[1].ends_with("#2"), "{}", got[1]);
+        assert!(
+            got[1].len() <= MAX_NAME_LEN && got[1].ends_with("#2"),
+            "{}",
+            got[1]
+        );
         assert_ne!(got[0], got[1]);
     }
 

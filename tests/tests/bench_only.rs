@@ -36,6 +36,9 @@ fn bench_only_keeps_the_sections_it_did_not_measure() {
     assert!(!md.contains("old bandwidth figures") && !md.contains("earlier run"));
     // The fresh section says when and how it was measured.
     let bw = &md[md.find("## Bandwidth").unwrap()..];
-    assert!(bw.contains("Measured on") && bw.contains("--only bandwidth"), "{bw}");
+    assert!(
+        bw.contains("Measured on") && bw.contains("--only bandwidth"),
+        "{bw}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

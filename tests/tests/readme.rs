@@ -174,7 +174,11 @@ fn argument(word: &str) -> Option<String> {
         || (w.starts_with(|c: char| c.is_ascii_uppercase())
             && w.chars()
                 .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'));
-    Some(if placeholder { "1".to_owned() } else { w.to_owned() })
+    Some(if placeholder {
+        "1".to_owned()
+    } else {
+        w.to_owned()
+    })
 }
 
 /// A workspace package as `cargo metadata` describes it.
@@ -191,7 +195,13 @@ fn packages() -> BTreeMap<String, Package> {
     let root = workspace_root();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
         .current_dir(&root)
         .output()
         .expect("run cargo metadata");
@@ -297,7 +307,11 @@ fn check_cargo_names(packages: &BTreeMap<String, Package>, text: &str) -> Result
         .skip_while(|w| is_env_setting(w))
         .take_while(|w| *w != "--")
         .collect();
-    if words.first() != Some(&"cargo") || words.get(1).is_some_and(|w| *w == "fuzz" || *w == "install") {
+    if words.first() != Some(&"cargo")
+        || words
+            .get(1)
+            .is_some_and(|w| *w == "fuzz" || *w == "install")
+    {
         return Ok(false);
     }
     let values = |flags: &[&str]| -> Vec<&str> {
@@ -313,7 +327,11 @@ fn check_cargo_names(packages: &BTreeMap<String, Package>, text: &str) -> Result
             return Err(format!("no package `{p}` in the workspace"));
         }
     }
-    for (flag, kind) in [("--test", "test"), ("--example", "example"), ("--bin", "bin")] {
+    for (flag, kind) in [
+        ("--test", "test"),
+        ("--example", "example"),
+        ("--bin", "bin"),
+    ] {
         for name in values(&[flag]) {
             let found = packages
                 .iter()
@@ -397,14 +415,18 @@ cargo run -p replays --example no_such_example
     // 7 binary lines, of which the two `cargo run` lines count twice (their
     // cargo names are checked too), + 2 other cargo lines.
     assert_eq!(checked, 11);
-    let lines: Vec<&str> = bad.iter().map(|b| &b[..b.find(':').unwrap_or(0) + 3]).collect();
+    let lines: Vec<&str> = bad
+        .iter()
+        .map(|b| &b[..b.find(':').unwrap_or(0) + 3])
+        .collect();
     // Lines 2 (bogus flag), 4 (bogus subcommand), 6 (bogus bench flag),
     // 7 (no such binary), 8 (not a number), 9 (no such test target) and
     // 10 (no such example) fail; 3 and 5 are fine.
     assert_eq!(bad.len(), 7, "{bad:#?}");
     for n in [2, 4, 6, 7, 8, 9, 10] {
         assert!(
-            bad.iter().any(|b| b.starts_with(&format!("README.md:{n}:"))),
+            bad.iter()
+                .any(|b| b.starts_with(&format!("README.md:{n}:"))),
             "line {n} not caught: {lines:?}"
         );
     }

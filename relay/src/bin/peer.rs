@@ -4,9 +4,6 @@
 //! 1 on any other failure, 2 for bad usage.
 
 use clap::Parser;
-// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
-// (`| head`): these shadow the std macros for the whole binary.
-use replays::{err_println as eprintln, out_println as println};
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::token::ConnectToken;
@@ -18,6 +15,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
+
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::{err_println as eprintln, out_println as println};
 
 #[derive(Parser)]
 #[command(

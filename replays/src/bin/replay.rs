@@ -5,10 +5,6 @@
 //! or any other failure, 2 bad usage.
 
 use clap::{Parser, Subcommand};
-// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
-// (`| head`): these shadow the std macros for the whole binary.
-use replays::{err_print as eprint, err_println as eprintln};
-use replays::{out_print as print, out_println as println};
 use replays::reader::group_thousands;
 use replays::verify::DivergenceSource;
 use replays::{Ending, Header, ReadSummary, Reader, Record, ReplayError, VerifyReport};
@@ -18,6 +14,11 @@ use sim::{PlayerId, Simulation, StateHash, Turn};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::{err_print as eprint, err_println as eprintln};
+use replays::{out_print as print, out_println as println};
 
 /// The game this tool re-simulates.
 type Game = World;

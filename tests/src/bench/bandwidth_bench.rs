@@ -342,12 +342,12 @@ mod tests {
             if client.is_connected() {
                 break;
             }
-            now = now + Duration::from_millis(10);
+            now += Duration::from_millis(10);
         }
         assert!(client.is_connected());
         // Settle the handshake's acks, then send one message.
         for _ in 0..5 {
-            now = now + Duration::from_millis(40);
+            now += Duration::from_millis(40);
             exchange(now, &mut client, &mut server);
         }
         let msg = [0xA5u8; 50];
@@ -357,7 +357,13 @@ mod tests {
         // The datagram holds exactly that message and nothing else ...
         match wire::decode(&sent).unwrap() {
             wire::Packet::Authed { frames, .. } => match frames.as_slice() {
-                [Frame::Reliable { data, fragment: None, .. }] => assert_eq!(*data, &msg[..]),
+                [
+                    Frame::Reliable {
+                        data,
+                        fragment: None,
+                        ..
+                    },
+                ] => assert_eq!(*data, &msg[..]),
                 other => panic!("expected one reliable frame, got {other:?}"),
             },
             other => panic!("expected a data packet, got {other:?}"),

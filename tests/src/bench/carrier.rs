@@ -286,7 +286,6 @@ pub fn serve_udp(
     Ok(counters)
 }
 
-
 /// What a TCP reader thread reports.
 enum TcpInput {
     Accepted(ConnId, SocketAddr, TcpStream),

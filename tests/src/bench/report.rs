@@ -85,10 +85,7 @@ mod tests {
 
     #[test]
     fn only_replaces_its_own_sections_and_keeps_the_rest_in_order() {
-        let all: Vec<(&str, &str)> = SECTIONS
-            .iter()
-            .map(|(n, _)| (*n, "old figures"))
-            .collect();
+        let all: Vec<(&str, &str)> = SECTIONS.iter().map(|(n, _)| (*n, "old figures")).collect();
         let old = report("run 1", &all);
         let fresh = report("run 2", &[("relay", "new relay"), ("net", "new net")]);
         let merged = merge(Some(&old), &fresh);
@@ -104,7 +101,10 @@ mod tests {
                 assert!(text.contains("*run 2*") && text.contains("new "), "{text}");
                 assert!(!text.contains("old figures"), "{text}");
             } else {
-                assert!(text.contains("*run 1*") && text.contains("old figures"), "{text}");
+                assert!(
+                    text.contains("*run 1*") && text.contains("old figures"),
+                    "{text}"
+                );
             }
         }
     }

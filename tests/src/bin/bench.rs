@@ -4,15 +4,16 @@
 //! minutes; without `--quick` it repeats each measurement more often.
 
 use clap::Parser;
-// Progress and errors on stderr without a panic on a closed stream (the
-// report goes to a file): this shadows the std macro for the whole binary.
-use replays::err_println as eprintln;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
     bandwidth_bench, net_bench, net_report, relay_bench, replay_bench, report, sim_bench,
 };
+
+// Progress and errors on stderr without a panic on a closed stream (the
+// report goes to a file): this shadows the std macro for the whole binary.
+use replays::err_println as eprintln;
 
 /// Regenerates BENCHMARKS.md from measurements taken on this machine.
 #[derive(Parser, Debug)]
@@ -91,7 +92,7 @@ fn main() -> ExitCode {
         match replay_bench::standard(args.quick) {
             Ok(figures) => {
                 md.push_str("## Replay verification speed\n\n");
-        md.push_str(&section_stamp);
+                md.push_str(&section_stamp);
                 md.push_str(
                     "`replays::verify` (what `replay verify` runs): decode every recorded turn, \
                      re-simulate it and compare every recorded hash. Recordings are made in memory \
