@@ -263,7 +263,7 @@ pub fn markdown(quick: bool) -> String {
     let runs: Vec<Busy> = [0.0, 0.05]
         .into_iter()
         .map(|loss| {
-            eprintln!(
+            replays::err_println!(
                 "[bandwidth] {PLAYERS}-player match, {turns} turns, {:.0}% loss (virtual time)",
                 loss * 100.0
             );

@@ -273,7 +273,7 @@ pub fn serve_udp(
         while let Some(ev) = router.poll_event() {
             // Drops are rare and worth a line on stderr (a worker's stderr is shown on failure).
             if let relay::RouterEvent::Dropped { .. } = ev {
-                eprintln!("relay: {ev:?} at {} ms", now.as_micros() / 1000);
+                replays::err_println!("relay: {ev:?} at {} ms", now.as_micros() / 1000);
             }
         }
         while let Some(to) = server.poll_transmit(now, &mut buf) {

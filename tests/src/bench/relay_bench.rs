@@ -40,7 +40,7 @@ pub fn relay_main() -> ExitCode {
         match UdpSocket::bind(("127.0.0.1", 0)).and_then(|s| s.local_addr().map(|a| (s, a))) {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("error: relay cannot bind: {e}");
+                replays::err_println!("error: relay cannot bind: {e}");
                 return ExitCode::from(1);
             }
         };
@@ -59,7 +59,7 @@ pub fn relay_main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: relay failed: {e}");
+            replays::err_println!("error: relay failed: {e}");
             ExitCode::from(1)
         }
     }
@@ -91,7 +91,7 @@ pub fn loadgen_main(args: &[String]) -> ExitCode {
         Some((relay, matches, turns, seed))
     })();
     let Some((relay, matches, turns, seed)) = parsed else {
-        eprintln!("usage: --internal-loadgen <relay addr> <matches> <turns> <seed>");
+        replays::err_println!("usage: --internal-loadgen <relay addr> <matches> <turns> <seed>");
         return ExitCode::from(2);
     };
     match loadgen(relay, matches, turns, seed) {
@@ -100,7 +100,7 @@ pub fn loadgen_main(args: &[String]) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: load generator failed: {e}");
+            replays::err_println!("error: load generator failed: {e}");
             ExitCode::from(1)
         }
     }
@@ -339,7 +339,7 @@ pub fn measure(quick: bool) -> Capacity {
     };
     let mut unloaded = None;
     for (i, &m) in ladder.iter().enumerate() {
-        eprintln!("[relay] {m} concurrent 4-player matches, {turns} turns");
+        replays::err_println!("[relay] {m} concurrent 4-player matches, {turns} turns");
         let step = match run_step(&exe, m, turns, 7 + i as u64) {
             Ok(s) => s,
             Err(e) => {
@@ -352,7 +352,7 @@ pub fn measure(quick: bool) -> Capacity {
         let mut step = step;
         if verdict.is_err() && i > 0 {
             // Other work on a shared machine causes spikes: a step must fail twice.
-            eprintln!("[relay] {m} matches did not hold; running it once more");
+            replays::err_println!("[relay] {m} matches did not hold; running it once more");
             if let Ok(again) = run_step(&exe, m, turns, 100 + i as u64) {
                 cap.steps.push(step);
                 verdict = holds(&again, base);
