@@ -18,6 +18,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::err_println as eprintln;
+use replays::{out_print as print, out_println as println};
+
 #[derive(Parser)]
 #[command(
     name = "relay",
@@ -192,10 +197,10 @@ struct DemoArgs {
     /// Fault switch: which peer (0-based index) perturbs its world.
     #[arg(long, requires = "desync_at")]
     desync_peer: Option<u8>,
-    /// Extra one-way latency (ms) on one peer's link: `--lag-peer P --lag-ms 500`.
+    /// Fault switch: this peer (0-based index) gets `--lag-ms` of extra latency.
     #[arg(long, requires = "lag_ms")]
     lag_peer: Option<u8>,
-    /// See `--lag-peer`.
+    /// Extra one-way latency (ms) on `--lag-peer`'s link, on top of `--latency-ms`.
     #[arg(long, requires = "lag_peer")]
     lag_ms: Option<u64>,
     /// Fault switch: this peer (0-based) crashes silently after `--kill-after-ms`.
@@ -240,19 +245,13 @@ fn parse_lifetime(text: &str) -> Result<u64, String> {
     }
 }
 
-/// 32 bytes from the operating system's random source.
-fn os_random() -> std::io::Result<[u8; 32]> {
-    use std::io::Read;
-    let mut b = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b)
-}
-
 fn load_or_create_key(path: &std::path::Path, create: bool) -> Result<TokenKey, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => TokenKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-            let key = TokenKey::from_bytes(os_random().map_err(|e| format!("random: {e}"))?);
+            let key = TokenKey::from_bytes(
+                relay::entropy::os_random("a new token key").map_err(|e| e.to_string())?,
+            );
             let mut opts = std::fs::OpenOptions::new();
             opts.write(true).create_new(true);
             #[cfg(unix)]
@@ -286,12 +285,14 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
         now_unix,
         a.expires_in,
     );
-    let token = os_random()
-        .map_err(|e| format!("random: {e}"))
-        .and_then(|entropy| {
-            issue_token(&key, &claims, &a.relays, &entropy).map_err(|e| e.to_string())
-        });
-    let token = match token {
+    let entropy = match relay::entropy::os_random("the token's entropy") {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("relay token: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let token = match issue_token(&key, &claims, &a.relays, &entropy) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("relay token: {e}");
@@ -330,6 +331,12 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // The cookie secret comes from the OS CSPRNG: without one, stop at
+    // start-up with a clear message rather than serve with a guessable key.
+    if let Err(e) = relay::udp::process_secret() {
+        eprintln!("relay: {e}");
+        return ExitCode::from(1);
+    }
     let auth = match &a.token_key_file {
         Some(path) => match load_or_create_key(path, false) {
             Ok(key) => AuthMode::Tokens {

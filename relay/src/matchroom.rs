@@ -307,12 +307,14 @@ impl MatchRoom {
             players: self.slots,
             ticks_per_turn: config.ticks_per_turn,
         };
-        let players: Vec<PlayerInfo> = members
-            .iter()
+        let mut names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+        crate::names::make_unique(&mut names);
+        let players: Vec<PlayerInfo> = names
+            .into_iter()
             .enumerate()
-            .map(|(i, m)| PlayerInfo {
+            .map(|(i, name)| PlayerInfo {
                 id: PlayerId(u8::try_from(i).unwrap_or(u8::MAX)),
-                name: m.name.clone(),
+                name,
             })
             .collect();
         let d0 = config.initial_delay;

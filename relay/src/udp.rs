@@ -76,23 +76,14 @@ fn until(now: Instant, t: Option<Instant>) -> Duration {
         .min(MAX_WAIT)
 }
 
-/// A per-process server secret for the stateless cookies: not cryptographic
-/// randomness, but unpredictable enough for a demo relay (time and pid).
-#[must_use]
-pub fn process_secret() -> [u8; 32] {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ u64::from(std::process::id());
-    let mut out = [0u8; 32];
-    for (i, chunk) in out.chunks_mut(8).enumerate() {
-        for b in nanos.to_le_bytes().into_iter().chain([i as u8]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        chunk.copy_from_slice(&h.to_le_bytes());
-    }
-    out
+/// The per-process server secret for the stateless handshake cookies, from
+/// the OS CSPRNG ([`crate::entropy::os_random`]): whoever could guess it
+/// could forge cookies for any address.
+///
+/// # Errors
+/// When the OS has no random source.
+pub fn process_secret() -> io::Result<[u8; 32]> {
+    crate::entropy::os_random("the handshake cookie secret")
 }
 
 /// Seconds since the Unix epoch, from the wall clock.
@@ -260,7 +251,7 @@ pub fn serve_with(
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let epoch = std::time::Instant::now();
     let clock = || Instant::from_std(epoch, std::time::Instant::now());
-    let mut server = Server::new(transport, process_secret()).with_auth(opts.auth.clone());
+    let mut server = Server::new(transport, process_secret()?).with_auth(opts.auth.clone());
     server.set_unix_time(clock(), unix_now());
     let mut router = Router::new(config);
     let mut glue = RouterGlue::new();

@@ -109,6 +109,7 @@ pub mod fixtures;
 pub mod format;
 pub mod reader;
 pub mod seek;
+pub mod stdio;
 pub mod verify;
 pub mod writer;
 

@@ -8,6 +8,28 @@
 //! ```
 
 use clap::Parser;
+
+// Results on stdout without a panic on a closed pipe (`netsim ... | head`):
+// a closed stdout is quiet and leaves the exit status alone, as in the other
+// binaries (`replays::stdio`, which this crate does not depend on).
+macro_rules! println {
+    ($($arg:tt)*) => {
+        write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes a result line to stdout; see the `println` macro above.
+fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return;
+        }
+        let _ = writeln!(std::io::stderr(), "netsim: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
 use lockstep::Duration;
 use lockstep::netsim::proxy::{Proxy, ProxyConfig, ProxyReport};
 use lockstep::netsim::{GilbertElliott, LinkConfig};

@@ -17,6 +17,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::{err_println as eprintln, out_println as println};
+
 #[derive(Parser)]
 #[command(
     name = "peer",
@@ -42,7 +46,8 @@ struct Cli {
     /// Bot actions per minute.
     #[arg(long, default_value_t = 300)]
     apm: u32,
-    /// Display name.
+    /// Display name (default `bot<seed>`); the relay appends `#2`, `#3`, ... to
+    /// a name another player of the match already has.
     #[arg(long)]
     name: Option<String>,
     /// Record this peer's view of the match (with keyframes) to this replay file.
@@ -178,8 +183,9 @@ fn main() -> ExitCode {
         for (p, t) in &summary.dropped {
             println!("player P{p} dropped at turn {t}");
         }
+        // An error is a diagnostic: stderr, like every other error.
         if let Some(e) = &summary.error {
-            println!("error: {e}");
+            eprintln!("peer: error: {e}");
         }
     }
     if let Some(r) = &summary.refused {

@@ -18,6 +18,11 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+// Results on stdout, diagnostics on stderr, and no panic on a closed pipe
+// (`| head`): these shadow the std macros for the whole binary.
+use replays::{err_print as eprint, err_println as eprintln};
+use replays::{out_print as print, out_println as println};
+
 /// The game this tool re-simulates.
 type Game = World;
 
@@ -762,21 +767,23 @@ fn export(path: &Path) -> Result<bool, ReplayError> {
     let mut reader = open(path)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    writeln!(out, "{}", header_json(reader.header()))?;
+    // A closed stdout (`| head`) is quiet, not an error (`replays::stdio`).
+    let written = replays::stdio::check;
+    written(writeln!(out, "{}", header_json(reader.header())));
     while let Some(item) = reader.next() {
         match item {
-            Ok(r) => writeln!(out, "{}", record_json(reader.record_offset(), &r))?,
+            Ok(r) => written(writeln!(out, "{}", record_json(reader.record_offset(), &r))),
             Err(e) if e.is_damage() => break,
             Err(e) => return Err(e),
         }
     }
     let s = reader.summary();
-    writeln!(
+    written(writeln!(
         out,
         "{}",
         json!({"kind": "end", "offset": s.intact_bytes, "file_status": status_json(s)})
-    )?;
-    out.flush()?;
+    ));
+    written(out.flush());
     Ok(s.is_complete())
 }
 

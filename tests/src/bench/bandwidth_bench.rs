@@ -2,7 +2,8 @@
 //! reference game (bots at a high APM) over our transport and the real relay,
 //! in process on the deterministic `netsim::Network` with a virtual clock,
 //! counting every datagram per peer. Also the per-packet header overhead of
-//! our wire format, computed from the wire module's own encoder.
+//! our wire format, measured on packets the wire encoder writes and checked
+//! against a datagram the transport really sends.
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
 use lockstep::netsim::{LinkConfig, Network};
@@ -199,8 +200,12 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64) -> Busy {
     }
 }
 
-/// Our per-packet and per-message overhead, from the wire encoder:
+/// Our per-packet and per-message overhead, measured on packets encoded by
+/// the wire encoder (`wire::Packet::encode`, what the transport sends):
 /// ((packet best, packet worst), (message frame best, message frame worst)).
+/// Best: every ack bit set and the ack within 255 of the sequence number;
+/// worst: a 16-bit ack and no full ack-bit byte; frames: an unfragmented
+/// 50-byte message, and a fragment of a 200-byte one.
 #[must_use]
 pub fn our_overhead() -> ((usize, usize), (usize, usize)) {
     let clean = Header {
@@ -217,24 +222,37 @@ pub fn our_overhead() -> ((usize, usize), (usize, usize)) {
         ack_bits: 0x5555_5555,
         ack_delay: 0,
     };
+    let encoded = |header: Header, frames: Vec<Frame<'_>>| {
+        let mut out = Vec::new();
+        wire::Packet::Authed {
+            header,
+            frames,
+            tag: [0; wire::TAG_LEN],
+        }
+        .encode(&mut out);
+        out.len()
+    };
     let data = [0u8; 200];
-    let small = wire::frame_len(&Frame::Reliable {
-        id: 7,
-        fragment: None,
-        data: &data[..50],
-    }) - 50;
-    let large = wire::frame_len(&Frame::Reliable {
-        id: 7,
-        fragment: Some(wire::Fragment { index: 1, count: 3 }),
-        data: &data,
-    }) - data.len();
-    (
-        (
-            wire::header_len(&clean) + wire::TAG_LEN,
-            wire::header_len(&worst) + wire::TAG_LEN,
-        ),
-        (small, large),
-    )
+    let best = encoded(clean, Vec::new());
+    let small = encoded(
+        clean,
+        vec![Frame::Reliable {
+            id: 7,
+            fragment: None,
+            data: &data[..50],
+        }],
+    ) - best
+        - 50;
+    let large = encoded(
+        clean,
+        vec![Frame::Reliable {
+            id: 7,
+            fragment: Some(wire::Fragment { index: 1, count: 3 }),
+            data: &data,
+        }],
+    ) - best
+        - data.len();
+    ((best, encoded(worst, Vec::new())), (small, large))
 }
 
 /// The section: busy matches on a clean and a lossy link, and the overhead table.
@@ -245,7 +263,7 @@ pub fn markdown(quick: bool) -> String {
     let runs: Vec<Busy> = [0.0, 0.05]
         .into_iter()
         .map(|loss| {
-            eprintln!(
+            replays::err_println!(
                 "[bandwidth] {PLAYERS}-player match, {turns} turns, {:.0}% loss (virtual time)",
                 loss * 100.0
             );
@@ -296,13 +314,81 @@ pub fn markdown(quick: bool) -> String {
 mod tests {
     use super::*;
 
+    /// The overhead table against a datagram the transport really sent: a
+    /// client connects to a server (sans-IO, virtual clock, no loss), sends
+    /// one 50-byte reliable message, and the datagram carrying it is the
+    /// message plus a packet header, a MAC and one frame header.
     #[test]
-    fn overhead_follows_the_wire_layout() {
+    fn overhead_matches_a_datagram_the_transport_sent() {
+        use lockstep::transport::Channel;
         let ((best, worst), (msg_best, msg_worst)) = our_overhead();
-        // prefix + seq + 1-byte ack delta + ack delay + MAC; worst adds 2-byte ack and 4 ack-bit bytes.
-        assert_eq!(best, 1 + 2 + 1 + 1 + wire::TAG_LEN);
-        assert_eq!(worst, wire::MAX_HEADER_LEN + wire::TAG_LEN);
-        assert_eq!((msg_best, msg_worst), (4, wire::MAX_FRAME_OVERHEAD));
+        assert!(best < worst && msg_best < msg_worst);
+        let server_addr: SocketAddr = ([127, 0, 0, 1], 7777).into();
+        let client_addr: SocketAddr = ([127, 0, 0, 1], 40000).into();
+        let mut now = Instant::from_millis(0);
+        let mut server = Server::new(TransportConfig::default(), [7; 32]);
+        let mut client = Client::new(now, server_addr, TransportConfig::default(), 1);
+        let mut buf = Vec::new();
+        let mut exchange = |now: Instant, client: &mut Client, server: &mut Server| {
+            while client.poll_transmit(now, &mut buf).is_some() {
+                server.handle_datagram(now, client_addr, &buf);
+            }
+            while server.poll_transmit(now, &mut buf).is_some() {
+                client.handle_datagram(now, server_addr, &buf);
+            }
+        };
+        for _ in 0..100 {
+            exchange(now, &mut client, &mut server);
+            if client.is_connected() {
+                break;
+            }
+            now += Duration::from_millis(10);
+        }
+        assert!(client.is_connected());
+        // Settle the handshake's acks, then send one message.
+        for _ in 0..5 {
+            now += Duration::from_millis(40);
+            exchange(now, &mut client, &mut server);
+        }
+        let msg = [0xA5u8; 50];
+        client.send(Channel::Reliable, &msg).unwrap();
+        let mut sent = Vec::new();
+        assert!(client.poll_transmit(now, &mut sent).is_some());
+        // The datagram holds exactly that message and nothing else ...
+        match wire::decode(&sent).unwrap() {
+            wire::Packet::Authed { frames, .. } => match frames.as_slice() {
+                [
+                    Frame::Reliable {
+                        data,
+                        fragment: None,
+                        ..
+                    },
+                ] => assert_eq!(*data, &msg[..]),
+                other => panic!("expected one reliable frame, got {other:?}"),
+            },
+            other => panic!("expected a data packet, got {other:?}"),
+        }
+        // ... so everything beyond it is overhead, within the table's range.
+        let overhead = sent.len() - msg.len();
+        assert!(
+            (best + msg_best..=worst + msg_best).contains(&overhead),
+            "real overhead {overhead} outside {}..={}",
+            best + msg_best,
+            worst + msg_best
+        );
+    }
+
+    /// The table's figures are what the encoder writes for the documented
+    /// layout: prefix, 16-bit seq, 1-byte ack delta, ack delay, MAC (best);
+    /// a 16-bit ack and four ack-bit bytes on top (worst); frame tag, 16-bit
+    /// id, 1-byte length (small message) and fragment index and count on
+    /// top with a 2-byte length (fragment).
+    #[test]
+    fn overhead_follows_the_documented_layout() {
+        let ((best, worst), (msg_best, msg_worst)) = our_overhead();
+        assert_eq!(best, 1 + 2 + 1 + 1 + 16);
+        assert_eq!(worst, 1 + 2 + 2 + 4 + 1 + 16);
+        assert_eq!((msg_best, msg_worst), (1 + 2 + 1, 1 + 2 + 2 + 2));
     }
 
     #[test]

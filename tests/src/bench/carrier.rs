@@ -252,7 +252,7 @@ pub fn serve_udp(
     let clock = Clock::new();
     let (tx, rx) = unbounded();
     let reader = udp_reader(socket, (), tx, Arc::clone(stop))?;
-    let mut server = Server::new(transport, secret());
+    let mut server = Server::new(transport, relay::udp::process_secret()?);
     let mut router = Router::new(config);
     let mut glue = RouterGlue::new();
     let mut counters = RelayCounters::default();
@@ -271,7 +271,7 @@ pub fn serve_udp(
         while let Some(ev) = router.poll_event() {
             // Drops are rare and worth a line on stderr (a worker's stderr is shown on failure).
             if let relay::RouterEvent::Dropped { .. } = ev {
-                eprintln!("relay: {ev:?} at {} ms", now.as_micros() / 1000);
+                replays::err_println!("relay: {ev:?} at {} ms", now.as_micros() / 1000);
             }
         }
         while let Some(to) = server.poll_transmit(now, &mut buf) {
@@ -282,21 +282,6 @@ pub fn serve_udp(
     }
     let _ = reader.join();
     Ok(counters)
-}
-
-/// A server secret for the stateless cookies, different per run (not cryptographic).
-fn secret() -> [u8; 32] {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    *blake3::hash(
-        &[
-            nanos.to_le_bytes(),
-            u128::from(std::process::id()).to_le_bytes(),
-        ]
-        .concat(),
-    )
-    .as_bytes()
 }
 
 /// What a TCP reader thread reports.

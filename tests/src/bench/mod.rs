@@ -13,6 +13,7 @@ pub mod netns;
 pub mod proxy;
 pub mod relay_bench;
 pub mod replay_bench;
+pub mod report;
 pub mod sim_bench;
 pub mod stats;
 pub mod svg;

@@ -221,7 +221,9 @@ pub fn internal_main(args: &[String]) -> ExitCode {
         })
     })();
     let Some(s) = parsed else {
-        eprintln!("usage: --internal-net-run <udp|tcp> <turns> <seed> <proxy_loss> <fixed 0|1>");
+        replays::err_println!(
+            "usage: --internal-net-run <udp|tcp> <turns> <seed> <proxy_loss> <fixed 0|1>"
+        );
         return ExitCode::from(2);
     };
     let before = read_snmp();
@@ -237,16 +239,16 @@ pub fn internal_main(args: &[String]) -> ExitCode {
     match result.map(|peers| RunOutput { peers, tcp }) {
         Ok(figures) => match serde_json::to_string(&figures) {
             Ok(json) => {
-                println!("{json}");
+                replays::out_println!("{json}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                replays::err_println!("error: {e}");
                 ExitCode::from(1)
             }
         },
         Err(e) => {
-            eprintln!("error: {} run failed: {e}", s.carrier.name());
+            replays::err_println!("error: {} run failed: {e}", s.carrier.name());
             ExitCode::from(1)
         }
     }
@@ -476,9 +478,11 @@ pub fn measure(quick: bool) -> NetSection {
             }
         }
         Some(why) => {
-            eprintln!("[net] no network namespaces ({why}): in-process loss, our transport only");
+            replays::err_println!(
+                "[net] no network namespaces ({why}): in-process loss, our transport only"
+            );
             for r in 0..runs {
-                eprintln!(
+                replays::err_println!(
                     "[net] run {}/{runs}: udp at every loss rate side by side",
                     r + 1
                 );
@@ -535,7 +539,7 @@ fn measure_in_namespaces(
         spaces.push(ns);
     }
     for r in 0..runs {
-        eprintln!(
+        replays::err_println!(
             "[net] run {}/{runs}: {} loss rates × udp+tcp side by side, {turns} turns each, real kernel loss",
             r + 1,
             points.len()
@@ -586,7 +590,7 @@ fn measure_in_namespaces(
             match result {
                 Ok(f) => point.runs.push(RunFigures::pool_run(carrier, &f)),
                 Err(e) => {
-                    eprintln!("[net] {e}");
+                    replays::err_println!("[net] {e}");
                     point.errors.push(e);
                 }
             }

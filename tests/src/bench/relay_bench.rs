@@ -40,12 +40,12 @@ pub fn relay_main() -> ExitCode {
         match UdpSocket::bind(("127.0.0.1", 0)).and_then(|s| s.local_addr().map(|a| (s, a))) {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("error: relay cannot bind: {e}");
+                replays::err_println!("error: relay cannot bind: {e}");
                 return ExitCode::from(1);
             }
         };
     let (socket, addr) = socket;
-    println!("{addr}");
+    replays::out_println!("{addr}");
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = Arc::clone(&stop);
     std::thread::spawn(move || {
@@ -55,11 +55,11 @@ pub fn relay_main() -> ExitCode {
     });
     match serve_udp(&socket, RelayConfig::default(), transport(), &stop) {
         Ok(c) => {
-            println!("{}", serde_json::to_string(&c).unwrap_or_default());
+            replays::out_println!("{}", serde_json::to_string(&c).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: relay failed: {e}");
+            replays::err_println!("error: relay failed: {e}");
             ExitCode::from(1)
         }
     }
@@ -91,16 +91,16 @@ pub fn loadgen_main(args: &[String]) -> ExitCode {
         Some((relay, matches, turns, seed))
     })();
     let Some((relay, matches, turns, seed)) = parsed else {
-        eprintln!("usage: --internal-loadgen <relay addr> <matches> <turns> <seed>");
+        replays::err_println!("usage: --internal-loadgen <relay addr> <matches> <turns> <seed>");
         return ExitCode::from(2);
     };
     match loadgen(relay, matches, turns, seed) {
         Ok(f) => {
-            println!("{}", serde_json::to_string(&f).unwrap_or_default());
+            replays::out_println!("{}", serde_json::to_string(&f).unwrap_or_default());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: load generator failed: {e}");
+            replays::err_println!("error: load generator failed: {e}");
             ExitCode::from(1)
         }
     }
@@ -339,7 +339,7 @@ pub fn measure(quick: bool) -> Capacity {
     };
     let mut unloaded = None;
     for (i, &m) in ladder.iter().enumerate() {
-        eprintln!("[relay] {m} concurrent 4-player matches, {turns} turns");
+        replays::err_println!("[relay] {m} concurrent 4-player matches, {turns} turns");
         let step = match run_step(&exe, m, turns, 7 + i as u64) {
             Ok(s) => s,
             Err(e) => {
@@ -352,7 +352,7 @@ pub fn measure(quick: bool) -> Capacity {
         let mut step = step;
         if verdict.is_err() && i > 0 {
             // Other work on a shared machine causes spikes: a step must fail twice.
-            eprintln!("[relay] {m} matches did not hold; running it once more");
+            replays::err_println!("[relay] {m} matches did not hold; running it once more");
             if let Ok(again) = run_step(&exe, m, turns, 100 + i as u64) {
                 cap.steps.push(step);
                 verdict = holds(&again, base);

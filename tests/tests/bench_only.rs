@@ -1,0 +1,44 @@
+//! `bench --only` replaces only its own sections of the report and keeps
+//! the others (it used to rewrite the whole file with just its sections).
+
+use std::process::Command;
+use tests::harness::scratch_dir;
+
+#[test]
+fn bench_only_keeps_the_sections_it_did_not_measure() {
+    let dir = scratch_dir("bench-only");
+    let out = dir.join("BENCHMARKS.md");
+    let earlier = "# Benchmarks\n\nearlier run\n\n\
+        ## Simulation: step and state hash per turn\n\nsim figures kept\n\n\
+        ## Relay capacity\n\nrelay figures kept\n\n\
+        ## Bandwidth against the Age of Empires budget\n\nold bandwidth figures\n";
+    std::fs::write(&out, earlier).unwrap();
+    // The bandwidth section runs in virtual time: about a second.
+    let status = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--quick", "--only", "bandwidth", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let md = std::fs::read_to_string(&out).unwrap();
+    let headings: Vec<&str> = md.lines().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(
+        headings,
+        [
+            "## Simulation: step and state hash per turn",
+            "## Relay capacity",
+            "## Bandwidth against the Age of Empires budget",
+        ]
+    );
+    assert!(md.contains("sim figures kept") && md.contains("relay figures kept"));
+    assert!(!md.contains("old bandwidth figures") && !md.contains("earlier run"));
+    // The fresh section says when and how it was measured.
+    let bw = &md[md.find("## Bandwidth").unwrap()..];
+    assert!(
+        bw.contains("Measured on") && bw.contains("--only bandwidth"),
+        "{bw}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
