@@ -87,6 +87,9 @@ pub struct PeerSummary {
     pub dropped: Vec<(u8, u32)>,
     /// Whether the match ended normally (all turns played).
     pub completed: bool,
+    /// Why the match ended, as the relay announced it (`None`: no end was
+    /// announced, e.g. the connection was lost first).
+    pub ended: Option<EndReason>,
     /// Why the session ended early, if it did.
     pub error: Option<String>,
 }
@@ -103,6 +106,7 @@ pub struct GamePeer {
     desyncs: Vec<DesyncSummary>,
     dropped: Vec<(u8, u32)>,
     completed: bool,
+    ended: Option<EndReason>,
     error: Option<String>,
     /// Every event, for callers that want to log them.
     log: Vec<Event>,
@@ -157,6 +161,7 @@ impl GamePeer {
             desyncs: Vec::new(),
             dropped: Vec::new(),
             completed: false,
+            ended: None,
             error: None,
             log: Vec::new(),
             record: None,
@@ -334,6 +339,7 @@ impl GamePeer {
             }
             Event::MatchEnded { reason, .. } => {
                 self.completed = *reason == EndReason::Completed;
+                self.ended = Some(*reason);
                 self.close_recording();
             }
             Event::Rejected { reason } => self.error = Some(format!("rejected: {reason}")),
@@ -382,6 +388,7 @@ impl GamePeer {
             desyncs: self.desyncs.clone(),
             dropped: self.dropped.clone(),
             completed: self.completed,
+            ended: self.ended,
             error: self.error.clone(),
         }
     }

@@ -20,7 +20,8 @@ use crate::builder::SessionConfig;
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
-    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, Start, ToPeer, ToRelay,
+    Bundle, Delivery, EndReason, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, Start,
+    ToPeer, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -136,13 +137,21 @@ struct Running {
     stall_notified: Option<Turn>,
     waiting: Option<(Turn, Vec<PlayerId>)>,
     next_report: Instant,
-    end: Option<(Turn, crate::proto::EndReason)>,
+    /// The relay's `MatchEnd`: the last turn (`None`: no turn closed) and why.
+    end: Option<(Option<Turn>, EndReason)>,
 }
 
 impl Running {
     fn due(&self, turn: Turn) -> Instant {
         let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
         self.epoch + self.turn_length.saturating_mul(n)
+    }
+
+    /// Whether the relay's `MatchEnd` came and every turn up to its last
+    /// one has been yielded.
+    fn end_reached(&self) -> bool {
+        self.end
+            .is_some_and(|(last, _)| last.is_none_or(|l| self.next_exec > l))
     }
 
     /// Whole turn lengths elapsed since the start message arrived.
@@ -174,6 +183,10 @@ struct InFlight {
 pub struct Session {
     config: SessionConfig,
     phase: Phase,
+    /// The state of a match that ended, kept so the game can still report
+    /// the hashes of the turns it was yielded (the last ones are typically
+    /// simulated after the `MatchEnded` event was queued).
+    finished: Option<Box<Running>>,
     outgoing: VecDeque<(Delivery, Vec<u8>)>,
     events: VecDeque<Event>,
     stats: SessionStats,
@@ -185,6 +198,7 @@ impl Session {
         let mut s = Self {
             config,
             phase: Phase::Joining,
+            finished: None,
             outgoing: VecDeque::new(),
             events: VecDeque::new(),
             stats: SessionStats::default(),
@@ -253,15 +267,18 @@ impl Session {
     }
 
     /// Reports the state hash after simulating `turn` (and keeps its sections
-    /// for a possible desync diagnosis).
+    /// for a possible desync diagnosis). Also accepted after the match ended,
+    /// for every yielded turn: the relay waits for the final hashes, and the
+    /// driver should keep sending until they are acknowledged.
     pub fn report_hash(
         &mut self,
         turn: Turn,
         hash: StateHash,
         sections: Vec<SectionHash>,
     ) -> Result<(), SessionError> {
-        let Phase::Running(r) = &mut self.phase else {
-            return Err(SessionError::NotRunning);
+        let r = match &mut self.phase {
+            Phase::Running(r) => r,
+            _ => self.finished.as_mut().ok_or(SessionError::NotRunning)?,
         };
         if turn >= r.next_exec || r.last_hashed.is_some_and(|h| turn <= h) {
             return Err(SessionError::BadTurn(turn));
@@ -406,7 +423,7 @@ impl Session {
             let due = r.due(r.next_exec);
             if now > due
                 && !r.buffer.has(r.next_exec)
-                && r.end.is_none_or(|(t, _)| r.next_exec <= t)
+                && r.end.is_none_or(|(t, _)| t.is_some_and(|t| r.next_exec <= t))
             {
                 s.stall += now.saturating_since(due.max(r.stall_accounted));
             }
@@ -522,11 +539,13 @@ impl Session {
             });
         }
         if let Some((end, reason)) = r.end
-            && r.next_exec > end
+            && r.end_reached()
         {
             self.events
                 .push_back(Event::MatchEnded { turn: end, reason });
-            self.phase = Phase::Ended;
+            if let Phase::Running(r) = std::mem::replace(&mut self.phase, Phase::Ended) {
+                self.finished = Some(r);
+            }
             return;
         }
         if now >= r.next_report {
@@ -603,11 +622,14 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return false;
         };
-        if r.last_turn.is_some_and(|l| r.next_exec > l) {
+        if r.last_turn.is_some_and(|l| r.next_exec > l) || r.end_reached() {
             return false;
         }
         let due = r.due(r.next_exec);
-        if now < due {
+        // Once the relay ended the match, the turns up to its last one run at
+        // once: pacing only gives inputs time to arrive, and no input counts
+        // any more (a relay shutting down must not leave its players waiting).
+        if now < due && r.end.is_none() {
             return false;
         }
         let Some(bundle) = r.buffer.take(r.next_exec) else {

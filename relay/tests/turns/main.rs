@@ -8,6 +8,7 @@
 //! shared harness and the games the peers play.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+mod ends;
 mod game_peers;
 mod hostile;
 mod netsim;
