@@ -65,7 +65,9 @@ pub struct SessionStats {
     pub turns_executed: u32,
     /// Last turn yielded.
     pub last_turn: Option<Turn>,
-    /// Total time some due turn's bundle was missing.
+    /// Total time some due turn could not run because its bundle was
+    /// missing, counted as it passes (so a wait that never ends, e.g. until
+    /// the peer gives up, is counted too).
     pub stall: Duration,
     /// Number of turns that were late (executed after their due time).
     pub stalled_turns: u32,
@@ -152,6 +154,23 @@ impl Running {
     fn end_reached(&self) -> bool {
         self.end
             .is_some_and(|(last, _)| last.is_none_or(|l| self.next_exec > l))
+    }
+
+    /// Whether `next_exec` is due and cannot run for want of its bundle.
+    fn stalled(&self, now: Instant) -> bool {
+        now > self.due(self.next_exec)
+            && !self.buffer.has(self.next_exec)
+            && self.end.is_none()
+            && self.last_turn.is_none_or(|l| self.next_exec <= l)
+    }
+
+    /// Stall time from the last accounting to `now`, if the due turn is stalled.
+    fn stall_since_accounted(&self, now: Instant) -> Duration {
+        if self.stalled(now) {
+            now.saturating_since(self.due(self.next_exec).max(self.stall_accounted))
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Whole turn lengths elapsed since the start message arrived.
@@ -298,7 +317,11 @@ impl Session {
     }
 
     /// Leaves the match cleanly.
-    pub fn leave(&mut self, _now: Instant) {
+    pub fn leave(&mut self, now: Instant) {
+        if let Phase::Running(r) = &self.phase {
+            // A wait cut short by leaving (e.g. the peer gives up) still counts.
+            self.stats.stall += r.stall_since_accounted(now);
+        }
         if !self.is_ended() {
             self.send(&ToRelay::Leave);
             self.phase = Phase::Ended;
@@ -420,13 +443,7 @@ impl Session {
     pub fn stats(&self, now: Instant) -> SessionStats {
         let mut s = self.stats.clone();
         if let Phase::Running(r) = &self.phase {
-            let due = r.due(r.next_exec);
-            if now > due
-                && !r.buffer.has(r.next_exec)
-                && r.end.is_none_or(|(t, _)| t.is_some_and(|t| r.next_exec <= t))
-            {
-                s.stall += now.saturating_since(due.max(r.stall_accounted));
-            }
+            s.stall += r.stall_since_accounted(now);
             s.input_delay = r.delay.latest();
         }
         let mut sorted: Vec<Duration> = self.latencies.iter().copied().collect();
@@ -522,6 +539,12 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
+        // Count the wait for a missing bundle as it passes, not only once
+        // the bundle arrives: the reports and a peer that gives up see it.
+        self.stats.stall += r.stall_since_accounted(now);
+        if r.stalled(now) {
+            r.stall_accounted = r.stall_accounted.max(now);
+        }
         // Stall notice: the due turn has been missing for a whole turn length.
         if !r.buffer.has(r.next_exec)
             && r.end.is_none()

@@ -239,3 +239,28 @@ fn a_shutdown_before_the_first_turn_ends_the_session_at_once() {
     assert!(s.is_ended());
     assert_eq!(s.poll_timeout(), None);
 }
+
+/// A peer waiting on a bundle that never comes reports the wait as it
+/// passes, and still counts it after giving up (leaving).
+#[test]
+fn a_wait_for_a_missing_bundle_is_stall_in_reports_and_after_leaving() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = started(t0);
+    drain(&mut s);
+    // Turn 0 is due at +200 ms; its bundle never comes.
+    let t = t0 + Duration::from_secs(20);
+    s.handle_timeout(t);
+    let (out, _) = drain(&mut s);
+    let reported = out
+        .iter()
+        .filter_map(|m| match m {
+            ToRelay::Report(r) => Some(r.stall_us),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    assert_eq!(reported, 19_800_000);
+    assert_eq!(s.stats(t).stall, Duration::from_millis(19_800));
+    s.leave(t + Duration::from_secs(1));
+    assert_eq!(s.stats(t).stall, Duration::from_millis(20_800));
+}
