@@ -377,7 +377,19 @@ impl Session {
             ToPeer::LateInput { turn, landed_in } => {
                 if let Phase::Running(r) = &mut self.phase {
                     self.stats.late_inputs += 1;
-                    let times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                    let mut times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                    // The notice can also come before the intended turn runs
+                    // (its bundle arrived early, without our input): our
+                    // chunks then still wait under that turn.
+                    if turn >= r.next_exec
+                        && let Some(list) = r.in_flight.get_mut(&turn)
+                    {
+                        times.extend(list.iter().filter(|f| f.own).map(|f| f.at));
+                        list.retain(|f| !f.own);
+                        if list.is_empty() {
+                            r.in_flight.remove(&turn);
+                        }
+                    }
                     r.in_flight
                         .entry(landed_in)
                         .or_default()

@@ -264,3 +264,55 @@ fn a_wait_for_a_missing_bundle_is_stall_in_reports_and_after_leaving() {
     s.leave(t + Duration::from_secs(1));
     assert_eq!(s.stats(t).stall, Duration::from_millis(20_800));
 }
+
+/// The relay's late-input notice can arrive while the intended turn is
+/// still ahead (its bundle came early without our input): the chunk's
+/// latency is then measured in the turn it landed in.
+#[test]
+fn a_late_notice_before_the_intended_turn_still_counts_the_latency() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = started(t0);
+    drain(&mut s);
+    s.submit(t0, vec![7]).unwrap();
+    s.handle_message(t0, &bundle(0));
+    s.handle_timeout(t0 + Duration::from_millis(200));
+    let (out, ev) = drain(&mut s);
+    assert!(matches!(ev[..], [Event::TurnReady { turn: Turn(0), .. }]));
+    assert!(out.contains(&ToRelay::Input {
+        turn: Turn(1),
+        commands: vec![vec![7]]
+    }));
+    // Turn 1 closed without our chunk; it landed in turn 2. Both bundles and
+    // the notice arrive before turn 1 is due (+300 ms).
+    let at = t0 + Duration::from_millis(210);
+    s.handle_message(at, &bundle(1));
+    s.handle_message(
+        at,
+        &ToPeer::LateInput {
+            turn: Turn(1),
+            landed_in: Turn(2),
+        }
+        .to_bytes(),
+    );
+    s.handle_message(
+        at,
+        &ToPeer::Bundle(Bundle {
+            turn: Turn(2),
+            inputs: vec![(PlayerId(1), vec![7])],
+            notices: Vec::new(),
+        })
+        .to_bytes(),
+    );
+    s.handle_timeout(t0 + Duration::from_millis(400));
+    let (_, ev) = drain(&mut s);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Event::TurnReady { .. }))
+            .count(),
+        2
+    );
+    let st = s.stats(t0 + Duration::from_millis(400));
+    assert_eq!(st.late_inputs, 1);
+    assert_eq!(st.latency_samples, 1);
+    assert_eq!(st.latency_p50, Duration::from_millis(400));
+}
