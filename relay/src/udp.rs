@@ -102,6 +102,13 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Milliseconds since the Unix epoch, from the wall clock.
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// What the relay driver reports to its caller, event by event.
 #[derive(Debug)]
 pub enum RelayNote<'a> {
@@ -386,6 +393,7 @@ pub fn run_peer(
     let now = clock();
     let mut peer = GamePeer::new(now, run.peer.clone())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    peer.set_unix_time(now, unix_now_ms());
     if let Some(path) = &run.record {
         peer.record_to(path.clone());
     }
