@@ -40,6 +40,8 @@ fn with_a_25_turn_delay_every_final_hash_reaches_the_relay() {
         assert_eq!(sim.hashes(i), sim.hashes(0));
     }
     assert_eq!(hash_turns_agreed(&sim), (0..50).collect::<Vec<u32>>());
+    // Agreed means every expected player's hash was in, not a forced verdict.
+    assert_eq!(sim.router.counters().hash_reports, 2 * 50);
     assert_eq!(sim.router.counters().hashes_refused, 0);
     assert!(sim.router_events.iter().any(|e| matches!(
         e,
@@ -130,4 +132,28 @@ fn a_shutdown_mid_match_plays_the_closed_turns_then_ends_with_shutdown() {
         last.0 + 1
     );
     assert!(sim.now.saturating_since(shut_at) <= Duration::from_millis(35));
+}
+
+/// The adaptive delay grows past 2 s for a player 1.2 s away each way; the
+/// end wait follows the delay in force, so the last hashes still get in.
+#[test]
+fn after_the_delay_grew_past_2_s_every_final_hash_reaches_the_relay() {
+    let mut setup = Setup::new(2, 80, 13);
+    setup.shapes[1] = vec![(
+        Instant::ZERO,
+        LinkShape {
+            base_ms: 1_200,
+            jitter_ms: 10,
+        },
+    )];
+    let mut sim = Sim::new(setup);
+    sim.run(Duration::from_secs(120));
+    let delays = sim.delay_changes(0);
+    assert!(delays.iter().any(|(d, _)| *d > 20), "{delays:?}");
+    for i in 0..2 {
+        assert_eq!(assert_contiguous(&sim, i), 80);
+        assert_eq!(end_of(&sim, i), Some((Some(Turn(79)), EndReason::Completed)));
+    }
+    assert_eq!(hash_turns_agreed(&sim), (0..80).collect::<Vec<u32>>());
+    assert_eq!(sim.router.counters().hash_reports, 2 * 80);
 }
