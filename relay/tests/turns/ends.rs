@@ -36,7 +36,10 @@ fn with_a_25_turn_delay_every_final_hash_reaches_the_relay() {
     sim.run(Duration::from_secs(60));
     for i in 0..2 {
         assert_eq!(assert_contiguous(&sim, i), 50);
-        assert_eq!(end_of(&sim, i), Some((Some(Turn(49)), EndReason::Completed)));
+        assert_eq!(
+            end_of(&sim, i),
+            Some((Some(Turn(49)), EndReason::Completed))
+        );
         assert_eq!(sim.hashes(i), sim.hashes(0));
     }
     assert_eq!(hash_turns_agreed(&sim), (0..50).collect::<Vec<u32>>());
@@ -152,7 +155,10 @@ fn after_the_delay_grew_past_2_s_every_final_hash_reaches_the_relay() {
     assert!(delays.iter().any(|(d, _)| *d > 20), "{delays:?}");
     for i in 0..2 {
         assert_eq!(assert_contiguous(&sim, i), 80);
-        assert_eq!(end_of(&sim, i), Some((Some(Turn(79)), EndReason::Completed)));
+        assert_eq!(
+            end_of(&sim, i),
+            Some((Some(Turn(79)), EndReason::Completed))
+        );
     }
     assert_eq!(hash_turns_agreed(&sim), (0..80).collect::<Vec<u32>>());
     assert_eq!(sim.router.counters().hash_reports, 2 * 80);

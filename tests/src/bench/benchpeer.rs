@@ -178,7 +178,9 @@ impl BenchPeer {
             Event::MatchEnded { reason, turn } => {
                 self.completed = reason == EndReason::Completed;
                 if !self.completed {
-                    let at = turn.map_or("before its first turn".to_owned(), |t| format!("at turn {t}"));
+                    let at = turn.map_or("before its first turn".to_owned(), |t| {
+                        format!("at turn {t}")
+                    });
                     self.note(format!("match ended {at}: {reason:?}"));
                 }
             }
