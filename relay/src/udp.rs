@@ -381,7 +381,7 @@ const PEER_LINGER: Duration = Duration::from_secs(2);
 /// Plays one match as a peer on `socket`; `progress` is called about every
 /// second with the peer (for stderr progress lines). After the match ended it
 /// keeps the connection running until its last reliable messages are
-/// acknowledged (at most [`PEER_LINGER`]), so the final hashes reach the relay.
+/// acknowledged (at most 2 s), so the final hashes reach the relay.
 pub fn run_peer(
     socket: &UdpSocket,
     run: &PeerRun,
