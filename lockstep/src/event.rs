@@ -101,8 +101,8 @@ pub enum Event {
     },
     /// The match is over; every turn up to `turn` has been yielded.
     MatchEnded {
-        /// Last turn.
-        turn: Turn,
+        /// Last turn; `None` when the match ended before its first turn.
+        turn: Option<Turn>,
         /// Why.
         reason: EndReason,
     },

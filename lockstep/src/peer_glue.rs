@@ -51,6 +51,15 @@ impl PeerGlue {
         self.disconnected
     }
 
+    /// Whether everything the session sent has left this glue and been
+    /// acknowledged by the relay (no reliable message waiting or un-acked):
+    /// after the match ended, a driver keeps the connection running until
+    /// then (bounded), so the final hashes are not lost with the process.
+    #[must_use]
+    pub fn is_flushed(&self, client: &Client) -> bool {
+        self.backlog.is_empty() && client.stats().unacked == 0
+    }
+
     /// Messages dropped because the transport refused them.
     #[must_use]
     pub const fn dropped(&self) -> u64 {

@@ -174,6 +174,8 @@ pub enum EndReason {
     Completed,
     /// Every other player left or was dropped.
     Abandoned,
+    /// The relay is shutting down and ended the match early.
+    Shutdown,
 }
 
 /// Link and session figures a peer reports to the relay (for its logs and the demo table).
@@ -290,8 +292,10 @@ pub enum ToPeer {
     },
     /// The match is over after simulating `turn`.
     MatchEnd {
-        /// The last turn of the match.
-        turn: Turn,
+        /// The last turn of the match (the last the relay closed); `None`
+        /// when it ended before any turn closed, so there is nothing left
+        /// to simulate.
+        turn: Option<Turn>,
         /// Why.
         reason: EndReason,
     },
@@ -541,6 +545,7 @@ impl fmt::Display for EndReason {
         f.write_str(match self {
             Self::Completed => "completed",
             Self::Abandoned => "abandoned",
+            Self::Shutdown => "shutdown",
         })
     }
 }
@@ -714,8 +719,12 @@ mod tests {
             },
             ToPeer::Ping { stamp_us: 5 },
             ToPeer::MatchEnd {
-                turn: Turn(99),
+                turn: Some(Turn(99)),
                 reason: EndReason::Completed,
+            },
+            ToPeer::MatchEnd {
+                turn: None,
+                reason: EndReason::Shutdown,
             },
         ];
         (to_relay, to_peer)

@@ -36,7 +36,10 @@ pub struct RelayConfig {
     pub ticks_per_turn: u16,
     /// World seed for every match; derived from the match name and number if `None`.
     pub seed: Option<u64>,
-    /// After the last turn closes, how long to wait for the final hashes.
+    /// Margin of the wait for the final hashes after the last turn closed:
+    /// the relay waits until that turn is due at the peers (at least the
+    /// current input delay in turn lengths) plus the slowest player's RTT,
+    /// plus this; the match ends as soon as every hash is in.
     pub end_grace: Duration,
     /// Memory bounds.
     pub limits: Limits,

@@ -43,6 +43,11 @@ impl DelayController {
         }
     }
 
+    /// The delay in force (the last one decided, or the initial one).
+    pub(crate) const fn current(&self) -> u8 {
+        self.current
+    }
+
     /// Forgets a player who left.
     pub(crate) fn forget(&mut self, player: usize) {
         if let Some(w) = self.samples.get_mut(player) {

@@ -10,8 +10,8 @@ use crate::router::{ConnId, Outbox};
 use lockstep::proto::RejectReason;
 use lockstep::proto::{
     Bundle, DesyncReport, EndReason, Join, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES,
-    MAX_INPUT_CHUNKS, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, PlayerInfo, Start,
-    ToPeer, ToRelay,
+    MAX_INPUT_CHUNKS, MAX_INPUT_DELAY, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice,
+    PlayerInfo, Start, ToPeer, ToRelay,
 };
 use lockstep::{Duration, Instant};
 use sim::{MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, StateHash, Turn};
@@ -516,32 +516,15 @@ impl MatchRoom {
                     g.judge_hashes(id, config, out, true);
                 }
             }
-            let last = g.next_close.0.checked_sub(1).map(Turn);
-            let end_turn = last.unwrap_or(g.first);
-            for slot in &g.slots {
-                if let Some(conn) = slot.conn {
-                    out.send(
-                        conn,
-                        &ToPeer::MatchEnd {
-                            turn: end_turn,
-                            reason,
-                        },
-                    );
-                }
-            }
-            out.events.push_back(RouterEvent::MatchEnded {
-                id,
-                turn: last,
-                reason,
-            });
+            g.end(id, reason, out);
             self.phase = Phase::Ended;
         }
     }
 
     /// Ends the match at once because the relay is shutting down: a lobby's
     /// members are refused; a running match's players get `MatchEnd` at the
-    /// last closed turn (reason `Abandoned`: the wire has no "shutdown"
-    /// reason) and a `MatchEnded` event lets the recorder finalise the replay.
+    /// last closed turn (`None` if none closed) with reason `Shutdown`, and
+    /// a `MatchEnded` event lets the recorder finalise the replay.
     pub(crate) fn shut_down(&mut self, config: &RelayConfig, out: &mut Outbox) {
         let id = self.id;
         match &mut self.phase {
@@ -560,24 +543,7 @@ impl MatchRoom {
                 // Judge the reports already in, so the replay's trailer carries
                 // the latest agreed hash.
                 g.judge_hashes(id, config, out, false);
-                let last = g.next_close.0.checked_sub(1).map(Turn);
-                let end_turn = last.unwrap_or(g.first);
-                for slot in &g.slots {
-                    if let Some(conn) = slot.conn {
-                        out.send(
-                            conn,
-                            &ToPeer::MatchEnd {
-                                turn: end_turn,
-                                reason: EndReason::Abandoned,
-                            },
-                        );
-                    }
-                }
-                out.events.push_back(RouterEvent::MatchEnded {
-                    id,
-                    turn: last,
-                    reason: EndReason::Abandoned,
-                });
+                g.end(id, EndReason::Shutdown, out);
             }
             Phase::Ended => return,
         }
@@ -819,7 +785,7 @@ impl Game {
         });
         self.next_close = turn.next();
         if self.last == Some(turn) {
-            self.end_by = Some(now + config.end_grace);
+            self.end_by = Some(now + self.end_wait(now, config));
         }
     }
 
@@ -984,6 +950,43 @@ impl Game {
             players,
             sections,
         });
+    }
+
+    /// Tells every connected player that the match ended after the last
+    /// closed turn (`None`: no turn closed, nothing left to simulate) and
+    /// emits the `MatchEnded` event.
+    fn end(&self, id: MatchId, reason: EndReason, out: &mut Outbox) {
+        let turn = self.next_close.0.checked_sub(1).map(Turn);
+        self.broadcast(out, &ToPeer::MatchEnd { turn, reason });
+        out.events
+            .push_back(RouterEvent::MatchEnded { id, turn, reason });
+    }
+
+    /// After the last turn closed at `now`, how long to wait for the final
+    /// hashes: until that turn is due at the peers (the schedule, or the
+    /// current input delay in turn lengths when turns close early, whichever
+    /// is longer), plus the slowest player's RTT for the hash to come back,
+    /// plus `end_grace` as a margin. A fixed wait cut matches with a long
+    /// delay short before their last turns ran. Bounded by the longest
+    /// delay peers accept, the silence timeout and the margin.
+    fn end_wait(&self, now: Instant, config: &RelayConfig) -> Duration {
+        let last = self.last.unwrap_or(self.next_close);
+        let n = u64::from(last.0.saturating_sub(self.first.0)) + u64::from(self.d0);
+        let schedule = (self.start + config.turn_length.saturating_mul(n)).saturating_since(now);
+        let delay = config
+            .turn_length
+            .saturating_mul(u64::from(self.delay.current()));
+        let rtt = self
+            .delay
+            .high_rtt()
+            .unwrap_or(Duration::ZERO)
+            .min(config.silence_timeout);
+        let cap = config
+            .turn_length
+            .saturating_mul(u64::from(MAX_INPUT_DELAY))
+            + config.silence_timeout
+            + config.end_grace;
+        (schedule.max(delay) + rtt + config.end_grace).min(cap)
     }
 
     /// Whether the match is over, and why.

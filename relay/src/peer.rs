@@ -105,6 +105,9 @@ pub struct PeerSummary {
     pub dropped: Vec<(u8, u32)>,
     /// Whether the match ended normally (all turns played).
     pub completed: bool,
+    /// Why the match ended, as the relay announced it (`None`: no end was
+    /// announced, e.g. the connection was lost first).
+    pub ended: Option<EndReason>,
     /// Why the session ended early, if it did.
     pub error: Option<String>,
     /// Why the relay refused this peer, if it did (`peer` then exits 5).
@@ -123,8 +126,12 @@ pub struct GamePeer {
     desyncs: Vec<DesyncSummary>,
     dropped: Vec<(u8, u32)>,
     completed: bool,
+    ended: Option<EndReason>,
     error: Option<String>,
     refused: Option<PeerRefusal>,
+    /// The wall clock at one instant (`now`, Unix ms), given by the driver:
+    /// the replay header's start time is derived from it.
+    unix_anchor: Option<(Instant, u64)>,
     /// Every event, for callers that want to log them.
     log: Vec<Event>,
     record: Option<PeerRecording>,
@@ -178,10 +185,30 @@ impl GamePeer {
             desyncs: Vec::new(),
             dropped: Vec::new(),
             completed: false,
+            ended: None,
             error: None,
             refused: None,
+            unix_anchor: None,
             log: Vec::new(),
             record: None,
+        })
+    }
+
+    /// Anchors the wall clock: `now` is `unix_ms` milliseconds after the
+    /// Unix epoch. The driver calls this (the peer never reads the clock);
+    /// without it a recording's start time is 0 (unknown).
+    pub fn set_unix_time(&mut self, now: Instant, unix_ms: u64) {
+        self.unix_anchor = Some((now, unix_ms));
+    }
+
+    /// The wall-clock time of `now` in Unix ms, from the anchor.
+    fn unix_ms(&self, now: Instant) -> u64 {
+        self.unix_anchor.map_or(0, |(at, ms)| {
+            if now >= at {
+                ms.saturating_add(now.saturating_since(at).as_millis())
+            } else {
+                ms.saturating_sub(at.saturating_since(now).as_millis())
+            }
         })
     }
 
@@ -222,10 +249,12 @@ impl GamePeer {
 
     fn start_recording(
         &mut self,
+        now: Instant,
         setup: &MatchSetup,
         players: &[lockstep::proto::PlayerInfo],
         turn_length: Duration,
     ) {
+        let start_time_unix_ms = self.unix_ms(now);
         let Some(rec) = self.record.as_mut() else {
             return;
         };
@@ -243,9 +272,7 @@ impl GamePeer {
                 name: p.name.clone(),
             })
             .collect();
-        header.start_time_unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        header.start_time_unix_ms = start_time_unix_ms;
         match replays::Writer::create(&rec.path, &header) {
             Ok(w) => rec.writer = Some(w),
             Err(e) => self.error = Some(format!("recording: {e}")),
@@ -295,7 +322,7 @@ impl GamePeer {
                 self.world = Some(World::new(setup));
                 self.bot = Some(Bot::new(*your_player, self.config.seed, self.config.apm));
                 self.started_at = Some(now);
-                self.start_recording(setup, players, *turn_length);
+                self.start_recording(now, setup, players, *turn_length);
             }
             Event::TurnReady { turn, inputs } => {
                 let (Some(world), Some(bot)) = (self.world.as_mut(), self.bot.as_mut()) else {
@@ -356,6 +383,7 @@ impl GamePeer {
             }
             Event::MatchEnded { reason, .. } => {
                 self.completed = *reason == EndReason::Completed;
+                self.ended = Some(*reason);
                 self.close_recording();
             }
             Event::Rejected { reason, detail } => {
@@ -409,8 +437,61 @@ impl GamePeer {
             desyncs: self.desyncs.clone(),
             dropped: self.dropped.clone(),
             completed: self.completed,
+            ended: self.ended,
             error: self.error.clone(),
             refused: self.refused.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+    use super::*;
+    use lockstep::proto::{PlayerInfo, Start, ToPeer};
+
+    /// The recording's start time comes from the wall clock the driver
+    /// anchored, advanced by the session clock to the moment the match began.
+    #[test]
+    fn the_recording_start_time_comes_from_the_anchored_wall_clock() {
+        let dir = std::env::temp_dir().join(format!("peer-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("me.lsr");
+        let t0 = Instant::from_millis(1_000);
+        let config = PeerConfig {
+            match_name: "m".into(),
+            players: 1,
+            turns: 10,
+            seed: 1,
+            apm: 0,
+            name: "p".into(),
+            desync_at: None,
+        };
+        let mut peer = GamePeer::new(t0, config).unwrap();
+        peer.set_unix_time(t0, 1_700_000_000_000);
+        peer.record_to(path.clone());
+        let start = ToPeer::Start(Start {
+            your_player: PlayerId(0),
+            setup: MatchSetup {
+                seed: 1,
+                players: 1,
+                ticks_per_turn: DEFAULT_TICKS_PER_TURN,
+            },
+            turn_length_us: 100_000,
+            players: vec![PlayerInfo {
+                id: PlayerId(0),
+                name: "p".into(),
+            }],
+            input_delay: 3,
+            first_turn: Turn(0),
+            last_turn: Some(Turn(9)),
+        });
+        let started = t0 + Duration::from_millis(2_500);
+        peer.session().handle_message(started, &start.to_bytes());
+        peer.pump(started);
+        peer.close_recording();
+        let reader = replays::Reader::open(&path).unwrap();
+        assert_eq!(reader.header().start_time_unix_ms, 1_700_000_002_500);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

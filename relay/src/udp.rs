@@ -444,8 +444,15 @@ pub struct PeerRun {
     pub token: Option<ConnectToken>,
 }
 
+/// Once the match ended, how long a peer keeps running its connection at
+/// most so that its last reliable messages (the final turns' hashes) are
+/// acknowledged by the relay.
+const PEER_LINGER: Duration = Duration::from_secs(2);
+
 /// Plays one match as a peer on `socket`; `progress` is called about every
-/// second with the peer (for stderr progress lines).
+/// second with the peer (for stderr progress lines). After the match ended it
+/// keeps the connection running until its last reliable messages are
+/// acknowledged (at most 2 s), so the final hashes reach the relay.
 pub fn run_peer(
     socket: &UdpSocket,
     run: &PeerRun,
@@ -457,6 +464,7 @@ pub fn run_peer(
     let now = clock();
     let mut peer = GamePeer::new(now, run.peer.clone())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    peer.set_unix_time(now, unix_now_ms());
     if let Some(path) = &run.record {
         peer.record_to(path.clone());
     }
@@ -471,6 +479,7 @@ pub fn run_peer(
     let mut next_progress = now + Duration::from_secs(1);
     let deadline = now + run.timeout;
     let mut error = None;
+    let mut linger_until: Option<Instant> = None;
     loop {
         let now = clock();
         glue.pump(now, peer.session(), &mut client);
@@ -489,8 +498,14 @@ pub fn run_peer(
                 let _ = socket.send_to(&bytes, run.relay);
             }
         }
-        if peer.is_done() || stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
             break;
+        }
+        if peer.is_done() {
+            let until = *linger_until.get_or_insert(now + PEER_LINGER);
+            if glue.is_flushed(&client) || glue.disconnected().is_some() || now >= until {
+                break;
+            }
         }
         if run
             .vanish_after
@@ -507,7 +522,9 @@ pub fn run_peer(
             break;
         }
         if now >= deadline {
-            error = Some(format!("gave up after {}", run.timeout));
+            if !peer.is_done() {
+                error = Some(format!("gave up after {}", run.timeout));
+            }
             break;
         }
         if now >= next_progress {
@@ -517,6 +534,7 @@ pub fn run_peer(
         let timers = [
             client.poll_timeout(),
             peer.session().poll_timeout(),
+            linger_until,
             up.as_ref().and_then(Link::next_delivery),
             down.as_ref().and_then(Link::next_delivery),
         ];

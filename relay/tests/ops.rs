@@ -32,9 +32,13 @@ fn scratch(name: &str) -> PathBuf {
 
 impl Relay {
     fn start(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with_turn_ms(dir, "50", extra)
+    }
+
+    fn start_with_turn_ms(dir: &Path, turn_ms: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
             .args(["serve", "--bind", "127.0.0.1:0", "--json", "--verbose"])
-            .args(["--turn-ms", "50", "--record-dir"])
+            .args(["--turn-ms", turn_ms, "--record-dir"])
             .arg(dir)
             .args(extra)
             .stdout(Stdio::piped())
@@ -523,6 +527,90 @@ fn a_solo_peer_leaving_an_unbounded_match_does_not_wedge_the_relay() {
         );
     }
     relay.signal("-TERM");
+    relay.drain();
+    assert!(relay.wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `peer` whose stderr is kept (for its last words) and whose exit is awaited.
+fn peer_with_stderr(relay: &str, name: &str, seed: u64, turns: u32) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_peer"))
+        .args(["--relay", relay, "--match", name, "--players", "2"])
+        .args(["--turns", &turns.to_string(), "--seed", &seed.to_string()])
+        .args(["--timeout-s", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (bounded) for a peer and returns its exit code and stderr.
+fn finish(mut child: Child) -> (Option<i32>, String) {
+    let status = wait_bounded(&mut child);
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+    }
+    (status.code(), err)
+}
+
+/// With a fixed 25-turn delay at 100 ms turns (2.5 s, more than the old
+/// fixed 2 s end grace), both peers play to the end and exit 0, and the
+/// relay's replay holds a hash record for each of the 50 turns.
+#[test]
+fn a_25_turn_delay_match_ends_cleanly_with_every_hash_recorded() {
+    let dir = scratch("delay25");
+    let mut relay =
+        Relay::start_with_turn_ms(&dir, "100", &["--fixed-delay", "--input-delay", "25"]);
+    let peers: Vec<Child> = (1..=2)
+        .map(|seed| peer_with_stderr(&relay.addr, "d25", seed, 50))
+        .collect();
+    let ended = relay.wait_for(|v| v["event"] == "match_ended");
+    assert_eq!(ended["reason"], "completed", "{ended}");
+    assert_eq!(ended["turn"], 49, "{ended}");
+    for p in peers {
+        let (code, err) = finish(p);
+        assert_eq!(code, Some(0), "peer stderr: {err}");
+    }
+    relay.wait_for(|v| v["event"] == "recorded");
+    let agreed = relay
+        .seen
+        .iter()
+        .filter(|v| v["event"] == "hash_agreed")
+        .count();
+    assert_eq!(agreed, 50);
+    let files = replay_files(&dir);
+    assert_eq!(files.len(), 1);
+    let (_, summary) = Reader::open(&files[0]).unwrap().scan().unwrap();
+    assert_eq!(summary.ending, Ending::Complete);
+    assert_eq!(summary.hashes, 50);
+    relay.signal("-TERM");
+    relay.drain();
+    assert!(relay.wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A match ended by the relay's shutdown: each peer says why and exits 4.
+#[test]
+fn peers_of_a_match_ended_by_shutdown_say_so_and_exit_4() {
+    let dir = scratch("shutdown");
+    let mut relay = Relay::start(&dir, &["--grace-s", "0"]);
+    let peers: Vec<Child> = (1..=2)
+        .map(|seed| peer_with_stderr(&relay.addr, "s", seed, 100_000))
+        .collect();
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(turn_closed_at_least(10));
+    relay.signal("-TERM");
+    let ended = relay.wait_for(|v| v["event"] == "match_ended");
+    assert_eq!(ended["reason"], "shutdown", "{ended}");
+    for p in peers {
+        let (code, err) = finish(p);
+        assert_eq!(code, Some(4), "peer stderr: {err}");
+        assert!(
+            err.lines().any(|l| l == "match ended: relay shutting down"),
+            "{err}"
+        );
+    }
     relay.drain();
     assert!(relay.wait().success());
     let _ = std::fs::remove_dir_all(&dir);

@@ -20,8 +20,8 @@ use crate::builder::SessionConfig;
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
-    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, RejectReason, Start,
-    ToPeer, ToRelay,
+    Bundle, Delivery, EndReason, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport,
+    RejectReason, Start, ToPeer, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -65,7 +65,9 @@ pub struct SessionStats {
     pub turns_executed: u32,
     /// Last turn yielded.
     pub last_turn: Option<Turn>,
-    /// Total time some due turn's bundle was missing.
+    /// Total time some due turn could not run because its bundle was
+    /// missing, counted as it passes (so a wait that never ends, e.g. until
+    /// the peer gives up, is counted too).
     pub stall: Duration,
     /// Number of turns that were late (executed after their due time).
     pub stalled_turns: u32,
@@ -139,13 +141,38 @@ struct Running {
     stall_notified: Option<Turn>,
     waiting: Option<(Turn, Vec<PlayerId>)>,
     next_report: Instant,
-    end: Option<(Turn, crate::proto::EndReason)>,
+    /// The relay's `MatchEnd`: the last turn (`None`: no turn closed) and why.
+    end: Option<(Option<Turn>, EndReason)>,
 }
 
 impl Running {
     fn due(&self, turn: Turn) -> Instant {
         let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
         self.epoch + self.turn_length.saturating_mul(n)
+    }
+
+    /// Whether the relay's `MatchEnd` came and every turn up to its last
+    /// one has been yielded.
+    fn end_reached(&self) -> bool {
+        self.end
+            .is_some_and(|(last, _)| last.is_none_or(|l| self.next_exec > l))
+    }
+
+    /// Whether `next_exec` is due and cannot run for want of its bundle.
+    fn stalled(&self, now: Instant) -> bool {
+        now > self.due(self.next_exec)
+            && !self.buffer.has(self.next_exec)
+            && self.end.is_none()
+            && self.last_turn.is_none_or(|l| self.next_exec <= l)
+    }
+
+    /// Stall time from the last accounting to `now`, if the due turn is stalled.
+    fn stall_since_accounted(&self, now: Instant) -> Duration {
+        if self.stalled(now) {
+            now.saturating_since(self.due(self.next_exec).max(self.stall_accounted))
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Whole turn lengths elapsed since the start message arrived.
@@ -177,6 +204,10 @@ struct InFlight {
 pub struct Session {
     config: SessionConfig,
     phase: Phase,
+    /// The state of a match that ended, kept so the game can still report
+    /// the hashes of the turns it was yielded (the last ones are typically
+    /// simulated after the `MatchEnded` event was queued).
+    finished: Option<Box<Running>>,
     outgoing: VecDeque<(Delivery, Vec<u8>)>,
     events: VecDeque<Event>,
     stats: SessionStats,
@@ -188,6 +219,7 @@ impl Session {
         let mut s = Self {
             config,
             phase: Phase::Joining,
+            finished: None,
             outgoing: VecDeque::new(),
             events: VecDeque::new(),
             stats: SessionStats::default(),
@@ -256,15 +288,18 @@ impl Session {
     }
 
     /// Reports the state hash after simulating `turn` (and keeps its sections
-    /// for a possible desync diagnosis).
+    /// for a possible desync diagnosis). Also accepted after the match ended,
+    /// for every yielded turn: the relay waits for the final hashes, and the
+    /// driver should keep sending until they are acknowledged.
     pub fn report_hash(
         &mut self,
         turn: Turn,
         hash: StateHash,
         sections: Vec<SectionHash>,
     ) -> Result<(), SessionError> {
-        let Phase::Running(r) = &mut self.phase else {
-            return Err(SessionError::NotRunning);
+        let r = match &mut self.phase {
+            Phase::Running(r) => r,
+            _ => self.finished.as_mut().ok_or(SessionError::NotRunning)?,
         };
         if turn >= r.next_exec || r.last_hashed.is_some_and(|h| turn <= h) {
             return Err(SessionError::BadTurn(turn));
@@ -284,7 +319,11 @@ impl Session {
     }
 
     /// Leaves the match cleanly.
-    pub fn leave(&mut self, _now: Instant) {
+    pub fn leave(&mut self, now: Instant) {
+        if let Phase::Running(r) = &self.phase {
+            // A wait cut short by leaving (e.g. the peer gives up) still counts.
+            self.stats.stall += r.stall_since_accounted(now);
+        }
         if !self.is_ended() {
             self.send(&ToRelay::Leave);
             self.phase = Phase::Ended;
@@ -349,7 +388,19 @@ impl Session {
             ToPeer::LateInput { turn, landed_in } => {
                 if let Phase::Running(r) = &mut self.phase {
                     self.stats.late_inputs += 1;
-                    let times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                    let mut times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                    // The notice can also come before the intended turn runs
+                    // (its bundle arrived early, without our input): our
+                    // chunks then still wait under that turn.
+                    if turn >= r.next_exec
+                        && let Some(list) = r.in_flight.get_mut(&turn)
+                    {
+                        times.extend(list.iter().filter(|f| f.own).map(|f| f.at));
+                        list.retain(|f| !f.own);
+                        if list.is_empty() {
+                            r.in_flight.remove(&turn);
+                        }
+                    }
                     r.in_flight
                         .entry(landed_in)
                         .or_default()
@@ -423,13 +474,7 @@ impl Session {
     pub fn stats(&self, now: Instant) -> SessionStats {
         let mut s = self.stats.clone();
         if let Phase::Running(r) = &self.phase {
-            let due = r.due(r.next_exec);
-            if now > due
-                && !r.buffer.has(r.next_exec)
-                && r.end.is_none_or(|(t, _)| r.next_exec <= t)
-            {
-                s.stall += now.saturating_since(due.max(r.stall_accounted));
-            }
+            s.stall += r.stall_since_accounted(now);
             s.input_delay = r.delay.latest();
         }
         let mut sorted: Vec<Duration> = self.latencies.iter().copied().collect();
@@ -525,6 +570,12 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
+        // Count the wait for a missing bundle as it passes, not only once
+        // the bundle arrives: the reports and a peer that gives up see it.
+        self.stats.stall += r.stall_since_accounted(now);
+        if r.stalled(now) {
+            r.stall_accounted = r.stall_accounted.max(now);
+        }
         // Stall notice: the due turn has been missing for a whole turn length.
         if !r.buffer.has(r.next_exec)
             && r.end.is_none()
@@ -542,11 +593,13 @@ impl Session {
             });
         }
         if let Some((end, reason)) = r.end
-            && r.next_exec > end
+            && r.end_reached()
         {
             self.events
                 .push_back(Event::MatchEnded { turn: end, reason });
-            self.phase = Phase::Ended;
+            if let Phase::Running(r) = std::mem::replace(&mut self.phase, Phase::Ended) {
+                self.finished = Some(r);
+            }
             return;
         }
         if now >= r.next_report {
@@ -623,11 +676,14 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return false;
         };
-        if r.last_turn.is_some_and(|l| r.next_exec > l) {
+        if r.last_turn.is_some_and(|l| r.next_exec > l) || r.end_reached() {
             return false;
         }
         let due = r.due(r.next_exec);
-        if now < due {
+        // Once the relay ended the match, the turns up to its last one run at
+        // once: pacing only gives inputs time to arrive, and no input counts
+        // any more (a relay shutting down must not leave its players waiting).
+        if now < due && r.end.is_none() {
             return false;
         }
         let Some(bundle) = r.buffer.take(r.next_exec) else {

@@ -126,7 +126,7 @@ fn yields_each_turn_once_in_order_when_due_and_complete() {
     s.handle_message(
         t0 + Duration::from_millis(650),
         &ToPeer::MatchEnd {
-            turn: Turn(3),
+            turn: Some(Turn(3)),
             reason: crate::proto::EndReason::Completed,
         }
         .to_bytes(),
@@ -136,11 +136,183 @@ fn yields_each_turn_once_in_order_when_due_and_complete() {
         ev[..],
         [
             Event::TurnReady { turn: Turn(3), .. },
-            Event::MatchEnded { turn: Turn(3), .. }
+            Event::MatchEnded {
+                turn: Some(Turn(3)),
+                ..
+            }
         ]
     ));
     let st = s.stats(t0 + Duration::from_millis(650));
     assert_eq!(st.stall, Duration::from_millis(150));
     assert_eq!(st.turns_executed, 4);
     assert!(s.is_ended());
+}
+
+fn match_end(turn: Option<u32>, reason: crate::proto::EndReason) -> Vec<u8> {
+    ToPeer::MatchEnd {
+        turn: turn.map(Turn),
+        reason,
+    }
+    .to_bytes()
+}
+
+fn hashes_sent(out: &[ToRelay]) -> Vec<u32> {
+    out.iter()
+        .filter_map(|m| match m {
+            ToRelay::Hash { turn, .. } => Some(turn.0),
+            _ => None,
+        })
+        .collect()
+}
+
+/// With a long input delay the relay's `MatchEnd` arrives before the last
+/// turns are due: they run at once, and their hashes are still accepted and
+/// sent although the `MatchEnded` event is already queued.
+#[test]
+fn turns_yielded_around_the_match_end_still_report_their_hashes() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = started(t0);
+    drain(&mut s);
+    for t in 0..4 {
+        s.handle_message(t0, &bundle(t));
+    }
+    s.handle_message(t0, &match_end(Some(3), crate::proto::EndReason::Completed));
+    let mut turns = Vec::new();
+    let mut hashes = Vec::new();
+    while let Some(ev) = s.poll_event() {
+        match ev {
+            Event::TurnReady { turn, .. } => {
+                s.report_hash(turn, StateHash([turn.0 as u8; 32]), Vec::new())
+                    .unwrap();
+                turns.push(turn.0);
+            }
+            Event::MatchEnded { turn, reason } => {
+                assert_eq!(
+                    (turn, reason),
+                    (Some(Turn(3)), crate::proto::EndReason::Completed)
+                );
+            }
+            _ => {}
+        }
+        let (out, _) = {
+            let mut out = Vec::new();
+            while let Some((_, b)) = s.poll_outgoing() {
+                out.push(ToRelay::decode(&b).unwrap());
+            }
+            (out, ())
+        };
+        hashes.extend(hashes_sent(&out));
+    }
+    assert!(s.is_ended());
+    assert_eq!(turns, vec![0, 1, 2, 3]);
+    assert_eq!(hashes, vec![0, 1, 2, 3]);
+    // Only yielded turns, once each.
+    assert_eq!(
+        s.report_hash(Turn(3), StateHash([0; 32]), Vec::new()),
+        Err(SessionError::BadTurn(Turn(3)))
+    );
+    assert_eq!(
+        s.report_hash(Turn(4), StateHash([0; 32]), Vec::new()),
+        Err(SessionError::BadTurn(Turn(4)))
+    );
+}
+
+/// A relay that shuts down before any turn closed says so with no last
+/// turn: the session ends at once instead of waiting for turn 0's bundle.
+#[test]
+fn a_shutdown_before_the_first_turn_ends_the_session_at_once() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = started(t0);
+    drain(&mut s);
+    s.handle_message(
+        t0 + Duration::from_millis(10),
+        &match_end(None, crate::proto::EndReason::Shutdown),
+    );
+    let (_, ev) = drain(&mut s);
+    assert_eq!(
+        ev,
+        vec![Event::MatchEnded {
+            turn: None,
+            reason: crate::proto::EndReason::Shutdown
+        }]
+    );
+    assert!(s.is_ended());
+    assert_eq!(s.poll_timeout(), None);
+}
+
+/// A peer waiting on a bundle that never comes reports the wait as it
+/// passes, and still counts it after giving up (leaving).
+#[test]
+fn a_wait_for_a_missing_bundle_is_stall_in_reports_and_after_leaving() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = started(t0);
+    drain(&mut s);
+    // Turn 0 is due at +200 ms; its bundle never comes.
+    let t = t0 + Duration::from_secs(20);
+    s.handle_timeout(t);
+    let (out, _) = drain(&mut s);
+    let reported = out
+        .iter()
+        .filter_map(|m| match m {
+            ToRelay::Report(r) => Some(r.stall_us),
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    assert_eq!(reported, 19_800_000);
+    assert_eq!(s.stats(t).stall, Duration::from_millis(19_800));
+    s.leave(t + Duration::from_secs(1));
+    assert_eq!(s.stats(t).stall, Duration::from_millis(20_800));
+}
+
+/// The relay's late-input notice can arrive while the intended turn is
+/// still ahead (its bundle came early without our input): the chunk's
+/// latency is then measured in the turn it landed in.
+#[test]
+fn a_late_notice_before_the_intended_turn_still_counts_the_latency() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = started(t0);
+    drain(&mut s);
+    s.submit(t0, vec![7]).unwrap();
+    s.handle_message(t0, &bundle(0));
+    s.handle_timeout(t0 + Duration::from_millis(200));
+    let (out, ev) = drain(&mut s);
+    assert!(matches!(ev[..], [Event::TurnReady { turn: Turn(0), .. }]));
+    assert!(out.contains(&ToRelay::Input {
+        turn: Turn(1),
+        commands: vec![vec![7]]
+    }));
+    // Turn 1 closed without our chunk; it landed in turn 2. Both bundles and
+    // the notice arrive before turn 1 is due (+300 ms).
+    let at = t0 + Duration::from_millis(210);
+    s.handle_message(at, &bundle(1));
+    s.handle_message(
+        at,
+        &ToPeer::LateInput {
+            turn: Turn(1),
+            landed_in: Turn(2),
+        }
+        .to_bytes(),
+    );
+    s.handle_message(
+        at,
+        &ToPeer::Bundle(Bundle {
+            turn: Turn(2),
+            inputs: vec![(PlayerId(1), vec![7])],
+            notices: Vec::new(),
+        })
+        .to_bytes(),
+    );
+    s.handle_timeout(t0 + Duration::from_millis(400));
+    let (_, ev) = drain(&mut s);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(e, Event::TurnReady { .. }))
+            .count(),
+        2
+    );
+    let st = s.stats(t0 + Duration::from_millis(400));
+    assert_eq!(st.late_inputs, 1);
+    assert_eq!(st.latency_samples, 1);
+    assert_eq!(st.latency_p50, Duration::from_millis(400));
 }

@@ -1,12 +1,14 @@
 //! `peer`: a headless peer of the reference game with a seeded bot. Joins a
 //! match on a relay, plays it, prints progress on stderr and a summary on
 //! exit. Exit code 0 when the match completed without desync, 3 on a desync,
-//! 5 when the relay refused the peer (one line on stderr: "refused by the
-//! relay: <reason>"), 1 on any other failure, 2 for bad usage.
+//! 4 when the relay ended the match because it is shutting down, 5 when the
+//! relay refused the peer (one line on stderr: "refused by the relay:
+//! <reason>"), 1 on any other failure, 2 for bad usage.
 
 use clap::Parser;
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
+use lockstep::proto::EndReason;
 use lockstep::token::ConnectToken;
 use lockstep::transport::TransportConfig;
 use relay::peer::PeerConfig;
@@ -193,6 +195,9 @@ fn main() -> ExitCode {
         ExitCode::from(5)
     } else if !summary.desyncs.is_empty() {
         ExitCode::from(3)
+    } else if summary.ended == Some(EndReason::Shutdown) {
+        eprintln!("match ended: relay shutting down");
+        ExitCode::from(4)
     } else if summary.completed && summary.error.is_none() {
         ExitCode::SUCCESS
     } else {

@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 mod edges;
+mod ends;
 mod game_peers;
 mod hostile;
 mod netsim;

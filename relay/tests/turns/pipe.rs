@@ -15,7 +15,7 @@ fn four_peers_play_identically_to_the_end() {
         assert!(matches!(
             sim.peers[i].events.last(),
             Some(Event::MatchEnded {
-                turn: Turn(199),
+                turn: Some(Turn(199)),
                 reason: EndReason::Completed
             })
         ));

@@ -178,7 +178,10 @@ impl BenchPeer {
             Event::MatchEnded { reason, turn } => {
                 self.completed = reason == EndReason::Completed;
                 if !self.completed {
-                    self.note(format!("match ended at turn {turn}: {reason:?}"));
+                    let at = turn.map_or("before its first turn".to_owned(), |t| {
+                        format!("at turn {t}")
+                    });
+                    self.note(format!("match ended {at}: {reason:?}"));
                 }
             }
             Event::PlayerDropped { player, turn } if Some(player) == self.me => {
