@@ -66,8 +66,10 @@ impl Endpoint for RelayNode {
         self.server.handle_datagram(now, from, bytes);
     }
     fn handle_timeout(&mut self, now: Instant) {
-        self.server.handle_timeout(now);
-        self.router.handle_timeout(now);
+        // The serve loop's timer step: each side's timers, each followed by
+        // a pump, so what a timer produced moves on at once.
+        self.glue.step(now, &mut self.router, &mut self.server);
+        self.drain();
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
         self.server.poll_transmit(now, buf)

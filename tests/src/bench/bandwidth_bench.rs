@@ -109,8 +109,9 @@ impl Endpoint for RelayNode {
         self.server.handle_datagram(now, from, bytes);
     }
     fn handle_timeout(&mut self, now: Instant) {
-        self.server.handle_timeout(now);
-        self.router.handle_timeout(now);
+        // The serve loop's timer step (each side's timers, then a pump).
+        self.glue.step(now, &mut self.router, &mut self.server);
+        while self.router.poll_event().is_some() {}
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
         self.server.poll_transmit(now, buf)
