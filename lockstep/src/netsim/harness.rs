@@ -131,6 +131,8 @@ pub trait Endpoint {
 
     /// When this endpoint next needs [`handle_timeout`](Self::handle_timeout)
     /// (the earliest of its timers), `None` when it waits only for datagrams.
+    /// Takes `&mut self` so that adapters can reach cores that are only
+    /// lent mutably (a peer's `session()`).
     fn poll_timeout(&mut self) -> Option<Instant>;
 
     /// Whether this endpoint reached what the run waits for ([`Harness::run`]
