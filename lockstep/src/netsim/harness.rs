@@ -512,6 +512,10 @@ mod tests {
         let mut h = Harness::new(net(20))
             .with_start(ms(10))
             .with_min_step(Duration::from_millis(3));
+        for expected in [13, 16] {
+            assert!(h.step(&mut eps));
+            assert_eq!(h.now(), ms(expected));
+        }
         assert_eq!(h.run(&mut eps, ms(20)), Stopped::Limit);
         assert_eq!(eps[0].pumps, vec![ms(10), ms(13), ms(16), ms(19)]);
         assert_eq!(h.now(), ms(22), "the last step may pass the limit");
