@@ -2,9 +2,14 @@
 //! (latency, jitter, independent and Gilbert–Elliott burst loss,
 //! duplication, reordering, bandwidth cap) and a [`Network`] routing
 //! datagrams between addresses through per-direction links. Same seed, same
-//! inputs, same deliveries. [`proxy`] puts the same model on real UDP.
+//! inputs, same deliveries. [`harness`] drives sans-IO endpoints over it on a
+//! virtual clock (testing a game under loss); [`proxy`] puts the same model
+//! on real UDP.
 
+pub mod harness;
 pub mod proxy;
+
+pub use harness::{Endpoint, Harness, Stopped, Traffic};
 
 use crate::rng::Rng;
 use crate::time::{Duration, Instant};

@@ -3,14 +3,181 @@
 
 use super::*;
 
-/// What a peer saw in a match over the simulated network.
-struct NetPeer {
-    peer: relay::peer::GamePeer,
-    client: lockstep::transport::Client,
-    glue: lockstep::peer_glue::PeerGlue,
-    addr: SocketAddr,
-    turns: Vec<u32>,
-    delay_changes: Vec<(u8, Turn)>,
+use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::{LinkConfig, Network};
+use lockstep::peer_glue::PeerGlue;
+use lockstep::transport::{Client, Server, TransportConfig};
+use relay::peer::{GamePeer, PeerConfig};
+use relay::server::RouterGlue;
+
+/// The relay as a harness endpoint: transport `Server` + `Router` + the
+/// glue between them, stepped as the UDP serve loop steps them.
+pub(super) struct RelayNode {
+    pub(super) server: Server,
+    pub(super) router: Router,
+    pub(super) glue: RouterGlue,
+    pub(super) addr: SocketAddr,
+    /// Every router event, in order.
+    pub(super) events: Vec<RouterEvent>,
+    /// Every refused join, as the serve loop would log it.
+    pub(super) refusals: Vec<relay::router::JoinRefusal>,
+    /// Most matches (lobbies included) the router held at once.
+    pub(super) most_matches: usize,
+}
+
+impl RelayNode {
+    pub(super) fn new(server: Server, config: RelayConfig, addr: SocketAddr) -> Self {
+        Self {
+            server,
+            router: Router::new(config),
+            glue: RouterGlue::new(),
+            addr,
+            events: Vec::new(),
+            refusals: Vec::new(),
+            most_matches: 0,
+        }
+    }
+
+    fn drain(&mut self) {
+        self.events
+            .extend(std::iter::from_fn(|| self.router.poll_event()));
+        self.refusals.extend(self.glue.take_refusals());
+    }
+
+    /// Moves what is pending between the server and the router.
+    pub(super) fn settle(&mut self, now: Instant) {
+        self.glue.pump(now, &mut self.router, &mut self.server);
+        self.drain();
+    }
+}
+
+impl Endpoint for RelayNode {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        // Twice, as the loops this replaces did around the peers' turn: what
+        // the router sends in answer to the first pump goes out this step.
+        self.settle(now);
+        self.settle(now);
+        self.most_matches = self.most_matches.max(self.router.match_count());
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.server.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        // The serve loop's timer step: each side's timers, each followed by
+        // a pump, so what a timer produced moves on at once.
+        self.glue.step(now, &mut self.router, &mut self.server);
+        self.drain();
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.server.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        [self.server.poll_timeout(), self.router.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// When a [`PeerNode`] counts as done for the run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum DoneWhen {
+    /// Its session ended; it keeps pumping until everyone is done.
+    SessionEnded,
+    /// It played to the end without a refusal, or the relay closed its
+    /// connection (so a refusal is seen arriving before the close); it
+    /// stops pumping then.
+    Settled,
+}
+
+/// A reference-game peer as a harness endpoint: transport `Client` +
+/// `GamePeer` (session, world, bot) + the glue between them; records what
+/// it saw.
+pub(super) struct PeerNode {
+    pub(super) peer: GamePeer,
+    pub(super) client: Client,
+    pub(super) glue: PeerGlue,
+    pub(super) addr: SocketAddr,
+    pub(super) done_when: DoneWhen,
+    /// Turns simulated, in order.
+    pub(super) turns: Vec<u32>,
+    /// Input delay changes seen: (delay, from turn).
+    pub(super) delay_changes: Vec<(u8, Turn)>,
+}
+
+impl PeerNode {
+    pub(super) fn new(peer: GamePeer, client: Client, addr: SocketAddr) -> Self {
+        Self {
+            peer,
+            client,
+            glue: PeerGlue::new(),
+            addr,
+            done_when: DoneWhen::SessionEnded,
+            turns: Vec::new(),
+            delay_changes: Vec::new(),
+        }
+    }
+
+    /// Hands the session what the client holds and the game what the
+    /// session holds (after a run, so that nothing is left unseen).
+    pub(super) fn settle(&mut self, now: Instant) {
+        self.glue.pump(now, self.peer.session(), &mut self.client);
+        self.peer.pump(now);
+    }
+}
+
+impl Endpoint for PeerNode {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        if self.done_when == DoneWhen::Settled && self.is_done() {
+            return;
+        }
+        self.settle(now);
+        self.glue.pump(now, self.peer.session(), &mut self.client);
+        for ev in self.peer.take_log() {
+            match ev {
+                Event::TurnReady { turn, .. } => self.turns.push(turn.0),
+                Event::InputDelayChanged { delay, from_turn } => {
+                    self.delay_changes.push((delay, from_turn));
+                }
+                _ => {}
+            }
+        }
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.client.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.client.handle_timeout(now);
+        self.peer.session().handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.client.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        let session = self.peer.session().poll_timeout();
+        [self.client.poll_timeout(), session]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+    fn is_done(&self) -> bool {
+        match self.done_when {
+            DoneWhen::SessionEnded => self.peer.is_done(),
+            DoneWhen::Settled => {
+                self.glue.disconnected().is_some()
+                    || (self.peer.is_done() && self.peer.summary(Instant::ZERO).refused.is_none())
+            }
+        }
+    }
 }
 
 /// Relay + N reference-game peers over real transport endpoints and a
@@ -18,9 +185,9 @@ struct NetPeer {
 fn netsim_match(
     n: usize,
     turns: u32,
-    link: lockstep::netsim::LinkConfig,
+    link: LinkConfig,
     seed: u64,
-) -> (Vec<NetPeer>, Vec<RouterEvent>, Instant) {
+) -> (Vec<PeerNode>, Vec<RouterEvent>, Instant) {
     netsim_match_with(n, turns, link, seed, None, RelayConfig::default())
 }
 
@@ -28,24 +195,19 @@ fn netsim_match(
 fn netsim_match_with(
     n: usize,
     turns: u32,
-    link: lockstep::netsim::LinkConfig,
+    link: LinkConfig,
     seed: u64,
-    lagger: Option<(usize, lockstep::netsim::LinkConfig)>,
+    lagger: Option<(usize, LinkConfig)>,
     config: RelayConfig,
-) -> (Vec<NetPeer>, Vec<RouterEvent>, Instant) {
-    use lockstep::netsim::Network;
-    use lockstep::transport::{Client, Server, TransportConfig};
-    use relay::peer::{GamePeer, PeerConfig};
-    let mut now = Instant::from_millis(1);
+) -> (Vec<PeerNode>, Vec<RouterEvent>, Instant) {
+    let start = Instant::from_millis(1);
     let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
-    let mut net = Network::new(seed, link);
-    let mut server = Server::new(TransportConfig::default(), [seed as u8; 32]);
-    let mut router = Router::new(config);
-    let mut rglue = relay::server::RouterGlue::new();
-    let mut peers: Vec<NetPeer> = (0..n)
-        .map(|i| NetPeer {
-            peer: GamePeer::new(
-                now,
+    let server = Server::new(TransportConfig::default(), [seed as u8; 32]);
+    let mut relay = RelayNode::new(server, config, server_addr);
+    let mut peers: Vec<PeerNode> = (0..n)
+        .map(|i| {
+            let peer = GamePeer::new(
+                start,
                 PeerConfig {
                     match_name: "net".into(),
                     players: n as u8,
@@ -56,99 +218,46 @@ fn netsim_match_with(
                     desync_at: None,
                 },
             )
-            .unwrap(),
-            client: Client::new(
-                now,
+            .unwrap();
+            let client = Client::new(
+                start,
                 server_addr,
                 TransportConfig::default(),
                 seed * 31 + i as u64,
-            ),
-            glue: lockstep::peer_glue::PeerGlue::new(),
-            addr: SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16)),
-            turns: Vec::new(),
-            delay_changes: Vec::new(),
+            );
+            PeerNode::new(
+                peer,
+                client,
+                SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16)),
+            )
         })
         .collect();
+    let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
     if let Some((i, cfg)) = lagger {
-        let addr = SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16));
-        net.set_link(addr, server_addr, cfg);
-        net.set_link(server_addr, addr, cfg);
+        let addr = peers[i].addr;
+        harness.network_mut().set_link(addr, server_addr, cfg);
+        harness.network_mut().set_link(server_addr, addr, cfg);
     }
-    let mut events = Vec::new();
-    let mut buf = Vec::new();
-    let limit = Instant::from_millis(180_000);
-    while now < limit && !peers.iter().all(|p| p.peer.is_done()) {
-        rglue.pump(now, &mut router, &mut server);
-        events.extend(std::iter::from_fn(|| router.poll_event()));
-        for p in &mut peers {
-            p.glue.pump(now, p.peer.session(), &mut p.client);
-            p.peer.pump(now);
-            p.glue.pump(now, p.peer.session(), &mut p.client);
-            for ev in p.peer.take_log() {
-                match ev {
-                    Event::TurnReady { turn, .. } => p.turns.push(turn.0),
-                    Event::InputDelayChanged { delay, from_turn } => {
-                        p.delay_changes.push((delay, from_turn));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        rglue.pump(now, &mut router, &mut server);
-        events.extend(std::iter::from_fn(|| router.poll_event()));
-        while let Some(to) = server.poll_transmit(now, &mut buf) {
-            net.send(now, server_addr, to, &buf);
-        }
-        for p in &mut peers {
-            while let Some(to) = p.client.poll_transmit(now, &mut buf) {
-                net.send(now, p.addr, to, &buf);
-            }
-        }
-        let mut next = net.next_delivery();
-        let mut at = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n: Instant| n.min(t)));
-            }
-        };
-        at(server.poll_timeout());
-        at(router.poll_timeout());
-        for p in &mut peers {
-            at(p.client.poll_timeout());
-            at(p.peer.session().poll_timeout());
-        }
-        let Some(next) = next else { break };
-        // Never stand still: a timer that is already due gets handled below.
-        now = next.max(now + Duration::from_micros(100));
-        while let Some((from, to, bytes)) = net.poll_deliver(now) {
-            if to == server_addr {
-                server.handle_datagram(now, from, &bytes);
-            } else if let Some(p) = peers.iter_mut().find(|p| p.addr == to) {
-                p.client.handle_datagram(now, from, &bytes);
-            }
-        }
-        server.handle_timeout(now);
-        router.handle_timeout(now);
-        for p in &mut peers {
-            p.client.handle_timeout(now);
-            p.peer.session().handle_timeout(now);
-        }
-    }
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+    // The relay never finishes: the run waits for the peers.
+    let _ = harness.run(&mut nodes, Instant::from_millis(180_000));
+    let now = harness.now();
     for p in &mut peers {
-        p.glue.pump(now, p.peer.session(), &mut p.client);
-        p.peer.pump(now);
+        p.settle(now);
     }
-    (peers, events, now)
+    (peers, relay.events, now)
 }
 
 #[test]
 fn over_netsim_with_loss_dup_and_reorder_every_peer_plays_every_turn_once() {
-    let link = lockstep::netsim::LinkConfig {
+    let link = LinkConfig {
         latency: Duration::from_millis(40),
         jitter: Duration::from_millis(20),
         loss: 0.10,
         duplicate: 0.05,
         reorder: 0.10,
-        ..lockstep::netsim::LinkConfig::default()
+        ..LinkConfig::default()
     };
     let (peers, events, now) = netsim_match(4, 150, link, 17);
     let summaries: Vec<_> = peers.iter().map(|p| p.peer.summary(now)).collect();
@@ -176,7 +285,7 @@ fn over_netsim_with_loss_dup_and_reorder_every_peer_plays_every_turn_once() {
 /// a deadline relay: the laggard's inputs land late, nobody stalls, all finish.
 #[test]
 fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
-    let lag = lockstep::netsim::LinkConfig::with_latency(Duration::from_millis(250));
+    let lag = LinkConfig::with_latency(Duration::from_millis(250));
     let config = RelayConfig {
         adaptive_delay: false,
         ..RelayConfig::default()
@@ -184,7 +293,7 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
     let (peers, _, now) = netsim_match_with(
         3,
         100,
-        lockstep::netsim::LinkConfig::with_latency(Duration::from_millis(1)),
+        LinkConfig::with_latency(Duration::from_millis(1)),
         5,
         Some((2, lag)),
         config,
@@ -207,11 +316,11 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
 /// the relay's `MatchEnd` is reliable and the connection outlives the match.
 #[test]
 fn at_20_percent_loss_every_peer_sees_the_match_end_for_many_seeds() {
-    let link = lockstep::netsim::LinkConfig {
+    let link = LinkConfig {
         latency: Duration::from_millis(30),
         jitter: Duration::from_millis(10),
         loss: 0.20,
-        ..lockstep::netsim::LinkConfig::default()
+        ..LinkConfig::default()
     };
     let mut bad = Vec::new();
     for seed in 1..=20 {

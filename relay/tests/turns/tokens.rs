@@ -1,10 +1,14 @@
-//! Join tokens end to end (sans-IO, virtual clock, direct delivery): a
+//! Join tokens end to end (sans-IO, virtual clock, a perfect 5 ms network
+//! driven by `lockstep::netsim::harness`): a
 //! token-mode transport `Server` + `RouterGlue` + `Router` and reference-game
 //! peers connecting with `Client::with_token`. Valid tokens put each player
 //! in the token's slot; a token for another match or an impossible or taken
 //! slot is refused with its counted reason and allocates no match.
 
+use super::netsim::{DoneWhen, PeerNode, RelayNode};
 use super::*;
+use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::{LinkConfig, Network};
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
 use lockstep::transport::{AuthMode, Client, Server, ServerCounters, TransportConfig};
 use relay::peer::{GamePeer, PeerConfig};
@@ -30,15 +34,8 @@ fn token(match_name: &str, slot: u8, entropy: u8) -> ConnectToken {
     .unwrap()
 }
 
-struct TokenPeer {
-    peer: GamePeer,
-    client: Client,
-    glue: lockstep::peer_glue::PeerGlue,
-    addr: SocketAddr,
-}
-
 struct Outcome {
-    peers: Vec<TokenPeer>,
+    peers: Vec<PeerNode>,
     server: ServerCounters,
     router: relay::RouterCounters,
     /// Most matches (lobbies included) the router held at once.
@@ -52,125 +49,63 @@ struct Outcome {
 /// asks for a 2-player match of `turns` turns. Peers start in list order,
 /// 50 ms apart, so the join order is the list order.
 fn run(players: &[(&str, Option<ConnectToken>)], turns: u32) -> Outcome {
-    let mut now = Instant::from_millis(1);
+    let start = Instant::from_millis(1);
     let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
-    let mut server = Server::new(TransportConfig::default(), [3; 32]).with_auth(AuthMode::Tokens {
+    let server = Server::new(TransportConfig::default(), [3; 32]).with_auth(AuthMode::Tokens {
         key: TokenKey::from_bytes(KEY),
         unix_at_zero: UNIX_AT_ZERO,
     });
-    let mut router = Router::new(RelayConfig::default());
-    let mut rglue = relay::server::RouterGlue::new();
-    let mut peers: Vec<TokenPeer> = players
+    let mut relay = RelayNode::new(server, RelayConfig::default(), server_addr);
+    let mut peers: Vec<PeerNode> = players
         .iter()
         .enumerate()
         .map(|(i, (name, tok))| {
-            let start = now + Duration::from_millis(50 * i as u64);
+            let at = start + Duration::from_millis(50 * i as u64);
             let config = TransportConfig::default();
-            TokenPeer {
-                peer: GamePeer::new(
-                    start,
-                    PeerConfig {
-                        match_name: (*name).into(),
-                        players: 2,
-                        turns,
-                        seed: 40 + i as u64,
-                        apm: 400,
-                        name: format!("p{i}"),
-                        desync_at: None,
-                    },
-                )
-                .unwrap(),
-                client: match tok {
-                    Some(t) => Client::with_token(start, server_addr, config, t, 90 + i as u64),
-                    None => Client::new(start, server_addr, config, 90 + i as u64),
+            let peer = GamePeer::new(
+                at,
+                PeerConfig {
+                    match_name: (*name).into(),
+                    players: 2,
+                    turns,
+                    seed: 40 + i as u64,
+                    apm: 400,
+                    name: format!("p{i}"),
+                    desync_at: None,
                 },
-                glue: lockstep::peer_glue::PeerGlue::new(),
-                addr: SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16)),
-            }
+            )
+            .unwrap();
+            let client = match tok {
+                Some(t) => Client::with_token(at, server_addr, config, t, 90 + i as u64),
+                None => Client::new(at, server_addr, config, 90 + i as u64),
+            };
+            let mut node = PeerNode::new(
+                peer,
+                client,
+                SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16)),
+            );
+            // A refused peer is finished once the relay closed its connection
+            // too, so the tests see that the refusal arrived before the close.
+            node.done_when = DoneWhen::Settled;
+            node
         })
         .collect();
-    let mut most_matches = 0;
-    let mut refusals = Vec::new();
-    let mut buf = Vec::new();
-    // Datagrams in flight: (deliver at, seq) -> (from, to, bytes); 5 ms one way.
-    let mut wire: BTreeMap<(Instant, u64), (SocketAddr, SocketAddr, Vec<u8>)> = BTreeMap::new();
-    let mut seq = 0u64;
-    let one_way = Duration::from_millis(5);
-    // A refused peer is finished once the relay closed its connection too,
-    // so the tests see that the refusal arrived before the close.
-    let finished = |p: &TokenPeer| {
-        p.glue.disconnected().is_some()
-            || (p.peer.is_done() && p.peer.summary(Instant::ZERO).refused.is_none())
-    };
-    let limit = Instant::from_millis(120_000);
-    while now < limit && !peers.iter().all(finished) {
-        rglue.pump(now, &mut router, &mut server);
-        while router.poll_event().is_some() {}
-        for p in &mut peers {
-            if finished(p) {
-                continue;
-            }
-            p.glue.pump(now, p.peer.session(), &mut p.client);
-            p.peer.pump(now);
-            p.glue.pump(now, p.peer.session(), &mut p.client);
-        }
-        refusals.extend(rglue.take_refusals());
-        rglue.pump(now, &mut router, &mut server);
-        while router.poll_event().is_some() {}
-        most_matches = most_matches.max(router.match_count());
-        while let Some(to) = server.poll_transmit(now, &mut buf) {
-            seq += 1;
-            wire.insert((now + one_way, seq), (server_addr, to, buf.clone()));
-        }
-        for p in &mut peers {
-            while let Some(to) = p.client.poll_transmit(now, &mut buf) {
-                seq += 1;
-                wire.insert((now + one_way, seq), (p.addr, to, buf.clone()));
-            }
-        }
-        let mut next = wire.keys().next().map(|(t, _)| *t);
-        let mut at = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n: Instant| n.min(t)));
-            }
-        };
-        at(server.poll_timeout());
-        at(router.poll_timeout());
-        for p in &mut peers {
-            at(p.client.poll_timeout());
-            at(p.peer.session().poll_timeout());
-        }
-        let Some(next) = next else { break };
-        now = next.max(now + Duration::from_micros(100));
-        while let Some((&key, _)) = wire.first_key_value() {
-            if key.0 > now {
-                break;
-            }
-            let (from, to, bytes) = wire.remove(&key).unwrap();
-            if to == server_addr {
-                server.handle_datagram(now, from, &bytes);
-            } else if let Some(p) = peers.iter_mut().find(|p| p.addr == to) {
-                p.client.handle_datagram(now, from, &bytes);
-            }
-        }
-        server.handle_timeout(now);
-        router.handle_timeout(now);
-        for p in &mut peers {
-            p.client.handle_timeout(now);
-            p.peer.session().handle_timeout(now);
-        }
-    }
-    rglue.pump(now, &mut router, &mut server);
+    // A perfect network, 5 ms one way.
+    let wire = LinkConfig::with_latency(Duration::from_millis(5));
+    let mut harness = Harness::new(Network::new(0, wire)).with_start(start);
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
+    let now = harness.now();
+    relay.settle(now);
     for p in &mut peers {
-        p.glue.pump(now, p.peer.session(), &mut p.client);
-        p.peer.pump(now);
+        p.settle(now);
     }
-    refusals.extend(rglue.take_refusals());
     Outcome {
-        refusals,
-        server: server.counters().clone(),
-        router: router.counters().clone(),
-        most_matches,
+        refusals: relay.refusals,
+        server: relay.server.counters().clone(),
+        router: relay.router.counters().clone(),
+        most_matches: relay.most_matches,
         peers,
         now,
     }

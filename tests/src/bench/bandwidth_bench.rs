@@ -1,11 +1,13 @@
 //! Bandwidth against the Age of Empires budget: a busy 8-player match of the
 //! reference game (bots at a high APM) over our transport and the real relay,
-//! in process on the deterministic `netsim::Network` with a virtual clock,
-//! counting every datagram per peer. Also the per-packet header overhead of
-//! our wire format, measured on packets the wire encoder writes and checked
-//! against a datagram the transport really sends.
+//! in process on the deterministic `netsim::Network` with a virtual clock
+//! (`lockstep::netsim::Harness`, which counts every datagram per direction).
+//! Also the per-packet header overhead of our wire format, measured on
+//! packets the wire encoder writes and checked against a datagram the
+//! transport really sends.
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
+use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer_glue::PeerGlue;
 use lockstep::transport::{Client, Server, TransportConfig};
@@ -80,11 +82,101 @@ impl Busy {
     }
 }
 
+/// The relay as a harness endpoint: transport `Server` + `Router` + glue.
+struct RelayNode {
+    server: Server,
+    router: Router,
+    glue: RouterGlue,
+    addr: SocketAddr,
+}
+
+impl RelayNode {
+    fn settle(&mut self, now: Instant) {
+        self.glue.pump(now, &mut self.router, &mut self.server);
+        while self.router.poll_event().is_some() {}
+    }
+}
+
+impl Endpoint for RelayNode {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        // Twice: what the router sends in answer to the first goes out now.
+        self.settle(now);
+        self.settle(now);
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.server.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        // The serve loop's timer step (each side's timers, then a pump).
+        self.glue.step(now, &mut self.router, &mut self.server);
+        while self.router.poll_event().is_some() {}
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.server.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        [self.server.poll_timeout(), self.router.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// A bench peer as a harness endpoint: transport `Client` + `BenchPeer` + glue.
+struct PeerNode {
+    peer: BenchPeer,
+    client: Client,
+    glue: PeerGlue,
+    addr: SocketAddr,
+    /// When this peer first saw its session running.
+    running_since: Option<Instant>,
+}
+
+impl Endpoint for PeerNode {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        self.glue.pump(now, self.peer.session(), &mut self.client);
+        self.peer.pump(now);
+        self.glue.pump(now, self.peer.session(), &mut self.client);
+        if self.running_since.is_none() && self.peer.session().is_running() {
+            self.running_since = Some(now);
+        }
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.client.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.client.handle_timeout(now);
+        self.peer.session().handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.client.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        let session = self.peer.session().poll_timeout();
+        [self.client.poll_timeout(), session]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+    fn is_done(&self) -> bool {
+        self.peer.is_done()
+    }
+}
+
 /// Plays one busy match of `turns` turns on a virtual network with `loss`
 /// and 30 ms ± 10 ms one-way delay; deterministic for a given seed.
 #[must_use]
 pub fn busy_match(turns: u32, loss: f64, seed: u64) -> Busy {
-    let mut now = Instant::from_millis(1);
+    let start = Instant::from_millis(1);
     let relay_addr = SocketAddr::from(([10, 0, 0, 1], 7000));
     let link = LinkConfig {
         latency: Duration::from_millis(30),
@@ -92,21 +184,16 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64) -> Busy {
         loss,
         ..LinkConfig::default()
     };
-    let mut net = Network::new(seed, link);
-    let mut server = Server::new(TransportConfig::default(), [seed as u8; 32]);
-    let mut router = Router::new(RelayConfig::default());
-    let mut rglue = RouterGlue::new();
-    struct P {
-        peer: BenchPeer,
-        client: Client,
-        glue: PeerGlue,
-        addr: SocketAddr,
-        traffic: Traffic,
-    }
-    let mut peers: Vec<P> = (0..PLAYERS)
+    let mut relay = RelayNode {
+        server: Server::new(TransportConfig::default(), [seed as u8; 32]),
+        router: Router::new(RelayConfig::default()),
+        glue: RouterGlue::new(),
+        addr: relay_addr,
+    };
+    let mut peers: Vec<PeerNode> = (0..PLAYERS)
         .filter_map(|i| {
             let peer = BenchPeer::new(
-                now,
+                start,
                 BenchPeerConfig {
                     match_name: "busy".into(),
                     players: PLAYERS,
@@ -116,84 +203,48 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64) -> Busy {
                 },
             )
             .ok()?;
-            Some(P {
+            Some(PeerNode {
                 peer,
                 client: Client::new(
-                    now,
+                    start,
                     relay_addr,
                     TransportConfig::default(),
                     seed * 31 + u64::from(i),
                 ),
                 glue: PeerGlue::new(),
                 addr: SocketAddr::from(([10, 0, 1, i], 9000)),
-                traffic: Traffic::default(),
+                running_since: None,
             })
         })
         .collect();
-    let mut buf = Vec::new();
+    let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
     let limit = Instant::from_millis(u64::from(turns) * 100 + 60_000);
-    let mut started = None;
-    while now < limit && !peers.iter().all(|p| p.peer.is_done()) {
-        rglue.pump(now, &mut router, &mut server);
-        while router.poll_event().is_some() {}
-        for p in &mut peers {
-            p.glue.pump(now, p.peer.session(), &mut p.client);
-            p.peer.pump(now);
-            p.glue.pump(now, p.peer.session(), &mut p.client);
-            if started.is_none() && p.peer.session().is_running() {
-                started = Some(now);
-            }
-        }
-        rglue.pump(now, &mut router, &mut server);
-        while router.poll_event().is_some() {}
-        while let Some(to) = server.poll_transmit(now, &mut buf) {
-            if let Some(p) = peers.iter_mut().find(|p| p.addr == to) {
-                p.traffic.down_bytes += buf.len() as u64;
-                p.traffic.down_packets += 1;
-            }
-            net.send(now, relay_addr, to, &buf);
-        }
-        for p in &mut peers {
-            while let Some(to) = p.client.poll_transmit(now, &mut buf) {
-                p.traffic.up_bytes += buf.len() as u64;
-                p.traffic.up_packets += 1;
-                net.send(now, p.addr, to, &buf);
-            }
-        }
-        let mut next = net.next_delivery();
-        let mut at = |t: Option<Instant>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n: Instant| n.min(t)));
-            }
-        };
-        at(server.poll_timeout());
-        at(router.poll_timeout());
-        for p in &mut peers {
-            at(p.client.poll_timeout());
-            at(p.peer.session().poll_timeout());
-        }
-        let Some(next) = next else { break };
-        now = next.max(now + Duration::from_micros(100));
-        while let Some((from, to, bytes)) = net.poll_deliver(now) {
-            if to == relay_addr {
-                server.handle_datagram(now, from, &bytes);
-            } else if let Some(p) = peers.iter_mut().find(|p| p.addr == to) {
-                p.client.handle_datagram(now, from, &bytes);
-            }
-        }
-        server.handle_timeout(now);
-        router.handle_timeout(now);
-        for p in &mut peers {
-            p.client.handle_timeout(now);
-            p.peer.session().handle_timeout(now);
-        }
-    }
+    // The relay never finishes: the run waits for the peers.
+    let _ = harness.run(&mut nodes, limit);
+    let now = harness.now();
+    let started = peers.iter().filter_map(|p| p.running_since).min();
     let secs = now.saturating_since(started.unwrap_or(now)).as_secs_f64();
     let figures: Vec<_> = peers.iter().map(|p| p.peer.figures(now)).collect();
     let commands: usize = figures.iter().map(|f| f.latencies_ms.len()).sum();
     Busy {
         loss,
-        peers: peers.iter().map(|p| p.traffic).collect(),
+        peers: peers
+            .iter()
+            .map(|p| {
+                let (up, down) = (
+                    harness.traffic(p.addr, relay_addr),
+                    harness.traffic(relay_addr, p.addr),
+                );
+                Traffic {
+                    up_bytes: up.sent_bytes,
+                    down_bytes: down.sent_bytes,
+                    up_packets: up.sent_datagrams,
+                    down_packets: down.sent_datagrams,
+                }
+            })
+            .collect(),
         secs,
         commands_per_min: commands as f64 / f64::from(PLAYERS) / secs.max(1e-9) * 60.0,
         completed: figures.iter().filter(|f| f.completed).count(),
