@@ -37,6 +37,7 @@
 //! # let _ = PlayerId(0);
 //! ```
 
+pub mod arena;
 pub mod bot;
 pub mod check;
 mod contract;
