@@ -128,9 +128,13 @@ impl Arena {
         let h = (i16::from(ship.heading) + i16::from(ship.turn)).rem_euclid(i16::from(HEADINGS));
         ship.heading = u8::try_from(h).unwrap_or(0);
         let dir = heading_vector(ship.heading);
+        // Above cruising speed (after a boost) a ship sheds 1/32 of its speed
+        // per tick whatever its thrust; a boost itself may reach the hard cap.
+        let mut allowed = (ship.vel.length() * 31 / 32).max(MAX_SPEED);
         if std::mem::take(&mut ship.boost) && ship.boost_cooldown == 0 {
             ship.vel += dir.scale(BOOST_IMPULSE);
             ship.boost_cooldown = BOOST_COOLDOWN;
+            allowed = BOOST_MAX_SPEED;
         }
         if ship.thrust > 0 {
             ship.vel += dir
@@ -141,11 +145,9 @@ impl Arena {
             ship.vel = ship.vel.mul_ratio(BRAKE.0, BRAKE.1);
         }
         ship.vel = ship.vel.mul_ratio(DRAG.0, DRAG.1);
-        let speed = ship.vel.length();
-        if speed > MAX_SPEED {
-            // Above cruising speed (after a boost) the ship sheds speed quickly.
-            let target = (speed * 15 / 16).clamp(MAX_SPEED, BOOST_MAX_SPEED);
-            ship.vel = ship.vel.with_length(target);
+        let allowed = allowed.min(BOOST_MAX_SPEED);
+        if ship.vel.length() > allowed {
+            ship.vel = ship.vel.with_length(allowed);
         }
         ship.pos += ship.vel;
         for o in map.obstacles() {

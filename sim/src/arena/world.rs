@@ -346,8 +346,8 @@ impl Arena {
         }
     }
 
-    /// Fault injection for desync tests: toggles one ship's hull between `hp`
-    /// and `hp - 1` (`+ 1` at 1 hp; a destroyed ship's respawn delay
+    /// Fault injection for desync tests: takes one hull point from one ship
+    /// (adds one at 1 hp; shifts a destroyed ship's respawn delay by a tick
     /// instead), so the hash and exactly the `ships` section change.
     /// Deterministic in `salt`; never destroys nor revives.
     pub fn perturb(&mut self, salt: u32) {
