@@ -350,3 +350,57 @@ fn generated_arenas_keep_spawns_clear_and_inside() {
         }
     }
 }
+
+/// Lets only player 0's bot act for `turns` turns.
+fn bot_alone(w: &mut Arena, turns: u32) {
+    let mut bot = Bot::new(PlayerId(0), 3, BOT_APM);
+    for _ in 0..turns {
+        let t = w.last_turn().map_or(0, |t| t.0 + 1);
+        let inputs: Vec<Stamped<Command>> = bot
+            .think(w, Turn(t))
+            .into_iter()
+            .enumerate()
+            .map(|(i, command)| Stamped {
+                player: PlayerId(0),
+                seq: u16::try_from(i).unwrap(),
+                command,
+            })
+            .collect();
+        w.step(Turn(t), &inputs);
+    }
+}
+
+#[test]
+fn the_bot_leads_a_crossing_target_and_hits_it() {
+    let mut w = open_arena(2);
+    w.s.ships[0].pos = at(20, 32);
+    w.s.ships[0].heading = HEADINGS / 4 * 3;
+    // The target crosses 14 tiles ahead at cruising speed, never turning.
+    w.s.ships[1].pos = at(6, 18);
+    w.s.ships[1].vel = Vec2::new(MAX_SPEED, Fx::ZERO);
+    w.s.ships[1].thrust = MAX_POWER;
+    bot_alone(&mut w, 12);
+    let (a, b) = (&w.ships()[0], &w.ships()[1]);
+    assert!(a.shots > 0);
+    assert!(a.hits > 0 && b.hp < SHIP_HP, "{a:?}");
+}
+
+#[test]
+fn the_bot_fetches_a_health_pickup_when_hurt() {
+    let mut w = open_arena(2);
+    w.s.ships[0].pos = at(10, 10);
+    w.s.ships[0].hp = 30;
+    // The only enemy is destroyed for a while: nothing to fight.
+    w.s.ships[1].alive = false;
+    w.s.ships[1].hp = 0;
+    w.s.ships[1].respawn_in = RESPAWN_TICKS;
+    w.s.pickups = vec![Pickup {
+        id: 0,
+        kind: PickupKind::Health,
+        pos: at(25, 20),
+    }];
+    w.s.next_id = 1;
+    bot_alone(&mut w, 40);
+    assert!(w.pickups().is_empty(), "{:?}", w.ships()[0]);
+    assert_eq!(w.ships()[0].hp, 30 + HEALTH_BONUS);
+}
