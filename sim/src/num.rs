@@ -262,7 +262,10 @@ mod tests {
         let a = Vec2::new(fx_int(3), fx_int(-4));
         let b = Vec2::new(fx_ratio(1, 2), fx_int(2));
         assert_eq!(a.dot(b), fx_ratio(-13, 2));
-        assert_eq!(a.scale(fx_ratio(1, 2)), Vec2::new(fx_ratio(3, 2), fx_int(-2)));
+        assert_eq!(
+            a.scale(fx_ratio(1, 2)),
+            Vec2::new(fx_ratio(3, 2), fx_int(-2))
+        );
         assert_eq!(a.mul_ratio(1, 4), Vec2::new(fx_ratio(3, 4), fx_int(-1)));
         assert_eq!(a.mul_ratio(1, 0), Vec2::ZERO);
         let huge = Vec2::from_bits(i64::MAX, i64::MAX);

@@ -48,7 +48,7 @@ fn script() -> impl Strategy<Value = Vec<Vec<Stamped<Command>>>> {
 
 fn shuffle<T>(v: &mut [T], rng: &mut sim::rng::Pcg32) {
     for i in (1..v.len()).rev() {
-        let j = rng.below(u32::try_from(i + 1).unwrap()) as usize;
+        let j = rng.below(u32::try_from(i + 1).unwrap_or(u32::MAX)) as usize;
         v.swap(i, j);
     }
 }
@@ -198,15 +198,27 @@ fn two_and_eight_bot_matches_end_with_a_winner_by_the_score_limit() {
     for (players, seed) in [(2, 1), (2, 2), (8, 5), (8, 6)] {
         let (w, turns) = bot_match(seed, players, 5_000);
         let winner = w.winner().expect("a winner");
-        assert_eq!(w.outcome(), Some(arena::Outcome::ScoreLimit(winner)), "{players} players");
+        assert_eq!(
+            w.outcome(),
+            Some(arena::Outcome::ScoreLimit(winner)),
+            "{players} players"
+        );
         let limit = u32::from(w.config().score_limit);
         assert_eq!(w.ship(winner).unwrap().score, limit);
-        assert!(w.ships().iter().all(|s| s.player == winner || s.score < limit));
+        assert!(
+            w.ships()
+                .iter()
+                .all(|s| s.player == winner || s.score < limit)
+        );
         let kills: u32 = w.ships().iter().map(|s| s.score).sum();
         let deaths: u32 = w.ships().iter().map(|s| s.deaths).sum();
         assert_eq!(kills, deaths, "every death is someone's kill");
         assert!(turns < 5_000);
-        assert_eq!(w.rejected(), arena::RejectStats::default(), "bots send valid commands");
+        assert_eq!(
+            w.rejected(),
+            arena::RejectStats::default(),
+            "bots send valid commands"
+        );
     }
 }
 

@@ -66,7 +66,9 @@ fn arena_4_bots_hashes() {
     let mut bots = arena::bots(&world, 44, arena::BOT_APM);
     let mut out = format!("rules {}\n", world.rules_hash().short());
     out += &format!("start {}\n", world.state_hash().short());
-    let marks = [0, 1, 2, 10, 50, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000];
+    let marks = [
+        0, 1, 2, 10, 50, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000,
+    ];
     let mut t = 0;
     while !world.is_over() && t < 5_000 {
         let inputs = arena::bot_inputs(&world, &mut bots, Turn(t));

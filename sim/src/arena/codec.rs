@@ -77,7 +77,10 @@ pub(crate) fn rules_hash(w: &Arena) -> StateHash {
     );
     let s = &w.s;
     let parts = [
-        ("game", digest_of(&(Arena::GAME_ID, Arena::GAME_VERSION), &mut buf)),
+        (
+            "game",
+            digest_of(&(Arena::GAME_ID, Arena::GAME_VERSION), &mut buf),
+        ),
         ("constants", digest_of(&constants, &mut buf)),
         ("config", digest_of(&s.config, &mut buf)),
         ("arena", digest_of(&s.map, &mut buf)),

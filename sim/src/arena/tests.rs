@@ -55,12 +55,19 @@ fn run(w: &mut Arena, turns: u32, inputs: &[Stamped<Command>]) {
 fn thrust_accelerates_along_the_heading_up_to_the_speed_cap_and_drag_stops_it() {
     let mut w = open_arena(2);
     w.s.ships[0].pos = at(5, 20);
-    run(&mut w, 1, &cmds(&[(0, Command::Thrust { power: MAX_POWER })]));
+    run(
+        &mut w,
+        1,
+        &cmds(&[(0, Command::Thrust { power: MAX_POWER })]),
+    );
     let v1 = w.ships()[0].vel;
     assert!(v1.x > Fx::ZERO && v1.y == Fx::ZERO, "{v1:?}");
     run(&mut w, 30, &[]);
     let s = &w.ships()[0];
-    assert!(s.vel.length() <= MAX_SPEED && s.vel.length() > MAX_SPEED * 9 / 10, "{s:?}");
+    assert!(
+        s.vel.length() <= MAX_SPEED && s.vel.length() > MAX_SPEED * 9 / 10,
+        "{s:?}"
+    );
     assert_eq!(s.thrust, MAX_POWER, "thrust is held between turns");
     run(&mut w, 1, &cmds(&[(0, Command::Thrust { power: 0 })]));
     let before = w.ships()[0].vel.length();
@@ -69,7 +76,10 @@ fn thrust_accelerates_along_the_heading_up_to_the_speed_cap_and_drag_stops_it() 
     assert!(braked < before * 4 / 5, "{braked} vs {before}");
     run(&mut w, 1, &[]);
     let coasting = w.ships()[0].vel.length();
-    assert!(coasting < braked && coasting > braked * 9 / 10, "brake lasts one turn");
+    assert!(
+        coasting < braked && coasting > braked * 9 / 10,
+        "brake lasts one turn"
+    );
 }
 
 #[test]
@@ -85,7 +95,10 @@ fn turning_wraps_the_heading_and_boost_exceeds_cruising_speed_once() {
     assert_eq!(w.ships()[0].boost_cooldown, BOOST_COOLDOWN - 2);
     let v = w.ships()[0].vel;
     run(&mut w, 1, &cmds(&[(0, Command::Boost)]));
-    assert!(w.ships()[0].vel.length() < v.length(), "no second boost while recharging");
+    assert!(
+        w.ships()[0].vel.length() < v.length(),
+        "no second boost while recharging"
+    );
 }
 
 #[test]
@@ -299,11 +312,20 @@ fn corrupt_snapshots_are_errors() {
     let w = duel(18);
     let good = w.snapshot();
     assert_eq!(Arena::restore(&good).unwrap(), w);
-    assert!(matches!(Arena::restore(&good[..good.len() - 1]), Err(SnapshotError::Decode(_))));
-    assert!(Arena::restore(b"SIMW\x01").is_err(), "the RTS's snapshot tag");
+    assert!(matches!(
+        Arena::restore(&good[..good.len() - 1]),
+        Err(SnapshotError::Decode(_))
+    ));
+    assert!(
+        Arena::restore(b"SIMW\x01").is_err(),
+        "the RTS's snapshot tag"
+    );
     let mut bad = w.clone();
     bad.s.ships[1].pos = at(500, 20);
-    assert!(matches!(Arena::restore(&bad.snapshot()), Err(SnapshotError::Invalid(_))));
+    assert!(matches!(
+        Arena::restore(&bad.snapshot()),
+        Err(SnapshotError::Invalid(_))
+    ));
     let mut bad = w.clone();
     bad.s.ships.pop();
     assert!(Arena::restore(&bad.snapshot()).is_err());
@@ -323,11 +345,17 @@ fn rules_hash_covers_the_rules_and_the_map() {
     assert_eq!(a.rules_hash(), Arena::new(&setup).rules_hash());
     let mut config = ArenaConfig::standard(2);
     config.score_limit += 1;
-    assert_ne!(a.rules_hash(), Arena::generate(&setup, &config).rules_hash());
+    assert_ne!(
+        a.rules_hash(),
+        Arena::generate(&setup, &config).rules_hash()
+    );
     let other_map = Arena::new(&MatchSetup { seed: 2, ..setup });
     assert_ne!(a.rules_hash(), other_map.rules_hash());
     let names: Vec<String> = a.section_hashes().into_iter().map(|s| s.name).collect();
-    assert_eq!(names, ["globals", "arena", "ships", "projectiles", "pickups"]);
+    assert_eq!(
+        names,
+        ["globals", "arena", "ships", "projectiles", "pickups"]
+    );
 }
 
 #[test]

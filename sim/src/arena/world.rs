@@ -206,7 +206,9 @@ impl Arena {
             ticks_per_turn: setup.ticks_per_turn.clamp(1, 64),
         };
         let config = ArenaConfig {
-            side: config.side.clamp(super::map::SIDE_RANGE.0, super::map::SIDE_RANGE.1),
+            side: config
+                .side
+                .clamp(super::map::SIDE_RANGE.0, super::map::SIDE_RANGE.1),
             obstacles: config.obstacles.min(super::map::MAX_OBSTACLES),
             score_limit: config.score_limit.max(1),
             turn_limit: config.turn_limit.max(1),
@@ -354,7 +356,11 @@ impl Arena {
         let n = u32::try_from(self.s.ships.len()).unwrap_or(1).max(1);
         if let Some(ship) = self.s.ships.get_mut((salt % n) as usize) {
             if ship.alive {
-                ship.hp = if ship.hp > 1 { ship.hp - 1 } else { ship.hp + 1 };
+                ship.hp = if ship.hp > 1 {
+                    ship.hp - 1
+                } else {
+                    ship.hp + 1
+                };
             } else {
                 // A destroyed ship has no hull to change: shift its respawn by a tick.
                 ship.respawn_in = if ship.respawn_in > 1 {
