@@ -2,9 +2,10 @@
 //!
 //! This crate owns the contract between a game and the engine
 //! ([`Simulation`], [`PlayerId`], [`Turn`], [`StateHash`]) and the reference
-//! RTS game every peer, demo and test plays ([`game::World`]). Determinism is
-//! law here: no floats, no hash-map iteration, no clocks, one seeded RNG
-//! inside the state.
+//! RTS game every peer, demo and test plays ([`game::World`]), plus a second
+//! game of another kind written against the public API only, a space arena
+//! ([`arena::Arena`]). Determinism is law here: no floats, no hash-map
+//! iteration, no clocks, one seeded RNG inside the state.
 //!
 //! A peer's main loop, in miniature:
 //!
@@ -37,6 +38,7 @@
 //! # let _ = PlayerId(0);
 //! ```
 
+pub mod arena;
 pub mod bot;
 pub mod check;
 mod contract;

@@ -148,6 +148,41 @@ impl Vec2 {
         self + d.with_length(step)
     }
 
+    /// Dot product `self · other`, rounded down to a raw bit (saturating).
+    ///
+    /// For projections, facing tests and collision responses; computed in
+    /// 128-bit integers so it cannot overflow for any two vectors.
+    #[must_use]
+    pub fn dot(self, other: Self) -> Fx {
+        let p = i128::from(self.x.to_bits()) * i128::from(other.x.to_bits())
+            + i128::from(self.y.to_bits()) * i128::from(other.y.to_bits());
+        Fx::from_bits(saturate(p >> FRAC_BITS))
+    }
+
+    /// This vector multiplied by the scalar `k`, rounded down to a raw bit (saturating).
+    #[must_use]
+    pub fn scale(self, k: Fx) -> Self {
+        let k = i128::from(k.to_bits());
+        Self::from_bits(
+            saturate((i128::from(self.x.to_bits()) * k) >> FRAC_BITS),
+            saturate((i128::from(self.y.to_bits()) * k) >> FRAC_BITS),
+        )
+    }
+
+    /// This vector multiplied by `num / den` in integers (rounds toward zero;
+    /// `den == 0` gives zero). For drag, braking and other per-tick ratios.
+    #[must_use]
+    pub fn mul_ratio(self, num: i64, den: i64) -> Self {
+        if den == 0 {
+            return Self::ZERO;
+        }
+        let (n, d) = (i128::from(num), i128::from(den));
+        Self::from_bits(
+            saturate(i128::from(self.x.to_bits()) * n / d),
+            saturate(i128::from(self.y.to_bits()) * n / d),
+        )
+    }
+
     /// The tile this point lies in (coordinates clamp at zero).
     #[must_use]
     pub fn tile(self) -> (u16, u16) {
@@ -158,6 +193,11 @@ impl Vec2 {
             u16::try_from(ty).unwrap_or(0),
         )
     }
+}
+
+/// Clamps a 128-bit intermediate into raw `Fx` bits.
+fn saturate(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
 }
 
 impl Add for Vec2 {
@@ -215,6 +255,21 @@ mod tests {
         let b = Vec2::new(fx_int(4), fx_int(5));
         assert_eq!(a.distance(b), fx_int(5));
         assert_eq!(fx_ratio(1, 2).to_bits(), ONE_BITS / 2);
+    }
+
+    #[test]
+    fn dot_scale_and_ratio() {
+        let a = Vec2::new(fx_int(3), fx_int(-4));
+        let b = Vec2::new(fx_ratio(1, 2), fx_int(2));
+        assert_eq!(a.dot(b), fx_ratio(-13, 2));
+        assert_eq!(
+            a.scale(fx_ratio(1, 2)),
+            Vec2::new(fx_ratio(3, 2), fx_int(-2))
+        );
+        assert_eq!(a.mul_ratio(1, 4), Vec2::new(fx_ratio(3, 4), fx_int(-1)));
+        assert_eq!(a.mul_ratio(1, 0), Vec2::ZERO);
+        let huge = Vec2::from_bits(i64::MAX, i64::MAX);
+        assert_eq!(huge.dot(huge).to_bits(), i64::MAX);
     }
 
     #[test]

@@ -51,3 +51,38 @@ fn melee_10k_hashes() {
     // 10,000 units fighting until one side's base falls.
     insta::assert_snapshot!(table(scenarios::melee(10_000, 3), None, 1000, MARKS));
 }
+
+/// The second game: a seeded 4-bot arena match, hash and scores at the
+/// marks, until it ends by the score limit.
+#[test]
+fn arena_4_bots_hashes() {
+    use sim::arena::{self, Arena};
+    let setup = sim::MatchSetup {
+        seed: 4,
+        players: 4,
+        ticks_per_turn: arena::DEFAULT_TICKS_PER_TURN,
+    };
+    let mut world = Arena::new(&setup);
+    let mut bots = arena::bots(&world, 44, arena::BOT_APM);
+    let mut out = format!("rules {}\n", world.rules_hash().short());
+    out += &format!("start {}\n", world.state_hash().short());
+    let marks = [
+        0, 1, 2, 10, 50, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000,
+    ];
+    let mut t = 0;
+    while !world.is_over() && t < 5_000 {
+        let inputs = arena::bot_inputs(&world, &mut bots, Turn(t));
+        world.step(Turn(t), &inputs);
+        if marks.contains(&t) || world.is_over() {
+            let scores: Vec<String> = world.ships().iter().map(|s| s.score.to_string()).collect();
+            out += &format!(
+                "turn {t:>4} {} scores {}\n",
+                world.state_hash().short(),
+                scores.join(" ")
+            );
+        }
+        t += 1;
+    }
+    out += &world.summary().to_string();
+    insta::assert_snapshot!(out);
+}
