@@ -25,6 +25,9 @@ fixtures_dir=$root/replays/tests/data
 targets=${CROSSARCH_TARGETS:-x86_64-unknown-linux-gnu i686-unknown-linux-gnu aarch64-unknown-linux-gnu wasm32-wasip1}
 # Fixtures recorded from a deliberately corrupted peer: they must diverge (exit 1).
 expect_diverge='*desync*'
+# Relay recordings of a match with a desync: the majority hashes verify, and
+# `replay verify` says the recording holds desyncs (exit 3).
+expect_dispute='*dispute*'
 
 export CARGO_TERM_COLOR=never
 host=$(rustc -vV | sed -n 's/^host: //p')
@@ -164,7 +167,13 @@ rows=()
 for f in "${fixtures[@]}"; do
     name=$(basename "$f" .replay)
     # shellcheck disable=SC2053 # glob match on purpose
-    if [[ $name == $expect_diverge ]]; then want_rc=1; else want_rc=0; fi
+    if [[ $name == $expect_diverge ]]; then
+        want_rc=1
+    elif [[ $name == $expect_dispute ]]; then
+        want_rc=3
+    else
+        want_rc=0
+    fi
     reference=
     for t in $targets; do
         o=$out/$t.$name.json
