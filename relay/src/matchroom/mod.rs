@@ -1,10 +1,12 @@
 //! One match on the relay: its lobby and seating, then the running game, then
 //! its end. The running game's concerns live in submodules: `turns` (open
 //! turns, input budgets, turn closing), `hashes` (hash judging and the
-//! desync section probe) and `end` (end of match and shutdown).
+//! desync section probe), `pinger` (pings and RTT samples) and `end` (end of
+//! match and shutdown).
 
 mod end;
 mod hashes;
+mod pinger;
 mod turns;
 
 use crate::config::RelayConfig;
@@ -16,6 +18,7 @@ use hashes::Probe;
 use lockstep::proto::RejectReason;
 use lockstep::proto::{EndReason, Join, PlayerInfo, Start, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
+use pinger::PingTable;
 use sim::{MatchSetup, PlayerId, StateHash, Turn};
 use std::collections::BTreeMap;
 use turns::{Closing, OpenTurn};
@@ -38,15 +41,8 @@ struct Slot {
     drop_pending: Option<DropReason>,
     last_heard: Instant,
     next_ping: Instant,
-    /// Stamps of the pings sent and not yet answered (oldest overwritten), so
-    /// that only a pong echoing a real ping is taken as an RTT sample: a
-    /// forged stamp would otherwise raise every player's input delay.
-    pings: [u64; PINGS_KEPT],
-    next_ping_slot: usize,
+    pings: PingTable,
 }
-
-/// Pings remembered per player (4 s at the default 250 ms interval).
-const PINGS_KEPT: usize = 16;
 
 impl Slot {
     /// Still expected to send inputs.
@@ -288,8 +284,7 @@ impl MatchRoom {
                 drop_pending: None,
                 last_heard: now,
                 next_ping: now,
-                pings: [u64::MAX; PINGS_KEPT],
-                next_ping_slot: 0,
+                pings: PingTable::default(),
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -342,18 +337,8 @@ impl MatchRoom {
             }
             ToRelay::Sections { turn, sections } => g.on_sections(id, player, turn, sections, out),
             ToRelay::Pong { stamp_us } => {
-                let sent = Instant::from_micros(stamp_us);
-                let pinged = slot.pings.iter_mut().find(|p| **p == stamp_us);
-                if let Some(p) = pinged {
-                    // Each ping answers once: a replayed pong is no new sample.
-                    *p = u64::MAX;
-                } else {
-                    out.counters.bad_state += 1;
+                if !g.on_pong(now, player, stamp_us, out) {
                     return;
-                }
-                if sent <= now && now.saturating_since(sent) < Duration::from_secs(30) {
-                    g.delay
-                        .sample(usize::from(player.0), now.saturating_since(sent));
                 }
             }
             ToRelay::Report(report) => {
@@ -403,21 +388,7 @@ impl MatchRoom {
         let Phase::Running(g) = &mut self.phase else {
             return;
         };
-        for slot in &mut g.slots {
-            if let Some(conn) = slot.conn
-                && now >= slot.next_ping
-            {
-                slot.next_ping = now + config.ping_interval;
-                slot.pings[slot.next_ping_slot % PINGS_KEPT] = now.as_micros();
-                slot.next_ping_slot = (slot.next_ping_slot + 1) % PINGS_KEPT;
-                out.send(
-                    conn,
-                    &ToPeer::Ping {
-                        stamp_us: now.as_micros(),
-                    },
-                );
-            }
-        }
+        g.send_pings(now, config, out);
         for p in 0..g.slots.len() {
             let slot = &g.slots[p];
             if slot.live() && now.saturating_since(slot.last_heard) >= config.silence_timeout {
