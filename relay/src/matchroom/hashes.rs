@@ -20,11 +20,9 @@ pub(super) struct Probe {
 impl Game {
     /// Players expected to report `hash(turn)`: present at that turn and still connected.
     pub(super) fn expected(&self, turn: Turn) -> Vec<PlayerId> {
-        self.slots
-            .iter()
-            .enumerate()
+        self.seats()
             .filter(|(_, s)| s.conn.is_some() && s.dropped_at.is_none_or(|d| d > turn))
-            .filter_map(|(p, _)| u8::try_from(p).ok().map(PlayerId))
+            .map(|(seat, _)| seat.id())
             .collect()
     }
 

@@ -1,12 +1,13 @@
 //! One match on the relay: its lobby and seating, then the running game, then
 //! its end. The running game's concerns live in submodules: `turns` (open
 //! turns, input budgets, turn closing), `hashes` (hash judging and the
-//! desync section probe), `pinger` (pings and RTT samples) and `end` (end of
-//! match and shutdown).
+//! desync section probe), `pinger` (pings and RTT samples), `seats` (player
+//! ids and sets of them) and `end` (end of match and shutdown).
 
 mod end;
 mod hashes;
 mod pinger;
+mod seats;
 mod turns;
 
 use crate::config::RelayConfig;
@@ -19,6 +20,7 @@ use lockstep::proto::RejectReason;
 use lockstep::proto::{EndReason, Join, PlayerInfo, Start, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
 use pinger::PingTable;
+use seats::Seat;
 use sim::{MatchSetup, PlayerId, StateHash, Turn};
 use std::collections::BTreeMap;
 use turns::{Closing, OpenTurn};
@@ -85,10 +87,6 @@ pub(crate) struct MatchRoom {
     game_version: u32,
     rules_hash: StateHash,
     phase: Phase,
-}
-
-fn bit(p: PlayerId) -> u8 {
-    1u8.checked_shl(u32::from(p.0)).unwrap_or(0)
 }
 
 /// Orders a full lobby by player slot: members a token gave a slot sit in
@@ -235,11 +233,11 @@ impl MatchRoom {
         };
         let mut names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
         crate::names::make_unique(&mut names);
-        let players: Vec<PlayerInfo> = names
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| PlayerInfo {
-                id: PlayerId(u8::try_from(i).unwrap_or(u8::MAX)),
+        // At most `MAX_PLAYERS` members: the decoder refuses joins for more slots.
+        let players: Vec<PlayerInfo> = Seat::all()
+            .zip(names)
+            .map(|(seat, name)| PlayerInfo {
+                id: seat.id(),
                 name,
             })
             .collect();
@@ -389,19 +387,20 @@ impl MatchRoom {
             return;
         };
         g.send_pings(now, config, out);
-        for p in 0..g.slots.len() {
-            let slot = &g.slots[p];
-            if slot.live() && now.saturating_since(slot.last_heard) >= config.silence_timeout {
-                // The router forgets the connection's seat too, so nothing it
-                // sends (or the transport measures) reaches the match again.
-                if let Some(conn) = slot.conn {
-                    out.detached.push(conn);
-                }
-                g.drop_player(
-                    PlayerId(u8::try_from(p).unwrap_or(u8::MAX)),
-                    DropReason::Timeout,
-                );
+        let silent: Vec<(PlayerId, Option<ConnId>)> = g
+            .seats()
+            .filter(|(_, s)| {
+                s.live() && now.saturating_since(s.last_heard) >= config.silence_timeout
+            })
+            .map(|(seat, s)| (seat.id(), s.conn))
+            .collect();
+        for (player, conn) in silent {
+            // The router forgets the connection's seat too, so nothing it
+            // sends (or the transport measures) reaches the match again.
+            if let Some(conn) = conn {
+                out.detached.push(conn);
             }
+            g.drop_player(player, DropReason::Timeout);
         }
         // With nobody left, no turn is closed for no one: `finished` ends
         // the match as abandoned below, and the router frees it.

@@ -1,7 +1,8 @@
 //! Open turns of a running match: accepting inputs (own, late and carried)
 //! within each player's budget, and closing turns by inputs or deadline.
 
-use super::{Game, bit};
+use super::Game;
+use super::seats::{PlayerSet, Seat};
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
 use crate::router::Outbox;
@@ -27,8 +28,8 @@ pub(super) enum Closing {
 #[derive(Debug, Default)]
 pub(super) struct OpenTurn {
     pub(super) entries: Vec<(PlayerId, Vec<u8>)>,
-    /// Bit `p` set: player `p` sent its own input for this turn.
-    pub(super) received: u8,
+    /// The players who sent their own input for this turn.
+    pub(super) received: PlayerSet,
     /// Per player slot: entries and command bytes carried into this turn
     /// from that player's late inputs.
     pub(super) carried: [(usize, usize); MAX_PLAYERS as usize],
@@ -95,7 +96,10 @@ impl Game {
         config: &RelayConfig,
         out: &mut Outbox,
     ) {
-        let Some(slot) = self.slots.get(usize::from(player.0)) else {
+        let Some(seat) = Seat::new(player) else {
+            return;
+        };
+        let Some(slot) = self.slots.get(seat.index()) else {
             return;
         };
         if !slot.live() {
@@ -132,13 +136,13 @@ impl Game {
             return;
         }
         let open = self.open.entry(turn).or_default();
-        if open.received & bit(player) != 0 {
+        if open.received.contains(seat) {
             out.counters.inputs_duplicate += 1;
             return;
         }
         // The player's input for this turn is in, even if refused below:
         // the turn must not wait for an input it will never get.
-        open.received |= bit(player);
+        open.received.insert(seat);
         if !open.has_room(player, &commands, false) {
             out.counters.inputs_over_budget += 1;
             if let Some(conn) = slot.conn {
@@ -174,12 +178,11 @@ impl Game {
                 return;
             }
             let deadline = self.deadline(turn, config);
-            let received = self.open.get(&turn).map_or(0, |o| o.received);
-            let missing: Vec<PlayerId> = (0..self.slots.len())
-                .filter_map(|p| {
-                    let pid = PlayerId(u8::try_from(p).ok()?);
-                    (self.slots[p].live() && received & bit(pid) == 0).then_some(pid)
-                })
+            let received = self.open.get(&turn).map(|o| o.received).unwrap_or_default();
+            let missing: Vec<PlayerId> = self
+                .seats()
+                .filter(|(seat, s)| s.live() && !received.contains(*seat))
+                .map(|(seat, _)| seat.id())
                 .collect();
             let passed = closing == Closing::Clock && now >= deadline;
             if !config.policy.should_close(missing.is_empty(), passed) {
@@ -216,10 +219,10 @@ impl Game {
         out: &mut Outbox,
     ) {
         let mut notices = Vec::new();
-        for (p, slot) in self.slots.iter_mut().enumerate() {
+        for (seat, slot) in Seat::all().zip(self.slots.iter_mut()) {
             if let Some(reason) = slot.drop_pending.take() {
                 slot.dropped_at = Some(turn);
-                let player = PlayerId(u8::try_from(p).unwrap_or(u8::MAX));
+                let player = seat.id();
                 notices.push(Notice::PlayerDropped { player, turn });
                 out.counters.drops += 1;
                 out.events.push_back(RouterEvent::Dropped {
