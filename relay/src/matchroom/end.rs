@@ -4,7 +4,7 @@
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
-use crate::router::Outbox;
+use crate::outbox::Outbox;
 use lockstep::proto::RejectReason;
 use lockstep::proto::{EndReason, MAX_INPUT_DELAY, ToPeer};
 use lockstep::{Duration, Instant};

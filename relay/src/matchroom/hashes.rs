@@ -5,7 +5,7 @@ use super::Game;
 use crate::config::RelayConfig;
 use crate::desync::{Verdict, differing_sections};
 use crate::event::{MatchId, RouterEvent};
-use crate::router::Outbox;
+use crate::outbox::Outbox;
 use lockstep::proto::{DesyncReport, ToPeer};
 use sim::{PlayerId, SectionHash, Turn};
 

@@ -4,7 +4,7 @@
 
 use super::Game;
 use crate::config::RelayConfig;
-use crate::router::Outbox;
+use crate::outbox::Outbox;
 use lockstep::proto::ToPeer;
 use lockstep::{Duration, Instant};
 use sim::PlayerId;

@@ -5,7 +5,7 @@ use super::Game;
 use super::seats::{PlayerSet, Seat};
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
-use crate::router::Outbox;
+use crate::outbox::Outbox;
 use lockstep::proto::{
     Bundle, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS,
     MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, ToPeer,
