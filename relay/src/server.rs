@@ -4,23 +4,22 @@
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
 use crate::router::{ConnId, JoinRefusal, Router};
+use lockstep::backlog::{Backlog, DropLog, SendDrop};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
-use lockstep::transport::{Channel, SendError, Server, ServerEvent};
+use lockstep::transport::{Channel, Server, ServerEvent};
 use lockstep::{Duration, Instant};
-use std::collections::{BTreeMap, VecDeque};
-
-/// Reliable messages waiting per connection for room in its window.
-const MAX_BACKLOG: usize = 4096;
+use std::collections::BTreeMap;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
 /// The glue state between one router and one transport server.
 #[derive(Debug, Default)]
 pub struct RouterGlue {
-    backlog: BTreeMap<ConnId, VecDeque<(Channel, Vec<u8>)>>,
+    /// Per connection, router messages waiting for room in its window.
+    backlog: BTreeMap<ConnId, Backlog>,
     next_stats: Instant,
-    dropped: u64,
+    drops: DropLog<(ConnId, SendDrop)>,
     /// Refused joins (and connections) since the last [`RouterGlue::take_refusals`].
     refused: Vec<JoinRefusal>,
 }
@@ -32,10 +31,19 @@ impl RouterGlue {
         Self::default()
     }
 
-    /// Messages dropped because the transport refused them or a backlog overflowed.
+    /// Messages dropped because the transport refused them or a backlog
+    /// overflowed; each is also reported once by [`RouterGlue::poll_drop`].
     #[must_use]
     pub const fn dropped(&self) -> u64 {
-        self.dropped
+        self.drops.total()
+    }
+
+    /// The next dropped message and its connection, for the driver's log
+    /// (oldest unread reports are discarded past
+    /// [`lockstep::backlog::MAX_DROP_REPORTS`]; all are counted).
+    #[must_use]
+    pub fn poll_drop(&mut self) -> Option<(ConnId, SendDrop)> {
+        self.drops.poll()
     }
 
     /// Every join refused since the last call, for the driver's logs: the
@@ -102,25 +110,16 @@ impl RouterGlue {
         }
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
             let q = self.backlog.entry(conn).or_default();
-            if q.len() >= MAX_BACKLOG {
-                q.pop_front();
-                self.dropped += 1;
+            if let Some(drop) = q.push(channel(d), bytes) {
+                self.drops.record((conn, drop));
             }
-            q.push_back((channel(d), bytes));
         }
-        for (conn, q) in &mut self.backlog {
-            while let Some((ch, bytes)) = q.front() {
-                match server.send(*conn, *ch, bytes) {
-                    Ok(()) => {
-                        q.pop_front();
-                    }
-                    Err(SendError::WindowFull { .. }) if *ch == Channel::Reliable => break,
-                    Err(_) => {
-                        q.pop_front();
-                        self.dropped += 1;
-                    }
-                }
-            }
+        for (&conn, q) in &mut self.backlog {
+            let drops = &mut self.drops;
+            q.flush(
+                |ch, bytes| server.send(conn, ch, bytes),
+                |d| drops.record((conn, d)),
+            );
         }
         self.backlog.retain(|_, q| !q.is_empty());
         // Refusals last, so the `Rejected` message is already in the
