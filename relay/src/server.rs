@@ -133,3 +133,67 @@ impl RouterGlue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RelayConfig;
+    use lockstep::backlog::DropCause;
+    use lockstep::proto::{Join, ToRelay};
+    use lockstep::transport::{Client, SendError, TransportConfig};
+    use sim::StateHash;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn a_message_the_transport_refuses_is_reported_once() {
+        let (srv, cli) = (
+            SocketAddr::from(([127, 0, 0, 1], 7000)),
+            SocketAddr::from(([127, 0, 0, 1], 7001)),
+        );
+        let cfg = TransportConfig::default();
+        let mut server = Server::new(cfg, [1; 32]);
+        let mut client = Client::new(Instant::ZERO, srv, cfg, 5);
+        let mut router = Router::new(RelayConfig::default());
+        let mut glue = RouterGlue::new();
+        let mut now = Instant::ZERO;
+        let mut buf = Vec::new();
+        // Handshake by direct delivery until the router knows the connection.
+        while router.connection_count() == 0 && now < Instant::from_millis(1000) {
+            while let Some(_to) = client.poll_transmit(now, &mut buf) {
+                server.handle_datagram(now, cli, &buf);
+            }
+            while let Some(_to) = server.poll_transmit(now, &mut buf) {
+                client.handle_datagram(now, srv, &buf);
+            }
+            glue.pump(now, &mut router, &mut server);
+            now += Duration::from_millis(10);
+        }
+        let conn = server.connections().next().expect("connected");
+        let join = ToRelay::Join(Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: "p".into(),
+            turns: 0,
+        });
+        client.send(Channel::Reliable, &join.to_bytes()).unwrap();
+        while let Some(_to) = client.poll_transmit(now, &mut buf) {
+            server.handle_datagram(now, cli, &buf);
+        }
+        // The relay closes the connection before the router's answer to the
+        // join (its `Lobby` message) reaches the transport.
+        server.disconnect(conn, now);
+        glue.pump(now, &mut router, &mut server);
+        let drops: Vec<_> = std::iter::from_fn(|| glue.poll_drop()).collect();
+        assert_eq!(drops.len(), 1, "{drops:?}");
+        let (to, drop) = drops[0];
+        assert_eq!((to, drop.channel), (conn, Channel::Reliable));
+        assert_eq!(drop.cause, DropCause::Refused(SendError::NotConnected));
+        assert_eq!(glue.dropped(), 1);
+        glue.pump(now + Duration::from_millis(10), &mut router, &mut server);
+        assert_eq!(glue.poll_drop(), None, "reported once");
+        assert_eq!(glue.dropped(), 1);
+    }
+}
