@@ -40,6 +40,7 @@
 //! assert_eq!(got.as_deref(), Some(&b"hello"[..]));
 //! ```
 
+pub mod backlog;
 pub mod driver;
 pub mod netsim;
 pub mod rng;

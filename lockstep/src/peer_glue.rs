@@ -4,15 +4,11 @@
 //! the driver owns the socket and the clock and calls [`PeerGlue::pump`]
 //! after handing either side anything.
 
+use crate::backlog::{Backlog, DropLog, SendDrop};
 use crate::proto::Delivery;
 use crate::session::Session;
 use crate::time::Instant;
-use crate::transport::{Channel, Client, ClientEvent, DisconnectReason, SendError};
-use std::collections::VecDeque;
-
-/// Reliable messages waiting for room in the transport's window; beyond
-/// this the session is hopelessly behind and the oldest are dropped.
-const MAX_BACKLOG: usize = 4096;
+use crate::transport::{Channel, Client, ClientEvent, DisconnectReason};
 
 /// Maps the protocol's delivery class onto a transport channel.
 #[must_use]
@@ -26,10 +22,11 @@ pub const fn channel(d: Delivery) -> Channel {
 /// The glue state between one session and one client.
 #[derive(Debug, Default)]
 pub struct PeerGlue {
-    backlog: VecDeque<(Channel, Vec<u8>)>,
+    /// Session messages waiting for room in the transport's window.
+    backlog: Backlog,
     connected: bool,
     disconnected: Option<DisconnectReason>,
-    dropped: u64,
+    drops: DropLog<SendDrop>,
 }
 
 impl PeerGlue {
@@ -60,10 +57,19 @@ impl PeerGlue {
         self.backlog.is_empty() && client.stats().unacked == 0
     }
 
-    /// Messages dropped because the transport refused them.
+    /// Messages dropped because the transport refused them or the backlog
+    /// overflowed; each is also reported once by [`PeerGlue::poll_drop`].
     #[must_use]
     pub const fn dropped(&self) -> u64 {
-        self.dropped
+        self.drops.total()
+    }
+
+    /// The next dropped message, for the driver to log or show: a session
+    /// message that never reached the transport (oldest unread reports are
+    /// discarded past [`crate::backlog::MAX_DROP_REPORTS`]; all are counted).
+    #[must_use]
+    pub fn poll_drop(&mut self) -> Option<SendDrop> {
+        self.drops.poll()
     }
 
     /// Moves everything pending in both directions.
@@ -87,25 +93,12 @@ impl PeerGlue {
         let stats = client.stats();
         session.handle_link_stats(stats.rtt, stats.jitter, stats.loss);
         while let Some((d, bytes)) = session.poll_outgoing() {
-            if self.backlog.len() >= MAX_BACKLOG {
-                self.backlog.pop_front();
-                self.dropped += 1;
-            }
-            self.backlog.push_back((channel(d), bytes));
-        }
-        while let Some((ch, bytes)) = self.backlog.front() {
-            match client.send(*ch, bytes) {
-                Ok(()) => {
-                    self.backlog.pop_front();
-                }
-                // Reliable data waits for acks to free the window; an
-                // unreliable message is not worth waiting for.
-                Err(SendError::WindowFull { .. }) if *ch == Channel::Reliable => break,
-                Err(_) => {
-                    self.backlog.pop_front();
-                    self.dropped += 1;
-                }
+            if let Some(drop) = self.backlog.push(channel(d), bytes) {
+                self.drops.record(drop);
             }
         }
+        let drops = &mut self.drops;
+        self.backlog
+            .flush(|ch, bytes| client.send(ch, bytes), |d| drops.record(d));
     }
 }

@@ -207,6 +207,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                         RelayNote::RecordError(e) => Note::RecordError(e),
                         RelayNote::Draining { .. }
                         | RelayNote::Refused { .. }
+                        | RelayNote::SendDropped { .. }
                         | RelayNote::RefusalsSuppressed { .. } => return,
                     };
                     let _ = note_tx.send(note);

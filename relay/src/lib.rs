@@ -63,6 +63,7 @@ pub mod limits;
 mod matchroom;
 pub mod metrics;
 mod names;
+mod outbox;
 pub mod peer;
 pub mod recorder;
 pub mod router;

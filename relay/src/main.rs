@@ -507,6 +507,13 @@ fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             Level::Warn,
             serde_json::json!({ "event": "refusals_suppressed", "count": count }),
         ),
+        RelayNote::SendDropped { count, conn, drop } => (
+            Level::Warn,
+            serde_json::json!({
+            "event": "send_dropped", "count": count, "conn": conn.0,
+            "channel": format!("{:?}", drop.channel).to_lowercase(), "bytes": drop.len,
+            "text": drop.to_string() }),
+        ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,
             serde_json::json!({ "event": "draining", "running": running, "grace_s": grace.as_micros() / 1_000_000 }),

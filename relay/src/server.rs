@@ -4,23 +4,22 @@
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
 use crate::router::{ConnId, JoinRefusal, Router};
+use lockstep::backlog::{Backlog, DropLog, SendDrop};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
-use lockstep::transport::{Channel, SendError, Server, ServerEvent};
+use lockstep::transport::{Channel, Server, ServerEvent};
 use lockstep::{Duration, Instant};
-use std::collections::{BTreeMap, VecDeque};
-
-/// Reliable messages waiting per connection for room in its window.
-const MAX_BACKLOG: usize = 4096;
+use std::collections::BTreeMap;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
 /// The glue state between one router and one transport server.
 #[derive(Debug, Default)]
 pub struct RouterGlue {
-    backlog: BTreeMap<ConnId, VecDeque<(Channel, Vec<u8>)>>,
+    /// Per connection, router messages waiting for room in its window.
+    backlog: BTreeMap<ConnId, Backlog>,
     next_stats: Instant,
-    dropped: u64,
+    drops: DropLog<(ConnId, SendDrop)>,
     /// Refused joins (and connections) since the last [`RouterGlue::take_refusals`].
     refused: Vec<JoinRefusal>,
 }
@@ -32,10 +31,19 @@ impl RouterGlue {
         Self::default()
     }
 
-    /// Messages dropped because the transport refused them or a backlog overflowed.
+    /// Messages dropped because the transport refused them or a backlog
+    /// overflowed; each is also reported once by [`RouterGlue::poll_drop`].
     #[must_use]
     pub const fn dropped(&self) -> u64 {
-        self.dropped
+        self.drops.total()
+    }
+
+    /// The next dropped message and its connection, for the driver's log
+    /// (oldest unread reports are discarded past
+    /// [`lockstep::backlog::MAX_DROP_REPORTS`]; all are counted).
+    #[must_use]
+    pub fn poll_drop(&mut self) -> Option<(ConnId, SendDrop)> {
+        self.drops.poll()
     }
 
     /// Every join refused since the last call, for the driver's logs: the
@@ -102,25 +110,16 @@ impl RouterGlue {
         }
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
             let q = self.backlog.entry(conn).or_default();
-            if q.len() >= MAX_BACKLOG {
-                q.pop_front();
-                self.dropped += 1;
+            if let Some(drop) = q.push(channel(d), bytes) {
+                self.drops.record((conn, drop));
             }
-            q.push_back((channel(d), bytes));
         }
-        for (conn, q) in &mut self.backlog {
-            while let Some((ch, bytes)) = q.front() {
-                match server.send(*conn, *ch, bytes) {
-                    Ok(()) => {
-                        q.pop_front();
-                    }
-                    Err(SendError::WindowFull { .. }) if *ch == Channel::Reliable => break,
-                    Err(_) => {
-                        q.pop_front();
-                        self.dropped += 1;
-                    }
-                }
-            }
+        for (&conn, q) in &mut self.backlog {
+            let drops = &mut self.drops;
+            q.flush(
+                |ch, bytes| server.send(conn, ch, bytes),
+                |d| drops.record((conn, d)),
+            );
         }
         self.backlog.retain(|_, q| !q.is_empty());
         // Refusals last, so the `Rejected` message is already in the
@@ -132,5 +131,69 @@ impl RouterGlue {
             }
             self.refused.push(r);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RelayConfig;
+    use lockstep::backlog::DropCause;
+    use lockstep::proto::{Join, ToRelay};
+    use lockstep::transport::{Client, SendError, TransportConfig};
+    use sim::StateHash;
+    use std::net::SocketAddr;
+
+    #[test]
+    fn a_message_the_transport_refuses_is_reported_once() {
+        let (srv, cli) = (
+            SocketAddr::from(([127, 0, 0, 1], 7000)),
+            SocketAddr::from(([127, 0, 0, 1], 7001)),
+        );
+        let cfg = TransportConfig::default();
+        let mut server = Server::new(cfg, [1; 32]);
+        let mut client = Client::new(Instant::ZERO, srv, cfg, 5);
+        let mut router = Router::new(RelayConfig::default());
+        let mut glue = RouterGlue::new();
+        let mut now = Instant::ZERO;
+        let mut buf = Vec::new();
+        // Handshake by direct delivery until the router knows the connection.
+        while router.connection_count() == 0 && now < Instant::from_millis(1000) {
+            while let Some(_to) = client.poll_transmit(now, &mut buf) {
+                server.handle_datagram(now, cli, &buf);
+            }
+            while let Some(_to) = server.poll_transmit(now, &mut buf) {
+                client.handle_datagram(now, srv, &buf);
+            }
+            glue.pump(now, &mut router, &mut server);
+            now += Duration::from_millis(10);
+        }
+        let conn = server.connections().next().expect("connected");
+        let join = ToRelay::Join(Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: "p".into(),
+            turns: 0,
+        });
+        client.send(Channel::Reliable, &join.to_bytes()).unwrap();
+        while let Some(_to) = client.poll_transmit(now, &mut buf) {
+            server.handle_datagram(now, cli, &buf);
+        }
+        // The relay closes the connection before the router's answer to the
+        // join (its `Lobby` message) reaches the transport.
+        server.disconnect(conn, now);
+        glue.pump(now, &mut router, &mut server);
+        let drops: Vec<_> = std::iter::from_fn(|| glue.poll_drop()).collect();
+        assert_eq!(drops.len(), 1, "{drops:?}");
+        let (to, drop) = drops[0];
+        assert_eq!((to, drop.channel), (conn, Channel::Reliable));
+        assert_eq!(drop.cause, DropCause::Refused(SendError::NotConnected));
+        assert_eq!(glue.dropped(), 1);
+        glue.pump(now + Duration::from_millis(10), &mut router, &mut server);
+        assert_eq!(glue.poll_drop(), None, "reported once");
+        assert_eq!(glue.dropped(), 1);
     }
 }

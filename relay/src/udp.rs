@@ -133,6 +133,19 @@ pub enum RelayNote<'a> {
         /// How many.
         count: u64,
     },
+    /// Messages to peers were dropped before reaching the transport (a
+    /// connection's send backlog overflowed, or the transport refused a
+    /// message): `count` since the previous such note, at most one note per
+    /// second, with the latest drop as an example. Each is also counted in
+    /// the `relay_drops_total{reason="send_queue"}` metric.
+    SendDropped {
+        /// Drops since the previous note.
+        count: u64,
+        /// The latest one's connection.
+        conn: crate::router::ConnId,
+        /// The latest one.
+        drop: lockstep::backlog::SendDrop,
+    },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
         /// Matches running when the shutdown began.
@@ -198,6 +211,46 @@ impl RefusalNotes {
     }
 }
 
+/// Batches [`RelayNote::SendDropped`]: a stalled peer drops a message per
+/// message sent to it, which must not turn into a log line each.
+#[derive(Default)]
+struct DropNotes {
+    /// When the last note went out.
+    noted: Option<Instant>,
+    count: u64,
+    latest: Option<(crate::router::ConnId, lockstep::backlog::SendDrop)>,
+}
+
+impl DropNotes {
+    /// Takes drop reports (the glue's, each once) and notes them if a
+    /// second passed since the last note.
+    fn note(
+        &mut self,
+        now: Instant,
+        drops: impl IntoIterator<Item = (crate::router::ConnId, lockstep::backlog::SendDrop)>,
+        note: &mut impl FnMut(RelayNote<'_>),
+    ) {
+        for d in drops {
+            self.count += 1;
+            self.latest = Some(d);
+        }
+        let due = self
+            .noted
+            .is_none_or(|n| now.saturating_since(n) >= Duration::from_secs(1));
+        if let (true, Some((conn, drop))) = (due, self.latest) {
+            note(RelayNote::SendDropped {
+                count: self.count,
+                conn,
+                drop,
+            });
+            *self = Self {
+                noted: Some(now),
+                ..Self::default()
+            };
+        }
+    }
+}
+
 /// After ending matches at shutdown, how long to keep sending so the
 /// players' `MatchEnd` gets through (or until every connection is gone).
 const LINGER: Duration = Duration::from_millis(1000);
@@ -259,6 +312,7 @@ pub fn serve_with(
     let mut io_count = Io::default();
     let mut per_addr = AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536);
     let mut refusal_notes = RefusalNotes::default();
+    let mut drop_notes = DropNotes::default();
     // Grace deadline once draining; then the end of the linger period.
     let mut drain_until: Option<Instant> = None;
     let mut linger_until: Option<Instant> = None;
@@ -306,6 +360,7 @@ pub fn serve_with(
             }
         }
         glue.step(now, &mut router, &mut server);
+        drop_notes.note(now, std::iter::from_fn(|| glue.poll_drop()), &mut note);
         for r in glue.take_refusals() {
             if refusal_notes.allow(now, &mut note) {
                 note(RelayNote::Refused {
@@ -572,4 +627,46 @@ pub fn run_peer(
         summary.error = error;
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::ConnId;
+    use lockstep::backlog::{DropCause, SendDrop};
+    use lockstep::transport::Channel;
+
+    #[test]
+    fn send_drops_are_noted_at_most_once_a_second_each_counted_once() {
+        let drop = |len| {
+            (
+                ConnId(4),
+                SendDrop {
+                    channel: Channel::Reliable,
+                    len,
+                    cause: DropCause::Overflow,
+                },
+            )
+        };
+        let mut notes = DropNotes::default();
+        let mut seen = Vec::new();
+        let mut step = |notes: &mut DropNotes, ms, drops: Vec<_>| {
+            notes.note(Instant::from_millis(ms), drops, &mut |n| {
+                if let RelayNote::SendDropped { count, conn, drop } = n {
+                    seen.push((ms, count, conn, drop.len));
+                }
+            });
+        };
+        step(&mut notes, 0, vec![]);
+        step(&mut notes, 10, vec![drop(1), drop(2), drop(3)]);
+        step(&mut notes, 500, vec![drop(4), drop(5)]);
+        step(&mut notes, 900, vec![]);
+        step(&mut notes, 1010, vec![]);
+        step(&mut notes, 5000, vec![]);
+        assert_eq!(
+            seen,
+            vec![(10, 3, ConnId(4), 3), (1010, 2, ConnId(4), 5)],
+            "the first drops at once, the next ones a second later, then silence"
+        );
+    }
 }

@@ -1,0 +1,476 @@
+//! One match on the relay: its lobby and seating, then the running game, then
+//! its end. The running game's concerns live in submodules: `turns` (open
+//! turns, input budgets, turn closing), `hashes` (hash judging and the
+//! desync section probe), `pinger` (pings and RTT samples), `seats` (player
+//! ids and sets of them) and `end` (end of match and shutdown).
+
+mod end;
+mod hashes;
+mod pinger;
+mod seats;
+mod turns;
+
+use crate::config::RelayConfig;
+use crate::delay::DelayController;
+use crate::desync::HashBook;
+use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
+use crate::outbox::Outbox;
+use hashes::Probe;
+use lockstep::proto::RejectReason;
+use lockstep::proto::{EndReason, Join, PlayerInfo, Start, ToPeer, ToRelay};
+use lockstep::transport::ConnId;
+use lockstep::{Duration, Instant};
+use pinger::PingTable;
+use seats::Seat;
+use sim::{MatchSetup, PlayerId, StateHash, Turn};
+use std::collections::BTreeMap;
+use turns::{Closing, OpenTurn};
+
+/// A player waiting in the lobby.
+#[derive(Debug)]
+struct Member {
+    conn: ConnId,
+    name: String,
+    turns: u32,
+    /// The slot a join token granted (token mode); `None`: the next free slot.
+    slot: Option<u8>,
+}
+
+/// One player slot of a running match.
+#[derive(Debug)]
+struct Slot {
+    conn: Option<ConnId>,
+    dropped_at: Option<Turn>,
+    drop_pending: Option<DropReason>,
+    last_heard: Instant,
+    next_ping: Instant,
+    pings: PingTable,
+}
+
+impl Slot {
+    /// Still expected to send inputs.
+    const fn live(&self) -> bool {
+        self.conn.is_some() && self.drop_pending.is_none() && self.dropped_at.is_none()
+    }
+}
+
+/// A running match.
+#[derive(Debug)]
+struct Game {
+    start: Instant,
+    first: Turn,
+    last: Option<Turn>,
+    d0: u8,
+    slots: Vec<Slot>,
+    next_close: Turn,
+    open: BTreeMap<Turn, OpenTurn>,
+    delay: DelayController,
+    hashes: HashBook,
+    probe: Option<Probe>,
+    desynced: bool,
+    end_by: Option<Instant>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Lobby(Vec<Member>),
+    Running(Box<Game>),
+    Ended,
+}
+
+/// A match: lobby, then game, then over.
+#[derive(Debug)]
+pub(crate) struct MatchRoom {
+    pub(crate) id: MatchId,
+    pub(crate) name: String,
+    slots: u8,
+    game_id: String,
+    game_version: u32,
+    rules_hash: StateHash,
+    phase: Phase,
+}
+
+/// Orders a full lobby by player slot: members a token gave a slot sit in
+/// it, the others fill the free slots in join order.
+fn seat(members: Vec<Member>) -> Vec<Member> {
+    let n = members.len();
+    let mut seats: Vec<Option<Member>> = (0..n).map(|_| None).collect();
+    let mut rest = Vec::new();
+    for m in members {
+        match m.slot.map(usize::from) {
+            Some(s) if s < n && seats[s].is_none() => seats[s] = Some(m),
+            _ => rest.push(m),
+        }
+    }
+    let mut rest = rest.into_iter();
+    seats
+        .into_iter()
+        .filter_map(|s| s.or_else(|| rest.next()))
+        .collect()
+}
+
+impl MatchRoom {
+    /// A new lobby shaped by its first join.
+    pub(crate) fn new(id: MatchId, join: &Join) -> Self {
+        Self {
+            id,
+            name: join.match_name.clone(),
+            slots: join.slots,
+            game_id: join.game_id.clone(),
+            game_version: join.game_version,
+            rules_hash: join.rules_hash,
+            phase: Phase::Lobby(Vec::new()),
+        }
+    }
+
+    /// Why `join` cannot enter this match, if it cannot.
+    pub(crate) fn refuse(&self, join: &Join) -> Option<(RejectReason, Option<String>)> {
+        if !matches!(self.phase, Phase::Lobby(_)) {
+            return Some((RejectReason::MatchRunning, None));
+        }
+        if join.slots != self.slots {
+            let d = format!(
+                "the lobby has {} slots, the join asked for {}",
+                self.slots, join.slots
+            );
+            return Some((RejectReason::SlotCountDiffers, Some(d)));
+        }
+        if join.game_id != self.game_id || join.game_version != self.game_version {
+            let d = format!("the lobby plays {} v{}", self.game_id, self.game_version);
+            return Some((RejectReason::GameDiffers, Some(d)));
+        }
+        if join.rules_hash != self.rules_hash {
+            return Some((RejectReason::RulesDiffer, None));
+        }
+        None
+    }
+
+    /// Whether a token-granted `slot` can be taken in this lobby: below the
+    /// slot count and not held by another member.
+    pub(crate) fn slot_free(&self, slot: u8) -> bool {
+        match &self.phase {
+            Phase::Lobby(members) => {
+                slot < self.slots && members.iter().all(|m| m.slot != Some(slot))
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) const fn is_running(&self) -> bool {
+        matches!(self.phase, Phase::Running(_))
+    }
+
+    pub(crate) const fn is_ended(&self) -> bool {
+        matches!(self.phase, Phase::Ended)
+    }
+
+    /// Adds a lobby member; when the lobby is full, starts the match and
+    /// returns every connection's slot.
+    pub(crate) fn join(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        join: &Join,
+        slot: Option<u8>,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) -> Option<Vec<(ConnId, PlayerId)>> {
+        let Phase::Lobby(members) = &mut self.phase else {
+            return None;
+        };
+        members.push(Member {
+            conn,
+            name: join.name.clone(),
+            turns: join.turns,
+            slot,
+        });
+        let joined = u8::try_from(members.len()).unwrap_or(u8::MAX);
+        for m in members.iter() {
+            out.send(
+                m.conn,
+                &ToPeer::Lobby {
+                    match_name: self.name.clone(),
+                    joined,
+                    slots: self.slots,
+                },
+            );
+        }
+        if joined < self.slots {
+            return None;
+        }
+        let members = std::mem::take(members);
+        Some(self.start(now, members, config, out))
+    }
+
+    /// Removes a lobby member; true if the lobby is now empty.
+    pub(crate) fn leave_lobby(&mut self, conn: ConnId) -> bool {
+        match &mut self.phase {
+            Phase::Lobby(members) => {
+                members.retain(|m| m.conn != conn);
+                members.is_empty()
+            }
+            _ => false,
+        }
+    }
+
+    fn start(
+        &mut self,
+        now: Instant,
+        members: Vec<Member>,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) -> Vec<(ConnId, PlayerId)> {
+        let members = seat(members);
+        let first = Turn(0);
+        let turns = members.iter().map(|m| m.turns).filter(|&t| t > 0).min();
+        let last = turns.map(|t| Turn(first.0 + t - 1));
+        let seed = config
+            .seed
+            .unwrap_or_else(|| derive_seed(&self.name, self.id));
+        let setup = MatchSetup {
+            seed,
+            players: self.slots,
+            ticks_per_turn: config.ticks_per_turn,
+        };
+        let mut names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+        crate::names::make_unique(&mut names);
+        // At most `MAX_PLAYERS` members: the decoder refuses joins for more slots.
+        let players: Vec<PlayerInfo> = Seat::all()
+            .zip(names)
+            .map(|(seat, name)| PlayerInfo {
+                id: seat.id(),
+                name,
+            })
+            .collect();
+        let d0 = config.initial_delay;
+        let turn_length_us = config.turn_length.as_micros();
+        let mut assigned = Vec::new();
+        for (m, info) in members.iter().zip(&players) {
+            out.send(
+                m.conn,
+                &ToPeer::Start(Start {
+                    your_player: info.id,
+                    setup: setup.clone(),
+                    turn_length_us,
+                    players: players.clone(),
+                    input_delay: d0,
+                    first_turn: first,
+                    last_turn: last,
+                }),
+            );
+            assigned.push((m.conn, info.id));
+        }
+        out.events.push_back(RouterEvent::MatchStarted {
+            id: self.id,
+            info: MatchInfo {
+                match_name: self.name.clone(),
+                game_id: self.game_id.clone(),
+                game_version: self.game_version,
+                rules_hash: self.rules_hash,
+                setup,
+                turn_length_us,
+                players,
+                input_delay: d0,
+                first_turn: first,
+                last_turn: last,
+            },
+        });
+        let slots = members
+            .into_iter()
+            .map(|m| Slot {
+                conn: Some(m.conn),
+                dropped_at: None,
+                drop_pending: None,
+                last_heard: now,
+                next_ping: now,
+                pings: PingTable::default(),
+            })
+            .collect::<Vec<_>>();
+        self.phase = Phase::Running(Box::new(Game {
+            start: now,
+            first,
+            last,
+            d0,
+            delay: DelayController::new(slots.len(), d0),
+            slots,
+            next_close: first,
+            open: BTreeMap::new(),
+            hashes: HashBook::default(),
+            probe: None,
+            desynced: false,
+            end_by: None,
+        }));
+        self.tick(now, config, out);
+        assigned
+    }
+
+    /// Handles one message from `player` (already known to be in this match).
+    pub(crate) fn handle(
+        &mut self,
+        now: Instant,
+        player: PlayerId,
+        msg: ToRelay,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        let id = self.id;
+        let Phase::Running(g) = &mut self.phase else {
+            return;
+        };
+        let Some(slot) = g.slots.get_mut(usize::from(player.0)) else {
+            return;
+        };
+        slot.last_heard = now;
+        match msg {
+            ToRelay::Input { turn, commands } => g.on_input(player, turn, commands, config, out),
+            ToRelay::Hash { turn, hash } => {
+                if turn >= g.next_close
+                    || !g
+                        .hashes
+                        .report(turn, player, hash, config.limits.max_hash_turns)
+                {
+                    out.counters.hashes_refused += 1;
+                } else {
+                    out.counters.hash_reports += 1;
+                }
+            }
+            ToRelay::Sections { turn, sections } => g.on_sections(id, player, turn, sections, out),
+            ToRelay::Pong { stamp_us } => {
+                if !g.on_pong(now, player, stamp_us, out) {
+                    return;
+                }
+            }
+            ToRelay::Report(report) => {
+                out.events
+                    .push_back(RouterEvent::PeerReport { id, player, report })
+            }
+            ToRelay::Leave => {
+                g.drop_player(player, DropReason::Left);
+            }
+            ToRelay::Join(_) => out.counters.bad_state += 1,
+        }
+        self.tick_by(now, config, out, Closing::InputsOnly);
+    }
+
+    /// Transport-measured link figures for a player (fed to the delay choice).
+    pub(crate) fn link_stats(&mut self, player: PlayerId, rtt: Duration, jitter: Duration) {
+        if let Phase::Running(g) = &mut self.phase
+            && g.slots.get(usize::from(player.0)).is_some_and(Slot::live)
+        {
+            g.delay
+                .sample(usize::from(player.0), rtt + jitter.saturating_mul(2));
+        }
+    }
+
+    /// The player's connection went away.
+    pub(crate) fn disconnected(
+        &mut self,
+        now: Instant,
+        player: PlayerId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        if let Phase::Running(g) = &mut self.phase {
+            g.drop_player(player, DropReason::Disconnected);
+        }
+        self.tick(now, config, out);
+    }
+
+    /// Runs timers and closes every turn that can close.
+    pub(crate) fn tick(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox) {
+        self.tick_by(now, config, out, Closing::Clock);
+    }
+
+    /// [`MatchRoom::tick`], closing turns by their deadline only if `closing` says so.
+    fn tick_by(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox, closing: Closing) {
+        let id = self.id;
+        let Phase::Running(g) = &mut self.phase else {
+            return;
+        };
+        g.send_pings(now, config, out);
+        let silent: Vec<(PlayerId, Option<ConnId>)> = g
+            .seats()
+            .filter(|(_, s)| {
+                s.live() && now.saturating_since(s.last_heard) >= config.silence_timeout
+            })
+            .map(|(seat, s)| (seat.id(), s.conn))
+            .collect();
+        for (player, conn) in silent {
+            // The router forgets the connection's seat too, so nothing it
+            // sends (or the transport measures) reaches the match again.
+            if let Some(conn) = conn {
+                out.detached.push(conn);
+            }
+            g.drop_player(player, DropReason::Timeout);
+        }
+        // With nobody left, no turn is closed for no one: `finished` ends
+        // the match as abandoned below, and the router frees it.
+        if g.slots.iter().any(|s| s.conn.is_some()) {
+            g.close_turns(id, now, config, out, closing);
+            g.judge_hashes(id, config, out, false);
+            g.prune_probe(id, out);
+        }
+        if let Some(reason) = g.finished(now) {
+            if reason == EndReason::Completed {
+                // Judge whatever final reports arrived, so the replay gets them.
+                while g.hashes.pending() > 0 {
+                    g.judge_hashes(id, config, out, true);
+                }
+            }
+            g.end(id, reason, out);
+            self.phase = Phase::Ended;
+        }
+    }
+
+    /// The next instant [`MatchRoom::tick`] has work to do.
+    pub(crate) fn poll_timeout(&self, config: &RelayConfig) -> Option<Instant> {
+        let Phase::Running(g) = &self.phase else {
+            return None;
+        };
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        for s in &g.slots {
+            if s.conn.is_some() {
+                at(s.next_ping);
+            }
+            if s.live() {
+                at(s.last_heard + config.silence_timeout);
+            }
+        }
+        if g.last.is_none_or(|l| g.next_close <= l) {
+            let waiting_sent = g.open.get(&g.next_close).is_some_and(|o| o.waiting_sent);
+            if config.policy == crate::TurnPolicy::Deadline || !waiting_sent {
+                at(g.deadline(g.next_close, config));
+            }
+        }
+        if let Some(e) = g.end_by {
+            at(e);
+        }
+        t
+    }
+}
+impl Game {
+    fn drop_player(&mut self, player: PlayerId, reason: DropReason) {
+        let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
+            return;
+        };
+        // The connection is detached now; the drop takes effect at the next
+        // turn to close, which every peer learns from that turn's bundle.
+        slot.conn = None;
+        if slot.dropped_at.is_none() && slot.drop_pending.is_none() {
+            slot.drop_pending = Some(reason);
+        }
+        self.delay.forget(usize::from(player.0));
+    }
+}
+
+/// A match seed derived from its name and number, when the relay has no fixed seed.
+fn derive_seed(name: &str, id: MatchId) -> u64 {
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes().chain(id.0.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

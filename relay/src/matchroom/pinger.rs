@@ -1,0 +1,171 @@
+//! Pings of a running match: each connected player is pinged every
+//! `ping_interval`, and a pong that echoes a ping really sent (once) is an
+//! RTT sample for the input-delay choice.
+
+use super::Game;
+use crate::config::RelayConfig;
+use crate::outbox::Outbox;
+use lockstep::proto::ToPeer;
+use lockstep::{Duration, Instant};
+use sim::PlayerId;
+
+/// Pings remembered per player (4 s at the default 250 ms interval).
+const PINGS_KEPT: usize = 16;
+
+/// Stamps of the pings sent to one player and not yet answered, the oldest
+/// overwritten, so that only a pong echoing a real ping is taken as an RTT
+/// sample: a forged stamp would otherwise raise every player's input delay.
+#[derive(Debug, Default)]
+pub(super) struct PingTable {
+    sent: [Option<u64>; PINGS_KEPT],
+    next: usize,
+}
+
+impl PingTable {
+    /// Remembers a ping stamped `stamp_us`, forgetting the oldest if full.
+    pub(super) fn record(&mut self, stamp_us: u64) {
+        if let Some(s) = self.sent.get_mut(self.next) {
+            *s = Some(stamp_us);
+        }
+        self.next = (self.next + 1) % PINGS_KEPT;
+    }
+
+    /// Whether `stamp_us` echoes a remembered ping; each ping answers once,
+    /// so a replayed pong is no new sample.
+    pub(super) fn answer(&mut self, stamp_us: u64) -> bool {
+        match self.sent.iter_mut().find(|s| **s == Some(stamp_us)) {
+            Some(s) => {
+                *s = None;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Game {
+    /// Handles `player`'s pong; false if it echoes no ping sent to it (counted
+    /// as `bad_state`), in which case nothing else happens for this message.
+    pub(super) fn on_pong(
+        &mut self,
+        now: Instant,
+        player: PlayerId,
+        stamp_us: u64,
+        out: &mut Outbox,
+    ) -> bool {
+        let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
+            return false;
+        };
+        if !slot.pings.answer(stamp_us) {
+            out.counters.bad_state += 1;
+            return false;
+        }
+        let sent = Instant::from_micros(stamp_us);
+        if sent <= now && now.saturating_since(sent) < Duration::from_secs(30) {
+            self.delay
+                .sample(usize::from(player.0), now.saturating_since(sent));
+        }
+        true
+    }
+
+    /// Pings every connected player whose ping is due.
+    pub(super) fn send_pings(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox) {
+        for slot in &mut self.slots {
+            if let Some(conn) = slot.conn
+                && now >= slot.next_ping
+            {
+                slot.next_ping = now + config.ping_interval;
+                slot.pings.record(now.as_micros());
+                out.send(
+                    conn,
+                    &ToPeer::Ping {
+                        stamp_us: now.as_micros(),
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ConnId, RelayConfig, Router};
+    use lockstep::proto::{Join, ToRelay};
+    use sim::StateHash;
+    use std::net::SocketAddr;
+
+    /// A router with a started two-player match; the pings each connection got.
+    fn started() -> (Router, Instant, Vec<(ConnId, u64)>) {
+        let mut r = Router::new(RelayConfig::default());
+        let now = Instant::from_millis(10);
+        for c in 0..2u32 {
+            let addr = SocketAddr::from(([127, 0, 0, 1], 5000 + c as u16));
+            assert!(r.handle_connected(now, ConnId(c), addr));
+            let join = ToRelay::Join(Join {
+                match_name: "m".into(),
+                slots: 2,
+                game_id: "g".into(),
+                game_version: 1,
+                rules_hash: StateHash([0; 32]),
+                name: format!("p{c}"),
+                turns: 0,
+            });
+            r.handle_message(now, ConnId(c), &join.to_bytes());
+        }
+        let pings = std::iter::from_fn(|| r.poll_outgoing())
+            .filter_map(|(c, _, b)| match ToPeer::decode(&b) {
+                Ok(ToPeer::Ping { stamp_us }) => Some((c, stamp_us)),
+                _ => None,
+            })
+            .collect();
+        (r, now, pings)
+    }
+
+    #[test]
+    fn a_pong_echoing_no_ping_is_refused_whatever_its_stamp() {
+        let (mut r, now, pings) = started();
+        assert_eq!(pings.len(), 2, "{pings:?}");
+        let pong = |s| ToRelay::Pong { stamp_us: s }.to_bytes();
+        // u64::MAX was the "no ping" mark of the old table: echoing it must
+        // not pass for an answer.
+        for stamp in [u64::MAX, 0, 12_345] {
+            let before = r.counters().bad_state;
+            r.handle_message(now, ConnId(0), &pong(stamp));
+            assert_eq!(r.counters().bad_state, before + 1, "stamp {stamp}");
+        }
+        let (conn, stamp) = pings[0];
+        let before = r.counters().bad_state;
+        r.handle_message(now, conn, &pong(stamp));
+        assert_eq!(r.counters().bad_state, before, "a real ping's pong");
+        r.handle_message(now, conn, &pong(stamp));
+        assert_eq!(r.counters().bad_state, before + 1, "answered twice");
+    }
+
+    #[test]
+    fn a_ping_answers_once() {
+        let mut t = PingTable::default();
+        t.record(7);
+        assert!(t.answer(7));
+        assert!(!t.answer(7));
+    }
+
+    #[test]
+    fn an_unsent_stamp_answers_nothing_even_the_old_sentinel() {
+        let mut t = PingTable::default();
+        assert!(!t.answer(u64::MAX));
+        assert!(!t.answer(0));
+        t.record(5);
+        assert!(!t.answer(u64::MAX));
+    }
+
+    #[test]
+    fn the_oldest_ping_is_forgotten_when_full() {
+        let mut t = PingTable::default();
+        for s in 0..=PINGS_KEPT as u64 {
+            t.record(s);
+        }
+        assert!(!t.answer(0), "overwritten by the 17th ping");
+        assert!((1..=PINGS_KEPT as u64).all(|s| t.answer(s)));
+    }
+}

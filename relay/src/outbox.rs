@@ -1,0 +1,87 @@
+//! What handling one input produced, shared by the router and its match
+//! rooms: messages to send, events to report and the counters. It lives
+//! apart from both so that a match room never imports the router.
+
+use crate::event::RouterEvent;
+use lockstep::proto::{Delivery, ToPeer};
+use lockstep::transport::ConnId;
+use std::collections::VecDeque;
+
+/// Counters of everything the router did or refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouterCounters {
+    /// Messages received.
+    pub messages: u64,
+    /// Message bytes received.
+    pub bytes_in: u64,
+    /// Message bytes queued for sending.
+    pub bytes_out: u64,
+    /// Messages that did not decode.
+    pub decode_errors: u64,
+    /// Messages dropped by the per-connection rate limit.
+    pub rate_limited: u64,
+    /// Messages that made no sense in the connection's state.
+    pub bad_state: u64,
+    /// Connections refused (limit reached).
+    pub connections_refused: u64,
+    /// Joins refused.
+    pub joins_refused: u64,
+    /// Inputs accepted on time.
+    pub inputs: u64,
+    /// Inputs that arrived after their turn closed.
+    pub inputs_late: u64,
+    /// Inputs for a turn the player already sent.
+    pub inputs_duplicate: u64,
+    /// Inputs refused (too far ahead, past the end, dropped player).
+    pub inputs_refused: u64,
+    /// Inputs refused because they would take their player over its byte or
+    /// entry budget for the turn (the sender gets `InputRefused`).
+    pub inputs_over_budget: u64,
+    /// Turns closed.
+    pub turns_closed: u64,
+    /// Turns closed by the deadline with inputs missing.
+    pub turns_closed_by_deadline: u64,
+    /// Turns that passed their deadline waiting (strict policy).
+    pub turns_waiting: u64,
+    /// Hash reports accepted.
+    pub hash_reports: u64,
+    /// Hash reports refused (stale, duplicate, for an open turn).
+    pub hashes_refused: u64,
+    /// Turns whose hashes disagreed.
+    pub desynced_turns: u64,
+    /// Players dropped.
+    pub drops: u64,
+    /// Input delay changes announced.
+    pub delay_changes: u64,
+    /// Matches started.
+    pub matches_started: u64,
+    /// Matches ended.
+    pub matches_ended: u64,
+    /// Joins refused because the connection's token names another match.
+    pub token_wrong_match: u64,
+    /// Joins refused because the token's slot is outside the match or taken.
+    pub token_wrong_slot: u64,
+}
+
+/// Messages and events produced while handling an input; the router drains
+/// it through its `poll_*` methods.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    pub(crate) msgs: VecDeque<(ConnId, Delivery, Vec<u8>)>,
+    pub(crate) events: VecDeque<RouterEvent>,
+    pub(crate) counters: RouterCounters,
+    /// Connections a match let go of (a player dropped by silence): the
+    /// router clears their seat so they no longer reach the match.
+    pub(crate) detached: Vec<ConnId>,
+}
+
+impl Outbox {
+    pub(crate) fn send(&mut self, conn: ConnId, msg: &ToPeer) {
+        self.push(conn, msg.delivery(), msg.to_bytes());
+    }
+
+    pub(crate) fn push(&mut self, conn: ConnId, delivery: Delivery, bytes: Vec<u8>) {
+        self.counters.bytes_out += bytes.len() as u64;
+        self.msgs.push_back((conn, delivery, bytes));
+    }
+}
