@@ -42,6 +42,7 @@ pub mod arena;
 pub mod bot;
 pub mod check;
 mod contract;
+mod decoded_turn;
 pub mod game;
 pub mod hash;
 pub mod num;
@@ -52,5 +53,6 @@ pub mod snapshot;
 pub use contract::{
     InputError, MAX_COMMANDS_PER_TURN, MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Simulation,
     SnapshotError, Stamped, StateHash, Turn, TurnInputs, canonical_order, decode_commands,
-    decode_turn, encode_commands,
+    encode_commands,
 };
+pub use decoded_turn::{DecodedTurn, decode_turn};
