@@ -169,15 +169,13 @@ impl Toy {
 
 fn digest(words: &[u64]) -> StateHash {
     let mut out = [0u8; 32];
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = sim::hash::Fnv1a64::new();
     for (i, chunk) in out.chunks_mut(8).enumerate() {
         for w in words {
-            for b in w.to_le_bytes().into_iter().chain([i as u8]) {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
+            h.update(&w.to_le_bytes());
+            h.update(&[i as u8]);
         }
-        chunk.copy_from_slice(&h.to_le_bytes());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
     }
     StateHash(out)
 }
