@@ -161,7 +161,11 @@ fn a_hostile_bundle_decodes_identically_through_every_path() {
         for i in (1..shuffled.len()).rev() {
             shuffled.swap(i, rng.below(i as u64 + 1) as usize);
         }
-        assert_eq!(sim::decode_turn::<Command>(&shuffled, 3), want, "case {case}");
+        assert_eq!(
+            sim::decode_turn::<Command>(&shuffled, 3),
+            want,
+            "case {case}"
+        );
         // The peers' wrapper, on the entries an honest relay could stamp.
         let stamped: Vec<_> = shuffled.iter().filter(|(p, _)| p.0 < 3).cloned().collect();
         assert_eq!(

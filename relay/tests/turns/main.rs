@@ -9,9 +9,9 @@
 //! shared harness and the games the peers play.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+mod decode;
 mod edges;
 mod ends;
-mod decode;
 mod game_peers;
 mod hostile;
 mod netsim;
