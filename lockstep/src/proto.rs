@@ -551,26 +551,17 @@ impl fmt::Display for EndReason {
 }
 
 /// Decodes one turn's inputs (as carried in a [`Bundle`] or
-/// [`Event::TurnReady`](crate::event::Event::TurnReady)) into stamped game commands.
+/// [`Event::TurnReady`](crate::event::Event::TurnReady)) into stamped game
+/// commands, in canonical order: [`sim::decode_turn`] bounded by
+/// [`MAX_PLAYERS`] instead of the match's player count.
 ///
-/// Each entry is decoded on its own with `sim::decode_commands` (so `seq`
-/// restarts at 0 per entry, exactly as a replay re-simulation decodes the
-/// recorded entries), then put in [`sim::canonical_order`]; a game breaks
-/// remaining `(player, seq)` ties by content (the reference game does). An
-/// entry that does not decode counts as empty, identically on every peer.
+/// For callers that do not hold the match's player count. A peer that
+/// simulates should call `sim::decode_turn(inputs, setup.players)`, as
+/// `replays::verify` does; the two agree on every bundle an honest relay
+/// sends (it stamps only seated players, all below the match's count).
 #[must_use]
 pub fn decode_turn<C: DeserializeOwned>(inputs: &[(PlayerId, Vec<u8>)]) -> Vec<Stamped<C>> {
-    let mut out: Vec<Stamped<C>> = Vec::new();
-    for (player, bytes) in inputs {
-        if player.0 >= MAX_PLAYERS {
-            continue;
-        }
-        if let Ok(commands) = sim::decode_commands::<C>(*player, bytes) {
-            out.extend(commands);
-        }
-    }
-    sim::canonical_order(&mut out);
-    out
+    sim::decode_turn(inputs, MAX_PLAYERS).commands
 }
 
 #[cfg(test)]
@@ -823,6 +814,7 @@ mod tests {
         ];
         let out = decode_turn::<u32>(&inputs);
         let got: Vec<(u8, u16, u32)> = out.iter().map(|s| (s.player.0, s.seq, s.command)).collect();
-        assert_eq!(got, vec![(0, 0, 12), (1, 0, 10), (1, 0, 12), (1, 1, 11)]);
+        // Player 1's two entries tie at seq 0: ordered by entry bytes, not arrival.
+        assert_eq!(got, vec![(0, 0, 12), (1, 0, 12), (1, 0, 10), (1, 1, 11)]);
     }
 }

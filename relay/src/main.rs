@@ -275,9 +275,7 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let now_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now_unix = replays::format::unix_now_ms() / 1000;
     let claims = TokenClaims::new(
         TransportConfig::default().protocol_id,
         a.match_name.clone(),

@@ -17,6 +17,7 @@ use lockstep::peer_glue::PeerGlue;
 use lockstep::token::ConnectToken;
 use lockstep::transport::{AuthMode, Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
+use replays::format::unix_now_ms;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -84,21 +85,6 @@ fn until(now: Instant, t: Option<Instant>) -> Duration {
 /// When the OS has no random source.
 pub fn process_secret() -> io::Result<[u8; 32]> {
     crate::entropy::os_random("the handshake cookie secret")
-}
-
-/// Seconds since the Unix epoch, from the wall clock.
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Milliseconds since the Unix epoch, from the wall clock (0 if the clock is
-/// before 1970).
-fn unix_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// What the relay driver reports to its caller, event by event.
@@ -305,7 +291,7 @@ pub fn serve_with(
     let epoch = std::time::Instant::now();
     let clock = || Instant::from_std(epoch, std::time::Instant::now());
     let mut server = Server::new(transport, process_secret()?).with_auth(opts.auth.clone());
-    server.set_unix_time(clock(), unix_now());
+    server.set_unix_time(clock(), unix_now_ms() / 1000);
     let mut router = Router::new(config);
     let mut glue = RouterGlue::new();
     let mut buf = Vec::new();

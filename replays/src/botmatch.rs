@@ -5,7 +5,7 @@ use crate::error::ReplayError;
 use crate::format::{Header, PlayerInfo};
 use crate::writer::{Sink, SyncPolicy, Writer};
 use sim::game::{Command, World};
-use sim::{PlayerId, Simulation, Stamped, StateHash, Turn};
+use sim::{PlayerId, Simulation, StateHash, Turn};
 
 /// How [`record_bot_match`] lays out the recording.
 #[derive(Clone, Debug)]
@@ -93,7 +93,6 @@ pub fn record_bot_match<W: Sink>(
     let mut odd_world: Option<World> = None;
     let mut first_desync: Option<Vec<(PlayerId, StateHash)>> = None;
     let mut desync_sections: Vec<String> = Vec::new();
-    let mut stamped: Vec<Stamped<Command>> = Vec::new();
     for t in 0..opts.turns {
         let turn = Turn(t);
         let mut inputs: Vec<(PlayerId, Vec<u8>)> = Vec::new();
@@ -116,10 +115,7 @@ pub fn record_bot_match<W: Sink>(
         }
         w.record_turn(turn, &inputs)?;
         // Step with what was recorded, decoded exactly as every peer would.
-        stamped.clear();
-        for (p, bytes) in &inputs {
-            stamped.extend(sim::decode_commands::<Command>(*p, bytes).unwrap_or_default());
-        }
+        let stamped = sim::decode_turn::<Command>(&inputs, setup.players).commands;
         world.step(turn, &stamped);
         if let Some(odd) = odd_world.as_mut() {
             odd.step(turn, &stamped);

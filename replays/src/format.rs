@@ -692,6 +692,20 @@ mod tests {
     }
 }
 
+/// Milliseconds since the Unix epoch, read from the wall clock (0 if the
+/// clock is set before 1970): the workspace's one wall-clock helper.
+///
+/// Call it only in drivers and binaries (the relay's serve loop, the peer's
+/// runner, a CLI, a benchmark stamp) and pass the value in: protocol cores,
+/// recorders and the sim take time as a value and never read a clock.
+/// Seconds are `unix_now_ms() / 1000`; [`utc_string`] shows the value.
+#[must_use]
+pub fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// `y-m-d h:m:s UTC` from Unix milliseconds (proleptic Gregorian calendar), as
 /// the header's start time is shown; dependency-free for one line of output.
 #[must_use]

@@ -93,7 +93,10 @@ pub fn seek<S: Simulation, R: Read>(
     let (mut rp, keyframe) = match base {
         Some((turn, hash, snapshot)) => {
             let world = restore_checked::<S>(turn, &snapshot, hash)?;
-            (Replayer::from_world(world, turn.0 + 1), Some(turn))
+            (
+                Replayer::from_world(world, turn.0 + 1, header.setup.players),
+                Some(turn),
+            )
         }
         None => {
             let mut rp = Replayer::<S>::start(&header)?;

@@ -7,7 +7,7 @@ use crate::Record;
 use crate::error::ReplayError;
 use crate::format::Header;
 use crate::reader::{ReadSummary, Reader};
-use sim::{PlayerId, SectionHash, Simulation, Stamped, StateHash, Turn};
+use sim::{PlayerId, SectionHash, Simulation, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Read;
 
@@ -189,6 +189,10 @@ pub struct VerifyReport {
     pub keyframes_checked: u32,
     /// Player inputs that did not decode and counted as empty.
     pub rejected_inputs: u32,
+    /// Input entries stamped with a player outside the match, dropped unread
+    /// as every peer drops them ([`sim::decode_turn`]); an honest relay never
+    /// records one, so a non-zero count points at a forged or hostile file.
+    pub invalid_player_inputs: u32,
     /// Turns with a recorded desync, in turn order (each turn once).
     pub recorded_desyncs: Vec<RecordedDesync>,
     /// Hash of the re-simulated world after the last turn.
@@ -229,8 +233,11 @@ pub(crate) struct Replayer<S: Simulation> {
     /// Next turn to simulate.
     pub(crate) next: u32,
     pub(crate) rejected: u32,
+    pub(crate) invalid_players: u32,
     pub(crate) simulated: u32,
-    inputs: Vec<Stamped<S::Command>>,
+    /// The match's player count: entries of other players are dropped, as
+    /// every peer's [`sim::decode_turn`] drops them.
+    players: u8,
     /// Rules hash to check before the first step (`None`: checked or not applicable).
     rules: Option<StateHash>,
 }
@@ -241,18 +248,19 @@ impl<S: Simulation> Replayer<S> {
     /// to replace the world.
     pub(crate) fn start(header: &Header) -> Result<Self, ReplayError> {
         check_game::<S>(header)?;
-        let mut rp = Self::from_world(S::new(&header.setup), 0);
+        let mut rp = Self::from_world(S::new(&header.setup), 0, header.setup.players);
         rp.rules = Some(header.rules_hash);
         Ok(rp)
     }
 
-    pub(crate) const fn from_world(world: S, next: u32) -> Self {
+    pub(crate) const fn from_world(world: S, next: u32, players: u8) -> Self {
         Self {
             world,
             next,
             rejected: 0,
+            invalid_players: 0,
             simulated: 0,
-            inputs: Vec::new(),
+            players,
             rules: None,
         }
     }
@@ -304,15 +312,12 @@ impl<S: Simulation> Replayer<S> {
             // Older than the world: the reader already refuses decreasing turns.
             return Ok(());
         }
-        self.inputs.clear();
-        for (player, bytes) in inputs {
-            match sim::decode_commands::<S::Command>(*player, bytes) {
-                Ok(cmds) => self.inputs.extend(cmds),
-                // A rejected input counts as empty, exactly as every peer did.
-                Err(_) => self.rejected += 1,
-            }
-        }
-        self.world.step(turn, &self.inputs);
+        // The peers' own decode: a rejected input counts as empty, exactly as
+        // every peer did, and a player outside the match is dropped.
+        let decoded = sim::decode_turn::<S::Command>(inputs, self.players);
+        self.rejected = self.rejected.saturating_add(decoded.rejected);
+        self.invalid_players = self.invalid_players.saturating_add(decoded.invalid_players);
+        self.world.step(turn, &decoded.commands);
         self.next = turn.0 + 1;
         self.simulated += 1;
         each(turn, &self.world);
@@ -406,6 +411,7 @@ pub fn verify<S: Simulation, R: Read>(
         hashes_unchecked: 0,
         keyframes_checked: 0,
         rejected_inputs: 0,
+        invalid_player_inputs: 0,
         recorded_desyncs: Vec::new(),
         final_hash: None,
         first_divergence: None,
@@ -510,6 +516,7 @@ pub fn verify<S: Simulation, R: Read>(
     }
 
     report.rejected_inputs = rp.rejected;
+    report.invalid_player_inputs = rp.invalid_players;
     report.turns = rp.simulated;
     report.last_turn = rp.current();
     report.final_hash = report.last_turn.and_then(|t| lookup(&computed, t));

@@ -248,23 +248,6 @@ pub fn decode_commands<C: DeserializeOwned>(
         .collect())
 }
 
-/// Decodes a whole turn (each player's opaque input bytes, as the relay
-/// bundles them) into stamped commands. An input that does not decode counts
-/// as empty, identically on every peer; the returned count says how many did not.
-pub fn decode_turn<C: DeserializeOwned>(
-    inputs: &[(PlayerId, Vec<u8>)],
-) -> (Vec<Stamped<C>>, usize) {
-    let mut out = Vec::new();
-    let mut rejected = 0;
-    for (player, bytes) in inputs {
-        match decode_commands(*player, bytes) {
-            Ok(cmds) => out.extend(cmds),
-            Err(_) => rejected += 1,
-        }
-    }
-    (out, rejected)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,16 +311,5 @@ mod tests {
             decode_commands::<u32>(PlayerId(0), &[0xff]),
             Err(InputError::Decode)
         );
-    }
-
-    #[test]
-    fn decode_turn_treats_bad_inputs_as_empty() {
-        let mut good = Vec::new();
-        encode_commands(&[7u32, 8], &mut good);
-        let turn = vec![(PlayerId(1), good), (PlayerId(2), vec![0xff])];
-        let (cmds, rejected) = decode_turn::<u32>(&turn);
-        assert_eq!(rejected, 1);
-        assert_eq!(cmds.len(), 2);
-        assert!(cmds.iter().all(|c| c.player == PlayerId(1)));
     }
 }

@@ -6,6 +6,9 @@
 //! `"entities 1024..2048"`. The root hash is BLAKE3 over the sequence of
 //! (name, section hash) pairs, so two peers whose roots differ can compare
 //! section lists and name the block of entities that diverged.
+//!
+//! Also home of [`Fnv1a64`], the one small non-cryptographic hash the
+//! workspace uses where a stable `u64` from a few bytes is enough.
 
 use crate::contract::{SectionHash, Simulation, StateHash};
 use crate::game::World;
@@ -26,6 +29,57 @@ pub fn digest_of<T: Serialize + ?Sized>(value: &T, buf: &mut Vec<u8>) -> StateHa
     let h = StateHash(*blake3::hash(&bytes).as_bytes());
     *buf = bytes;
     h
+}
+
+/// FNV-1a, 64-bit: a tiny non-cryptographic hash, stable across builds,
+/// platforms and releases (it is fully specified by two constants).
+///
+/// Use it to derive a `u64` from a few bytes where any party must reproduce
+/// it (the relay's match seed from a match name) or for a test game's fake
+/// state hash. Never where an adversary choosing the input matters
+/// (collisions are easy to find): state hashes use BLAKE3, secrets the OS
+/// random source. Feed bytes with [`Self::update`], read with
+/// [`Self::finish`]; [`fnv1a64`] does both for one slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fnv1a64(u64);
+
+impl Fnv1a64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0100_0000_01b3;
+
+    /// A hasher that has seen no bytes.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(Self::OFFSET_BASIS)
+    }
+
+    /// Feeds `bytes`; feeding a slice in parts gives the same hash as at once.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+
+    /// The hash of every byte fed so far (the hasher stays usable).
+    #[must_use]
+    pub const fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv1a64 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// FNV-1a (64-bit) of `bytes`; see [`Fnv1a64`] for when to use it.
+#[must_use]
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h = Fnv1a64::new();
+    h.update(bytes);
+    h.finish()
 }
 
 /// Combines section hashes into the root hash (order and names matter).
@@ -153,6 +207,20 @@ pub(crate) fn rules_hash(w: &World) -> StateHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The published FNV-1a 64 test vectors: the hash never changes, so the
+    /// relay derives the same match seed on every platform and release.
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors_and_streams() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+        let mut h = Fnv1a64::default();
+        h.update(b"foo");
+        h.update(b"");
+        h.update(b"bar");
+        assert_eq!(h.finish(), fnv1a64(b"foobar"));
+    }
 
     #[test]
     fn root_depends_on_names_and_order() {

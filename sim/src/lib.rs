@@ -19,14 +19,16 @@
 //! let mut bots = sim::scenarios::bots(&a, 7, 300);
 //! for t in 0..20 {
 //!     let turn = Turn(t);
-//!     // Every peer gets the same stamped commands for a turn (via the relay)...
-//!     let mut inputs: Vec<Stamped<Command>> = Vec::new();
+//!     // Every peer gets the same relay-stamped entries for a turn...
+//!     let mut entries: Vec<(PlayerId, Vec<u8>)> = Vec::new();
 //!     for bot in &mut bots {
 //!         let mut bytes = Vec::new();
 //!         sim::encode_commands(&bot.think(&a, turn), &mut bytes);
-//!         inputs.extend(sim::decode_commands(bot.player(), &bytes).unwrap_or_default());
+//!         entries.push((bot.player(), bytes));
 //!     }
-//!     // ...in whatever order they arrived...
+//!     // ...and decodes them the one canonical way.
+//!     let mut inputs: Vec<Stamped<Command>> = sim::decode_turn(&entries, setup.players).commands;
+//!     // A world applies commands in canonical order, whatever order it gets...
 //!     a.step(turn, &inputs);
 //!     inputs.reverse();
 //!     b.step(turn, &inputs);
@@ -35,13 +37,13 @@
 //! }
 //! let restored = World::restore(&a.snapshot()).unwrap();
 //! assert_eq!(restored.state_hash(), a.state_hash());
-//! # let _ = PlayerId(0);
 //! ```
 
 pub mod arena;
 pub mod bot;
 pub mod check;
 mod contract;
+mod decoded_turn;
 pub mod game;
 pub mod hash;
 pub mod num;
@@ -52,5 +54,6 @@ pub mod snapshot;
 pub use contract::{
     InputError, MAX_COMMANDS_PER_TURN, MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Simulation,
     SnapshotError, Stamped, StateHash, Turn, TurnInputs, canonical_order, decode_commands,
-    decode_turn, encode_commands,
+    encode_commands,
 };
+pub use decoded_turn::{DecodedTurn, decode_turn};

@@ -467,10 +467,8 @@ impl Game {
 /// A match seed derived from its name and number, when the relay has no fixed seed.
 fn derive_seed(name: &str, id: MatchId) -> u64 {
     // FNV-1a: stable across builds and platforms.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes().chain(id.0.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    let mut h = sim::hash::Fnv1a64::new();
+    h.update(name.as_bytes());
+    h.update(&id.0.to_le_bytes());
+    h.finish()
 }

@@ -4,10 +4,12 @@
 //! reliable channel delivers them) on a virtual clock (`pipe`); the same with
 //! the reference game's `GamePeer`s and replay recording (`game_peers`); the
 //! full stack over real transport endpoints and a seeded `netsim::Network`
-//! (`netsim`); and the demo over loopback UDP (`udp`). This file holds the
+//! (`netsim`); and the demo over loopback UDP (`udp`); hostile turn entries
+//! recorded and verified against the peers (`decode`). This file holds the
 //! shared harness and the games the peers play.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+mod decode;
 mod edges;
 mod ends;
 mod game_peers;
@@ -20,7 +22,7 @@ mod tokens;
 mod udp;
 
 use lockstep::event::Event;
-use lockstep::proto::{EndReason, decode_turn};
+use lockstep::proto::{Bundle, EndReason, ToPeer};
 use lockstep::session::{Session, SessionStats};
 use lockstep::{Duration, Instant, builder::SessionBuilder};
 use relay::{ConnId, RelayConfig, Router, RouterEvent, TurnPolicy};
@@ -92,7 +94,8 @@ fn rts(setup: &sim::MatchSetup, me: PlayerId, seed: u64) -> Box<dyn TestGame> {
 impl TestGame for Rts {
     fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
         use sim::Simulation;
-        let commands = decode_turn::<sim::game::Command>(inputs);
+        let players = self.world.setup().players;
+        let commands = sim::decode_turn::<sim::game::Command>(inputs, players).commands;
         self.commands += commands.len() as u64;
         self.world.step(turn, &commands);
     }
@@ -136,7 +139,8 @@ impl Toy {
     }
 
     fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
-        for c in decode_turn::<u32>(inputs) {
+        let players = u8::try_from(self.acc.len()).unwrap();
+        for c in sim::decode_turn::<u32>(inputs, players).commands {
             let a = &mut self.acc[usize::from(c.player.0)];
             *a = a
                 .wrapping_mul(1_000_003)
@@ -169,15 +173,13 @@ impl Toy {
 
 fn digest(words: &[u64]) -> StateHash {
     let mut out = [0u8; 32];
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = sim::hash::Fnv1a64::new();
     for (i, chunk) in out.chunks_mut(8).enumerate() {
         for w in words {
-            for b in w.to_le_bytes().into_iter().chain([i as u8]) {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
+            h.update(&w.to_le_bytes());
+            h.update(&[i as u8]);
         }
-        chunk.copy_from_slice(&h.to_le_bytes());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
     }
     StateHash(out)
 }
@@ -243,6 +245,10 @@ struct Sim {
     /// reach the router on that peer's connection at once (outside the pipe,
     /// so the pipe's seeded delays are the same as without it).
     flood: Option<(usize, Flood)>,
+    /// A hostile relay: rewrites every bundle the router sends, on its way
+    /// to every peer (the router's own events, and so its recording, keep
+    /// what it meant to send).
+    tamper: Option<fn(&mut Bundle)>,
 }
 
 /// Makes a hostile peer's extra messages for one step: (now, step counter).
@@ -255,6 +261,8 @@ struct Setup {
     shapes: Vec<Vec<(Instant, LinkShape)>>,
     seed: u64,
     factory: GameFactory,
+    /// Game id and version the sessions announce (the toy's by default).
+    game: (&'static str, u32),
 }
 
 impl Setup {
@@ -275,6 +283,7 @@ impl Setup {
             ],
             seed,
             factory: toy,
+            game: ("toy", 1),
         }
     }
 }
@@ -289,7 +298,7 @@ impl Sim {
             assert!(router.handle_connected(now, ConnId(i as u32), addr));
             let session = SessionBuilder::new()
                 .with_match("m", setup.peers as u8)
-                .with_game("toy", 1, StateHash([1; 32]))
+                .with_game(setup.game.0, setup.game.1, StateHash([1; 32]))
                 .with_name(&format!("bot{i}"))
                 .with_turns(setup.turns)
                 .build(now)
@@ -320,6 +329,7 @@ impl Sim {
             factory: setup.factory,
             seed: setup.seed,
             flood: None,
+            tamper: None,
         }
     }
 
@@ -370,8 +380,14 @@ impl Sim {
                     self.on_event(i, ev);
                 }
             }
-            while let Some((conn, _, bytes)) = self.router.poll_outgoing() {
+            while let Some((conn, _, mut bytes)) = self.router.poll_outgoing() {
                 any = true;
+                if let Some(tamper) = self.tamper
+                    && let Ok(ToPeer::Bundle(mut b)) = ToPeer::decode(&bytes)
+                {
+                    tamper(&mut b);
+                    bytes = ToPeer::Bundle(b).to_bytes();
+                }
                 self.send(Dest::Peer(conn.0 as usize), bytes);
             }
             while let Some(ev) = self.router.poll_event() {

@@ -8,5 +8,6 @@
 mod cli;
 mod damage;
 mod golden;
+mod hostile_inputs;
 mod toy;
 mod toy_replays;

@@ -190,11 +190,10 @@ pub fn record(plan: Plan, mut tamper: impl FnMut(Turn, &mut Vec<(PlayerId, Vec<u
     for t in 0..plan.turns {
         let turn = Turn(t);
         let mut inputs = inputs_for(turn, plan.players);
-        let mut stamped = Vec::new();
-        for (p, b) in &inputs {
-            stamped.extend(sim::decode_commands::<ToyCmd>(*p, b).unwrap());
-        }
-        world.step(turn, &stamped);
+        // Decoded as every peer decodes a turn.
+        let decoded = sim::decode_turn::<ToyCmd>(&inputs, plan.players);
+        assert_eq!((decoded.rejected, decoded.invalid_players), (0, 0));
+        world.step(turn, &decoded.commands);
         hashes.push(world.state_hash());
         tamper(turn, &mut inputs);
         w.record_turn(turn, &inputs).unwrap();
@@ -221,11 +220,8 @@ pub fn record(plan: Plan, mut tamper: impl FnMut(Turn, &mut Vec<(PlayerId, Vec<u
 pub fn simulate_to(players: u8, target: Turn) -> Toy {
     let mut world = Toy::new(&setup(players));
     for t in 0..=target.0 {
-        let mut stamped = Vec::new();
-        for (p, b) in inputs_for(Turn(t), players) {
-            stamped.extend(sim::decode_commands::<ToyCmd>(p, &b).unwrap());
-        }
-        world.step(Turn(t), &stamped);
+        let decoded = sim::decode_turn::<ToyCmd>(&inputs_for(Turn(t), players), players);
+        world.step(Turn(t), &decoded.commands);
     }
     world
 }

@@ -2,7 +2,6 @@
 //! exact command, stamped on every figure in `BENCHMARKS.md`.
 
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A description of the machine and run that produced a set of figures.
 #[derive(Clone, Debug)]
@@ -45,9 +44,7 @@ impl Machine {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_else(|| "unknown".to_owned());
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let millis = replays::format::unix_now_ms();
         Self {
             cpu,
             cores,
