@@ -103,6 +103,8 @@
 //! ```
 
 pub mod botmatch;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod diff;
 pub mod error;
 pub mod fixtures;

@@ -1,0 +1,803 @@
+//! The replay tool's subcommands: each reads a file, asks the game its
+//! header names to re-simulate it where needed, and prints the result.
+
+use super::args::Command;
+use super::console::{Console, errln, outln};
+use super::games::{FileReader, Games, Registered, UnknownGame};
+use crate::reader::group_thousands;
+use crate::verify::DivergenceSource;
+use crate::{
+    Ending, Header, ReadSummary, Reader, Record, RecordedDesync, ReplayError, VerifyReport,
+};
+use serde_json::{Value, json};
+use sim::{PlayerId, StateHash, Turn};
+use std::path::Path;
+
+/// Why a subcommand failed (exit 1, `replay: {error}` on stderr).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// The file could not be read, or re-simulating it failed.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The file is of a game this tool does not know.
+    #[error(transparent)]
+    UnknownGame(#[from] UnknownGame),
+}
+
+/// Runs one subcommand; returns the exit status.
+pub(crate) fn dispatch(games: &Games, command: Command, c: &mut Console<'_>, progress: bool) -> u8 {
+    let result = match command {
+        Command::Info { file, json } => info(c, &file, json),
+        Command::Verify {
+            file,
+            json,
+            print_hashes,
+        } => match verify(games, c, &file, json, print_hashes, progress) {
+            // Verified, but the players disagreed during the match.
+            Ok(Verified::WithDesyncs) => return 3,
+            other => other.map(|v| v == Verified::Clean),
+        },
+        Command::Diff { a, b, json } => diff(games, c, &a, &b, json),
+        Command::State { file, turn, json } => state(games, c, &file, Turn(turn), json),
+        Command::Export { file } => export(games, c, &file),
+        Command::Reindex { file, every, out } => reindex(games, c, &file, every, &out),
+    };
+    match result {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            // Results printed before the failure come first.
+            c.flush_out();
+            errln!(c, "replay: {e}");
+            1
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<FileReader, ReplayError> {
+    Reader::open(path)
+}
+
+/// Opens a file and finds the game that plays it.
+fn open_game<'g>(
+    games: &'g Games,
+    path: &Path,
+) -> Result<(FileReader, &'g dyn Registered), CliError> {
+    let reader = open(path)?;
+    let h = reader.header();
+    let game = games.find(&h.game_id, h.game_version)?;
+    Ok((reader, game))
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// `"12:34.5"` (minutes:seconds.tenths) for a number of microseconds.
+fn clock(us: u64) -> String {
+    let tenths = us / 100_000;
+    format!("{}:{:02}.{}", tenths / 600, (tenths / 10) % 60, tenths % 10)
+}
+
+/// `"100 ms"` or `"1500 µs"`.
+fn micros(us: u64) -> String {
+    if us % 1000 == 0 {
+        format!("{} ms", us / 1000)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn status_json(s: &ReadSummary) -> Value {
+    let (kind, offset) = match &s.ending {
+        Ending::Complete => ("complete", None),
+        Ending::Unread => ("unread", None),
+        Ending::NoTrailer => ("no_trailer", None),
+        Ending::Torn { offset, .. } => ("torn", Some(*offset)),
+        Ending::Corrupt { offset, .. } => ("corrupt", Some(*offset)),
+    };
+    json!({
+        "complete": s.is_complete(),
+        "ending": kind,
+        "damage_offset": offset,
+        "intact_bytes": s.intact_bytes,
+        "status": s.to_string(),
+    })
+}
+
+fn final_hash(s: &ReadSummary) -> Option<(Turn, StateHash, &'static str)> {
+    s.trailer
+        .map(|(t, h)| (t, h, "trailer"))
+        .or_else(|| s.last_hash.map(|(t, h)| (t, h, "last recorded hash")))
+}
+
+/// `"P1, P2"`, or `"none (no majority: P0, P1 differ)"` style text for a desync.
+fn odd_text(d: &RecordedDesync) -> String {
+    let players: Vec<String> = d.odd_players().iter().map(ToString::to_string).collect();
+    if d.majority.is_some() {
+        format!("odd {}", players.join(", "))
+    } else {
+        format!("no majority ({} differ)", players.join(", "))
+    }
+}
+
+fn desync_json(d: &RecordedDesync) -> Value {
+    json!({
+        "turn": d.turn.0,
+        "majority": hash_opt(d.majority),
+        "odd_players": d.odd_players().iter().map(|p| p.0).collect::<Vec<_>>(),
+        "dissent": d.dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
+        "sections": d.sections,
+    })
+}
+
+/// Prints the recorded desyncs as text: runs of consecutive turns with the
+/// same odd players on one line each, sections where they were recorded.
+fn print_desyncs(c: &mut Console<'_>, list: &[RecordedDesync]) {
+    let mut i = 0;
+    while let Some(first) = list.get(i) {
+        let odd = odd_text(first);
+        let mut end = i;
+        while list
+            .get(end + 1)
+            .is_some_and(|n| n.turn.0 == list[end].turn.0 + 1 && odd_text(n) == odd)
+        {
+            end += 1;
+        }
+        let last = &list[end];
+        let span = if end == i {
+            format!("turn {}", first.turn)
+        } else {
+            format!(
+                "turns {}..={} ({} turns)",
+                first.turn,
+                last.turn,
+                end - i + 1
+            )
+        };
+        outln!(c, "  {span}: {odd}");
+        for d in &list[i..=end] {
+            if !d.sections.is_empty() {
+                outln!(
+                    c,
+                    "    differing sections at turn {}: {}",
+                    d.turn,
+                    d.sections.join(", ")
+                );
+            }
+        }
+        i = end + 1;
+    }
+}
+
+fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliError> {
+    let (h, s, desyncs) = crate::verify::recorded_desyncs(open(path)?)?;
+    let turns = s.last_turn.map_or(0, |t| u64::from(t.0) + 1);
+    let game_us = turns * h.turn_length_us;
+    let fin = final_hash(&s);
+    if as_json {
+        let out = json!({
+            "file": display_name(path),
+            "format_version": h.format_version,
+            "engine_version": h.engine_version,
+            "protocol_version": h.protocol_version,
+            "game_id": h.game_id,
+            "game_version": h.game_version,
+            "rules_hash": h.rules_hash.to_hex(),
+            "match_name": h.match_name,
+            "start_time_unix_ms": h.start_time_unix_ms,
+            "seed": h.setup.seed,
+            "players": h.players.iter().map(|p| json!({"id": p.id.0, "name": p.name})).collect::<Vec<_>>(),
+            "ticks_per_turn": h.setup.ticks_per_turn,
+            "turn_length_us": h.turn_length_us,
+            "turns": s.turns,
+            "first_turn": s.first_turn.map(|t| t.0),
+            "last_turn": s.last_turn.map(|t| t.0),
+            "duration_us": game_us,
+            "hashes": s.hashes,
+            "keyframes": s.keyframes,
+            "desyncs": s.desyncs,
+            "disputed_turns": s.disputes,
+            "recorded_desyncs": desyncs.iter().map(desync_json).collect::<Vec<_>>(),
+            "drops": s.drops,
+            "delay_changes": s.delay_changes,
+            "start_state": s.started,
+            "final_turn": fin.map(|f| f.0.0),
+            "final_hash": fin.map(|f| f.1.to_hex()),
+            "file_status": status_json(&s),
+        });
+        outln!(c, "{out:#}");
+        return Ok(true);
+    }
+    let players: Vec<String> = h
+        .players
+        .iter()
+        .map(|p| format!("{} {:?}", p.id, p.name))
+        .collect();
+    outln!(c, "file:        {}", display_name(path));
+    outln!(c, "format:      version {}", h.format_version);
+    outln!(
+        c,
+        "engine:      {} (protocol {})",
+        h.engine_version,
+        h.protocol_version
+    );
+    outln!(c, "game:        {} version {}", h.game_id, h.game_version);
+    outln!(c, "rules hash:  {}", h.rules_hash);
+    outln!(
+        c,
+        "match:       {:?}, started {}",
+        h.match_name,
+        crate::format::utc_string(h.start_time_unix_ms)
+    );
+    outln!(
+        c,
+        "setup:       seed {}, {} players, {} ticks per turn, {} per turn{}",
+        h.setup.seed,
+        h.setup.players,
+        h.setup.ticks_per_turn,
+        micros(h.turn_length_us),
+        if s.started {
+            ", scenario start state"
+        } else {
+            ""
+        }
+    );
+    outln!(c, "players:     {}", players.join(", "));
+    match (s.first_turn, s.last_turn) {
+        (Some(a), Some(b)) => outln!(
+            c,
+            "turns:       {} recorded ({a}..={b})",
+            group_thousands(u64::from(s.turns))
+        ),
+        _ => outln!(c, "turns:       none"),
+    }
+    outln!(c, "duration:    {} of game time", clock(game_us));
+    let disputed = if s.disputes > 0 {
+        format!(" ({} disputed turns)", s.disputes)
+    } else {
+        String::new()
+    };
+    outln!(
+        c,
+        "records:     {} hashes, {} keyframes, {} desyncs{disputed}, {} drops, {} delay changes",
+        s.hashes,
+        s.keyframes,
+        s.desyncs,
+        s.drops,
+        s.delay_changes
+    );
+    match fin {
+        Some((t, hash, from)) => outln!(c, "final hash:  {hash} (turn {t}, {from})"),
+        None => outln!(c, "final hash:  none recorded"),
+    }
+    if !desyncs.is_empty() {
+        outln!(
+            c,
+            "desyncs:     players disagreed on {} turns (hash records hold the majority's hash):",
+            desyncs.len()
+        );
+        print_desyncs(c, &desyncs);
+    }
+    outln!(c, "status:      {s}");
+    Ok(true)
+}
+
+struct ProgressBar {
+    total: u64,
+    shown: u64,
+    on: bool,
+}
+
+impl ProgressBar {
+    fn new(total: u64, on: bool) -> Self {
+        Self {
+            total: total.max(1),
+            shown: u64::MAX,
+            on,
+        }
+    }
+
+    fn update(&mut self, c: &mut Console<'_>, turn: Turn, position: u64) {
+        if !self.on {
+            return;
+        }
+        let pct = position.min(self.total) * 100 / self.total;
+        if pct == self.shown {
+            return;
+        }
+        self.shown = pct;
+        let filled = usize::try_from(pct * 30 / 100).unwrap_or(30);
+        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(30 - filled));
+        c.err(format_args!("\r[{bar}] {pct:3}% turn {turn}"));
+    }
+
+    fn clear(&self, c: &mut Console<'_>) {
+        if self.on && self.shown != u64::MAX {
+            c.err(format_args!("\r{}\r", " ".repeat(60)));
+        }
+    }
+}
+
+fn hash_opt(h: Option<StateHash>) -> Value {
+    h.map_or(Value::Null, |h| Value::String(h.to_hex()))
+}
+
+/// How `replay verify` ended (failures are `Ok(Failed)` or an error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verified {
+    /// Every recorded hash matches and no desync is recorded (exit 0).
+    Clean,
+    /// Every recorded (majority) hash matches, but desyncs are recorded (exit 3).
+    WithDesyncs,
+    /// A divergence, or an incomplete or damaged file (exit 1).
+    Failed,
+}
+
+fn verify(
+    games: &Games,
+    c: &mut Console<'_>,
+    path: &Path,
+    as_json: bool,
+    print_hashes: bool,
+    progress: bool,
+) -> Result<Verified, CliError> {
+    let mut turn_hashes: Vec<(Turn, StateHash)> = Vec::new();
+    let mut run = |c: &mut Console<'_>| -> Result<VerifyReport, CliError> {
+        let total = std::fs::metadata(path).map_err(ReplayError::from)?.len();
+        let (reader, game) = open_game(games, path)?;
+        let mut bar = ProgressBar::new(total, progress);
+        let report = game.verify(reader, &mut |p| {
+            bar.update(c, p.turn, p.position);
+            if print_hashes {
+                turn_hashes.push((p.turn, p.hash));
+            }
+        });
+        bar.clear(c);
+        Ok(report?)
+    };
+    let report = match run(c) {
+        Ok(r) => r,
+        Err(e) if as_json => {
+            // Every `verify --json` prints one object; an unknown game is
+            // also named on stderr, like in every other mode.
+            if let CliError::UnknownGame(u) = &e {
+                errln!(c, "replay: {u}");
+            }
+            let out = json!({
+                "verified": false,
+                "turns": 0,
+                "final_hash": null,
+                "first_divergence": null,
+                "error": e.to_string(),
+            });
+            outln!(c, "{out:#}");
+            return Ok(Verified::Failed);
+        }
+        Err(e) => return Err(e),
+    };
+    let ok = report.verified();
+    let outcome = match (ok, report.recorded_desyncs.is_empty()) {
+        (false, _) => Verified::Failed,
+        (true, true) => Verified::Clean,
+        (true, false) => Verified::WithDesyncs,
+    };
+    if as_json {
+        let div = report.first_divergence.as_ref().map(|d| {
+            json!({
+                "turn": d.turn.0,
+                "expected": d.expected.to_hex(),
+                "actual": d.actual.to_hex(),
+                "source": source_name(d.source),
+                "sections": d.sections.iter().map(|s| json!({
+                    "name": s.name,
+                    "expected": hash_opt(s.expected),
+                    "actual": hash_opt(s.actual),
+                })).collect::<Vec<_>>(),
+                "sections_turn": d.sections_turn.map(|t| t.0),
+            })
+        });
+        let mut out = json!({
+            "verified": ok,
+            "turns": report.turns,
+            "last_turn": report.last_turn.map(|t| t.0),
+            "final_hash": hash_opt(report.final_hash),
+            "hashes_checked": report.hashes_checked,
+            "hashes_unchecked": report.hashes_unchecked,
+            "keyframes_checked": report.keyframes_checked,
+            "rejected_inputs": report.rejected_inputs,
+            "clean": outcome == Verified::Clean,
+            "recorded_desyncs": report.recorded_desyncs.iter().map(desync_json).collect::<Vec<_>>(),
+            "first_divergence": div,
+            "file_status": status_json(&report.summary),
+        });
+        if print_hashes && let Value::Object(map) = &mut out {
+            let list = turn_hashes
+                .iter()
+                .map(|(t, h)| json!({"turn": t.0, "hash": h.to_hex()}))
+                .collect();
+            map.insert("turn_hashes".into(), Value::Array(list));
+        }
+        outln!(c, "{out:#}");
+        return Ok(outcome);
+    }
+    for (t, h) in &turn_hashes {
+        outln!(c, "turn {t}: {h}");
+    }
+    outln!(
+        c,
+        "re-simulated {} turns; {} hashes and {} keyframes checked; {} rejected inputs",
+        group_thousands(u64::from(report.turns)),
+        report.hashes_checked,
+        report.keyframes_checked,
+        report.rejected_inputs
+    );
+    if let (Some(h), Some(t)) = (report.final_hash, report.last_turn) {
+        outln!(c, "hash after turn {t}: {h}");
+    }
+    if !report.recorded_desyncs.is_empty() {
+        outln!(
+            c,
+            "desyncs recorded during the match: players disagreed on {} turns",
+            report.recorded_desyncs.len()
+        );
+        print_desyncs(c, &report.recorded_desyncs);
+    }
+    outln!(c, "file: {}", report.summary);
+    match &report.first_divergence {
+        None if outcome == Verified::WithDesyncs => outln!(
+            c,
+            "VERIFIED WITH DESYNCS: every recorded hash matches (the majority's on the {} desynced turns), but the players disagreed",
+            report.recorded_desyncs.len()
+        ),
+        None if ok => outln!(c, "VERIFIED: every recorded hash matches"),
+        None => outln!(
+            c,
+            "NOT VERIFIED: the hashes present match, but the file is incomplete"
+        ),
+        Some(d) => {
+            outln!(
+                c,
+                "DIVERGED at turn {} ({})",
+                d.turn,
+                source_name(d.source).replace('_', " ")
+            );
+            outln!(c, "  expected {}", d.expected);
+            outln!(c, "  actual   {}", d.actual);
+            match d.sections_turn {
+                Some(t) if !d.sections.is_empty() => {
+                    outln!(c, "  differing sections (compared at turn {t}):");
+                    for s in &d.sections {
+                        let show =
+                            |h: Option<StateHash>| h.map_or_else(|| "?".to_owned(), |h| h.short());
+                        outln!(
+                            c,
+                            "    {}: expected {} actual {}",
+                            s.name,
+                            show(s.expected),
+                            show(s.actual)
+                        );
+                    }
+                }
+                _ => outln!(
+                    c,
+                    "  differing sections unknown: no keyframe after the divergence (try a peer's recording)"
+                ),
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+const fn source_name(s: DivergenceSource) -> &'static str {
+    match s {
+        DivergenceSource::Hash => "hash_record",
+        DivergenceSource::Keyframe => "keyframe",
+        DivergenceSource::Trailer => "trailer",
+    }
+}
+
+fn commands_text(game: &dyn Registered, player: PlayerId, bytes: Option<&Vec<u8>>) -> String {
+    bytes.map_or_else(
+        || "(none)".to_owned(),
+        |bytes| game.commands_text(player, bytes),
+    )
+}
+
+fn diff(
+    games: &Games,
+    c: &mut Console<'_>,
+    a: &Path,
+    b: &Path,
+    as_json: bool,
+) -> Result<bool, CliError> {
+    let (ra, rb) = (open(a)?, open(b)?);
+    let game_of = |r: &FileReader| (r.header().game_id.clone(), r.header().game_version);
+    let (ga, gb) = (game_of(&ra), game_of(&rb));
+    if ga != gb {
+        // Recordings of different games have nothing in common to compare.
+        if as_json {
+            let out = json!({
+                "same": false,
+                "different_games": true,
+                "a": { "game_id": ga.0, "game_version": ga.1 },
+                "b": { "game_id": gb.0, "game_version": gb.1 },
+            });
+            outln!(c, "{out:#}");
+        } else {
+            outln!(
+                c,
+                "A ({}) is game {} version {}, B ({}) is game {} version {}: recordings of different games",
+                display_name(a),
+                ga.0,
+                ga.1,
+                display_name(b),
+                gb.0,
+                gb.1
+            );
+        }
+        return Ok(false);
+    }
+    let game = games.find(&ga.0, ga.1)?;
+    let rep = crate::diff(ra, rb)?;
+    let same = rep.same();
+    if as_json {
+        let first = rep.first.as_ref().map(|d| {
+            json!({
+                "turn": d.turn.0,
+                "hash_a": hash_opt(d.hash_a),
+                "hash_b": hash_opt(d.hash_b),
+                "hashes_differ": d.hashes_differ(),
+                "inputs": d.inputs.iter().map(|i| json!({
+                    "player": i.player.0,
+                    "a": i.a.as_ref().map(|x| game.commands_json(i.player, x)),
+                    "b": i.b.as_ref().map(|x| game.commands_json(i.player, x)),
+                })).collect::<Vec<_>>(),
+            })
+        });
+        let out = json!({
+            "same": same,
+            "header_differences": rep.header_differences,
+            "common_turns": rep.common_turns,
+            "first_difference": first,
+            "a": { "last_turn": rep.a.last_turn.map(|t| t.0), "file_status": status_json(&rep.a) },
+            "b": { "last_turn": rep.b.last_turn.map(|t| t.0), "file_status": status_json(&rep.b) },
+        });
+        outln!(c, "{out:#}");
+        return Ok(same);
+    }
+    let last = |s: &ReadSummary| {
+        s.last_turn
+            .map_or_else(|| "-".to_owned(), |t| t.to_string())
+    };
+    outln!(
+        c,
+        "A: {} (last turn {}; {})",
+        display_name(a),
+        last(&rep.a),
+        rep.a
+    );
+    outln!(
+        c,
+        "B: {} (last turn {}; {})",
+        display_name(b),
+        last(&rep.b),
+        rep.b
+    );
+    for d in &rep.header_differences {
+        outln!(c, "header differs: {d}");
+    }
+    match &rep.first {
+        None => outln!(
+            c,
+            "no difference in {} common turns",
+            group_thousands(u64::from(rep.common_turns))
+        ),
+        Some(d) => {
+            outln!(c, "first difference at turn {}:", d.turn);
+            for i in &d.inputs {
+                outln!(c, "  {} inputs differ:", i.player);
+                outln!(c, "    A: {}", commands_text(game, i.player, i.a.as_ref()));
+                outln!(c, "    B: {}", commands_text(game, i.player, i.b.as_ref()));
+            }
+            let show = |h: Option<StateHash>| h.map_or_else(|| "none".to_owned(), |h| h.to_hex());
+            if d.hashes_differ() {
+                outln!(c, "  hashes differ:");
+            } else {
+                outln!(c, "  hashes:");
+            }
+            outln!(c, "    A: {}", show(d.hash_a));
+            outln!(c, "    B: {}", show(d.hash_b));
+        }
+    }
+    Ok(same)
+}
+
+fn state(
+    games: &Games,
+    c: &mut Console<'_>,
+    path: &Path,
+    turn: Turn,
+    as_json: bool,
+) -> Result<bool, CliError> {
+    let (reader, game) = open_game(games, path)?;
+    let s = game.state(reader, turn)?;
+    let hash = s.hash;
+    let matches = s.recorded_hash.is_none_or(|r| r == hash);
+    if as_json {
+        let out = json!({
+            "turn": turn.0,
+            "hash": hash.to_hex(),
+            "recorded_hash": hash_opt(s.recorded_hash),
+            "matches_recorded": matches,
+            "keyframe": s.keyframe.map(|t| t.0),
+            "simulated_turns": s.simulated,
+            "summary": s.json,
+        });
+        outln!(c, "{out:#}");
+        return Ok(matches);
+    }
+    match s.keyframe {
+        Some(k) => outln!(
+            c,
+            "state after turn {turn} (from the keyframe at turn {k}, {} turns simulated)",
+            s.simulated
+        ),
+        None => outln!(
+            c,
+            "state after turn {turn} (simulated {} turns from the start; no keyframe before it)",
+            s.simulated
+        ),
+    }
+    match s.recorded_hash {
+        Some(r) if r == hash => outln!(c, "hash: {hash} (matches the recorded hash)"),
+        Some(r) => outln!(c, "hash: {hash} (DIFFERS from the recorded {r})"),
+        None => outln!(c, "hash: {hash} (no hash recorded for this turn)"),
+    }
+    c.out(format_args!("{}", s.text));
+    Ok(matches)
+}
+
+fn header_json(h: &Header) -> Value {
+    json!({
+        "kind": "header",
+        "offset": 12,
+        "format_version": h.format_version,
+        "engine_version": h.engine_version,
+        "protocol_version": h.protocol_version,
+        "game_id": h.game_id,
+        "game_version": h.game_version,
+        "rules_hash": h.rules_hash.to_hex(),
+        "seed": h.setup.seed,
+        "players": h.players.iter().map(|p| json!({"id": p.id.0, "name": p.name})).collect::<Vec<_>>(),
+        "ticks_per_turn": h.setup.ticks_per_turn,
+        "turn_length_us": h.turn_length_us,
+        "match_name": h.match_name,
+        "start_time_unix_ms": h.start_time_unix_ms,
+    })
+}
+
+fn record_json(game: &dyn Registered, offset: u64, r: &Record) -> Value {
+    let mut v = match r {
+        Record::Header(h) => header_json(h),
+        Record::Turn { turn, inputs } => json!({
+            "turn": turn.0,
+            "inputs": inputs.iter().map(|(p, b)| json!({
+                "player": p.0,
+                "bytes": hex(b),
+                "commands": game.commands_json(*p, b),
+            })).collect::<Vec<_>>(),
+        }),
+        Record::Hash { turn, hash } => json!({"turn": turn.0, "hash": hash.to_hex()}),
+        Record::Desync {
+            turn,
+            hashes,
+            sections,
+        } => json!({
+            "turn": turn.0,
+            "hashes": hashes.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
+            "sections": sections,
+        }),
+        Record::Dispute {
+            turn,
+            majority,
+            dissent,
+        } => json!({
+            "turn": turn.0,
+            "majority": hash_opt(*majority),
+            "dissent": dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
+        }),
+        Record::Drop { player, turn } => json!({"player": player.0, "turn": turn.0}),
+        Record::DelayChange { delay, from_turn } => {
+            json!({"delay": delay, "from_turn": from_turn.0})
+        }
+        Record::Keyframe {
+            turn,
+            hash,
+            snapshot,
+        } => json!({
+            "turn": turn.0,
+            "hash": hash.to_hex(),
+            "snapshot_len": snapshot.len(),
+        }),
+        Record::Start { hash, snapshot } => json!({
+            "hash": hash.to_hex(),
+            "snapshot_len": snapshot.len(),
+        }),
+        Record::KeyframeIndex(entries) => json!({
+            "keyframes": entries.iter().map(|e| json!({
+                "turn": e.turn.0, "offset": e.offset, "hash": e.hash.to_hex(),
+            })).collect::<Vec<_>>(),
+        }),
+        Record::Trailer {
+            final_turn,
+            final_hash,
+            turns,
+        } => json!({
+            "final_turn": final_turn.0,
+            "final_hash": final_hash.to_hex(),
+            "turns": turns,
+        }),
+    };
+    if let Value::Object(map) = &mut v {
+        map.insert("offset".into(), json!(offset));
+        map.insert("kind".into(), json!(crate::format::kind_name(r.kind())));
+    }
+    v
+}
+
+fn export(games: &Games, c: &mut Console<'_>, path: &Path) -> Result<bool, CliError> {
+    let (mut reader, game) = open_game(games, path)?;
+    outln!(c, "{}", header_json(reader.header()));
+    while let Some(item) = reader.next() {
+        match item {
+            Ok(r) => outln!(c, "{}", record_json(game, reader.record_offset(), &r)),
+            Err(e) if e.is_damage() => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let s = reader.summary();
+    outln!(
+        c,
+        "{}",
+        json!({"kind": "end", "offset": s.intact_bytes, "file_status": status_json(s)})
+    );
+    Ok(s.is_complete())
+}
+
+fn reindex(
+    games: &Games,
+    c: &mut Console<'_>,
+    path: &Path,
+    every: u32,
+    out: &Path,
+) -> Result<bool, CliError> {
+    if std::fs::canonicalize(path).ok() == std::fs::canonicalize(out).ok() {
+        errln!(c, "replay: --out must be a different file than the input");
+        return Ok(false);
+    }
+    let (reader, game) = open_game(games, path)?;
+    let file = std::fs::File::create(out).map_err(ReplayError::from)?;
+    let rep = game.reindex(reader, file, every)?;
+    outln!(
+        c,
+        "wrote {}: {} turns, {} keyframes (every {every} turns); source {}",
+        out.display(),
+        rep.turns,
+        rep.keyframes,
+        rep.source
+    );
+    Ok(rep.source.is_complete())
+}

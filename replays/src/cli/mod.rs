@@ -1,0 +1,101 @@
+//! The `replay` command-line tool as a library: any game ships its own
+//! replay tool in a main of a few lines.
+//!
+//! The tool (info, verify, diff, state, export, reindex) is generic over the
+//! games it knows. Register each game's [`Simulation`] type with
+//! [`Games::with`], then hand the registry to [`main`]; every file is played
+//! by the game its header names (id and version), and a file of another game
+//! is refused with `this replay is game X version V; this tool knows: ...`
+//! (exit 1). The shipped `replay` binary is exactly this, with both shipped
+//! games.
+//!
+//! A game needs one more small trait beyond [`Simulation`],
+//! [`ReplayGame`], whose defaults are enough to start with: `replay state`
+//! shows the state hash and section hashes, and `export`/`diff` show the
+//! commands with `serde` and `Debug`. Override its methods for a readable
+//! summary.
+//!
+//! ```no_run
+//! // src/bin/my_replay.rs of a game crate: the whole replay tool.
+//! # use sim::game::World as MyGame;
+//! use std::process::ExitCode;
+//!
+//! // impl replays::cli::ReplayGame for MyGame {} // once, next to the game
+//!
+//! fn main() -> ExitCode {
+//!     replays::cli::main(&replays::cli::Games::new().with::<MyGame>())
+//! }
+//! ```
+//!
+//! Exit codes: 0 success (`verify`: every recorded hash matches and no desync
+//! is recorded; `diff`: no difference), 1 divergence, damaged file,
+//! difference, unknown game or any other failure, 2 bad usage, 3 (`verify`)
+//! the recorded (majority) hashes verify but the recording holds desyncs.
+//! Results go to stdout, errors and progress to stderr.
+
+mod args;
+mod commands;
+mod console;
+mod games;
+
+pub use games::{Games, ReplayGame};
+
+use clap::Parser;
+use console::Console;
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+
+/// Runs the replay tool on the process's arguments, stdout and stderr, with
+/// the games in `games`: call it from a binary's `main`. A progress bar
+/// appears on stderr during `verify` when stderr is a terminal; a closed
+/// stdout (`| head`) is quiet and keeps the exit status.
+#[must_use]
+pub fn main(games: &Games) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut err = std::io::stderr();
+    let progress = err.is_terminal();
+    let code = execute(games, std::env::args_os(), &mut out, &mut err, progress);
+    ExitCode::from(code)
+}
+
+/// Runs the replay tool on `args` (the first is the program name, as in
+/// `std::env::args_os`), writing results to `out` and diagnostics to `err`
+/// (no progress bar). Returns the exit status. Use it to test a game's
+/// replay tool in-process; a binary calls [`main`].
+pub fn run<I, T>(games: &Games, args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    execute(games, args, out, err, false)
+}
+
+fn execute<I, T>(
+    games: &Games,
+    args: I,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    progress: bool,
+) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut c = Console::new(out, err);
+    let code = match args::Cli::try_parse_from(args) {
+        Ok(cli) => commands::dispatch(games, cli.command, &mut c, progress),
+        Err(e) => {
+            // `--help` and `--version` are results (exit 0); the rest is bad usage (2).
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                c.err(format_args!("{text}"));
+            } else {
+                c.out(format_args!("{text}"));
+            }
+            u8::try_from(e.exit_code()).unwrap_or(2)
+        }
+    };
+    c.finish(code)
+}
