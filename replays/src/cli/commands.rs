@@ -3,12 +3,11 @@
 
 use super::args::Command;
 use super::console::{Console, errln, outln};
+use super::export::export;
 use super::games::{FileReader, Games, Registered, UnknownGame};
+use super::verify::{Verified, verify};
 use crate::reader::group_thousands;
-use crate::verify::DivergenceSource;
-use crate::{
-    Ending, Header, ReadSummary, Reader, Record, RecordedDesync, ReplayError, VerifyReport,
-};
+use crate::{Ending, ReadSummary, Reader, RecordedDesync, ReplayError};
 use serde_json::{Value, json};
 use sim::{PlayerId, StateHash, Turn};
 use std::path::Path;
@@ -59,7 +58,7 @@ fn open(path: &Path) -> Result<FileReader, ReplayError> {
 }
 
 /// Opens a file and finds the game that plays it.
-fn open_game<'g>(
+pub(super) fn open_game<'g>(
     games: &'g Games,
     path: &Path,
 ) -> Result<(FileReader, &'g dyn Registered), CliError> {
@@ -91,16 +90,7 @@ fn micros(us: u64) -> String {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
-
-fn status_json(s: &ReadSummary) -> Value {
+pub(super) fn status_json(s: &ReadSummary) -> Value {
     let (kind, offset) = match &s.ending {
         Ending::Complete => ("complete", None),
         Ending::Unread => ("unread", None),
@@ -133,7 +123,7 @@ fn odd_text(d: &RecordedDesync) -> String {
     }
 }
 
-fn desync_json(d: &RecordedDesync) -> Value {
+pub(super) fn desync_json(d: &RecordedDesync) -> Value {
     json!({
         "turn": d.turn.0,
         "majority": hash_opt(d.majority),
@@ -145,7 +135,7 @@ fn desync_json(d: &RecordedDesync) -> Value {
 
 /// Prints the recorded desyncs as text: runs of consecutive turns with the
 /// same odd players on one line each, sections where they were recorded.
-fn print_desyncs(c: &mut Console<'_>, list: &[RecordedDesync]) {
+pub(super) fn print_desyncs(c: &mut Console<'_>, list: &[RecordedDesync]) {
     let mut i = 0;
     while let Some(first) = list.get(i) {
         let odd = odd_text(first);
@@ -295,218 +285,8 @@ fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliErro
     Ok(true)
 }
 
-struct ProgressBar {
-    total: u64,
-    shown: u64,
-    on: bool,
-}
-
-impl ProgressBar {
-    fn new(total: u64, on: bool) -> Self {
-        Self {
-            total: total.max(1),
-            shown: u64::MAX,
-            on,
-        }
-    }
-
-    fn update(&mut self, c: &mut Console<'_>, turn: Turn, position: u64) {
-        if !self.on {
-            return;
-        }
-        let pct = position.min(self.total) * 100 / self.total;
-        if pct == self.shown {
-            return;
-        }
-        self.shown = pct;
-        let filled = usize::try_from(pct * 30 / 100).unwrap_or(30);
-        let bar = format!("{}{}", "#".repeat(filled), " ".repeat(30 - filled));
-        c.err(format_args!("\r[{bar}] {pct:3}% turn {turn}"));
-    }
-
-    fn clear(&self, c: &mut Console<'_>) {
-        if self.on && self.shown != u64::MAX {
-            c.err(format_args!("\r{}\r", " ".repeat(60)));
-        }
-    }
-}
-
-fn hash_opt(h: Option<StateHash>) -> Value {
+pub(super) fn hash_opt(h: Option<StateHash>) -> Value {
     h.map_or(Value::Null, |h| Value::String(h.to_hex()))
-}
-
-/// How `replay verify` ended (failures are `Ok(Failed)` or an error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verified {
-    /// Every recorded hash matches and no desync is recorded (exit 0).
-    Clean,
-    /// Every recorded (majority) hash matches, but desyncs are recorded (exit 3).
-    WithDesyncs,
-    /// A divergence, or an incomplete or damaged file (exit 1).
-    Failed,
-}
-
-fn verify(
-    games: &Games,
-    c: &mut Console<'_>,
-    path: &Path,
-    as_json: bool,
-    print_hashes: bool,
-    progress: bool,
-) -> Result<Verified, CliError> {
-    let mut turn_hashes: Vec<(Turn, StateHash)> = Vec::new();
-    let mut run = |c: &mut Console<'_>| -> Result<VerifyReport, CliError> {
-        let total = std::fs::metadata(path).map_err(ReplayError::from)?.len();
-        let (reader, game) = open_game(games, path)?;
-        let mut bar = ProgressBar::new(total, progress);
-        let report = game.verify(reader, &mut |p| {
-            bar.update(c, p.turn, p.position);
-            if print_hashes {
-                turn_hashes.push((p.turn, p.hash));
-            }
-        });
-        bar.clear(c);
-        Ok(report?)
-    };
-    let report = match run(c) {
-        Ok(r) => r,
-        Err(e) if as_json => {
-            // Every `verify --json` prints one object; an unknown game is
-            // also named on stderr, like in every other mode.
-            if let CliError::UnknownGame(u) = &e {
-                errln!(c, "replay: {u}");
-            }
-            let out = json!({
-                "verified": false,
-                "turns": 0,
-                "final_hash": null,
-                "first_divergence": null,
-                "error": e.to_string(),
-            });
-            outln!(c, "{out:#}");
-            return Ok(Verified::Failed);
-        }
-        Err(e) => return Err(e),
-    };
-    let ok = report.verified();
-    let outcome = match (ok, report.recorded_desyncs.is_empty()) {
-        (false, _) => Verified::Failed,
-        (true, true) => Verified::Clean,
-        (true, false) => Verified::WithDesyncs,
-    };
-    if as_json {
-        let div = report.first_divergence.as_ref().map(|d| {
-            json!({
-                "turn": d.turn.0,
-                "expected": d.expected.to_hex(),
-                "actual": d.actual.to_hex(),
-                "source": source_name(d.source),
-                "sections": d.sections.iter().map(|s| json!({
-                    "name": s.name,
-                    "expected": hash_opt(s.expected),
-                    "actual": hash_opt(s.actual),
-                })).collect::<Vec<_>>(),
-                "sections_turn": d.sections_turn.map(|t| t.0),
-            })
-        });
-        let mut out = json!({
-            "verified": ok,
-            "turns": report.turns,
-            "last_turn": report.last_turn.map(|t| t.0),
-            "final_hash": hash_opt(report.final_hash),
-            "hashes_checked": report.hashes_checked,
-            "hashes_unchecked": report.hashes_unchecked,
-            "keyframes_checked": report.keyframes_checked,
-            "rejected_inputs": report.rejected_inputs,
-            "clean": outcome == Verified::Clean,
-            "recorded_desyncs": report.recorded_desyncs.iter().map(desync_json).collect::<Vec<_>>(),
-            "first_divergence": div,
-            "file_status": status_json(&report.summary),
-        });
-        if print_hashes && let Value::Object(map) = &mut out {
-            let list = turn_hashes
-                .iter()
-                .map(|(t, h)| json!({"turn": t.0, "hash": h.to_hex()}))
-                .collect();
-            map.insert("turn_hashes".into(), Value::Array(list));
-        }
-        outln!(c, "{out:#}");
-        return Ok(outcome);
-    }
-    for (t, h) in &turn_hashes {
-        outln!(c, "turn {t}: {h}");
-    }
-    outln!(
-        c,
-        "re-simulated {} turns; {} hashes and {} keyframes checked; {} rejected inputs",
-        group_thousands(u64::from(report.turns)),
-        report.hashes_checked,
-        report.keyframes_checked,
-        report.rejected_inputs
-    );
-    if let (Some(h), Some(t)) = (report.final_hash, report.last_turn) {
-        outln!(c, "hash after turn {t}: {h}");
-    }
-    if !report.recorded_desyncs.is_empty() {
-        outln!(
-            c,
-            "desyncs recorded during the match: players disagreed on {} turns",
-            report.recorded_desyncs.len()
-        );
-        print_desyncs(c, &report.recorded_desyncs);
-    }
-    outln!(c, "file: {}", report.summary);
-    match &report.first_divergence {
-        None if outcome == Verified::WithDesyncs => outln!(
-            c,
-            "VERIFIED WITH DESYNCS: every recorded hash matches (the majority's on the {} desynced turns), but the players disagreed",
-            report.recorded_desyncs.len()
-        ),
-        None if ok => outln!(c, "VERIFIED: every recorded hash matches"),
-        None => outln!(
-            c,
-            "NOT VERIFIED: the hashes present match, but the file is incomplete"
-        ),
-        Some(d) => {
-            outln!(
-                c,
-                "DIVERGED at turn {} ({})",
-                d.turn,
-                source_name(d.source).replace('_', " ")
-            );
-            outln!(c, "  expected {}", d.expected);
-            outln!(c, "  actual   {}", d.actual);
-            match d.sections_turn {
-                Some(t) if !d.sections.is_empty() => {
-                    outln!(c, "  differing sections (compared at turn {t}):");
-                    for s in &d.sections {
-                        let show =
-                            |h: Option<StateHash>| h.map_or_else(|| "?".to_owned(), |h| h.short());
-                        outln!(
-                            c,
-                            "    {}: expected {} actual {}",
-                            s.name,
-                            show(s.expected),
-                            show(s.actual)
-                        );
-                    }
-                }
-                _ => outln!(
-                    c,
-                    "  differing sections unknown: no keyframe after the divergence (try a peer's recording)"
-                ),
-            }
-        }
-    }
-    Ok(outcome)
-}
-
-const fn source_name(s: DivergenceSource) -> &'static str {
-    match s {
-        DivergenceSource::Hash => "hash_record",
-        DivergenceSource::Keyframe => "keyframe",
-        DivergenceSource::Trailer => "trailer",
-    }
 }
 
 fn commands_text(game: &dyn Registered, player: PlayerId, bytes: Option<&Vec<u8>>) -> String {
@@ -668,113 +448,6 @@ fn state(
     }
     c.out(format_args!("{}", s.text));
     Ok(matches)
-}
-
-fn header_json(h: &Header) -> Value {
-    json!({
-        "kind": "header",
-        "offset": 12,
-        "format_version": h.format_version,
-        "engine_version": h.engine_version,
-        "protocol_version": h.protocol_version,
-        "game_id": h.game_id,
-        "game_version": h.game_version,
-        "rules_hash": h.rules_hash.to_hex(),
-        "seed": h.setup.seed,
-        "players": h.players.iter().map(|p| json!({"id": p.id.0, "name": p.name})).collect::<Vec<_>>(),
-        "ticks_per_turn": h.setup.ticks_per_turn,
-        "turn_length_us": h.turn_length_us,
-        "match_name": h.match_name,
-        "start_time_unix_ms": h.start_time_unix_ms,
-    })
-}
-
-fn record_json(game: &dyn Registered, offset: u64, r: &Record) -> Value {
-    let mut v = match r {
-        Record::Header(h) => header_json(h),
-        Record::Turn { turn, inputs } => json!({
-            "turn": turn.0,
-            "inputs": inputs.iter().map(|(p, b)| json!({
-                "player": p.0,
-                "bytes": hex(b),
-                "commands": game.commands_json(*p, b),
-            })).collect::<Vec<_>>(),
-        }),
-        Record::Hash { turn, hash } => json!({"turn": turn.0, "hash": hash.to_hex()}),
-        Record::Desync {
-            turn,
-            hashes,
-            sections,
-        } => json!({
-            "turn": turn.0,
-            "hashes": hashes.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
-            "sections": sections,
-        }),
-        Record::Dispute {
-            turn,
-            majority,
-            dissent,
-        } => json!({
-            "turn": turn.0,
-            "majority": hash_opt(*majority),
-            "dissent": dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
-        }),
-        Record::Drop { player, turn } => json!({"player": player.0, "turn": turn.0}),
-        Record::DelayChange { delay, from_turn } => {
-            json!({"delay": delay, "from_turn": from_turn.0})
-        }
-        Record::Keyframe {
-            turn,
-            hash,
-            snapshot,
-        } => json!({
-            "turn": turn.0,
-            "hash": hash.to_hex(),
-            "snapshot_len": snapshot.len(),
-        }),
-        Record::Start { hash, snapshot } => json!({
-            "hash": hash.to_hex(),
-            "snapshot_len": snapshot.len(),
-        }),
-        Record::KeyframeIndex(entries) => json!({
-            "keyframes": entries.iter().map(|e| json!({
-                "turn": e.turn.0, "offset": e.offset, "hash": e.hash.to_hex(),
-            })).collect::<Vec<_>>(),
-        }),
-        Record::Trailer {
-            final_turn,
-            final_hash,
-            turns,
-        } => json!({
-            "final_turn": final_turn.0,
-            "final_hash": final_hash.to_hex(),
-            "turns": turns,
-        }),
-    };
-    if let Value::Object(map) = &mut v {
-        map.insert("offset".into(), json!(offset));
-        map.insert("kind".into(), json!(crate::format::kind_name(r.kind())));
-    }
-    v
-}
-
-fn export(games: &Games, c: &mut Console<'_>, path: &Path) -> Result<bool, CliError> {
-    let (mut reader, game) = open_game(games, path)?;
-    outln!(c, "{}", header_json(reader.header()));
-    while let Some(item) = reader.next() {
-        match item {
-            Ok(r) => outln!(c, "{}", record_json(game, reader.record_offset(), &r)),
-            Err(e) if e.is_damage() => break,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let s = reader.summary();
-    outln!(
-        c,
-        "{}",
-        json!({"kind": "end", "offset": s.intact_bytes, "file_status": status_json(s)})
-    );
-    Ok(s.is_complete())
 }
 
 fn reindex(

@@ -36,7 +36,9 @@
 mod args;
 mod commands;
 mod console;
+mod export;
 mod games;
+mod verify;
 
 pub use games::{Games, ReplayGame};
 
