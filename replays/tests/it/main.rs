@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod cli_games;
 mod damage;
 mod golden;
 mod toy;
