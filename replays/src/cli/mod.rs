@@ -2,14 +2,14 @@
 //! replay tool in a main of a few lines.
 //!
 //! The tool (info, verify, diff, state, export, reindex) is generic over the
-//! games it knows. Register each game's [`Simulation`] type with
+//! games it knows. Register each game's [`Simulation`](sim::Simulation) type with
 //! [`Games::with`], then hand the registry to [`main`]; every file is played
 //! by the game its header names (id and version), and a file of another game
 //! is refused with `this replay is game X version V; this tool knows: ...`
 //! (exit 1). The shipped `replay` binary is exactly this, with both shipped
 //! games.
 //!
-//! A game needs one more small trait beyond [`Simulation`],
+//! A game needs one more small trait beyond [`Simulation`](sim::Simulation),
 //! [`ReplayGame`], whose defaults are enough to start with: `replay state`
 //! shows the state hash and section hashes, and `export`/`diff` show the
 //! commands with `serde` and `Debug`. Override its methods for a readable
@@ -17,13 +17,30 @@
 //!
 //! ```no_run
 //! // src/bin/my_replay.rs of a game crate: the whole replay tool.
-//! # use sim::game::World as MyGame;
+//! use replays::cli::{Games, ReplayGame};
 //! use std::process::ExitCode;
+//! # use sim::{MatchSetup, SectionHash, Simulation, SnapshotError, Stamped, StateHash, Turn};
+//! # /// A game (here a wrapper of the reference game, to keep the example short).
+//! # struct MyGame(sim::game::World);
+//! # impl Simulation for MyGame {
+//! #     type Command = sim::game::Command;
+//! #     const GAME_ID: &'static str = "my-game";
+//! #     const GAME_VERSION: u32 = 1;
+//! #     fn new(setup: &MatchSetup) -> Self { Self(sim::game::World::new(setup)) }
+//! #     fn rules_hash(&self) -> StateHash { self.0.rules_hash() }
+//! #     fn step(&mut self, turn: Turn, inputs: &[Stamped<Self::Command>]) { self.0.step(turn, inputs) }
+//! #     fn state_hash(&self) -> StateHash { self.0.state_hash() }
+//! #     fn section_hashes(&self) -> Vec<SectionHash> { self.0.section_hashes() }
+//! #     fn snapshot(&self) -> Vec<u8> { self.0.snapshot() }
+//! #     fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> { sim::game::World::restore(bytes).map(Self) }
+//! # }
 //!
-//! // impl replays::cli::ReplayGame for MyGame {} // once, next to the game
+//! // Once, next to the game: the defaults show the state hash and section
+//! // hashes in `replay state`, and commands with serde and Debug.
+//! impl ReplayGame for MyGame {}
 //!
 //! fn main() -> ExitCode {
-//!     replays::cli::main(&replays::cli::Games::new().with::<MyGame>())
+//!     replays::cli::main(&Games::new().with::<MyGame>())
 //! }
 //! ```
 //!
