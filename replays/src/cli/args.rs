@@ -48,7 +48,7 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Summary of the world after a turn (units per player, resources, hash).
+    /// The game's summary of the world after a turn (e.g. units per player) and its hash.
     State {
         /// The replay file.
         file: PathBuf,

@@ -71,12 +71,22 @@ use std::process::ExitCode;
 /// stdout (`| head`) is quiet and keeps the exit status.
 #[must_use]
 pub fn main(games: &Games) -> ExitCode {
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap's own printing keeps its colours on a terminal; `--help`
+            // and `--version` exit 0, bad usage 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut err = std::io::stderr();
     let progress = err.is_terminal();
-    let code = execute(games, std::env::args_os(), &mut out, &mut err, progress);
-    ExitCode::from(code)
+    let mut c = Console::new(&mut out, &mut err);
+    let code = commands::dispatch(games, cli.command, &mut c, progress);
+    ExitCode::from(c.finish(code))
 }
 
 /// Runs the replay tool on `args` (the first is the program name, as in
@@ -88,23 +98,9 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    execute(games, args, out, err, false)
-}
-
-fn execute<I, T>(
-    games: &Games,
-    args: I,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-    progress: bool,
-) -> u8
-where
-    I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
-{
     let mut c = Console::new(out, err);
     let code = match args::Cli::try_parse_from(args) {
-        Ok(cli) => commands::dispatch(games, cli.command, &mut c, progress),
+        Ok(cli) => commands::dispatch(games, cli.command, &mut c, false),
         Err(e) => {
             // `--help` and `--version` are results (exit 0); the rest is bad usage (2).
             let text = e.render().to_string();
