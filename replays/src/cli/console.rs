@@ -64,8 +64,8 @@ impl<'a> Console<'a> {
         let _ = self.err.flush();
     }
 
-    /// Flushes `out` before a diagnostic that must not overtake results
-    /// (the progress bar, errors after partial output).
+    /// Flushes `out`, so that an error reported next follows the results
+    /// already printed (`out` is buffered).
     pub(crate) fn flush_out(&mut self) {
         if !self.out_closed && self.out_failed.is_none() {
             let r = self.out.flush();
