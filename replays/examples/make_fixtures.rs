@@ -1,5 +1,5 @@
 //! Regenerates the golden replays in `replays/tests/data/` with the current
-//! reference game and bots. Run it when the sim's hashes change on purpose:
+//! games (the reference RTS and the arena) and their bots. Run it when the sim's hashes change on purpose:
 //!
 //! ```sh
 //! cargo run -p replays --example make_fixtures
@@ -24,5 +24,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             hash.short()
         );
     }
+    // The second game, recorded with `replays::Writer` like any game would.
+    let bytes = fixtures::record_arena()?;
+    let path = dir.join(fixtures::ARENA);
+    std::fs::write(&path, &bytes)?;
+    println!("{}: {} bytes", path.display(), bytes.len());
     Ok(())
 }

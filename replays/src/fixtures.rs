@@ -2,10 +2,15 @@
 //! `make_fixtures` example that writes them and the tests that re-record them.
 
 use crate::botmatch::RecordOptions;
+use crate::error::ReplayError;
+use crate::format::{Header, PlayerInfo};
+use crate::writer::{SyncPolicy, Writer};
+use sim::arena::{self, Arena};
 use sim::game::{DEFAULT_TICKS_PER_TURN, World};
 use sim::{MatchSetup, PlayerId, Simulation, Turn};
 
-/// Every fixture: file name, initial world, recording options.
+/// Every fixture of the reference game: file name, initial world, recording
+/// options (the arena's is [`record_arena`]).
 #[must_use]
 pub fn all() -> Vec<(&'static str, World, RecordOptions)> {
     vec![
@@ -75,4 +80,60 @@ pub fn all() -> Vec<(&'static str, World, RecordOptions)> {
             },
         ),
     ]
+}
+
+/// File name of the arena fixture written by [`record_arena`].
+pub const ARENA: &str = "peer_arena_3p.replay";
+
+/// The golden replay of the second game (`sim::arena`): a peer's recording
+/// of a seeded 3-player bot match, 200 turns, a keyframe every 50 turns and
+/// a hash every turn. It is recorded the way any game outside the workspace
+/// would record one, with [`Writer`] and the game's public API only.
+///
+/// # Errors
+/// None in practice (the sink is memory); the writer's errors are passed on.
+pub fn record_arena() -> Result<Vec<u8>, ReplayError> {
+    let setup = MatchSetup {
+        seed: 21,
+        players: 3,
+        ticks_per_turn: arena::DEFAULT_TICKS_PER_TURN,
+    };
+    let mut world = Arena::new(&setup);
+    let mut header = Header::for_game(&world, &setup);
+    header.protocol_version = 1;
+    header.match_name = "golden arena".into();
+    header.start_time_unix_ms = 1_767_225_600_000;
+    header.players = (0..setup.players)
+        .map(|p| PlayerInfo {
+            id: PlayerId(p),
+            name: format!("bot-{p}"),
+        })
+        .collect();
+    let mut w = Writer::new(Vec::new(), &header, SyncPolicy::AtFinish)?;
+    let mut bots = arena::bots(&world, 21, arena::BOT_APM);
+    let mut last = Turn(0);
+    for t in 0..200 {
+        let turn = Turn(t);
+        let mut inputs: Vec<(PlayerId, Vec<u8>)> = Vec::new();
+        for bot in &mut bots {
+            let mut bytes = Vec::new();
+            sim::encode_commands(&bot.think(&world, turn), &mut bytes);
+            inputs.push((bot.player(), bytes));
+        }
+        w.record_turn(turn, &inputs)?;
+        // Step with what was recorded, decoded as every peer decodes it.
+        let stamped: Vec<_> = inputs
+            .iter()
+            .flat_map(|(p, b)| sim::decode_commands::<arena::Command>(*p, b).unwrap_or_default())
+            .collect();
+        world.step(turn, &stamped);
+        let hash = world.state_hash();
+        w.record_hash(turn, hash)?;
+        if t % 50 == 0 {
+            w.record_keyframe(turn, &world.snapshot(), hash)?;
+        }
+        last = turn;
+    }
+    w.finish(last, world.state_hash())?;
+    w.into_inner()
 }

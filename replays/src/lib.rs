@@ -6,6 +6,10 @@
 //! hashes prove it did. The relay writes one per match with [`Writer`];
 //! `peer --record` writes one with keyframes.
 //!
+//! The `replay` tool is a library entry point too ([`cli`], behind the
+//! default `cli` feature): a game ships its own replay tool in a main of a
+//! few lines.
+//!
 //! # Format (version 1)
 //!
 //! All integers in the framing are little-endian; payloads are
@@ -103,6 +107,8 @@
 //! ```
 
 pub mod botmatch;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod diff;
 pub mod error;
 pub mod fixtures;

@@ -13,6 +13,8 @@ pub const ECONOMY: &[u8] = include_bytes!("../data/relay_economy_4p.replay");
 pub const DESYNC: &[u8] = include_bytes!("../data/peer_desync_3p.replay");
 /// A relay's recording of a desynced match, with dispute records (kind 11).
 pub const DISPUTE: &[u8] = include_bytes!("../data/relay_dispute_3p.replay");
+/// A peer's recording of the second game, `sim::arena` (`fixtures::record_arena`).
+pub const ARENA: &[u8] = include_bytes!("../data/peer_arena_3p.replay");
 
 fn records(bytes: &[u8]) -> Vec<Record> {
     Reader::from_bytes(bytes)
@@ -250,4 +252,21 @@ fn a_relay_recording_of_a_desync_verifies_against_the_majority_and_lists_every_d
         let report = verify::<World, _>(Reader::from_bytes(bytes).unwrap(), |_| {}).unwrap();
         assert!(report.clean());
     }
+}
+
+#[test]
+fn the_arena_golden_file_reads_verifies_and_reproduces() {
+    let r = Reader::from_bytes(ARENA).unwrap();
+    assert_eq!(r.header().game_id, sim::arena::Arena::GAME_ID);
+    let (_, s) = r.scan().unwrap();
+    assert!(s.is_complete(), "{s}");
+    assert_eq!((s.turns, s.keyframes, s.hashes), (200, 4, 200));
+    let report =
+        verify::<sim::arena::Arena, _>(Reader::from_bytes(ARENA).unwrap(), |_| {}).unwrap();
+    assert!(report.verified(), "{report:?}");
+    assert!(
+        fixtures::record_arena().unwrap() == ARENA,
+        "{} differs: regenerate with the make_fixtures example",
+        fixtures::ARENA
+    );
 }

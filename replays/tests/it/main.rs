@@ -5,7 +5,10 @@
 // Test helpers outside #[test] functions unwrap too: a failure should stop the test.
 #![allow(clippy::unwrap_used)]
 
+#[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_games;
 mod damage;
 mod golden;
 mod hostile_inputs;

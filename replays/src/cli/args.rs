@@ -1,0 +1,78 @@
+//! The replay tool's command line (clap): subcommands, flags and help texts.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "replay",
+    version,
+    about = "Inspect, verify, diff and seek into lockstep replay files",
+    after_help = "Exit codes: 0 success, 1 divergence / damaged file / difference / error, 2 bad usage, 3 (verify) hashes verify but the recording holds desyncs."
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Header, players, turns, duration, final hash, and whether the file is complete.
+    Info {
+        /// The replay file.
+        file: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-simulate the match, check every recorded hash (the majority's on a
+    /// desynced turn) and list the desyncs the recording holds (exit 3).
+    Verify {
+        /// The replay file.
+        file: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also print the re-simulated hash after every turn (for comparing
+        /// builds, e.g. across CPU architectures).
+        #[arg(long)]
+        print_hashes: bool,
+    },
+    /// First turn where two recordings of a match differ in inputs or hashes.
+    Diff {
+        /// First replay (e.g. the relay's).
+        a: PathBuf,
+        /// Second replay (e.g. a peer's).
+        b: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The game's summary of the world after a turn (e.g. units per player) and its hash.
+    State {
+        /// The replay file.
+        file: PathBuf,
+        /// The turn (the state after stepping it).
+        #[arg(long)]
+        turn: u32,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One JSON object per record, one per line.
+    Export {
+        /// The replay file.
+        file: PathBuf,
+    },
+    /// Write a copy of a replay with a keyframe every K turns, so seeking is fast.
+    Reindex {
+        /// The replay file.
+        file: PathBuf,
+        /// Keyframe interval in turns.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+        every: u32,
+        /// Output file (must differ from the input).
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+}
