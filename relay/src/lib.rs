@@ -63,7 +63,6 @@ pub mod limits;
 mod matchroom;
 pub mod metrics;
 mod names;
-pub mod peer;
 pub mod recorder;
 pub mod router;
 pub mod server;

@@ -458,8 +458,7 @@ impl<S: Simulation> Peer<S> {
         {
             self.lost_reported = true;
             self.note_error(format!("connection to the relay ended: {reason:?}"));
-            self.pending
-                .push_back(PeerEvent::ConnectionLost { reason });
+            self.pending.push_back(PeerEvent::ConnectionLost { reason });
         }
     }
 

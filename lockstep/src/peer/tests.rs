@@ -182,8 +182,12 @@ fn the_recording_has_keyframes_every_k_turns_and_verifies() {
         })
         .collect();
     assert_eq!(keyframes, vec![3, 7]);
-    assert!(matches!(records.last(), Some(replays::Record::Trailer { .. })));
-    let report = replays::verify::<World, _>(replays::Reader::open(&path).unwrap(), |_| {}).unwrap();
+    assert!(matches!(
+        records.last(),
+        Some(replays::Record::Trailer { .. })
+    ));
+    let report =
+        replays::verify::<World, _>(replays::Reader::open(&path).unwrap(), |_| {}).unwrap();
     assert!(report.verified(), "{report:?}");
     assert_eq!(report.turns, 10);
     let _ = std::fs::remove_dir_all(&dir);

@@ -2,7 +2,7 @@
 //! and one `relay::Router` through an in-memory pipe with seeded per-message
 //! delays (reliable, exactly once, in order per direction, as the transport's
 //! reliable channel delivers them) on a virtual clock (`pipe`); the same with
-//! the reference game's `GamePeer`s and replay recording (`game_peers`); the
+//! the reference game on the public `lockstep::peer::Peer` and replay recording (`game_peers`); the
 //! full stack over real transport endpoints and a seeded `netsim::Network`
 //! (`netsim`); and the demo over loopback UDP (`udp`). This file holds the
 //! shared harness and the games the peers play.

@@ -19,6 +19,7 @@ fn quick_demo_with(
 ) -> relay::demo::DemoReport {
     let dir = std::env::temp_dir().join(format!("turns-demo-{}-{tag}", std::process::id()));
     let config = relay::demo::DemoConfig {
+        game: relay::demo::DemoGame::Rts,
         peers: 3,
         turns: turns(vanish),
         relay: RelayConfig {
@@ -84,6 +85,7 @@ fn a_restarted_relay_keeps_the_previous_runs_recordings() {
     let dir = std::env::temp_dir().join(format!("turns-demo-{}-restart", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = relay::demo::DemoConfig {
+        game: relay::demo::DemoGame::Rts,
         peers: 2,
         turns: 30,
         relay: RelayConfig {

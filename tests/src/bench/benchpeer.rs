@@ -117,7 +117,10 @@ impl BenchPeer {
     pub fn new(now: Instant, config: BenchPeerConfig) -> Result<Self, String> {
         let session = SessionBuilder::new()
             .with_match(&config.match_name, config.players)
-            .with_simulation::<World>(relay::peer::rules_fingerprint(config.players))
+            .with_simulation::<World>(lockstep::peer::rules_fingerprint::<World>(
+                config.players,
+                sim::game::DEFAULT_TICKS_PER_TURN,
+            ))
             .with_name(&format!("bench-{}", config.seed))
             .with_turns(config.turns)
             .build(now)
