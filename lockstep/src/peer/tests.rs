@@ -64,8 +64,8 @@ fn turn_ready_steps_the_world_as_it_is_polled() {
         .unwrap();
     let cmd = sim::arena::Command::Fire;
     deliver(&mut peer, t0, &start_msg(2, 9));
-    deliver(&mut peer, t0, &bundle(0, 1, &[cmd.clone()]));
-    deliver(&mut peer, t0, &bundle(1, 0, &[cmd.clone()]));
+    deliver(&mut peer, t0, &bundle(0, 1, &[cmd]));
+    deliver(&mut peer, t0, &bundle(1, 0, &[cmd]));
     let later = t0 + Duration::from_secs(10);
     peer.handle_timeout(later);
     let (player, setup) = loop {
