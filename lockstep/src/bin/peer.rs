@@ -4,8 +4,8 @@
 //! progress on stderr and a summary on exit. Exit code 0 when the match
 //! completed without desync, 3 on a desync,
 //! 4 when the relay ended the match because it is shutting down, 5 when the
-//! relay refused the peer (one line on stderr: "refused by the relay:
-//! <reason>"), 1 on any other failure, 2 for bad usage.
+//! relay refused the peer (one line on stderr: `refused by the relay:
+//! <reason>`), 1 on any other failure, 2 for bad usage.
 
 use clap::{Parser, ValueEnum};
 use lockstep::Duration;
