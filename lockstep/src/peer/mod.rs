@@ -17,13 +17,16 @@
 //! Hash reporting is built in; recording ([`PeerBuilder::with_record`]),
 //! join tokens, stats ([`Peer::summary`]) and a fault switch for desync
 //! drills ([`PeerBuilder::with_fault`]) are switched on with `with_*`
-//! options. [`udp::UdpPeer`] runs a peer over a real socket;
+//! options. [`GameSession`] is the same game half without the transport,
+//! for another carrier of the session's messages. [`udp::UdpPeer`] runs a
+//! peer over a real socket;
 //! [`Autopilot`] pairs it with a bot, and as a
 //! [`netsim::Endpoint`](crate::netsim::Endpoint) a peer runs under the
 //! [`netsim::Harness`](crate::netsim::Harness) on a virtual network.
 
 mod agent;
 mod event;
+mod game;
 mod record;
 mod summary;
 #[cfg(test)]
@@ -32,18 +35,17 @@ pub mod udp;
 
 pub use agent::{Agent, Autopilot, MakeAgent};
 pub use event::PeerEvent;
+pub use game::GameSession;
 pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary};
 
 use crate::builder::{BuildError, SessionBuilder};
-use crate::event::Event;
 use crate::netsim::Endpoint;
 use crate::peer_glue::PeerGlue;
-use crate::proto::{EndReason, decode_turn};
-use crate::session::{Session, SessionError, SessionStats};
-use crate::time::{Duration, Instant};
+use crate::session::{SessionError, SessionStats};
+use crate::time::Instant;
 use crate::token::ConnectToken;
 use crate::transport::{Client, DisconnectReason, TransportConfig};
-use record::{Recording, StartInfo};
+use record::Recording;
 use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -188,22 +190,38 @@ impl<S: Simulation> PeerBuilder<S> {
     /// # Errors
     /// Slots outside `1..=8` or a name longer than the protocol allows.
     pub fn build(self, now: Instant, relay: SocketAddr) -> Result<Peer<S>, BuildError> {
+        let client = match &self.token {
+            Some(t) => Client::with_token(now, relay, self.transport, t, self.seed),
+            None => Client::new(now, relay, self.transport, self.seed),
+        };
+        let local_addr = self.local_addr;
+        Ok(Peer {
+            game: self.build_session(now)?,
+            client,
+            glue: PeerGlue::new(),
+            local_addr,
+            pending: VecDeque::new(),
+            lost_reported: false,
+            dirty: false,
+        })
+    }
+
+    /// Builds only the game half at `now`, for a carrier other than the UDP
+    /// transport (its first outgoing message is the join). The token and
+    /// transport options do not apply.
+    ///
+    /// # Errors
+    /// Slots outside `1..=8` or a name longer than the protocol allows.
+    pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
         let session = SessionBuilder::new()
             .with_match(&self.match_name, self.players)
             .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
             .with_name(&self.name)
             .with_turns(self.turns)
             .build(now)?;
-        let client = match &self.token {
-            Some(t) => Client::with_token(now, relay, self.transport, t, self.seed),
-            None => Client::new(now, relay, self.transport, self.seed),
-        };
-        Ok(Peer {
+        Ok(GameSession {
             session,
-            client,
-            glue: PeerGlue::new(),
             match_name: self.match_name,
-            local_addr: self.local_addr,
             world: None,
             player: None,
             fault: self.fault,
@@ -218,36 +236,16 @@ impl<S: Simulation> PeerBuilder<S> {
             error: None,
             refused: None,
             unix_anchor: None,
-            pending: VecDeque::new(),
-            lost_reported: false,
-            dirty: false,
         })
     }
 }
 
 /// A peer of game `S`: see the [module docs](self) for the loop that drives it.
 pub struct Peer<S: Simulation> {
-    session: Session,
+    game: GameSession<S>,
     client: Client,
     glue: PeerGlue,
-    match_name: String,
     local_addr: SocketAddr,
-    world: Option<S>,
-    player: Option<PlayerId>,
-    fault: Option<(Turn, Fault<S>)>,
-    record: Option<Recording>,
-    /// The latest time the driver handed in (events carry no time of their own).
-    now: Instant,
-    started_at: Option<Instant>,
-    last: Option<(Turn, StateHash)>,
-    desyncs: Vec<DesyncSummary>,
-    dropped: Vec<(u8, u32)>,
-    completed: bool,
-    ended: Option<EndReason>,
-    error: Option<String>,
-    refused: Option<PeerRefusal>,
-    /// The wall clock at one instant (`now`, Unix ms), given by the driver.
-    unix_anchor: Option<(Instant, u64)>,
     /// Events of the peer's own (the connection's end), before the session's.
     pending: VecDeque<PeerEvent<S::Command>>,
     lost_reported: bool,
@@ -258,20 +256,18 @@ pub struct Peer<S: Simulation> {
 impl<S: Simulation> std::fmt::Debug for Peer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peer")
-            .field("match_name", &self.match_name)
-            .field("player", &self.player())
-            .field("last", &self.last)
-            .field("record", &self.record)
+            .field("game", &self.game)
+            .field("local_addr", &self.local_addr)
             .finish_non_exhaustive()
     }
 }
 
 impl<S: Simulation> Peer<S> {
     /// A datagram from `from` arrived at `now`. Cheap: it only reaches the
-    /// transport; [`handle_timeout`](Self::handle_timeout) (called every
-    /// frame) moves what it carried into the session.
+    /// transport; what it carried reaches the session at the next
+    /// [`poll_event`](Self::poll_event) or [`poll_transmit`](Self::poll_transmit).
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
-        self.now = now;
+        self.game.now = now;
         self.client.handle_datagram(now, from, bytes);
         self.dirty = true;
     }
@@ -282,9 +278,8 @@ impl<S: Simulation> Peer<S> {
     /// or [`poll_transmit`](Self::poll_transmit) (timers first, then
     /// messages, in the order the peer has always run them).
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.now = now;
         self.client.handle_timeout(now);
-        self.session.handle_timeout(now);
+        self.game.handle_timeout(now);
         self.dirty = true;
     }
 
@@ -293,14 +288,13 @@ impl<S: Simulation> Peer<S> {
     /// # Errors
     /// Before the match started or after it ended, or when the local queue is full.
     pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
-        self.now = now;
-        self.session.submit_commands(now, commands)
+        self.game.submit(now, commands)
     }
 
     /// The next datagram to send at `now`, written into `buf`; its
     /// destination returned. `None` when nothing is queued.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        self.now = now;
+        self.game.now = now;
         self.flush(now);
         self.client.poll_transmit(now, buf)
     }
@@ -308,7 +302,7 @@ impl<S: Simulation> Peer<S> {
     /// When the peer next needs [`handle_timeout`](Self::handle_timeout).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.client.poll_timeout(), self.session.poll_timeout()]
+        [self.client.poll_timeout(), self.game.poll_timeout()]
             .into_iter()
             .flatten()
             .min()
@@ -320,32 +314,31 @@ impl<S: Simulation> Peer<S> {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<PeerEvent<S::Command>> {
         if self.dirty {
-            self.flush(self.now);
+            self.flush(self.game.now);
         }
         if let Some(ev) = self.pending.pop_front() {
             return Some(ev);
         }
-        let ev = self.session.poll_event()?;
-        Some(self.on_event(ev))
+        self.game.poll_event()
     }
 
     /// The world, once the match started.
     #[must_use]
     pub const fn world(&self) -> Option<&S> {
-        self.world.as_ref()
+        self.game.world()
     }
 
     /// This peer's slot, once started.
     #[must_use]
     pub fn player(&self) -> Option<PlayerId> {
-        self.session.player().or(self.player)
+        self.game.player()
     }
 
     /// Whether the session is over (match ended, refused, or left), as of
     /// the last [`poll_event`](Self::poll_event) or [`poll_transmit`](Self::poll_transmit).
     #[must_use]
     pub fn is_done(&self) -> bool {
-        self.session.is_ended()
+        self.game.is_done()
     }
 
     /// Why the transport connection ended, if it did.
@@ -366,15 +359,14 @@ impl<S: Simulation> Peer<S> {
     /// The peer never reads a clock; without this a recording's start time
     /// is 0 (unknown).
     pub const fn set_unix_time(&mut self, now: Instant, unix_ms: u64) {
-        self.unix_anchor = Some((now, unix_ms));
+        self.game.set_unix_time(now, unix_ms);
     }
 
     /// Leaves the match at once (the relay frees the slot without waiting
     /// for a timeout), then closes the connection.
     pub fn leave(&mut self, now: Instant) {
-        self.now = now;
-        if !self.session.is_ended() {
-            self.session.leave(now);
+        if !self.game.is_done() {
+            self.game.leave(now);
             self.flush(now);
         }
         self.client.disconnect(now);
@@ -384,12 +376,7 @@ impl<S: Simulation> Peer<S> {
     /// completed, else readable up to its last turn. Done by itself when
     /// [`PeerEvent::MatchEnded`] is polled; call it when giving up early.
     pub fn close_recording(&mut self) {
-        let completed = self.last.filter(|_| self.completed);
-        if let Some(rec) = self.record.as_mut()
-            && let Err(e) = rec.close(completed)
-        {
-            self.error = Some(format!("recording: {e}"));
-        }
+        self.game.close_recording();
     }
 
     /// The transport's link figures (RTT, loss, congestion mode, unacked).
@@ -401,229 +388,36 @@ impl<S: Simulation> Peer<S> {
     /// Session figures (for a progress line).
     #[must_use]
     pub fn stats(&self, now: Instant) -> SessionStats {
-        self.session.stats(now)
+        self.game.stats(now)
     }
 
     /// The run's summary so far (final at the end).
     #[must_use]
     pub fn summary(&self, now: Instant) -> PeerSummary {
-        let s = self.session.stats(now);
-        let elapsed = self
-            .started_at
-            .map_or(Duration::ZERO, |t| now.saturating_since(t));
-        let secs = elapsed.as_secs_f64();
-        let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
-        PeerSummary {
-            player: self.player().map(|p| p.0),
-            final_turn: self.last.map(|(t, _)| t.0),
-            final_hash: self.last.map(|(_, h)| h.to_hex()),
-            turns: s.turns_executed,
-            stall_ms: s.stall.as_millis_f64(),
-            turn_latency_ms: LatencyMs {
-                p50: s.latency_p50.as_millis_f64(),
-                p99: s.latency_p99.as_millis_f64(),
-            },
-            rtt_ms: s.link.rtt.as_millis_f64(),
-            loss: s.link.loss,
-            bytes_per_s: rate(s.bytes_sent + s.bytes_received),
-            bytes_up_per_s: rate(s.bytes_sent),
-            bytes_down_per_s: rate(s.bytes_received),
-            input_delay: s.input_delay,
-            late_inputs: s.late_inputs,
-            desyncs: self.desyncs.clone(),
-            dropped: self.dropped.clone(),
-            completed: self.completed,
-            ended: self.ended,
-            error: self.error.clone(),
-            refused: self.refused.clone(),
-        }
+        self.game.summary(now)
     }
 
     /// Notes an error for the summary (the first one wins).
     pub fn note_error(&mut self, error: impl Into<String>) {
-        if self.error.is_none() {
-            self.error = Some(error.into());
-        }
+        self.game.note_error(error);
     }
 
     /// Moves messages both ways between transport and session, and notices
     /// a lost connection.
     pub(crate) fn flush(&mut self, now: Instant) {
         self.dirty = false;
-        self.glue.pump(now, &mut self.session, &mut self.client);
+        self.glue
+            .pump(now, self.game.session_mut(), &mut self.client);
         if !self.lost_reported
             && let Some(reason) = self.glue.disconnected()
             && !matches!(reason, DisconnectReason::Denied(_))
-            && !self.session.is_ended()
+            && !self.game.is_done()
         {
             self.lost_reported = true;
-            self.note_error(format!("connection to the relay ended: {reason:?}"));
+            self.game
+                .note_error(format!("connection to the relay ended: {reason:?}"));
             self.pending.push_back(PeerEvent::ConnectionLost { reason });
         }
-    }
-
-    fn unix_ms(&self, now: Instant) -> u64 {
-        self.unix_anchor.map_or(0, |(at, ms)| {
-            if now >= at {
-                ms.saturating_add(now.saturating_since(at).as_millis())
-            } else {
-                ms.saturating_sub(at.saturating_since(now).as_millis())
-            }
-        })
-    }
-
-    fn on_event(&mut self, ev: Event) -> PeerEvent<S::Command> {
-        let now = self.now;
-        match ev {
-            Event::Lobby { joined, slots } => PeerEvent::Lobby { joined, slots },
-            Event::Started {
-                your_player,
-                setup,
-                players,
-                turn_length,
-                ..
-            } => {
-                let world = S::new(&setup);
-                self.player = Some(your_player);
-                self.started_at = Some(now);
-                self.start_recording(now, &world, &setup, &players, turn_length);
-                self.world = Some(world);
-                PeerEvent::Started {
-                    player: your_player,
-                    setup,
-                    players,
-                    turn_length,
-                }
-            }
-            Event::TurnReady { turn, inputs } => self.turn_ready(turn, &inputs),
-            Event::Stalled { turn, waiting_on } => PeerEvent::Stalled { turn, waiting_on },
-            Event::Desync {
-                turn,
-                hashes,
-                odd_players,
-            } => {
-                self.desyncs.push(DesyncSummary {
-                    turn: turn.0,
-                    odd_players: odd_players.iter().map(|p| p.0).collect(),
-                    sections: Vec::new(),
-                });
-                PeerEvent::Desync {
-                    turn,
-                    hashes,
-                    odd_players,
-                }
-            }
-            Event::DesyncSections {
-                turn,
-                players,
-                sections,
-            } => {
-                if let Some(d) = self.desyncs.iter_mut().find(|d| d.turn == turn.0) {
-                    d.sections.clone_from(&sections);
-                }
-                PeerEvent::DesyncSections {
-                    turn,
-                    players,
-                    sections,
-                }
-            }
-            Event::PlayerDropped { player, turn } => {
-                self.dropped.push((player.0, turn.0));
-                self.record_with(|w| w.record_drop(player, turn));
-                PeerEvent::PlayerDropped { player, turn }
-            }
-            Event::InputDelayChanged { delay, from_turn } => {
-                self.record_with(|w| w.record_delay_change(u32::from(delay), from_turn));
-                PeerEvent::DelayChanged { delay, from_turn }
-            }
-            Event::LateInput { turn, landed_in } => PeerEvent::LateInput { turn, landed_in },
-            Event::InputRefused { turn } => PeerEvent::InputRefused { turn },
-            Event::MatchEnded { turn, reason } => {
-                self.completed = reason == EndReason::Completed;
-                self.ended = Some(reason);
-                self.close_recording();
-                PeerEvent::MatchEnded { turn, reason }
-            }
-            Event::Rejected { reason, detail } => {
-                self.refused = Some(PeerRefusal {
-                    reason,
-                    detail: detail.clone(),
-                });
-                PeerEvent::Refused { reason, detail }
-            }
-        }
-    }
-
-    fn start_recording(
-        &mut self,
-        now: Instant,
-        world: &S,
-        setup: &MatchSetup,
-        players: &[crate::proto::PlayerInfo],
-        turn_length: Duration,
-    ) {
-        let start_time_unix_ms = self.unix_ms(now);
-        let Some(rec) = self.record.as_mut() else {
-            return;
-        };
-        let info = StartInfo {
-            match_name: &self.match_name,
-            setup,
-            players,
-            turn_length,
-            start_time_unix_ms,
-        };
-        if let Err(e) = rec.start(world, &info) {
-            self.note_error(format!("recording: {e}"));
-        }
-    }
-
-    fn record_with(
-        &mut self,
-        f: impl FnOnce(&mut replays::Writer) -> Result<(), replays::ReplayError>,
-    ) {
-        if let Some(rec) = self.record.as_mut()
-            && let Err(e) = rec.write(f)
-        {
-            self.note_error(format!("recording: {e}"));
-        }
-    }
-
-    /// Steps the world through `turn`, reports and records its hash.
-    fn turn_ready(&mut self, turn: Turn, raw: &[(PlayerId, Vec<u8>)]) -> PeerEvent<S::Command> {
-        let inputs = decode_turn::<S::Command>(raw);
-        let Some(world) = self.world.as_mut() else {
-            // Not reachable: the session yields turns only after the start.
-            return PeerEvent::TurnReady {
-                turn,
-                inputs,
-                hash: StateHash([0; 32]),
-            };
-        };
-        world.step(turn, &inputs);
-        if let Some((at, fault)) = self.fault
-            && at == turn
-        {
-            fault(world, turn);
-        }
-        let hash = world.state_hash();
-        let sections = world.section_hashes();
-        let keyframe = self
-            .record
-            .as_ref()
-            .is_some_and(|r| r.keyframe_due(turn))
-            .then(|| world.snapshot());
-        self.last = Some((turn, hash));
-        // Not reachable for a yielded turn; noted rather than fatal.
-        if self.session.report_hash(turn, hash, sections).is_err() {
-            self.note_error(format!("could not report hash of turn {turn}"));
-        }
-        if let Some(rec) = self.record.as_mut()
-            && let Err(e) = rec.turn(turn, raw, hash, keyframe.as_deref())
-        {
-            self.note_error(format!("recording: {e}"));
-        }
-        PeerEvent::TurnReady { turn, inputs, hash }
     }
 }
 

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use super::*;
-use crate::proto::{Bundle, PlayerInfo, Start, ToPeer};
+use crate::Duration;
+use crate::proto::{Bundle, EndReason, PlayerInfo, Start, ToPeer};
 use sim::arena::Arena;
 use sim::game::World;
 
@@ -44,7 +45,7 @@ fn bundle<C: serde::Serialize>(turn: u32, player: u8, commands: &[C]) -> Vec<u8>
 
 /// Hands the peer's session a relay message (what the transport would deliver).
 fn deliver<S: Simulation>(peer: &mut Peer<S>, now: Instant, bytes: &[u8]) {
-    peer.session.handle_message(now, bytes);
+    peer.game.handle_message(now, bytes);
 }
 
 fn events<S: Simulation>(peer: &mut Peer<S>) -> Vec<PeerEvent<S::Command>> {
