@@ -99,7 +99,7 @@ impl PeerFigures {
 /// The game a bench peer runs.
 #[derive(Debug)]
 enum BenchGame {
-    World(GameSession<World>),
+    World(Box<GameSession<World>>),
     Fake(GameSession<FakeGame>),
 }
 
@@ -136,14 +136,14 @@ impl BenchPeer {
     pub fn new(now: Instant, config: BenchPeerConfig) -> Result<Self, String> {
         let name = format!("bench-{}", config.seed);
         let game = match config.play {
-            Play::Game { .. } => BenchGame::World(
+            Play::Game { .. } => BenchGame::World(Box::new(
                 PeerBuilder::<World>::new(&config.match_name, config.players)
                     .with_name(&name)
                     .with_turns(config.turns)
                     .with_ticks_per_turn(sim::game::DEFAULT_TICKS_PER_TURN)
                     .build_session(now)
                     .map_err(|e| e.to_string())?,
-            ),
+            )),
             Play::Fake { .. } => BenchGame::Fake(
                 PeerBuilder::<FakeGame>::new(&config.match_name, config.players)
                     .with_name(&name)
