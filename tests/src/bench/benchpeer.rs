@@ -100,7 +100,7 @@ impl PeerFigures {
 #[derive(Debug)]
 enum BenchGame {
     World(Box<GameSession<World>>),
-    Fake(GameSession<FakeGame>),
+    Fake(Box<GameSession<FakeGame>>),
 }
 
 /// Runs `$body` with `$g` bound to whichever game session it is (both
@@ -144,13 +144,13 @@ impl BenchPeer {
                     .build_session(now)
                     .map_err(|e| e.to_string())?,
             )),
-            Play::Fake { .. } => BenchGame::Fake(
+            Play::Fake { .. } => BenchGame::Fake(Box::new(
                 PeerBuilder::<FakeGame>::new(&config.match_name, config.players)
                     .with_name(&name)
                     .with_turns(config.turns)
                     .build_session(now)
                     .map_err(|e| e.to_string())?,
-            ),
+            )),
         };
         Ok(Self {
             config,
