@@ -55,6 +55,82 @@ fn game_peers(
     )
 }
 
+/// The reference game with bots on the generic peer over jittery, lossy,
+/// reordering links: every peer simulates every turn with the same inputs,
+/// and a peer whose world the fault switch perturbs at turn 80 agrees with
+/// the others up to turn 79, differs from 80 on, and is the one the relay
+/// names, with at most two differing sections.
+#[test]
+fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        jitter: Duration::from_millis(20),
+        loss: 0.05,
+        reorder: 0.05,
+        ..LinkConfig::default()
+    };
+    let start = Instant::from_millis(1);
+    let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
+    let server = Server::new(TransportConfig::default(), [21; 32]);
+    let mut relay = RelayNode::new(server, RelayConfig::default(), server_addr);
+    let mut peers: Vec<PeerNode> = (0..3)
+        .map(|i| {
+            let spec = PeerSpec {
+                match_name: "rts",
+                players: 3,
+                turns: 120,
+                bot_seed: 21 + i as u64,
+                apm: 300,
+                name: format!("p{i}"),
+                client_seed: 210 + i as u64,
+                token: None,
+                desync_at: (i == 2).then_some(Turn(80)),
+            };
+            let addr = SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16));
+            PeerNode::new(start, spec, server_addr, addr)
+        })
+        .collect();
+    let mut harness = Harness::new(Network::new(21, link)).with_start(start);
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
+    let now = harness.now();
+    relay.settle(now);
+    for p in &mut peers {
+        p.settle(now);
+    }
+    let inputs =
+        |k: usize| -> Vec<_> { peers[k].executed.iter().map(|(i, _)| i.clone()).collect() };
+    let hashes = |k: usize| -> Vec<_> { peers[k].executed.iter().map(|(_, h)| *h).collect() };
+    for (i, p) in peers.iter().enumerate() {
+        assert_eq!(p.turns, (0..120).collect::<Vec<u32>>(), "peer {i}");
+        assert!(inputs(i) == inputs(0), "peer {i} saw other bundles");
+    }
+    let commands: usize = inputs(0).iter().map(Vec::len).sum();
+    assert!(commands > 20, "bots issued too little: {commands}");
+    assert_eq!(hashes(0), hashes(1));
+    assert_eq!(hashes(0)[..80], hashes(2)[..80]);
+    assert_ne!(hashes(0)[80], hashes(2)[80]);
+    let odd = peers[2].peer().player().unwrap();
+    assert!(relay.events.iter().any(|e| matches!(
+        e,
+        RouterEvent::Desync { turn: Turn(80), odd_players, .. } if odd_players == &[odd]
+    )));
+    let sections = relay
+        .events
+        .iter()
+        .find_map(|e| match e {
+            RouterEvent::DesyncSections { turn, sections, .. } => Some((*turn, sections.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(sections.0, Turn(80));
+    assert!(
+        !sections.1.is_empty() && sections.1.len() <= 2,
+        "{sections:?}"
+    );
+}
+
 /// The wall-clock time the tests hand the recorder (the driver's job).
 const T0_UNIX_MS: u64 = 1_795_314_600_000;
 

@@ -107,6 +107,8 @@ pub(super) struct PeerNode {
     pub(super) turns: Vec<u32>,
     /// Input delay changes seen: (delay, from turn).
     pub(super) delay_changes: Vec<(u8, Turn)>,
+    /// Every simulated turn's inputs and the hash after it, in order.
+    pub(super) executed: Vec<(Vec<sim::Stamped<sim::game::Command>>, StateHash)>,
 }
 
 /// How to build a [`PeerNode`].
@@ -153,6 +155,7 @@ impl PeerNode {
             done_when: DoneWhen::SessionEnded,
             turns: Vec::new(),
             delay_changes: Vec::new(),
+            executed: Vec::new(),
         }
     }
 
@@ -167,7 +170,10 @@ impl PeerNode {
         self.pilot.pump(now);
         for ev in self.pilot.take_log() {
             match ev {
-                PeerEvent::TurnReady { turn, .. } => self.turns.push(turn.0),
+                PeerEvent::TurnReady { turn, inputs, hash } => {
+                    self.turns.push(turn.0);
+                    self.executed.push((inputs, hash));
+                }
                 PeerEvent::DelayChanged { delay, from_turn } => {
                     self.delay_changes.push((delay, from_turn));
                 }
