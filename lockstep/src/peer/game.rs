@@ -12,7 +12,8 @@ use crate::session::{Session, SessionError, SessionStats};
 use crate::time::{Duration, Instant};
 use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
 
-/// A session playing game `S`; see the [module docs](self). Build it with
+/// A session playing game `S` at the message level (see
+/// [`Peer`](super::Peer) for the events and the loop). Build it with
 /// [`PeerBuilder::build_session`](super::PeerBuilder::build_session).
 pub struct GameSession<S: Simulation> {
     pub(super) session: Session,

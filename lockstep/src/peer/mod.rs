@@ -1,5 +1,5 @@
 //! A peer of any game, in the GGRS style: a sans-IO core that owns the
-//! [`Session`], the transport [`Client`], the glue between them and the
+//! [`Session`](crate::session::Session), the transport [`Client`], the glue between them and the
 //! game's world, and reports everything as polled [`PeerEvent`]s.
 //!
 //! The game loop is yours. Each frame hand the peer what arrived and the
