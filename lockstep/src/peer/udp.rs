@@ -20,9 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Largest datagram accepted.
 const MAX_DATAGRAM: usize = 2048;
-/// Most datagrams one [`UdpPeer::pump`] reads: a flood cannot keep a frame
+/// Most datagrams one [`UdpPeer::pump`] reads unless
+/// [`UdpPeer::with_max_batch`] says otherwise: a flood cannot keep a frame
 /// from ending (the rest wait in the socket for the next frame).
-const MAX_DATAGRAMS_PER_PUMP: usize = 256;
+pub const MAX_DATAGRAMS_PER_PUMP: usize = 256;
 /// The shortest socket wait (a zero read timeout means "block forever").
 const MIN_WAIT: Duration = Duration::from_micros(200);
 
@@ -68,6 +69,7 @@ pub struct UdpPeer<S: Simulation> {
     down: Option<Link>,
     buf: Vec<u8>,
     recv: Vec<u8>,
+    max_batch: usize,
 }
 
 impl<S: Simulation> UdpPeer<S> {
@@ -94,6 +96,7 @@ impl<S: Simulation> UdpPeer<S> {
             down: None,
             buf: Vec::with_capacity(MAX_DATAGRAM),
             recv: vec![0; MAX_DATAGRAM],
+            max_batch: MAX_DATAGRAMS_PER_PUMP,
         })
     }
 
@@ -103,6 +106,14 @@ impl<S: Simulation> UdpPeer<S> {
     pub fn with_impairment(mut self, link: LinkConfig, seed: u64) -> Self {
         self.up = Some(Link::new(link, seed ^ 0x5eed_0001));
         self.down = Some(Link::new(link, seed ^ 0x5eed_0002));
+        self
+    }
+
+    /// Reads at most `n` datagrams per [`pump`](Self::pump) (at least 1;
+    /// default [`MAX_DATAGRAMS_PER_PUMP`]).
+    #[must_use]
+    pub fn with_max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n.max(1);
         self
     }
 
@@ -148,7 +159,7 @@ impl<S: Simulation> UdpPeer<S> {
         self.socket.set_nonblocking(false)?;
         self.socket.set_read_timeout(Some(wait.to_std()))?;
         let mut first = true;
-        for _ in 0..MAX_DATAGRAMS_PER_PUMP {
+        for _ in 0..self.max_batch {
             match self.socket.recv_from(&mut self.recv) {
                 Ok((n, from)) => {
                     let now = self.now();
@@ -329,5 +340,41 @@ fn think<S: Simulation, A: Agent<S>>(
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+    use super::*;
+
+    /// One frame's work is bounded: with more datagrams queued than the
+    /// batch size (junk from a stranger here), `pump` reads exactly a batch
+    /// and leaves the rest in the socket for the next frame, instead of
+    /// draining an endless flood.
+    #[test]
+    fn a_pump_reads_a_bounded_batch_and_leaves_the_rest_for_the_next() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        // A relay address nobody answers on: the handshake just waits.
+        let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let builder = PeerBuilder::<sim::arena::Arena>::new("m", 2);
+        let batch = 8;
+        let mut udp = UdpPeer::new(socket, relay.local_addr().unwrap(), builder)
+            .unwrap()
+            .with_max_batch(batch);
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let extra = 12;
+        for i in 0..batch + extra {
+            stranger.send_to(&[0xEE, (i % 251) as u8], addr).unwrap();
+        }
+        udp.pump(Duration::from_millis(200)).unwrap();
+        udp.socket.set_nonblocking(true).unwrap();
+        let mut left = 0;
+        let mut buf = [0u8; 16];
+        while udp.socket.recv_from(&mut buf).is_ok() {
+            left += 1;
+        }
+        assert_eq!(left, extra);
     }
 }
