@@ -217,3 +217,76 @@ fn the_recording_start_time_comes_from_the_anchored_wall_clock() {
     assert_eq!(reader.header().start_time_unix_ms, 1_700_000_002_500);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A transport server that closes every connection as soon as it is made.
+struct Slammer {
+    server: crate::transport::Server,
+    addr: SocketAddr,
+}
+
+impl Endpoint for Slammer {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        while let Some(ev) = self.server.poll_event() {
+            if let crate::transport::ServerEvent::Connected { conn, .. } = ev {
+                self.server.disconnect(conn, now);
+            }
+        }
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.server.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.server.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.server.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.server.poll_timeout()
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// A connection the relay closes before the match ended is an event
+/// (`ConnectionLost`, once) and the summary's error, not a silent stall; the
+/// peer runs under the netsim harness as an endpoint of its own.
+#[test]
+fn a_connection_closed_before_the_match_ended_is_reported_once() {
+    use crate::netsim::{Harness, LinkConfig, Network};
+    let relay: SocketAddr = RELAY.into();
+    let mut slammer = Slammer {
+        server: crate::transport::Server::new(TransportConfig::default(), [1; 32]),
+        addr: relay,
+    };
+    let mut peer = PeerBuilder::<Arena>::new("m", 2)
+        .with_local_addr(([127, 0, 0, 1], 7001).into())
+        .build(Instant::ZERO, relay)
+        .unwrap();
+    let mut harness = Harness::new(Network::new(
+        1,
+        LinkConfig::with_latency(Duration::from_millis(5)),
+    ));
+    let _ = harness.run_until(
+        &mut [&mut slammer as &mut dyn Endpoint, &mut peer],
+        Instant::from_millis(5_000),
+        |_, _| false,
+    );
+    let lost: Vec<_> = events(&mut peer)
+        .into_iter()
+        .filter(|e| matches!(e, PeerEvent::ConnectionLost { .. }))
+        .collect();
+    assert_eq!(
+        lost,
+        vec![PeerEvent::ConnectionLost {
+            reason: DisconnectReason::Remote
+        }]
+    );
+    assert!(!peer.is_done(), "the session itself never ended");
+    let error = peer.summary(harness.now()).error.unwrap();
+    assert!(error.contains("connection to the relay ended"), "{error}");
+}

@@ -287,6 +287,7 @@ pub fn play<S: Simulation, A: Agent<S>>(
             .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
         {
             // A crash: no Leave, no disconnect; the relay finds out by timeout.
+            think(udp.peer_mut(), &mut agent, &mut make_agent, now);
             let mut summary = udp.peer().summary(now);
             summary.error = Some("vanished (fault switch)".into());
             return Ok(summary);
