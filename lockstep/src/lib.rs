@@ -52,6 +52,7 @@ pub mod wire;
 pub mod builder;
 pub mod event;
 pub mod input_delay;
+pub mod peer;
 pub mod peer_glue;
 pub mod proto;
 pub mod session;

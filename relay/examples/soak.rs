@@ -20,9 +20,9 @@
 use clap::Parser;
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
-use lockstep::transport::TransportConfig;
-use relay::peer::{PeerConfig, PeerSummary};
-use relay::udp::{PeerRun, run_peer};
+use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
+use lockstep::peer::{PeerBuilder, PeerSummary};
+use sim::game::World;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -169,29 +169,25 @@ fn main() -> ExitCode {
     for m in 0..cli.matches {
         for p in 0..cli.peers {
             let seed = u64::from(m) * 100 + u64::from(p) + 1;
-            let run = PeerRun {
-                relay: relay_addr,
-                peer: PeerConfig {
-                    match_name: format!("soak{m}"),
-                    players: cli.peers,
-                    turns,
-                    seed,
-                    apm: cli.apm,
-                    name: format!("m{m}p{p}"),
-                    desync_at: None,
-                },
-                transport: TransportConfig::default(),
-                impair: Some(impair),
-                seed,
+            let (name, match_name, players, apm) =
+                (format!("m{m}p{p}"), format!("soak{m}"), cli.peers, cli.apm);
+            let opts = PlayOptions {
                 timeout: Duration::from_secs(cli.duration_s * 3 + 60),
-                record: None,
-                vanish_after: None,
-                token: None,
+                ..PlayOptions::default()
             };
             let stop = stop.clone();
             handles.push(std::thread::spawn(move || -> Option<PeerSummary> {
                 let socket = UdpSocket::bind("127.0.0.1:0").ok()?;
-                run_peer(&socket, &run, &stop, |_, _| {}).ok()
+                let builder = PeerBuilder::<World>::new(&match_name, players)
+                    .with_name(&name)
+                    .with_turns(turns)
+                    .with_seed(seed)
+                    .with_ticks_per_turn(sim::game::DEFAULT_TICKS_PER_TURN);
+                let mut udp = UdpPeer::new(socket, relay_addr, builder)
+                    .ok()?
+                    .with_impairment(impair, seed);
+                let bot = |player| sim::bot::Bot::new(player, seed, apm);
+                play(&mut udp, bot, &opts, &stop, |_, _| {}).ok()
             }));
         }
     }

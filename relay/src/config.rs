@@ -5,6 +5,10 @@ use crate::limits::Limits;
 use crate::turn_policy::TurnPolicy;
 use lockstep::Duration;
 
+/// Simulation ticks per turn unless configured: both shipped games use 2
+/// (the relay itself never simulates; the value only travels in the setup).
+pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
+
 /// How the relay runs matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayConfig {
@@ -59,7 +63,7 @@ impl Default for RelayConfig {
             shrink_hold: Duration::from_secs(5),
             silence_timeout: Duration::from_secs(5),
             ping_interval: Duration::from_millis(250),
-            ticks_per_turn: sim::game::DEFAULT_TICKS_PER_TURN,
+            ticks_per_turn: DEFAULT_TICKS_PER_TURN,
             seed: None,
             end_grace: Duration::from_secs(2),
             limits: Limits::default(),

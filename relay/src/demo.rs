@@ -1,27 +1,83 @@
 //! The one-command match: a relay and N headless peers on loopback UDP (each
 //! peer a thread with its own socket, optionally behind an in-process
 //! impaired link), recorded to a replay that is then verified by
-//! re-simulation, with a per-peer summary table or one JSON object.
+//! re-simulation, with a per-peer summary table or one JSON object. Either
+//! shipped game plays ([`DemoGame`]); each peer is a public
+//! [`lockstep::peer::Peer`] with its game's bot, nothing private.
+//!
+//! This module and the relay binary's `main.rs` are the only places of the
+//! relay crate that know a game: the server modules host any game.
 
 use crate::config::RelayConfig;
-use crate::event::RouterEvent;
-use crate::peer::{PeerConfig, PeerSummary};
-use crate::recorder::{Recorded, Recorder, reference_rules_hash};
-use crate::udp::{PeerRun, RelayNote, run_peer, serve};
+use crate::event::{MatchInfo, RouterEvent};
+use crate::recorder::{Recorded, Recorder};
+use crate::udp::{RelayNote, serve};
 use lockstep::netsim::LinkConfig;
+use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
+use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
 use lockstep::transport::TransportConfig;
 use lockstep::{Duration, Instant};
 use serde::Serialize;
-use sim::Turn;
+use sim::{PlayerId, Simulation, StateHash, Turn};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
+/// The game a demo plays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DemoGame {
+    /// The reference RTS ([`sim::game::World`]).
+    #[default]
+    Rts,
+    /// The arena shooter ([`sim::arena::Arena`]).
+    Arena,
+}
+
+impl DemoGame {
+    /// The bot's default actions per minute (the arena bot steers every turn).
+    #[must_use]
+    pub const fn default_apm(self) -> u32 {
+        match self {
+            Self::Rts => 300,
+            Self::Arena => sim::arena::BOT_APM,
+        }
+    }
+
+    /// The game's default simulation ticks per turn.
+    #[must_use]
+    pub const fn ticks_per_turn(self) -> u16 {
+        match self {
+            Self::Rts => sim::game::DEFAULT_TICKS_PER_TURN,
+            Self::Arena => sim::arena::DEFAULT_TICKS_PER_TURN,
+        }
+    }
+}
+
+/// The rules hash a replay header needs, for the games this binary knows:
+/// the join carries a fingerprint for a canonical setup (the seed is only
+/// drawn at the start), so a known game's hash is recomputed for the match's
+/// real setup; any other game keeps the join's.
+#[must_use]
+pub fn known_rules_hash(info: &MatchInfo) -> StateHash {
+    use sim::arena::Arena;
+    use sim::game::World;
+    if info.game_id == World::GAME_ID && info.game_version == World::GAME_VERSION {
+        World::new(&info.setup).rules_hash()
+    } else if info.game_id == Arena::GAME_ID && info.game_version == Arena::GAME_VERSION {
+        Arena::new(&info.setup).rules_hash()
+    } else {
+        info.rules_hash
+    }
+}
+
 /// What the demo runs.
 #[derive(Clone, Debug)]
 pub struct DemoConfig {
+    /// The game.
+    pub game: DemoGame,
     /// Number of peers.
     pub peers: u8,
     /// Turns to play.
@@ -188,7 +244,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     let relay_socket = UdpSocket::bind("127.0.0.1:0")?;
     let relay_addr: SocketAddr = relay_socket.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let recorder = Recorder::new(&config.record_dir, reference_rules_hash)?;
+    let recorder = Recorder::new(&config.record_dir, known_rules_hash)?;
     let (note_tx, note_rx) = mpsc::channel::<Note>();
     let relay = {
         let stop = Arc::clone(&stop);
@@ -221,46 +277,36 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     let mut handles = Vec::new();
     for i in 0..config.peers {
         let socket = UdpSocket::bind("127.0.0.1:0")?;
-        let run = PeerRun {
+        let seat = Seat {
+            index: i,
             relay: relay_addr,
-            peer: PeerConfig {
-                match_name: "demo".into(),
-                players: config.peers,
-                turns: config.turns,
-                seed: config.seed.wrapping_add(u64::from(i)),
-                apm: config.apm,
-                name: format!("peer{i}"),
-                desync_at: config.desync.filter(|&(_, p)| p == i).map(|(t, _)| Turn(t)),
-            },
-            transport: TransportConfig::default(),
-            impair: config
-                .peer_impair
-                .iter()
-                .find(|(p, _)| *p == i)
-                .map(|(_, l)| *l)
-                .or(config.impair),
-            seed: config.seed.wrapping_mul(1000).wrapping_add(u64::from(i)),
             timeout,
-            record: None,
-            vanish_after: config.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
-            token: None,
+            config: config.clone(),
         };
         let stop = Arc::clone(&stop);
         let prog_tx = prog_tx.clone();
         handles.push(std::thread::spawn(move || {
-            run_peer(&socket, &run, &stop, |peer, now: Instant| {
+            let progress = |line: String| {
                 if i == 0 {
-                    let s = peer.stats(now);
-                    let _ = prog_tx.send(format!(
-                        "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
-                        s.last_turn.map_or(0, |t| t.0),
-                        s.link.rtt.as_millis_f64(),
-                        s.link.loss * 100.0,
-                        s.stall.as_millis_f64(),
-                        s.input_delay
-                    ));
+                    let _ = prog_tx.send(line);
                 }
-            })
+            };
+            match seat.config.game {
+                DemoGame::Rts => seat.play::<sim::game::World, _>(
+                    socket,
+                    &stop,
+                    |w, t| w.perturb(t.0),
+                    sim::bot::Bot::new,
+                    progress,
+                ),
+                DemoGame::Arena => seat.play::<sim::arena::Arena, _>(
+                    socket,
+                    &stop,
+                    |w, t| w.perturb(t.0),
+                    sim::arena::Bot::new,
+                    progress,
+                ),
+            }
         }));
         // Staggered joins keep slot order close to start order (not relied on).
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -309,7 +355,77 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     stop.store(true, Ordering::Relaxed);
     let _ = relay.join();
     notes.extend(note_rx.try_iter());
-    Ok(report(peers, &notes, started.elapsed().as_secs_f64()))
+    Ok(report(
+        config.game,
+        peers,
+        &notes,
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+/// One demo peer: its index and what it needs to play.
+struct Seat {
+    index: u8,
+    relay: SocketAddr,
+    timeout: Duration,
+    config: DemoConfig,
+}
+
+impl Seat {
+    /// Plays the match as a public `lockstep::peer` with the game's bot.
+    fn play<S: Simulation, A: Agent<S>>(
+        &self,
+        socket: UdpSocket,
+        stop: &AtomicBool,
+        fault: Fault<S>,
+        bot: fn(PlayerId, u64, u32) -> A,
+        progress: impl Fn(String),
+    ) -> std::io::Result<PeerSummary> {
+        let (c, i) = (&self.config, self.index);
+        let transport_seed = c.seed.wrapping_mul(1000).wrapping_add(u64::from(i));
+        let mut builder = PeerBuilder::<S>::new("demo", c.peers)
+            .with_name(&format!("peer{i}"))
+            .with_turns(c.turns)
+            .with_seed(transport_seed)
+            .with_ticks_per_turn(c.game.ticks_per_turn());
+        if let Some((turn, _)) = c.desync.filter(|&(_, p)| p == i) {
+            builder = builder.with_fault(Turn(turn), fault);
+        }
+        let mut udp = UdpPeer::new(socket, self.relay, builder)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let impair = c
+            .peer_impair
+            .iter()
+            .find(|(p, _)| *p == i)
+            .map(|(_, l)| *l)
+            .or(c.impair);
+        if let Some(link) = impair {
+            udp = udp.with_impairment(link, transport_seed);
+        }
+        let opts = PlayOptions {
+            timeout: self.timeout,
+            vanish_after: c.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
+            ..PlayOptions::default()
+        };
+        let (bot_seed, apm) = (c.seed.wrapping_add(u64::from(i)), c.apm);
+        play(
+            &mut udp,
+            |player| bot(player, bot_seed, apm),
+            &opts,
+            stop,
+            |peer, now: Instant| {
+                let s = peer.stats(now);
+                progress(format!(
+                    "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
+                    s.last_turn.map_or(0, |t| t.0),
+                    s.link.rtt.as_millis_f64(),
+                    s.link.loss * 100.0,
+                    s.stall.as_millis_f64(),
+                    s.input_delay
+                ));
+            },
+        )
+    }
 }
 
 /// What the relay thread passes back.
@@ -320,7 +436,7 @@ enum Note {
     RecordError(String),
 }
 
-fn report(peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
+fn report(game: DemoGame, peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
     let peer_of = |player: u8| {
         peers
             .iter()
@@ -361,9 +477,11 @@ fn report(peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
         }
     }
     if let Some(path) = &replay.path {
-        match replays::Reader::open(path)
-            .and_then(|r| replays::verify::<sim::game::World, _>(r, |_| {}))
-        {
+        let verified = replays::Reader::open(path).and_then(|r| match game {
+            DemoGame::Rts => replays::verify::<sim::game::World, _>(r, |_| {}),
+            DemoGame::Arena => replays::verify::<sim::arena::Arena, _>(r, |_| {}),
+        });
+        match verified {
             Ok(v) => {
                 replay.turns = v.turns;
                 replay.verified = v.first_divergence.is_none();

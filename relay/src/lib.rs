@@ -64,7 +64,6 @@ mod matchroom;
 pub mod metrics;
 mod names;
 mod outbox;
-pub mod peer;
 pub mod recorder;
 pub mod router;
 pub mod server;

@@ -7,9 +7,9 @@ use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
 use lockstep::transport::{AuthMode, TransportConfig};
-use relay::demo::{DemoConfig, run};
+use relay::demo::{DemoConfig, DemoGame, known_rules_hash, run};
 use relay::metrics::Metrics;
-use relay::recorder::{Recorder, reference_rules_hash};
+use relay::recorder::Recorder;
 use relay::udp::{RelayNote, ServeOptions, serve_with};
 use relay::{RelayConfig, RouterEvent, TurnPolicy};
 use std::net::{SocketAddr, UdpSocket};
@@ -165,8 +165,20 @@ impl Level {
     }
 }
 
+/// The shipped games `relay demo` can play.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum GameArg {
+    /// The reference RTS (`lockstep-rts`).
+    Rts,
+    /// The arena shooter (`arena`).
+    Arena,
+}
+
 #[derive(Args)]
 struct DemoArgs {
+    /// The game the bots play: the reference RTS or the arena shooter.
+    #[arg(long, value_enum, default_value_t = GameArg::Rts)]
+    game: GameArg,
     /// Number of peers.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=8))]
     peers: u8,
@@ -188,9 +200,9 @@ struct DemoArgs {
     /// Seed for bots, clients and impairment.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Bot actions per minute.
-    #[arg(long, default_value_t = 300)]
-    apm: u32,
+    /// Bot actions per minute (default: 300 for rts, 1800 for arena).
+    #[arg(long)]
+    apm: Option<u32>,
     /// Fault switch: this turn, the `--desync-peer` perturbs its own world.
     #[arg(long, requires = "desync_peer")]
     desync_at: Option<u32>,
@@ -356,7 +368,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         }
     };
     let recorder = match &a.record_dir {
-        Some(dir) => match Recorder::new(dir, reference_rules_hash) {
+        Some(dir) => match Recorder::new(dir, known_rules_hash) {
             Ok(r) => Some(r),
             Err(e) => {
                 eprintln!("relay: cannot use {}: {e}", dir.display());
@@ -643,7 +655,12 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
         Err(code) => return code,
     };
     let impaired = a.loss > 0.0 || a.latency_ms > 0 || a.jitter_ms > 0;
+    let game = match a.game {
+        GameArg::Rts => DemoGame::Rts,
+        GameArg::Arena => DemoGame::Arena,
+    };
     let config = DemoConfig {
+        game,
         peers: a.peers,
         turns: a.turns,
         relay,
@@ -655,7 +672,7 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
         }),
         record_dir: a.record_dir.clone(),
         seed: a.seed,
-        apm: a.apm,
+        apm: a.apm.unwrap_or_else(|| game.default_apm()),
         desync: a.desync_at.zip(a.desync_peer),
         peer_impair: a
             .lag_peer

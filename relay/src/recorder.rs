@@ -17,7 +17,7 @@
 
 use crate::event::{MatchId, MatchInfo, RouterEvent};
 use replays::{DEFAULT_SYNC, Header, PlayerInfo, ReplayError, Sink, Writer};
-use sim::{PlayerId, Simulation, StateHash, Turn};
+use sim::{PlayerId, StateHash, Turn};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -77,19 +77,12 @@ const MAX_NAME_CLASHES: u32 = 1000;
 /// per name; the rest is the time, the number and the suffix).
 const MAX_NAME_PART: usize = 64;
 
-/// Computes the rules hash a replay header needs from the match parameters.
+/// Computes the rules hash a replay header needs from the match parameters
+/// (the game id, version and the join's rules fingerprint all travel in
+/// [`MatchInfo`]). `|info| info.rules_hash` takes the join's as it is; a
+/// binary that knows the games it hosts can recompute it for the match's
+/// real setup (see `relay::demo::known_rules_hash`).
 pub type RulesHashFn = fn(&MatchInfo) -> StateHash;
-
-/// The reference game's rules hash for the match's real setup (the join only
-/// carries a fingerprint for a canonical setup); other games keep the join's.
-#[must_use]
-pub fn reference_rules_hash(info: &MatchInfo) -> StateHash {
-    if info.game_id == sim::game::World::GAME_ID {
-        sim::game::World::new(&info.setup).rules_hash()
-    } else {
-        info.rules_hash
-    }
-}
 
 /// The match an event belongs to.
 const fn event_match(ev: &RouterEvent) -> MatchId {

@@ -1,21 +1,15 @@
-//! Thin UDP drivers: the only code here that touches sockets and the real
-//! clock. [`serve`] runs a transport `Server` + [`Router`] (+ optional
-//! [`Recorder`]); [`run_peer`] runs a transport `Client` + [`GamePeer`],
-//! optionally through an in-process impaired link (`netsim::Link` each way)
-//! so a demo can show a bad network without an external proxy.
+//! The relay's UDP serve loop: the only relay code that touches sockets and
+//! the real clock. [`serve`] runs a transport `Server` + [`Router`] (+
+//! optional [`Recorder`]). Peers run on `lockstep::peer::udp`.
 
 use crate::config::RelayConfig;
 use crate::event::RouterEvent;
 use crate::limits::AddrLimiter;
 use crate::metrics::{Metric, Metrics};
-use crate::peer::{GamePeer, PeerConfig, PeerSummary};
 use crate::recorder::{Recorded, Recorder};
 use crate::router::Router;
 use crate::server::RouterGlue;
-use lockstep::netsim::{Link, LinkConfig};
-use lockstep::peer_glue::PeerGlue;
-use lockstep::token::ConnectToken;
-use lockstep::transport::{AuthMode, Client, Server, TransportConfig};
+use lockstep::transport::{AuthMode, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use replays::format::unix_now_ms;
 use std::io;
@@ -460,159 +454,6 @@ fn publish(
         set(Metric::RecordErrors, rec.errors());
         set(Metric::RecordingsLive, rec.live() as u64);
     }
-}
-
-/// Options of a UDP peer.
-#[derive(Clone, Debug)]
-pub struct PeerRun {
-    /// The relay's address.
-    pub relay: SocketAddr,
-    /// What to play.
-    pub peer: PeerConfig,
-    /// Transport settings.
-    pub transport: TransportConfig,
-    /// Impairment applied to this peer's datagrams each way (`None`: direct).
-    pub impair: Option<LinkConfig>,
-    /// Seed of the client and of the impairment.
-    pub seed: u64,
-    /// Give up after this long.
-    pub timeout: Duration,
-    /// Replay file to record this peer's view into, if any.
-    pub record: Option<std::path::PathBuf>,
-    /// Fault switch: after this long, go silent without a goodbye (a crash).
-    pub vanish_after: Option<Duration>,
-    /// Join token to connect with (a token-mode relay); `None`: open handshake.
-    pub token: Option<ConnectToken>,
-}
-
-/// Once the match ended, how long a peer keeps running its connection at
-/// most so that its last reliable messages (the final turns' hashes) are
-/// acknowledged by the relay.
-const PEER_LINGER: Duration = Duration::from_secs(2);
-
-/// Plays one match as a peer on `socket`; `progress` is called about every
-/// second with the peer (for stderr progress lines). After the match ended it
-/// keeps the connection running until its last reliable messages are
-/// acknowledged (at most 2 s), so the final hashes reach the relay.
-pub fn run_peer(
-    socket: &UdpSocket,
-    run: &PeerRun,
-    stop: &AtomicBool,
-    mut progress: impl FnMut(&GamePeer, Instant),
-) -> io::Result<PeerSummary> {
-    let epoch = std::time::Instant::now();
-    let clock = || Instant::from_std(epoch, std::time::Instant::now());
-    let now = clock();
-    let mut peer = GamePeer::new(now, run.peer.clone())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    peer.set_unix_time(now, unix_now_ms());
-    if let Some(path) = &run.record {
-        peer.record_to(path.clone());
-    }
-    let mut client = match &run.token {
-        Some(token) => Client::with_token(now, run.relay, run.transport, token, run.seed),
-        None => Client::new(now, run.relay, run.transport, run.seed),
-    };
-    let mut glue = PeerGlue::new();
-    let mut up = run.impair.map(|c| Link::new(c, run.seed ^ 0x5eed_0001));
-    let mut down = run.impair.map(|c| Link::new(c, run.seed ^ 0x5eed_0002));
-    let mut buf = Vec::new();
-    let mut next_progress = now + Duration::from_secs(1);
-    let deadline = now + run.timeout;
-    let mut error = None;
-    let mut linger_until: Option<Instant> = None;
-    loop {
-        let now = clock();
-        glue.pump(now, peer.session(), &mut client);
-        peer.pump(now);
-        glue.pump(now, peer.session(), &mut client);
-        while let Some(to) = client.poll_transmit(now, &mut buf) {
-            match up.as_mut() {
-                Some(link) => link.send(now, buf.clone()),
-                None => {
-                    let _ = socket.send_to(&buf, to);
-                }
-            }
-        }
-        if let Some(link) = up.as_mut() {
-            while let Some(bytes) = link.poll_deliver(now) {
-                let _ = socket.send_to(&bytes, run.relay);
-            }
-        }
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        if peer.is_done() {
-            let until = *linger_until.get_or_insert(now + PEER_LINGER);
-            if glue.is_flushed(&client) || glue.disconnected().is_some() || now >= until {
-                break;
-            }
-        }
-        if run
-            .vanish_after
-            .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
-        {
-            // A crash: no Leave, no disconnect; the relay finds out by timeout.
-            peer.pump(now);
-            let mut summary = peer.summary(now);
-            summary.error = Some("vanished (fault switch)".into());
-            return Ok(summary);
-        }
-        if let Some(reason) = glue.disconnected() {
-            error = Some(format!("connection to the relay ended: {reason:?}"));
-            break;
-        }
-        if now >= deadline {
-            if !peer.is_done() {
-                error = Some(format!("gave up after {}", run.timeout));
-            }
-            break;
-        }
-        if now >= next_progress {
-            next_progress = now + Duration::from_secs(1);
-            progress(&peer, now);
-        }
-        let timers = [
-            client.poll_timeout(),
-            peer.session().poll_timeout(),
-            linger_until,
-            up.as_ref().and_then(Link::next_delivery),
-            down.as_ref().and_then(Link::next_delivery),
-        ];
-        let wait = until(now, timers.into_iter().flatten().min());
-        let got = receive(socket, wait)?;
-        let now = clock();
-        for (from, bytes) in got {
-            match down.as_mut() {
-                Some(link) if from == run.relay => link.send(now, bytes),
-                _ => client.handle_datagram(now, from, &bytes),
-            }
-        }
-        if let Some(link) = down.as_mut() {
-            while let Some(bytes) = link.poll_deliver(now) {
-                client.handle_datagram(now, run.relay, &bytes);
-            }
-        }
-        client.handle_timeout(now);
-        peer.session().handle_timeout(now);
-    }
-    let now = clock();
-    // Say goodbye so the relay frees the slot at once rather than by timeout.
-    if !peer.is_done() {
-        peer.session().leave(now);
-        glue.pump(now, peer.session(), &mut client);
-    }
-    client.disconnect(now);
-    while let Some(to) = client.poll_transmit(now, &mut buf) {
-        let _ = socket.send_to(&buf, to);
-    }
-    peer.pump(now);
-    peer.close_recording();
-    let mut summary = peer.summary(now);
-    if summary.error.is_none() {
-        summary.error = error;
-    }
-    Ok(summary)
 }
 
 #[cfg(test)]

@@ -23,6 +23,31 @@ struct Relay {
     seen: Vec<Value>,
 }
 
+/// The `peer` binary (lockstep crate) beside this crate's `relay` binary:
+/// `cargo test -p relay` builds only the relay's binaries, so it is built
+/// (or found fresh, a no-op) once here.
+fn peer_bin() -> PathBuf {
+    static PEER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PEER.get_or_init(|| {
+        let relay = Path::new(env!("CARGO_BIN_EXE_relay"));
+        let peer = relay.with_file_name(format!("peer{}", std::env::consts::EXE_SUFFIX));
+        {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            // target/<profile>/relay -> target
+            let target = relay.parent().and_then(Path::parent).unwrap();
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "-p", "lockstep", "--bin", "peer", "--target-dir"])
+                .arg(target);
+            if relay.parent().and_then(Path::file_name) == Some("release".as_ref()) {
+                cmd.arg("--release");
+            }
+            assert!(cmd.status().unwrap().success(), "cargo build --bin peer");
+        }
+        peer
+    })
+    .clone()
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("relay-ops-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -170,7 +195,7 @@ impl Peers {
         Self(
             (0..n)
                 .map(|i| {
-                    Command::new(env!("CARGO_BIN_EXE_peer"))
+                    Command::new(peer_bin())
                         .args(["--relay", relay, "--match", name])
                         .args(["--players", &n.to_string(), "--turns", &turns.to_string()])
                         .args([
@@ -263,7 +288,7 @@ fn sigterm_lets_a_running_match_finish_within_the_grace_period() {
     // peer says why and exits 5, and the relay logs each refusal.
     let late: Vec<Child> = (0..2)
         .map(|i| {
-            Command::new(env!("CARGO_BIN_EXE_peer"))
+            Command::new(peer_bin())
                 .args(["--relay", &relay.addr, "--match", "late", "--players", "2"])
                 .args(["--seed", &(10 + i).to_string(), "--timeout-s", "30"])
                 .stdout(Stdio::null())
@@ -386,7 +411,7 @@ fn issue(key_file: &Path, match_name: &str, slot: u8, create: bool) -> String {
 
 /// Starts a `peer --json` process, with a join token or without.
 fn token_peer(relay: &str, seed: u64, token: Option<&str>, timeout_s: u64) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_peer"));
+    let mut cmd = Command::new(peer_bin());
     cmd.args(["--relay", relay, "--match", "tok", "--players", "2"])
         .args(["--turns", "40", "--json", "--seed", &seed.to_string()])
         .args(["--timeout-s", &timeout_s.to_string()])
@@ -504,7 +529,7 @@ fn a_solo_peer_leaving_an_unbounded_match_does_not_wedge_the_relay() {
     let dir = scratch("wedge");
     let mut relay = Relay::start(&dir, &["--grace-s", "0"]);
     for turns in [0u32, 1_000_000] {
-        let mut solo = Command::new(env!("CARGO_BIN_EXE_peer"))
+        let mut solo = Command::new(peer_bin())
             .args(["--relay", &relay.addr, "--match", "solo", "--players", "1"])
             .args(["--turns", &turns.to_string(), "--timeout-s", "2"])
             .stdout(Stdio::null())
@@ -534,7 +559,7 @@ fn a_solo_peer_leaving_an_unbounded_match_does_not_wedge_the_relay() {
 
 /// A `peer` whose stderr is kept (for its last words) and whose exit is awaited.
 fn peer_with_stderr(relay: &str, name: &str, seed: u64, turns: u32) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_peer"))
+    Command::new(peer_bin())
         .args(["--relay", relay, "--match", name, "--players", "2"])
         .args(["--turns", &turns.to_string(), "--seed", &seed.to_string()])
         .args(["--timeout-s", "60"])

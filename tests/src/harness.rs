@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 pub struct Bins {
     /// `relay` (relay crate).
     pub relay: PathBuf,
-    /// `peer` (relay crate).
+    /// `peer` (lockstep crate).
     pub peer: PathBuf,
     /// `netsim` (lockstep crate).
     pub netsim: PathBuf,

@@ -362,3 +362,128 @@ fn strict_stalls_everyone_for_a_lagging_peer_deadline_does_not() {
     assert!(s(&deadline_results[2], "late_inputs").as_u64().unwrap() > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The arena peers of a match: `--game arena` and the bot's default APM.
+fn arena(mut sp: PeerSpec) -> PeerSpec {
+    sp.extra.extend(["--game".to_owned(), "arena".to_owned()]);
+    sp
+}
+
+/// Re-simulates a recording of the arena in this process (the `replay`
+/// binary learns the arena in another branch).
+fn verify_arena(path: &std::path::Path) -> replays::VerifyReport {
+    let reader = replays::Reader::open(path).unwrap();
+    assert_eq!(reader.header().game_id, "arena");
+    replays::verify::<sim::arena::Arena, _>(reader, |_| {}).unwrap()
+}
+
+/// The second game through the stock relay: three arena peers (bots at
+/// 1800 APM) through the netsim proxy at 10 % loss and 30 ± 10 ms each way
+/// agree on every final hash, and the relay's recording re-simulates as the
+/// arena to that hash.
+#[test]
+fn an_arena_match_through_a_lossy_proxy_agrees_and_the_recording_verifies() {
+    let _cpu = heavy();
+    let dir = scratch_dir("arena-lossy");
+    let turns = 200;
+    let mut relay = Relay::start(&dir, &["--turn-ms", "25", "--silence-timeout-ms", "20000"]);
+    let (_proxy, proxy_addr) = netsim(
+        relay.addr,
+        &[
+            "--loss",
+            "0.1",
+            "--latency-ms",
+            "30",
+            "--jitter-ms",
+            "10",
+            "--seed",
+            "11",
+        ],
+    );
+    let mut procs: Vec<Proc> = (1..=3)
+        .map(|seed| peer(&arena(spec(proxy_addr, "arena", 3, turns, seed))))
+        .collect();
+    let results = finish_all(&mut procs);
+    let hash = assert_all_agree(&results, turns);
+    for r in &results {
+        assert!(f64_of(r, "rtt_ms") > 30.0, "{}", r.summary);
+    }
+    assert!(
+        results.iter().any(|r| f64_of(r, "loss") > 0.0),
+        "no peer measured any loss through a 10 % loss proxy"
+    );
+    let path = relay.wait_recorded(MATCH);
+    let report = verify_arena(&path);
+    assert!(report.verified() && report.clean(), "{report:?}");
+    assert_eq!(report.turns, turns);
+    assert_eq!(report.final_hash.map(|h| h.to_hex()), Some(hash));
+    assert!(report.hashes_checked >= turns, "{report:?}");
+    // The bots really played: the recording holds commands.
+    let commands: usize = replays::Reader::open(&path)
+        .unwrap()
+        .map(|r| match r.unwrap() {
+            replays::Record::Turn { inputs, .. } => inputs.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(
+        commands > usize::try_from(turns).unwrap(),
+        "{commands} inputs"
+    );
+    assert!(relay.events_of("desync").is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `peer --game arena --desync-at T` on one peer: every peer exits 3 and
+/// names that peer's player at turn T, with the differing section (the
+/// arena's fault switch changes exactly `ships`); the relay says the same.
+#[test]
+fn a_forced_desync_in_an_arena_match_is_caught_naming_the_peer() {
+    let _cpu = heavy();
+    let dir = scratch_dir("arena-desync");
+    let (turns, at) = (100, 40);
+    let mut relay = Relay::start(&dir, &["--turn-ms", "25", "--silence-timeout-ms", "20000"]);
+    let mut procs: Vec<Proc> = (1..=3)
+        .map(|seed| {
+            let mut sp = arena(spec(relay.addr, "arena-desync", 3, turns, seed));
+            if seed == 2 {
+                sp.extra.extend(["--desync-at".into(), at.to_string()]);
+            }
+            peer(&sp)
+        })
+        .collect();
+    let results = finish_all(&mut procs);
+    let odd = player_of(&results[1]);
+    for r in &results {
+        assert_eq!(r.code, Some(3), "exit code 3 on a desync: {}", r.summary);
+        let d = s(r, "desyncs").as_array().unwrap();
+        assert_eq!(d.len(), 1, "{}", r.summary);
+        assert_eq!(d[0]["turn"], at, "{}", r.summary);
+        assert_eq!(
+            d[0]["odd_players"],
+            serde_json::json!([odd]),
+            "{}",
+            r.summary
+        );
+        assert_eq!(
+            d[0]["sections"],
+            serde_json::json!(["ships"]),
+            "{}",
+            r.summary
+        );
+    }
+    let path = relay.wait_recorded(MATCH);
+    let desyncs = relay.events_of("desync");
+    assert_eq!(desyncs.len(), 1, "{desyncs:?}");
+    assert_eq!(desyncs[0]["turn"], at);
+    assert_eq!(desyncs[0]["odd_players"], serde_json::json!([odd]));
+    // The recording follows the majority: it verifies, and lists the desync.
+    let report = verify_arena(&path);
+    assert!(report.verified(), "{report:?}");
+    assert_eq!(report.recorded_desyncs[0].turn, Turn(at));
+    assert_eq!(
+        report.recorded_desyncs[0].odd_players(),
+        [PlayerId(u8::try_from(odd).unwrap())]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

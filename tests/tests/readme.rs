@@ -441,7 +441,7 @@ fn cargo_run_resolves_binaries_like_cargo() {
         Ok("relay".to_owned())
     );
     assert_eq!(
-        resolve_cargo(&packages, Some("relay"), Some("peer")),
+        resolve_cargo(&packages, Some("lockstep"), Some("peer")),
         Ok("peer".to_owned())
     );
     assert_eq!(

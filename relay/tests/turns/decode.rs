@@ -8,6 +8,53 @@ use lockstep::proto::ToRelay;
 use sim::Simulation;
 use sim::game::{Command, World};
 
+/// The reference RTS with its seeded bot, as a game of the session-level
+/// pipe harness: this test needs the harness's hostile-relay hook
+/// (`Sim::tamper`), which the generic peer's transport-level runs do not
+/// have.
+struct Rts {
+    world: World,
+    bot: sim::bot::Bot,
+    commands: u64,
+}
+
+fn rts(setup: &sim::MatchSetup, me: PlayerId, seed: u64) -> Box<dyn TestGame> {
+    Box::new(Rts {
+        world: World::new(setup),
+        bot: sim::bot::Bot::new(me, seed, 300),
+        commands: 0,
+    })
+}
+
+impl TestGame for Rts {
+    fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
+        let players = self.world.setup().players;
+        let commands = sim::decode_turn::<Command>(inputs, players).commands;
+        self.commands += commands.len() as u64;
+        self.world.step(turn, &commands);
+    }
+    fn hash(&self) -> StateHash {
+        self.world.state_hash()
+    }
+    fn sections(&self) -> Vec<SectionHash> {
+        self.world.section_hashes()
+    }
+    fn perturb(&mut self, me: PlayerId) {
+        self.world.perturb(u32::from(me.0) * 7 + 3);
+    }
+    fn think(&mut self, turn: Turn, _rng: &mut Rng) -> Option<Vec<u8>> {
+        let commands = self.bot.think(&self.world, turn);
+        (!commands.is_empty()).then(|| {
+            let mut bytes = Vec::new();
+            sim::encode_commands(&commands, &mut bytes);
+            bytes
+        })
+    }
+    fn commands(&self) -> u64 {
+        self.commands
+    }
+}
+
 /// One hostile player's extra inputs: undecodable bytes, a command list with
 /// trailing bytes and commands for units it does not own, each as its own
 /// chunk, for a turn a little ahead (the relay stamps and records them all).
@@ -44,8 +91,7 @@ fn outsiders(b: &mut Bundle) {
 fn record_and_verify(events: &[RouterEvent]) -> replays::VerifyReport {
     let dir = std::env::temp_dir().join(format!("turns-test-{}-decode", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut rec =
-        relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
+    let mut rec = relay::recorder::Recorder::new(&dir, relay::demo::known_rules_hash).unwrap();
     let mut done = None;
     for e in events {
         if let Some(r) = rec.handle(1_795_314_600_000, e).unwrap() {

@@ -1,87 +1,134 @@
-//! `relay::peer::GamePeer`s (reference game + bots) over a fixed-delay pipe,
-//! recorded by the relay's recorder and verified by re-simulation.
+//! Reference-game peers (the public `lockstep::peer::Peer` + bot) over a
+//! fixed 20 ms network, recorded by the relay's recorder and verified by
+//! re-simulation.
 
+use super::netsim::{PeerNode, PeerSpec, RelayNode};
 use super::*;
+use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::{LinkConfig, Network};
+use lockstep::peer::PeerSummary;
+use lockstep::transport::{Server, TransportConfig};
+use relay::demo::known_rules_hash;
 
-/// Runs `relay::peer::GamePeer`s (reference game + bot) against a router over
-/// a fixed 20 ms pipe.
+/// Runs `n` reference-game peers (bot seeds 40, 41, ...) against a relay
+/// over a perfect 20 ms network; `desync`: (peer index, turn) whose world
+/// the fault switch perturbs.
 fn game_peers(
     n: usize,
     turns: u32,
     desync: Option<(usize, u32)>,
-) -> (Vec<relay::peer::PeerSummary>, Vec<RouterEvent>) {
-    use relay::peer::{GamePeer, PeerConfig};
-    let mut now = Instant::from_millis(1);
-    let mut router = Router::new(RelayConfig::default());
-    let mut peers: Vec<GamePeer> = (0..n)
+) -> (Vec<PeerSummary>, Vec<RouterEvent>) {
+    let start = Instant::from_millis(1);
+    let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
+    let server = Server::new(TransportConfig::default(), [9; 32]);
+    let mut relay = RelayNode::new(server, RelayConfig::default(), server_addr);
+    let mut peers: Vec<PeerNode> = (0..n)
         .map(|i| {
-            router.handle_connected(
-                now,
-                ConnId(i as u32),
-                SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16)),
-            );
-            GamePeer::new(
-                now,
-                PeerConfig {
-                    match_name: "g".into(),
-                    players: n as u8,
-                    turns,
-                    seed: 40 + i as u64,
-                    apm: 300,
-                    name: format!("p{i}"),
-                    desync_at: desync.filter(|d| d.0 == i).map(|d| Turn(d.1)),
-                },
-            )
-            .unwrap()
+            let spec = PeerSpec {
+                match_name: "g",
+                players: n as u8,
+                turns,
+                bot_seed: 40 + i as u64,
+                apm: 300,
+                name: format!("p{i}"),
+                client_seed: 70 + i as u64,
+                token: None,
+                desync_at: desync.filter(|d| d.0 == i).map(|d| Turn(d.1)),
+            };
+            let addr = SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16));
+            PeerNode::new(start, spec, server_addr, addr)
         })
         .collect();
-    let lag = Duration::from_millis(20);
-    let mut queue: BTreeMap<(Instant, u64), (Dest, Vec<u8>)> = BTreeMap::new();
-    let mut seq = 0;
-    let mut events = Vec::new();
-    while !peers.iter().all(GamePeer::is_done) && now < Instant::from_millis(120_000) {
-        for (i, p) in peers.iter_mut().enumerate() {
-            p.pump(now);
-            while let Some((_, b)) = p.session().poll_outgoing() {
-                seq += 1;
-                queue.insert((now + lag, seq), (Dest::Router(i), b));
-            }
-        }
-        while let Some((c, _, b)) = router.poll_outgoing() {
-            seq += 1;
-            queue.insert((now + lag, seq), (Dest::Peer(c.0 as usize), b));
-        }
-        events.extend(std::iter::from_fn(|| router.poll_event()));
-        let mut next = queue.keys().next().map(|k| k.0);
-        for t in peers
-            .iter_mut()
-            .filter_map(|p| p.session().poll_timeout())
-            .chain(router.poll_timeout())
-        {
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
-        let Some(next) = next else { break };
-        now = now.max(next);
-        while let Some((&k, _)) = queue.first_key_value() {
-            if k.0 > now {
-                break;
-            }
-            let (dest, b) = queue.remove(&k).unwrap();
-            match dest {
-                Dest::Router(i) => router.handle_message(now, ConnId(i as u32), &b),
-                Dest::Peer(i) => peers[i].session().handle_message(now, &b),
-            }
-        }
-        router.handle_timeout(now);
-        for p in &mut peers {
-            p.session().handle_timeout(now);
-        }
-    }
+    let wire = LinkConfig::with_latency(Duration::from_millis(20));
+    let mut harness = Harness::new(Network::new(0, wire)).with_start(start);
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
+    let now = harness.now();
+    relay.settle(now);
     for p in &mut peers {
-        p.pump(now);
+        p.settle(now);
     }
-    events.extend(std::iter::from_fn(|| router.poll_event()));
-    (peers.iter().map(|p| p.summary(now)).collect(), events)
+    (
+        peers.iter().map(|p| p.peer().summary(now)).collect(),
+        relay.events,
+    )
+}
+
+/// The reference game with bots on the generic peer over jittery, lossy,
+/// reordering links: every peer simulates every turn with the same inputs,
+/// and a peer whose world the fault switch perturbs at turn 80 agrees with
+/// the others up to turn 79, differs from 80 on, and is the one the relay
+/// names, with at most two differing sections.
+#[test]
+fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(15),
+        jitter: Duration::from_millis(20),
+        loss: 0.05,
+        reorder: 0.05,
+        ..LinkConfig::default()
+    };
+    let start = Instant::from_millis(1);
+    let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
+    let server = Server::new(TransportConfig::default(), [21; 32]);
+    let mut relay = RelayNode::new(server, RelayConfig::default(), server_addr);
+    let mut peers: Vec<PeerNode> = (0..3)
+        .map(|i| {
+            let spec = PeerSpec {
+                match_name: "rts",
+                players: 3,
+                turns: 120,
+                bot_seed: 21 + i as u64,
+                apm: 300,
+                name: format!("p{i}"),
+                client_seed: 210 + i as u64,
+                token: None,
+                desync_at: (i == 2).then_some(Turn(80)),
+            };
+            let addr = SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16));
+            PeerNode::new(start, spec, server_addr, addr)
+        })
+        .collect();
+    let mut harness = Harness::new(Network::new(21, link)).with_start(start);
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
+    let now = harness.now();
+    relay.settle(now);
+    for p in &mut peers {
+        p.settle(now);
+    }
+    let inputs =
+        |k: usize| -> Vec<_> { peers[k].executed.iter().map(|(i, _)| i.clone()).collect() };
+    let hashes = |k: usize| -> Vec<_> { peers[k].executed.iter().map(|(_, h)| *h).collect() };
+    for (i, p) in peers.iter().enumerate() {
+        assert_eq!(p.turns, (0..120).collect::<Vec<u32>>(), "peer {i}");
+        assert!(inputs(i) == inputs(0), "peer {i} saw other bundles");
+    }
+    let commands: usize = inputs(0).iter().map(Vec::len).sum();
+    assert!(commands > 20, "bots issued too little: {commands}");
+    assert_eq!(hashes(0), hashes(1));
+    assert_eq!(hashes(0)[..80], hashes(2)[..80]);
+    assert_ne!(hashes(0)[80], hashes(2)[80]);
+    let odd = peers[2].peer().player().unwrap();
+    assert!(relay.events.iter().any(|e| matches!(
+        e,
+        RouterEvent::Desync { turn: Turn(80), odd_players, .. } if odd_players == &[odd]
+    )));
+    let sections = relay
+        .events
+        .iter()
+        .find_map(|e| match e {
+            RouterEvent::DesyncSections { turn, sections, .. } => Some((*turn, sections.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(sections.0, Turn(80));
+    assert!(
+        !sections.1.is_empty() && sections.1.len() <= 2,
+        "{sections:?}"
+    );
 }
 
 /// The wall-clock time the tests hand the recorder (the driver's job).
@@ -90,8 +137,7 @@ const T0_UNIX_MS: u64 = 1_795_314_600_000;
 /// Records `events` with the relay's recorder and verifies the replay by re-simulation.
 fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
     let dir = std::env::temp_dir().join(format!("turns-test-{}-{tag}", std::process::id()));
-    let mut rec =
-        relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
+    let mut rec = relay::recorder::Recorder::new(&dir, known_rules_hash).unwrap();
     let mut done = None;
     for e in events {
         if let Some(r) = rec.handle(T0_UNIX_MS, e).unwrap() {
@@ -144,8 +190,7 @@ fn a_desynced_match_is_recorded_turn_by_turn() {
     assert_eq!(peers[2].final_hash.as_deref(), Some(honest.as_str()));
     let dir = std::env::temp_dir().join(format!("turns-test-{}-disputed", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut rec =
-        relay::recorder::Recorder::new(&dir, relay::recorder::reference_rules_hash).unwrap();
+    let mut rec = relay::recorder::Recorder::new(&dir, known_rules_hash).unwrap();
     let mut done = None;
     for e in &events {
         if let Some(r) = rec.handle(T0_UNIX_MS, e).unwrap() {
@@ -242,14 +287,14 @@ impl replays::Sink for FullDisk {
 
 #[test]
 fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanly() {
-    use relay::recorder::{RecordSink, Recorder, reference_rules_hash};
+    use relay::recorder::{RecordSink, Recorder};
     let (summaries, events) = game_peers(2, 60, None);
     // The match itself never depends on the recorder: it completed.
     assert!(summaries.iter().all(|s| s.completed));
     let dir = std::env::temp_dir().join(format!("turns-test-{}-full", std::process::id()));
     let data = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink_data = data.clone();
-    let mut rec = Recorder::new(&dir, reference_rules_hash)
+    let mut rec = Recorder::new(&dir, known_rules_hash)
         .unwrap()
         .with_sink_opener(Box::new(move |_| {
             Ok(RecordSink::new(FullDisk {
@@ -271,7 +316,7 @@ fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanl
     assert!(summary.trailer.is_none());
 
     // The replay directory removed and replaced by a file before the match starts.
-    let mut rec = Recorder::new(&dir, reference_rules_hash).unwrap();
+    let mut rec = Recorder::new(&dir, known_rules_hash).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::write(&dir, b"not a directory").unwrap();
     let errors: Vec<String> = events

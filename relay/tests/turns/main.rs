@@ -2,11 +2,12 @@
 //! and one `relay::Router` through an in-memory pipe with seeded per-message
 //! delays (reliable, exactly once, in order per direction, as the transport's
 //! reliable channel delivers them) on a virtual clock (`pipe`); the same with
-//! the reference game's `GamePeer`s and replay recording (`game_peers`); the
+//! the reference game on the public `lockstep::peer::Peer` and replay recording (`game_peers`); the
 //! full stack over real transport endpoints and a seeded `netsim::Network`
-//! (`netsim`); and the demo over loopback UDP (`udp`); hostile turn entries
+//! (`netsim`); the demo over loopback UDP (`udp`); hostile turn entries
 //! recorded and verified against the peers (`decode`). This file holds the
-//! shared harness and the games the peers play.
+//! shared session-level harness and its toy game (the reference game plays
+//! through the generic `lockstep::peer` in `game_peers` and `netsim`).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 mod decode;
@@ -67,52 +68,6 @@ impl TestGame for Toy {
         (rng.below(3) == 0).then(|| {
             let mut bytes = Vec::new();
             sim::encode_commands(&[rng.next() as u32], &mut bytes);
-            bytes
-        })
-    }
-    fn commands(&self) -> u64 {
-        self.commands
-    }
-}
-
-/// The reference RTS with its seeded bot.
-struct Rts {
-    world: sim::game::World,
-    bot: sim::bot::Bot,
-    commands: u64,
-}
-
-fn rts(setup: &sim::MatchSetup, me: PlayerId, seed: u64) -> Box<dyn TestGame> {
-    use sim::Simulation;
-    Box::new(Rts {
-        world: sim::game::World::new(setup),
-        bot: sim::bot::Bot::new(me, seed, 300),
-        commands: 0,
-    })
-}
-
-impl TestGame for Rts {
-    fn step(&mut self, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
-        use sim::Simulation;
-        let players = self.world.setup().players;
-        let commands = sim::decode_turn::<sim::game::Command>(inputs, players).commands;
-        self.commands += commands.len() as u64;
-        self.world.step(turn, &commands);
-    }
-    fn hash(&self) -> StateHash {
-        sim::Simulation::state_hash(&self.world)
-    }
-    fn sections(&self) -> Vec<SectionHash> {
-        sim::Simulation::section_hashes(&self.world)
-    }
-    fn perturb(&mut self, me: PlayerId) {
-        self.world.perturb(u32::from(me.0) * 7 + 3);
-    }
-    fn think(&mut self, turn: Turn, _rng: &mut Rng) -> Option<Vec<u8>> {
-        let commands = self.bot.think(&self.world, turn);
-        (!commands.is_empty()).then(|| {
-            let mut bytes = Vec::new();
-            sim::encode_commands(&commands, &mut bytes);
             bytes
         })
     }

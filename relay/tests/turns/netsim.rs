@@ -5,10 +5,11 @@ use super::*;
 
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
-use lockstep::peer_glue::PeerGlue;
-use lockstep::transport::{Client, Server, TransportConfig};
-use relay::peer::{GamePeer, PeerConfig};
+use lockstep::peer::{Autopilot, Peer, PeerBuilder, PeerEvent};
+use lockstep::token::ConnectToken;
+use lockstep::transport::{Server, TransportConfig};
 use relay::server::RouterGlue;
+use sim::game::World;
 
 /// The relay as a harness endpoint: transport `Server` + `Router` + the
 /// glue between them, stepped as the UDP serve loop steps them.
@@ -96,39 +97,89 @@ pub(super) enum DoneWhen {
     Settled,
 }
 
-/// A reference-game peer as a harness endpoint: transport `Client` +
-/// `GamePeer` (session, world, bot) + the glue between them; records what
-/// it saw.
+/// A reference-game peer as a harness endpoint: the public
+/// `lockstep::peer::Peer` played by the game's bot; records what it saw.
 pub(super) struct PeerNode {
-    pub(super) peer: GamePeer,
-    pub(super) client: Client,
-    pub(super) glue: PeerGlue,
+    pub(super) pilot: Autopilot<World, sim::bot::Bot>,
     pub(super) addr: SocketAddr,
     pub(super) done_when: DoneWhen,
     /// Turns simulated, in order.
     pub(super) turns: Vec<u32>,
     /// Input delay changes seen: (delay, from turn).
     pub(super) delay_changes: Vec<(u8, Turn)>,
+    /// Every simulated turn's inputs and the hash after it, in order.
+    pub(super) executed: Vec<(Vec<sim::Stamped<sim::game::Command>>, StateHash)>,
+}
+
+/// How to build a [`PeerNode`].
+pub(super) struct PeerSpec<'a> {
+    pub(super) match_name: &'a str,
+    pub(super) players: u8,
+    pub(super) turns: u32,
+    pub(super) bot_seed: u64,
+    pub(super) apm: u32,
+    pub(super) name: String,
+    pub(super) client_seed: u64,
+    pub(super) token: Option<ConnectToken>,
+    pub(super) desync_at: Option<Turn>,
 }
 
 impl PeerNode {
-    pub(super) fn new(peer: GamePeer, client: Client, addr: SocketAddr) -> Self {
+    /// A peer built at `at`, sending from `addr` to the relay at `server`.
+    pub(super) fn new(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+    ) -> Self {
+        let mut b = PeerBuilder::<World>::new(spec.match_name, spec.players)
+            .with_name(&spec.name)
+            .with_turns(spec.turns)
+            .with_seed(spec.client_seed)
+            .with_ticks_per_turn(sim::game::DEFAULT_TICKS_PER_TURN)
+            .with_local_addr(addr);
+        if let Some(t) = spec.token {
+            b = b.with_token(t);
+        }
+        if let Some(t) = spec.desync_at {
+            b = b.with_fault(t, |w, t| w.perturb(t.0));
+        }
+        let (seed, apm) = (spec.bot_seed, spec.apm);
+        let pilot = Autopilot::new(b.build(at, server).unwrap(), move |p| {
+            sim::bot::Bot::new(p, seed, apm)
+        })
+        .with_log();
         Self {
-            peer,
-            client,
-            glue: PeerGlue::new(),
+            pilot,
             addr,
             done_when: DoneWhen::SessionEnded,
             turns: Vec::new(),
             delay_changes: Vec::new(),
+            executed: Vec::new(),
         }
     }
 
-    /// Hands the session what the client holds and the game what the
-    /// session holds (after a run, so that nothing is left unseen).
+    /// The peer.
+    pub(super) fn peer(&self) -> &Peer<World> {
+        self.pilot.peer()
+    }
+
+    /// Hands the game what the transport and session hold (after a run, so
+    /// that nothing is left unseen).
     pub(super) fn settle(&mut self, now: Instant) {
-        self.glue.pump(now, self.peer.session(), &mut self.client);
-        self.peer.pump(now);
+        self.pilot.pump(now);
+        for ev in self.pilot.take_log() {
+            match ev {
+                PeerEvent::TurnReady { turn, inputs, hash } => {
+                    self.turns.push(turn.0);
+                    self.executed.push((inputs, hash));
+                }
+                PeerEvent::DelayChanged { delay, from_turn } => {
+                    self.delay_changes.push((delay, from_turn));
+                }
+                _ => {}
+            }
+        }
     }
 }
 
@@ -141,40 +192,26 @@ impl Endpoint for PeerNode {
             return;
         }
         self.settle(now);
-        self.glue.pump(now, self.peer.session(), &mut self.client);
-        for ev in self.peer.take_log() {
-            match ev {
-                Event::TurnReady { turn, .. } => self.turns.push(turn.0),
-                Event::InputDelayChanged { delay, from_turn } => {
-                    self.delay_changes.push((delay, from_turn));
-                }
-                _ => {}
-            }
-        }
     }
     fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
-        self.client.handle_datagram(now, from, bytes);
+        self.pilot.handle_datagram(now, from, bytes);
     }
     fn handle_timeout(&mut self, now: Instant) {
-        self.client.handle_timeout(now);
-        self.peer.session().handle_timeout(now);
+        self.pilot.handle_timeout(now);
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        self.client.poll_transmit(now, buf)
+        self.pilot.poll_transmit(now, buf)
     }
     fn poll_timeout(&mut self) -> Option<Instant> {
-        let session = self.peer.session().poll_timeout();
-        [self.client.poll_timeout(), session]
-            .into_iter()
-            .flatten()
-            .min()
+        self.pilot.poll_timeout()
     }
     fn is_done(&self) -> bool {
+        let peer = self.peer();
         match self.done_when {
-            DoneWhen::SessionEnded => self.peer.is_done(),
+            DoneWhen::SessionEnded => peer.is_done(),
             DoneWhen::Settled => {
-                self.glue.disconnected().is_some()
-                    || (self.peer.is_done() && self.peer.summary(Instant::ZERO).refused.is_none())
+                peer.disconnected().is_some()
+                    || (peer.is_done() && peer.summary(Instant::ZERO).refused.is_none())
             }
         }
     }
@@ -206,28 +243,21 @@ fn netsim_match_with(
     let mut relay = RelayNode::new(server, config, server_addr);
     let mut peers: Vec<PeerNode> = (0..n)
         .map(|i| {
-            let peer = GamePeer::new(
-                start,
-                PeerConfig {
-                    match_name: "net".into(),
-                    players: n as u8,
-                    turns,
-                    seed: seed + i as u64,
-                    apm: 400,
-                    name: format!("p{i}"),
-                    desync_at: None,
-                },
-            )
-            .unwrap();
-            let client = Client::new(
-                start,
-                server_addr,
-                TransportConfig::default(),
-                seed * 31 + i as u64,
-            );
+            let spec = PeerSpec {
+                match_name: "net",
+                players: n as u8,
+                turns,
+                bot_seed: seed + i as u64,
+                apm: 400,
+                name: format!("p{i}"),
+                client_seed: seed * 31 + i as u64,
+                token: None,
+                desync_at: None,
+            };
             PeerNode::new(
-                peer,
-                client,
+                start,
+                spec,
+                server_addr,
                 SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16)),
             )
         })
@@ -260,7 +290,7 @@ fn over_netsim_with_loss_dup_and_reorder_every_peer_plays_every_turn_once() {
         ..LinkConfig::default()
     };
     let (peers, events, now) = netsim_match(4, 150, link, 17);
-    let summaries: Vec<_> = peers.iter().map(|p| p.peer.summary(now)).collect();
+    let summaries: Vec<_> = peers.iter().map(|p| p.peer().summary(now)).collect();
     eprintln!(
         "netsim: {:?} delay changes {:?}",
         summaries[0], peers[0].delay_changes
@@ -298,7 +328,7 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
         Some((2, lag)),
         config,
     );
-    let s: Vec<_> = peers.iter().map(|p| p.peer.summary(now)).collect();
+    let s: Vec<_> = peers.iter().map(|p| p.peer().summary(now)).collect();
     for (i, x) in s.iter().enumerate() {
         assert!(x.completed, "{x:?}");
         assert_eq!(peers[i].turns, (0..100).collect::<Vec<u32>>());
@@ -307,7 +337,7 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
     assert_eq!(s[0].stall_ms, 0.0);
     assert!(s[2].late_inputs > 10 && s[2].rtt_ms > 450.0, "{:?}", s[2]);
     assert_eq!(
-        peers[2].client.stats().mode,
+        peers[2].peer().link_stats().mode,
         lockstep::transport::CongestionMode::Bad
     );
 }
@@ -326,7 +356,7 @@ fn at_20_percent_loss_every_peer_sees_the_match_end_for_many_seeds() {
     for seed in 1..=20 {
         let (peers, _, now) = netsim_match(4, 40, link, seed);
         for (i, p) in peers.iter().enumerate() {
-            let s = p.peer.summary(now);
+            let s = p.peer().summary(now);
             if !s.completed {
                 bad.push((seed, i, s.final_turn, now.as_micros() / 1000));
             }

@@ -5,13 +5,12 @@
 //! in the token's slot; a token for another match or an impossible or taken
 //! slot is refused with its counted reason and allocates no match.
 
-use super::netsim::{DoneWhen, PeerNode, RelayNode};
+use super::netsim::{DoneWhen, PeerNode, PeerSpec, RelayNode};
 use super::*;
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, Client, Server, ServerCounters, TransportConfig};
-use relay::peer::{GamePeer, PeerConfig};
+use lockstep::transport::{AuthMode, Server, ServerCounters, TransportConfig};
 
 const UNIX_AT_ZERO: u64 = 1_800_000_000;
 const KEY: [u8; 32] = [7; 32];
@@ -61,27 +60,21 @@ fn run(players: &[(&str, Option<ConnectToken>)], turns: u32) -> Outcome {
         .enumerate()
         .map(|(i, (name, tok))| {
             let at = start + Duration::from_millis(50 * i as u64);
-            let config = TransportConfig::default();
-            let peer = GamePeer::new(
-                at,
-                PeerConfig {
-                    match_name: (*name).into(),
-                    players: 2,
-                    turns,
-                    seed: 40 + i as u64,
-                    apm: 400,
-                    name: format!("p{i}"),
-                    desync_at: None,
-                },
-            )
-            .unwrap();
-            let client = match tok {
-                Some(t) => Client::with_token(at, server_addr, config, t, 90 + i as u64),
-                None => Client::new(at, server_addr, config, 90 + i as u64),
+            let spec = PeerSpec {
+                match_name: name,
+                players: 2,
+                turns,
+                bot_seed: 40 + i as u64,
+                apm: 400,
+                name: format!("p{i}"),
+                client_seed: 90 + i as u64,
+                token: tok.clone(),
+                desync_at: None,
             };
             let mut node = PeerNode::new(
-                peer,
-                client,
+                at,
+                spec,
+                server_addr,
                 SocketAddr::from(([127, 0, 0, 1], 7001 + i as u16)),
             );
             // A refused peer is finished once the relay closed its connection
@@ -121,7 +114,7 @@ fn valid_tokens_play_a_match_in_the_tokens_slots() {
         ],
         60,
     );
-    let s: Vec<_> = o.peers.iter().map(|p| p.peer.summary(o.now)).collect();
+    let s: Vec<_> = o.peers.iter().map(|p| p.peer().summary(o.now)).collect();
     for x in &s {
         assert!(x.completed, "{x:?}");
         assert_eq!(x.final_hash, s[0].final_hash);
@@ -141,7 +134,7 @@ fn valid_tokens_play_a_match_in_the_tokens_slots() {
 fn token_for_another_match_is_refused_and_allocates_nothing() {
     let o = run(&[("ranked", Some(token("casual", 0, 3)))], 30);
     let p = &o.peers[0];
-    let summary = p.peer.summary(o.now);
+    let summary = p.peer().summary(o.now);
     assert!(summary.player.is_none());
     assert_eq!(
         summary.refused.map(|r| r.reason),
@@ -149,7 +142,7 @@ fn token_for_another_match_is_refused_and_allocates_nothing() {
         "the peer was told why"
     );
     assert_eq!(
-        p.glue.disconnected(),
+        p.peer().disconnected(),
         Some(lockstep::transport::DisconnectReason::Remote),
         "then the relay closed the connection"
     );
@@ -166,9 +159,9 @@ fn token_for_another_match_is_refused_and_allocates_nothing() {
 #[test]
 fn token_slot_outside_the_match_is_refused_and_allocates_nothing() {
     let o = run(&[("ranked", Some(token("ranked", 2, 4)))], 30);
-    assert!(o.peers[0].glue.disconnected().is_some());
+    assert!(o.peers[0].peer().disconnected().is_some());
     assert_eq!(
-        o.peers[0].peer.summary(o.now).refused.map(|r| r.reason),
+        o.peers[0].peer().summary(o.now).refused.map(|r| r.reason),
         Some(lockstep::proto::RejectReason::WrongSlot)
     );
     assert_eq!(
@@ -189,7 +182,7 @@ fn token_slot_taken_by_another_connection_is_refused() {
         ],
         30,
     );
-    assert!(o.peers[1].glue.disconnected().is_some());
+    assert!(o.peers[1].peer().disconnected().is_some());
     assert_eq!(
         (o.router.token_wrong_slot, o.server.token_wrong_slot),
         (1, 1)
@@ -201,7 +194,7 @@ fn token_slot_taken_by_another_connection_is_refused() {
 #[test]
 fn peer_without_a_token_never_connects() {
     let o = run(&[("ranked", None)], 30);
-    assert!(o.peers[0].peer.summary(o.now).player.is_none());
+    assert!(o.peers[0].peer().summary(o.now).player.is_none());
     assert_eq!(o.most_matches, 0);
     assert_eq!(o.router.joins_refused, 0, "refused before any join");
     assert!(o.server.token_missing > 0, "{:?}", o.server);

@@ -7,6 +7,15 @@ fn quick_demo(desync: Option<(u32, u8)>, tag: &str) -> relay::demo::DemoReport {
     quick_demo_with(desync, None, tag)
 }
 
+/// The same with a chosen game (its bot at its default APM).
+fn quick_demo_of(
+    game: relay::demo::DemoGame,
+    desync: Option<(u32, u8)>,
+    tag: &str,
+) -> relay::demo::DemoReport {
+    quick_demo_config(game, desync, None, tag)
+}
+
 /// Enough turns that a crash and its detection happen well inside the match.
 fn turns(vanish: Option<(u8, Duration)>) -> u32 {
     if vanish.is_some() { 150 } else { 60 }
@@ -17,8 +26,18 @@ fn quick_demo_with(
     vanish: Option<(u8, Duration)>,
     tag: &str,
 ) -> relay::demo::DemoReport {
+    quick_demo_config(relay::demo::DemoGame::Rts, desync, vanish, tag)
+}
+
+fn quick_demo_config(
+    game: relay::demo::DemoGame,
+    desync: Option<(u32, u8)>,
+    vanish: Option<(u8, Duration)>,
+    tag: &str,
+) -> relay::demo::DemoReport {
     let dir = std::env::temp_dir().join(format!("turns-demo-{}-{tag}", std::process::id()));
     let config = relay::demo::DemoConfig {
+        game,
         peers: 3,
         turns: turns(vanish),
         relay: RelayConfig {
@@ -37,7 +56,10 @@ fn quick_demo_with(
         }),
         record_dir: dir.clone(),
         seed: 3,
-        apm: 600,
+        apm: match game {
+            relay::demo::DemoGame::Rts => 600,
+            relay::demo::DemoGame::Arena => game.default_apm(),
+        },
         desync,
         peer_impair: Vec::new(),
         vanish,
@@ -59,6 +81,29 @@ fn udp_demo_plays_records_and_verifies() {
     assert_eq!(bad.desyncs[0].turn, 30);
     assert_eq!(bad.desyncs[0].odd_peers, vec![1]);
     assert!(!bad.desyncs[0].sections.is_empty());
+}
+
+/// `relay demo --game arena`: the second game plays through the same public
+/// peer, its recording verifies as the arena, and the forced desync works
+/// for it (the arena's fault switch changes exactly the `ships` section).
+#[test]
+fn udp_demo_plays_the_arena_and_catches_its_forced_desync() {
+    use relay::demo::DemoGame;
+    let ok = quick_demo_of(DemoGame::Arena, None, "arena-ok");
+    assert_eq!(ok.exit_code(), 0, "{}", ok.table());
+    assert!(ok.peers.iter().all(|p| p.summary.final_turn == Some(59)));
+    assert!(
+        ok.replay.verified && ok.replay.turns == 60,
+        "{}",
+        ok.table()
+    );
+    let bad = quick_demo_of(DemoGame::Arena, Some((30, 2)), "arena-bad");
+    assert_eq!(bad.exit_code(), 3, "{}", bad.table());
+    assert_eq!(bad.desyncs.len(), 1);
+    assert_eq!(bad.desyncs[0].turn, 30);
+    assert_eq!(bad.desyncs[0].odd_peers, vec![2]);
+    assert_eq!(bad.desyncs[0].sections, vec!["ships".to_owned()]);
+    assert!(bad.replay.verified, "{}", bad.table());
 }
 
 #[test]
@@ -84,6 +129,7 @@ fn a_restarted_relay_keeps_the_previous_runs_recordings() {
     let dir = std::env::temp_dir().join(format!("turns-demo-{}-restart", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = relay::demo::DemoConfig {
+        game: relay::demo::DemoGame::Rts,
         peers: 2,
         turns: 30,
         relay: RelayConfig {

@@ -1,18 +1,20 @@
-//! A measuring peer: the real turn [`Session`] driving either the reference
-//! game with its seeded bot (what `relay::peer::GamePeer` plays) or a fake
+//! A measuring peer: the public game half of a peer
+//! ([`lockstep::peer::GameSession`], the same code `lockstep::peer::Peer`
+//! runs) playing either the reference game with its seeded bot or a fake
 //! game for load generation (small commands at the bot's rate, a
 //! deterministic fake hash per turn). It timestamps every command it submits
 //! and matches them, in order, to the turns that execute them, so benchmarks
-//! get whole latency distributions rather than two percentiles.
+//! get whole latency distributions rather than two percentiles. The carrier
+//! (UDP transport or a TCP stream) is the driver's: it feeds
+//! [`BenchPeer::session`] and drains it.
 
-use lockstep::builder::SessionBuilder;
-use lockstep::event::Event;
-use lockstep::proto::{EndReason, decode_turn};
-use lockstep::session::Session;
+use lockstep::peer::{GameSession, PeerBuilder, PeerEvent};
+use lockstep::proto::EndReason;
+use lockstep::session::{Session, SessionStats};
 use lockstep::{Duration, Instant};
 use sim::bot::Bot;
 use sim::game::{Command, World};
-use sim::{PlayerId, Simulation, StateHash, Turn};
+use sim::{MatchSetup, PlayerId, SectionHash, Simulation, SnapshotError, Stamped, StateHash, Turn};
 use std::collections::VecDeque;
 
 /// What the peer plays.
@@ -94,13 +96,30 @@ impl PeerFigures {
     }
 }
 
+/// The game a bench peer runs.
+#[derive(Debug)]
+enum BenchGame {
+    World(Box<GameSession<World>>),
+    Fake(Box<GameSession<FakeGame>>),
+}
+
+/// Runs `$body` with `$g` bound to whichever game session it is (both
+/// games share the command type, so the bodies type-check for both).
+macro_rules! with_game {
+    ($game:expr, $g:ident => $body:expr) => {
+        match $game {
+            BenchGame::World($g) => $body,
+            BenchGame::Fake($g) => $body,
+        }
+    };
+}
+
 /// The peer; see the module docs.
 #[derive(Debug)]
 pub struct BenchPeer {
     config: BenchPeerConfig,
-    session: Session,
+    game: BenchGame,
     me: Option<PlayerId>,
-    world: Option<World>,
     bot: Option<Bot>,
     /// Submit times of our commands not yet executed, oldest first.
     submitted: VecDeque<Instant>,
@@ -115,18 +134,28 @@ pub struct BenchPeer {
 impl BenchPeer {
     /// A peer whose session has queued its join.
     pub fn new(now: Instant, config: BenchPeerConfig) -> Result<Self, String> {
-        let session = SessionBuilder::new()
-            .with_match(&config.match_name, config.players)
-            .with_simulation::<World>(relay::peer::rules_fingerprint(config.players))
-            .with_name(&format!("bench-{}", config.seed))
-            .with_turns(config.turns)
-            .build(now)
-            .map_err(|e| e.to_string())?;
+        let name = format!("bench-{}", config.seed);
+        let game = match config.play {
+            Play::Game { .. } => BenchGame::World(Box::new(
+                PeerBuilder::<World>::new(&config.match_name, config.players)
+                    .with_name(&name)
+                    .with_turns(config.turns)
+                    .with_ticks_per_turn(sim::game::DEFAULT_TICKS_PER_TURN)
+                    .build_session(now)
+                    .map_err(|e| e.to_string())?,
+            )),
+            Play::Fake { .. } => BenchGame::Fake(Box::new(
+                PeerBuilder::<FakeGame>::new(&config.match_name, config.players)
+                    .with_name(&name)
+                    .with_turns(config.turns)
+                    .build_session(now)
+                    .map_err(|e| e.to_string())?,
+            )),
+        };
         Ok(Self {
             config,
-            session,
+            game,
             me: None,
-            world: None,
             bot: None,
             submitted: VecDeque::new(),
             latencies: Vec::new(),
@@ -138,15 +167,16 @@ impl BenchPeer {
         })
     }
 
-    /// The session, for a driver to feed and drain.
+    /// The session, for a driver to feed and drain (never to poll events:
+    /// [`pump`](Self::pump) does).
     pub fn session(&mut self) -> &mut Session {
-        &mut self.session
+        with_game!(&mut self.game, g => g.session_mut())
     }
 
     /// Whether the session ended.
     #[must_use]
     pub fn is_done(&self) -> bool {
-        self.session.is_ended()
+        with_game!(&self.game, g => g.is_done())
     }
 
     /// Why the peer failed, if it did (rejected, could not report a hash).
@@ -155,27 +185,31 @@ impl BenchPeer {
         self.failed.as_deref()
     }
 
-    /// Handles every pending session event. Call after feeding the session.
+    fn stats(&self, now: Instant) -> SessionStats {
+        with_game!(&self.game, g => g.stats(now))
+    }
+
+    /// Handles every pending event at `now` (the world steps and its hash is
+    /// reported as each turn is polled). Call after feeding the session.
     pub fn pump(&mut self, now: Instant) {
-        while let Some(ev) = self.session.poll_event() {
+        loop {
+            let ev = with_game!(&mut self.game, g => g.poll_event());
+            let Some(ev) = ev else { break };
             self.on_event(now, ev);
         }
     }
 
-    fn on_event(&mut self, now: Instant, ev: Event) {
+    fn on_event(&mut self, now: Instant, ev: PeerEvent<Command>) {
         match ev {
-            Event::Started {
-                your_player, setup, ..
-            } => {
-                self.me = Some(your_player);
+            PeerEvent::Started { player, .. } => {
+                self.me = Some(player);
                 self.started = Some(now);
                 if let Play::Game { apm } = self.config.play {
-                    self.world = Some(World::new(&setup));
-                    self.bot = Some(Bot::new(your_player, self.config.seed, apm));
+                    self.bot = Some(Bot::new(player, self.config.seed, apm));
                 }
             }
-            Event::TurnReady { turn, inputs } => self.on_turn(now, turn, &inputs),
-            Event::MatchEnded { reason, turn } => {
+            PeerEvent::TurnReady { turn, inputs, .. } => self.on_turn(now, turn, &inputs),
+            PeerEvent::MatchEnded { reason, turn } => {
                 self.completed = reason == EndReason::Completed;
                 if !self.completed {
                     let at = turn.map_or("before its first turn".to_owned(), |t| {
@@ -184,18 +218,17 @@ impl BenchPeer {
                     self.note(format!("match ended {at}: {reason:?}"));
                 }
             }
-            Event::PlayerDropped { player, turn } if Some(player) == self.me => {
+            PeerEvent::PlayerDropped { player, turn } if Some(player) == self.me => {
                 self.note(format!("dropped by the relay at turn {turn}"));
             }
-            Event::Rejected { reason, .. } => self.failed = Some(format!("rejected: {reason}")),
+            PeerEvent::Refused { reason, .. } => self.failed = Some(format!("rejected: {reason}")),
             _ => {}
         }
     }
 
-    fn on_turn(&mut self, now: Instant, turn: Turn, inputs: &[(PlayerId, Vec<u8>)]) {
+    fn on_turn(&mut self, now: Instant, turn: Turn, commands: &[Stamped<Command>]) {
         self.turns += 1;
         self.last_turn_at = Some(now);
-        let commands = decode_turn::<Command>(inputs);
         let mine = commands
             .iter()
             .filter(|c| Some(c.player) == self.me)
@@ -205,32 +238,27 @@ impl BenchPeer {
                 self.latencies.push(now.saturating_since(at));
             }
         }
-        let (hash, orders) = match (self.world.as_mut(), self.bot.as_mut()) {
-            (Some(world), Some(bot)) => {
-                world.step(turn, &commands);
-                let hash = world.state_hash();
-                (hash, bot.think(world, turn))
+        let orders = match (&self.game, self.bot.as_mut()) {
+            (BenchGame::World(g), Some(bot)) => {
+                g.world().map(|w| bot.think(w, turn)).unwrap_or_default()
             }
             _ => {
                 let every = match self.config.play {
                     Play::Fake { every } => every.max(1),
                     Play::Game { .. } => u32::MAX,
                 };
-                let orders = if turn.0 % every == 0 {
+                if turn.0 % every == 0 {
                     vec![Command::Stop {
                         units: vec![turn.0],
                     }]
                 } else {
                     Vec::new()
-                };
-                (fake_hash(turn), orders)
+                }
             }
         };
-        // After the last turn the session may already have ended; that hash is not needed.
-        if self.session.report_hash(turn, hash, Vec::new()).is_err() && !self.session.is_ended() {
-            self.failed = Some(format!("could not report the hash of turn {turn}"));
-        }
-        if !orders.is_empty() && self.session.submit_commands(now, &orders).is_ok() {
+        let submitted =
+            !orders.is_empty() && with_game!(&mut self.game, g => g.submit(now, &orders).is_ok());
+        if submitted {
             self.submitted
                 .extend(std::iter::repeat_n(now, orders.len()));
         }
@@ -252,7 +280,7 @@ impl BenchPeer {
         } else {
             now
         };
-        let stats = self.session.stats(end);
+        let stats = self.stats(end);
         let secs = self
             .started
             .map_or(0.0, |s| end.saturating_since(s).as_secs_f64());
@@ -266,6 +294,48 @@ impl BenchPeer {
             error: self.failed.clone(),
             ..PeerFigures::default()
         }
+    }
+}
+
+/// The fake game: no simulation, only the turn count; its hash is
+/// [`fake_hash`] of the last turn, the same on every peer.
+#[derive(Clone, Debug)]
+pub struct FakeGame {
+    last: Option<Turn>,
+}
+
+impl Simulation for FakeGame {
+    type Command = Command;
+    const GAME_ID: &'static str = "bench-fake";
+    const GAME_VERSION: u32 = 1;
+
+    fn new(_setup: &MatchSetup) -> Self {
+        Self { last: None }
+    }
+    fn rules_hash(&self) -> StateHash {
+        StateHash([0xbe; 32])
+    }
+    fn step(&mut self, turn: Turn, _inputs: &[Stamped<Command>]) {
+        self.last = Some(turn);
+    }
+    fn state_hash(&self) -> StateHash {
+        self.last.map_or(StateHash([0; 32]), fake_hash)
+    }
+    fn section_hashes(&self) -> Vec<SectionHash> {
+        Vec::new()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.last.map_or(Vec::new(), |t| t.0.to_le_bytes().to_vec())
+    }
+    fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let last = match bytes.len() {
+            0 => None,
+            _ => Some(Turn(u32::from_le_bytes(
+                <[u8; 4]>::try_from(bytes)
+                    .map_err(|_| SnapshotError::Decode(format!("{} bytes", bytes.len())))?,
+            ))),
+        };
+        Ok(Self { last })
     }
 }
 

@@ -1,19 +1,20 @@
-//! `peer`: a headless peer of the reference game with a seeded bot. Joins a
-//! match on a relay, plays it, prints progress on stderr and a summary on
-//! exit. Exit code 0 when the match completed without desync, 3 on a desync,
+//! `peer`: a headless peer of a shipped game (`--game rts`, the reference
+//! RTS, or `--game arena`) with its seeded bot, built on the public
+//! `lockstep::peer` API only. Joins a match on a relay, plays it, prints
+//! progress on stderr and a summary on exit. Exit code 0 when the match
+//! completed without desync, 3 on a desync,
 //! 4 when the relay ended the match because it is shutting down, 5 when the
-//! relay refused the peer (one line on stderr: "refused by the relay:
-//! <reason>"), 1 on any other failure, 2 for bad usage.
+//! relay refused the peer (one line on stderr: `refused by the relay:
+//! <reason>`), 1 on any other failure, 2 for bad usage.
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
+use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
+use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
 use lockstep::proto::EndReason;
 use lockstep::token::ConnectToken;
-use lockstep::transport::TransportConfig;
-use relay::peer::PeerConfig;
-use relay::udp::{PeerRun, run_peer};
-use sim::Turn;
+use sim::{PlayerId, Simulation, Turn};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,9 +28,12 @@ use replays::{err_println as eprintln, out_println as println};
 #[command(
     name = "peer",
     version,
-    about = "Headless lockstep peer running the reference RTS with a seeded bot"
+    about = "Headless lockstep peer running a shipped game (rts or arena) with a seeded bot"
 )]
 struct Cli {
+    /// The game to play: the reference RTS or the arena shooter.
+    #[arg(long, value_enum, default_value_t = Game::Rts)]
+    game: Game,
     /// The relay's UDP address.
     #[arg(long)]
     relay: SocketAddr,
@@ -45,9 +49,9 @@ struct Cli {
     /// Seed of this peer's bot (and transport).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Bot actions per minute.
-    #[arg(long, default_value_t = 300)]
-    apm: u32,
+    /// Bot actions per minute (default: 300 for rts, 1800 for arena).
+    #[arg(long)]
+    apm: Option<u32>,
     /// Display name (default `bot<seed>`); the relay appends `#2`, `#3`, ... to
     /// a name another player of the match already has.
     #[arg(long)]
@@ -82,6 +86,79 @@ struct Cli {
     token: Option<String>,
 }
 
+/// The shipped games.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Game {
+    /// The reference RTS (`lockstep-rts`).
+    Rts,
+    /// The arena shooter (`arena`).
+    Arena,
+}
+
+/// Plays one match of `S` with the bot `bot` builds, over `socket`.
+fn run<S: Simulation, A: Agent<S>>(
+    cli: &Cli,
+    socket: UdpSocket,
+    token: Option<ConnectToken>,
+    ticks_per_turn: u16,
+    fault: Fault<S>,
+    bot: fn(PlayerId, u64, Option<u32>) -> A,
+) -> Result<PeerSummary, String> {
+    let name = cli
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("bot{}", cli.seed));
+    let mut builder = PeerBuilder::<S>::new(&cli.match_name, cli.players)
+        .with_name(&name)
+        .with_turns(cli.turns)
+        .with_seed(cli.seed)
+        .with_ticks_per_turn(ticks_per_turn);
+    if let Some(t) = token {
+        builder = builder.with_token(t);
+    }
+    if let Some(path) = &cli.record {
+        builder = builder.with_record(path);
+    }
+    if let Some(turn) = cli.desync_at {
+        builder = builder.with_fault(Turn(turn), fault);
+    }
+    let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| e.to_string())?;
+    let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
+    if impaired {
+        let link = LinkConfig {
+            latency: Duration::from_millis(cli.latency_ms),
+            jitter: Duration::from_millis(cli.jitter_ms),
+            loss: cli.loss,
+            ..LinkConfig::default()
+        };
+        udp = udp.with_impairment(link, cli.seed);
+    }
+    let opts = PlayOptions {
+        timeout: Duration::from_secs(cli.timeout_s),
+        ..PlayOptions::default()
+    };
+    let (seed, apm) = (cli.seed, cli.apm);
+    let stop = AtomicBool::new(false);
+    play(
+        &mut udp,
+        |p| bot(p, seed, apm),
+        &opts,
+        &stop,
+        |peer, now| {
+            let s = peer.stats(now);
+            eprintln!(
+                "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
+                s.last_turn.map_or(0, |t| t.0),
+                s.link.rtt.as_millis_f64(),
+                s.link.loss * 100.0,
+                s.stall.as_millis_f64(),
+                s.input_delay
+            );
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !(0.0..=1.0).contains(&cli.loss) {
@@ -107,46 +184,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
-    let run = PeerRun {
-        relay: cli.relay,
-        peer: PeerConfig {
-            match_name: cli.match_name.clone(),
-            players: cli.players,
-            turns: cli.turns,
-            seed: cli.seed,
-            apm: cli.apm,
-            name: cli
-                .name
-                .clone()
-                .unwrap_or_else(|| format!("bot{}", cli.seed)),
-            desync_at: cli.desync_at.map(Turn),
-        },
-        transport: TransportConfig::default(),
-        impair: impaired.then(|| LinkConfig {
-            latency: Duration::from_millis(cli.latency_ms),
-            jitter: Duration::from_millis(cli.jitter_ms),
-            loss: cli.loss,
-            ..LinkConfig::default()
-        }),
-        seed: cli.seed,
-        timeout: Duration::from_secs(cli.timeout_s),
-        record: cli.record.clone(),
-        vanish_after: None,
-        token,
+    let result = match cli.game {
+        Game::Rts => run::<sim::game::World, _>(
+            &cli,
+            socket,
+            token,
+            sim::game::DEFAULT_TICKS_PER_TURN,
+            |w, t| w.perturb(t.0),
+            |player, seed, apm| sim::bot::Bot::new(player, seed, apm.unwrap_or(300)),
+        ),
+        Game::Arena => run::<sim::arena::Arena, _>(
+            &cli,
+            socket,
+            token,
+            sim::arena::DEFAULT_TICKS_PER_TURN,
+            |w, t| w.perturb(t.0),
+            |player, seed, apm| {
+                sim::arena::Bot::new(player, seed, apm.unwrap_or(sim::arena::BOT_APM))
+            },
+        ),
     };
-    let stop = AtomicBool::new(false);
-    let result = run_peer(&socket, &run, &stop, |peer, now| {
-        let s = peer.stats(now);
-        eprintln!(
-            "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
-            s.last_turn.map_or(0, |t| t.0),
-            s.link.rtt.as_millis_f64(),
-            s.link.loss * 100.0,
-            s.stall.as_millis_f64(),
-            s.input_delay
-        );
-    });
     let summary = match result {
         Ok(s) => s,
         Err(e) => {

@@ -1,0 +1,134 @@
+//! A peer paired with a player that is not a human: a bot (or a test
+//! script) that thinks after every turn, from the world the turn left.
+
+use super::{Peer, PeerEvent};
+use crate::netsim::Endpoint;
+use crate::time::Instant;
+use sim::{PlayerId, Simulation, Turn};
+use std::net::SocketAddr;
+
+/// Something that plays a game of `S`: after every turn it looks at the
+/// world and returns the commands to submit (often none).
+pub trait Agent<S: Simulation> {
+    /// The commands to submit after `turn` was simulated into `world`.
+    fn think(&mut self, world: &S, turn: Turn) -> Vec<S::Command>;
+}
+
+impl Agent<sim::game::World> for sim::bot::Bot {
+    fn think(&mut self, world: &sim::game::World, turn: Turn) -> Vec<sim::game::Command> {
+        Self::think(self, world, turn)
+    }
+}
+
+impl Agent<sim::arena::Arena> for sim::arena::Bot {
+    fn think(&mut self, world: &sim::arena::Arena, turn: Turn) -> Vec<sim::arena::Command> {
+        Self::think(self, world, turn)
+    }
+}
+
+/// Builds the agent once the match started and this peer's slot is known.
+pub type MakeAgent<A> = Box<dyn FnMut(PlayerId) -> A + Send>;
+
+/// A [`Peer`] played by an [`Agent`]: polls every event, lets the agent
+/// think after every turn and submits what it returns. Use it for headless
+/// peers (the `peer` binary, `relay demo`) and, as a
+/// [`netsim::Endpoint`](crate::netsim::Endpoint), for tests under loss.
+pub struct Autopilot<S: Simulation, A> {
+    peer: Peer<S>,
+    make: MakeAgent<A>,
+    agent: Option<A>,
+    log: Option<Vec<PeerEvent<S::Command>>>,
+}
+
+impl<S: Simulation, A> std::fmt::Debug for Autopilot<S, A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Autopilot")
+            .field("player", &self.peer.player())
+            .field("started", &self.agent.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Simulation, A: Agent<S>> Autopilot<S, A> {
+    /// Plays `peer` with the agent `make` builds at the start.
+    #[must_use]
+    pub fn new(peer: Peer<S>, make: impl FnMut(PlayerId) -> A + Send + 'static) -> Self {
+        Self {
+            peer,
+            make: Box::new(make),
+            agent: None,
+            log: None,
+        }
+    }
+
+    /// Keeps every event polled, for [`take_log`](Self::take_log) (tests, logs).
+    #[must_use]
+    pub fn with_log(mut self) -> Self {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    /// The peer.
+    #[must_use]
+    pub const fn peer(&self) -> &Peer<S> {
+        &self.peer
+    }
+
+    /// The peer, to feed it (datagrams, time) or to leave.
+    pub const fn peer_mut(&mut self) -> &mut Peer<S> {
+        &mut self.peer
+    }
+
+    /// The events polled since the last call (empty without [`with_log`](Self::with_log)).
+    pub fn take_log(&mut self) -> Vec<PeerEvent<S::Command>> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Polls every pending event at `now`: the agent is built at the start
+    /// and thinks after every turn; what it returns is submitted.
+    pub fn step(&mut self, now: Instant) {
+        while let Some(ev) = self.peer.poll_event() {
+            match &ev {
+                PeerEvent::Started { player, .. } => self.agent = Some((self.make)(*player)),
+                PeerEvent::TurnReady { turn, .. } => {
+                    if let (Some(agent), Some(world)) = (self.agent.as_mut(), self.peer.world()) {
+                        let orders = agent.think(world, *turn);
+                        if !orders.is_empty() {
+                            // A full queue only delays the agent; nothing to do about it here.
+                            let _ = self.peer.submit(now, &orders);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if let Some(log) = self.log.as_mut() {
+                log.push(ev);
+            }
+        }
+    }
+}
+
+impl<S: Simulation, A: Agent<S>> Endpoint for Autopilot<S, A> {
+    fn addr(&self) -> SocketAddr {
+        Endpoint::addr(&self.peer)
+    }
+    fn pump(&mut self, now: Instant) {
+        self.peer.flush(now);
+        self.step(now);
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.peer.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.peer.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.peer.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.peer.poll_timeout()
+    }
+    fn is_done(&self) -> bool {
+        self.peer.is_done()
+    }
+}

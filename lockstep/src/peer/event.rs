@@ -1,0 +1,117 @@
+//! What a [`Peer`](super::Peer) tells the game loop, polled with
+//! [`Peer::poll_event`](super::Peer::poll_event).
+
+use crate::proto::{EndReason, PlayerInfo, RejectReason};
+use crate::time::Duration;
+use crate::transport::DisconnectReason;
+use sim::{MatchSetup, PlayerId, Stamped, StateHash, Turn};
+
+/// Something the game loop reacts to. Poll every event each frame: the
+/// world is stepped (and its hash reported and recorded) as its
+/// [`PeerEvent::TurnReady`] is polled, never ahead of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerEvent<C> {
+    /// Lobby progress before the match starts (show "2/4 joined").
+    Lobby {
+        /// Players joined so far.
+        joined: u8,
+        /// Slots to fill.
+        slots: u8,
+    },
+    /// The match started and the world is built: [`Peer::world`](super::Peer::world)
+    /// is `Some` from now on.
+    Started {
+        /// This peer's slot.
+        player: PlayerId,
+        /// What the world was built from.
+        setup: MatchSetup,
+        /// Every player.
+        players: Vec<PlayerInfo>,
+        /// Length of one turn.
+        turn_length: Duration,
+    },
+    /// The world was stepped through `turn` with `inputs` (canonical order,
+    /// invalid entries skipped) and its hash is `hash`: render, or let a bot
+    /// think, from [`Peer::world`](super::Peer::world) now.
+    TurnReady {
+        /// The turn just simulated.
+        turn: Turn,
+        /// Its decoded inputs, stamped with each sender's slot.
+        inputs: Vec<Stamped<C>>,
+        /// State hash after it (already reported to the relay).
+        hash: StateHash,
+    },
+    /// A turn is due by the clock but its bundle has been missing for a turn
+    /// length (show a "waiting for players" hint).
+    Stalled {
+        /// The turn waited for.
+        turn: Turn,
+        /// Players the relay says it waits on (empty if not told).
+        waiting_on: Vec<PlayerId>,
+    },
+    /// Hash reports for `turn` disagree: the match has diverged.
+    Desync {
+        /// The turn.
+        turn: Turn,
+        /// Every reporting player's hash.
+        hashes: Vec<(PlayerId, StateHash)>,
+        /// Players outside the majority; empty when the relay cannot tell.
+        odd_players: Vec<PlayerId>,
+    },
+    /// Which sections differ for a desynced turn.
+    DesyncSections {
+        /// The turn.
+        turn: Turn,
+        /// Players compared.
+        players: Vec<PlayerId>,
+        /// Names of the differing sections.
+        sections: Vec<String>,
+    },
+    /// A player is gone; from `turn` on its slot has empty inputs.
+    PlayerDropped {
+        /// Who.
+        player: PlayerId,
+        /// The first turn without them.
+        turn: Turn,
+    },
+    /// The input delay changes from local turn `from_turn` on.
+    DelayChanged {
+        /// New delay in turns.
+        delay: u8,
+        /// First local turn using it.
+        from_turn: Turn,
+    },
+    /// Our input for `turn` arrived late and was simulated in `landed_in`.
+    LateInput {
+        /// Intended turn.
+        turn: Turn,
+        /// Actual turn.
+        landed_in: Turn,
+    },
+    /// The relay refused our input for `turn` (over our byte budget): its
+    /// commands are not played.
+    InputRefused {
+        /// The turn the input was meant for.
+        turn: Turn,
+    },
+    /// The relay refused this peer (handshake or join); the peer is done.
+    Refused {
+        /// Why, typed; `Display` gives the line to show a human.
+        reason: RejectReason,
+        /// Specifics the relay added, if any.
+        detail: Option<String>,
+    },
+    /// The match is over; every turn up to `turn` has been yielded (and the
+    /// recording, if any, closed).
+    MatchEnded {
+        /// Last turn; `None` when the match ended before its first turn.
+        turn: Option<Turn>,
+        /// Why.
+        reason: EndReason,
+    },
+    /// The transport connection to the relay ended before the match did.
+    ConnectionLost {
+        /// Why.
+        reason: DisconnectReason,
+    },
+}

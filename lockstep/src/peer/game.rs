@@ -1,0 +1,356 @@
+//! The game half of a peer at the message level: a [`Session`] plus the
+//! game's world, hash reporting, recording and the summary, for any carrier
+//! of the session's messages. [`Peer`](super::Peer) puts it on the UDP
+//! transport; use a [`GameSession`] directly for another carrier (a TCP
+//! stream, an in-memory pipe in tests).
+
+use super::record::{Recording, StartInfo};
+use super::{DesyncSummary, Fault, LatencyMs, PeerEvent, PeerRefusal, PeerSummary};
+use crate::event::Event;
+use crate::proto::{Delivery, EndReason, decode_turn};
+use crate::session::{Session, SessionError, SessionStats};
+use crate::time::{Duration, Instant};
+use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
+
+/// A session playing game `S` at the message level (see
+/// [`Peer`](super::Peer) for the events and the loop). Build it with
+/// [`PeerBuilder::build_session`](super::PeerBuilder::build_session).
+pub struct GameSession<S: Simulation> {
+    pub(super) session: Session,
+    pub(super) match_name: String,
+    pub(super) world: Option<S>,
+    pub(super) player: Option<PlayerId>,
+    pub(super) fault: Option<(Turn, Fault<S>)>,
+    pub(super) record: Option<Recording>,
+    /// The latest time handed in (events carry no time of their own).
+    pub(super) now: Instant,
+    pub(super) started_at: Option<Instant>,
+    pub(super) last: Option<(Turn, StateHash)>,
+    pub(super) desyncs: Vec<DesyncSummary>,
+    pub(super) dropped: Vec<(u8, u32)>,
+    pub(super) completed: bool,
+    pub(super) ended: Option<EndReason>,
+    pub(super) error: Option<String>,
+    pub(super) refused: Option<PeerRefusal>,
+    /// The wall clock at one instant (`now`, Unix ms), given by the driver.
+    pub(super) unix_anchor: Option<(Instant, u64)>,
+}
+
+impl<S: Simulation> std::fmt::Debug for GameSession<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GameSession")
+            .field("match_name", &self.match_name)
+            .field("player", &self.player())
+            .field("last", &self.last)
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Simulation> GameSession<S> {
+    /// A message from the relay arrived at `now`.
+    pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
+        self.now = now;
+        self.session.handle_message(now, bytes);
+    }
+
+    /// The clock reached `now`: run the session's due timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = now;
+        self.session.handle_timeout(now);
+    }
+
+    /// When the session next needs [`handle_timeout`](Self::handle_timeout).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.session.poll_timeout()
+    }
+
+    /// The next message for the relay and how it must travel.
+    pub fn poll_outgoing(&mut self) -> Option<(Delivery, Vec<u8>)> {
+        self.session.poll_outgoing()
+    }
+
+    /// The session, for glue to a transport (feed it messages and drain its
+    /// outgoing ones, as [`PeerGlue`](crate::peer_glue::PeerGlue) does).
+    /// Poll events through [`poll_event`](Self::poll_event), never from the
+    /// session: the world steps there.
+    pub const fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Queues the local player's commands for the next open turn.
+    ///
+    /// # Errors
+    /// Before the match started or after it ended, or when the local queue is full.
+    pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
+        self.now = now;
+        self.session.submit_commands(now, commands)
+    }
+
+    /// The next event; a [`PeerEvent::TurnReady`] steps the world as it is
+    /// polled (see [`Peer::poll_event`](super::Peer::poll_event)).
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<PeerEvent<S::Command>> {
+        let ev = self.session.poll_event()?;
+        Some(self.on_event(ev))
+    }
+
+    /// The world, once the match started.
+    #[must_use]
+    pub const fn world(&self) -> Option<&S> {
+        self.world.as_ref()
+    }
+
+    /// This peer's slot, once started.
+    #[must_use]
+    pub fn player(&self) -> Option<PlayerId> {
+        self.session.player().or(self.player)
+    }
+
+    /// Whether the session is over (match ended, refused, or left).
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.session.is_ended()
+    }
+
+    /// Anchors the wall clock: `now` is `unix_ms` ms after the Unix epoch.
+    /// Nothing here reads a clock; without this a recording's start time is
+    /// 0 (unknown).
+    pub const fn set_unix_time(&mut self, now: Instant, unix_ms: u64) {
+        self.unix_anchor = Some((now, unix_ms));
+    }
+
+    /// Leaves the match at once (the relay frees the slot without waiting
+    /// for a timeout).
+    pub fn leave(&mut self, now: Instant) {
+        self.now = now;
+        if !self.session.is_ended() {
+            self.session.leave(now);
+        }
+    }
+
+    /// Closes the recording, if one is open: with a trailer when the match
+    /// completed, else readable up to its last turn. Done by itself when
+    /// [`PeerEvent::MatchEnded`] is polled; call it when giving up early.
+    pub fn close_recording(&mut self) {
+        let completed = self.last.filter(|_| self.completed);
+        if let Some(rec) = self.record.as_mut()
+            && let Err(e) = rec.close(completed)
+        {
+            self.error = Some(format!("recording: {e}"));
+        }
+    }
+
+    /// Session figures (for a progress line).
+    #[must_use]
+    pub fn stats(&self, now: Instant) -> SessionStats {
+        self.session.stats(now)
+    }
+
+    /// The run's summary so far (final at the end).
+    #[must_use]
+    pub fn summary(&self, now: Instant) -> PeerSummary {
+        let s = self.session.stats(now);
+        let elapsed = self
+            .started_at
+            .map_or(Duration::ZERO, |t| now.saturating_since(t));
+        let secs = elapsed.as_secs_f64();
+        let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
+        PeerSummary {
+            player: self.player().map(|p| p.0),
+            final_turn: self.last.map(|(t, _)| t.0),
+            final_hash: self.last.map(|(_, h)| h.to_hex()),
+            turns: s.turns_executed,
+            stall_ms: s.stall.as_millis_f64(),
+            turn_latency_ms: LatencyMs {
+                p50: s.latency_p50.as_millis_f64(),
+                p99: s.latency_p99.as_millis_f64(),
+            },
+            rtt_ms: s.link.rtt.as_millis_f64(),
+            loss: s.link.loss,
+            bytes_per_s: rate(s.bytes_sent + s.bytes_received),
+            bytes_up_per_s: rate(s.bytes_sent),
+            bytes_down_per_s: rate(s.bytes_received),
+            input_delay: s.input_delay,
+            late_inputs: s.late_inputs,
+            desyncs: self.desyncs.clone(),
+            dropped: self.dropped.clone(),
+            completed: self.completed,
+            ended: self.ended,
+            error: self.error.clone(),
+            refused: self.refused.clone(),
+        }
+    }
+
+    /// Notes an error for the summary (the first one wins).
+    pub fn note_error(&mut self, error: impl Into<String>) {
+        if self.error.is_none() {
+            self.error = Some(error.into());
+        }
+    }
+
+    fn unix_ms(&self, now: Instant) -> u64 {
+        self.unix_anchor.map_or(0, |(at, ms)| {
+            if now >= at {
+                ms.saturating_add(now.saturating_since(at).as_millis())
+            } else {
+                ms.saturating_sub(at.saturating_since(now).as_millis())
+            }
+        })
+    }
+
+    fn on_event(&mut self, ev: Event) -> PeerEvent<S::Command> {
+        let now = self.now;
+        match ev {
+            Event::Lobby { joined, slots } => PeerEvent::Lobby { joined, slots },
+            Event::Started {
+                your_player,
+                setup,
+                players,
+                turn_length,
+                ..
+            } => {
+                let world = S::new(&setup);
+                self.player = Some(your_player);
+                self.started_at = Some(now);
+                self.start_recording(now, &world, &setup, &players, turn_length);
+                self.world = Some(world);
+                PeerEvent::Started {
+                    player: your_player,
+                    setup,
+                    players,
+                    turn_length,
+                }
+            }
+            Event::TurnReady { turn, inputs } => self.turn_ready(turn, &inputs),
+            Event::Stalled { turn, waiting_on } => PeerEvent::Stalled { turn, waiting_on },
+            Event::Desync {
+                turn,
+                hashes,
+                odd_players,
+            } => {
+                self.desyncs.push(DesyncSummary {
+                    turn: turn.0,
+                    odd_players: odd_players.iter().map(|p| p.0).collect(),
+                    sections: Vec::new(),
+                });
+                PeerEvent::Desync {
+                    turn,
+                    hashes,
+                    odd_players,
+                }
+            }
+            Event::DesyncSections {
+                turn,
+                players,
+                sections,
+            } => {
+                if let Some(d) = self.desyncs.iter_mut().find(|d| d.turn == turn.0) {
+                    d.sections.clone_from(&sections);
+                }
+                PeerEvent::DesyncSections {
+                    turn,
+                    players,
+                    sections,
+                }
+            }
+            Event::PlayerDropped { player, turn } => {
+                self.dropped.push((player.0, turn.0));
+                self.record_with(|w| w.record_drop(player, turn));
+                PeerEvent::PlayerDropped { player, turn }
+            }
+            Event::InputDelayChanged { delay, from_turn } => {
+                self.record_with(|w| w.record_delay_change(u32::from(delay), from_turn));
+                PeerEvent::DelayChanged { delay, from_turn }
+            }
+            Event::LateInput { turn, landed_in } => PeerEvent::LateInput { turn, landed_in },
+            Event::InputRefused { turn } => PeerEvent::InputRefused { turn },
+            Event::MatchEnded { turn, reason } => {
+                self.completed = reason == EndReason::Completed;
+                self.ended = Some(reason);
+                self.close_recording();
+                PeerEvent::MatchEnded { turn, reason }
+            }
+            Event::Rejected { reason, detail } => {
+                self.refused = Some(PeerRefusal {
+                    reason,
+                    detail: detail.clone(),
+                });
+                PeerEvent::Refused { reason, detail }
+            }
+        }
+    }
+
+    fn start_recording(
+        &mut self,
+        now: Instant,
+        world: &S,
+        setup: &MatchSetup,
+        players: &[crate::proto::PlayerInfo],
+        turn_length: Duration,
+    ) {
+        let start_time_unix_ms = self.unix_ms(now);
+        let Some(rec) = self.record.as_mut() else {
+            return;
+        };
+        let info = StartInfo {
+            match_name: &self.match_name,
+            setup,
+            players,
+            turn_length,
+            start_time_unix_ms,
+        };
+        if let Err(e) = rec.start(world, &info) {
+            self.note_error(format!("recording: {e}"));
+        }
+    }
+
+    fn record_with(
+        &mut self,
+        f: impl FnOnce(&mut replays::Writer) -> Result<(), replays::ReplayError>,
+    ) {
+        if let Some(rec) = self.record.as_mut()
+            && let Err(e) = rec.write(f)
+        {
+            self.note_error(format!("recording: {e}"));
+        }
+    }
+
+    /// Steps the world through `turn`, reports and records its hash.
+    fn turn_ready(&mut self, turn: Turn, raw: &[(PlayerId, Vec<u8>)]) -> PeerEvent<S::Command> {
+        let inputs = decode_turn::<S::Command>(raw);
+        let Some(world) = self.world.as_mut() else {
+            // Not reachable: the session yields turns only after the start.
+            return PeerEvent::TurnReady {
+                turn,
+                inputs,
+                hash: StateHash([0; 32]),
+            };
+        };
+        world.step(turn, &inputs);
+        if let Some((at, fault)) = self.fault
+            && at == turn
+        {
+            fault(world, turn);
+        }
+        let hash = world.state_hash();
+        let sections = world.section_hashes();
+        let keyframe = self
+            .record
+            .as_ref()
+            .is_some_and(|r| r.keyframe_due(turn))
+            .then(|| world.snapshot());
+        self.last = Some((turn, hash));
+        // Not reachable for a yielded turn; noted rather than fatal.
+        if self.session.report_hash(turn, hash, sections).is_err() {
+            self.note_error(format!("could not report hash of turn {turn}"));
+        }
+        if let Some(rec) = self.record.as_mut()
+            && let Err(e) = rec.turn(turn, raw, hash, keyframe.as_deref())
+        {
+            self.note_error(format!("recording: {e}"));
+        }
+        PeerEvent::TurnReady { turn, inputs, hash }
+    }
+}

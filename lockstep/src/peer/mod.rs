@@ -1,0 +1,446 @@
+//! A peer of any game, in the GGRS style: a sans-IO core that owns the
+//! [`Session`](crate::session::Session), the transport [`Client`], the glue between them and the
+//! game's world, and reports everything as polled [`PeerEvent`]s.
+//!
+//! The game loop is yours. Each frame hand the peer what arrived and the
+//! time, then drain what it has for you:
+//!
+//! 1. [`Peer::handle_datagram`] for each datagram from the relay, then
+//!    [`Peer::handle_timeout`] once;
+//! 2. [`Peer::poll_event`] until `None`: on [`PeerEvent::TurnReady`] the world
+//!    is already stepped, its hash reported (and recorded): render it or let
+//!    a bot think from [`Peer::world`];
+//! 3. [`Peer::submit`] the local player's commands;
+//! 4. [`Peer::poll_transmit`] until `None`, sending each datagram; sleep
+//!    until [`Peer::poll_timeout`] or the next datagram.
+//!
+//! Hash reporting is built in; recording ([`PeerBuilder::with_record`]),
+//! join tokens, stats ([`Peer::summary`]) and a fault switch for desync
+//! drills ([`PeerBuilder::with_fault`]) are switched on with `with_*`
+//! options. [`GameSession`] is the same game half without the transport,
+//! for another carrier of the session's messages. [`udp::UdpPeer`] runs a
+//! peer over a real socket;
+//! [`Autopilot`] pairs it with a bot, and as a
+//! [`netsim::Endpoint`](crate::netsim::Endpoint) a peer runs under the
+//! [`netsim::Harness`](crate::netsim::Harness) on a virtual network.
+
+mod agent;
+mod event;
+mod game;
+mod record;
+mod summary;
+#[cfg(test)]
+mod tests;
+pub mod udp;
+
+pub use agent::{Agent, Autopilot, MakeAgent};
+pub use event::PeerEvent;
+pub use game::GameSession;
+pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary};
+
+use crate::builder::{BuildError, SessionBuilder};
+use crate::netsim::Endpoint;
+use crate::peer_glue::PeerGlue;
+use crate::session::{SessionError, SessionStats};
+use crate::time::Instant;
+use crate::token::ConnectToken;
+use crate::transport::{Client, DisconnectReason, TransportConfig};
+use record::Recording;
+use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Turns between keyframes in a peer's own replay unless
+/// [`PeerBuilder::with_keyframes`] says otherwise.
+pub const KEYFRAME_EVERY: u32 = 100;
+
+/// A fault injected into the own world right after simulating a turn (the
+/// turn is passed as a salt): desync drills and tests, for any game.
+pub type Fault<S> = fn(&mut S, Turn);
+
+/// The rules fingerprint a peer sends in its join: the game's rules hash for
+/// a canonical setup of this size (seed 0; the real seed is only known at
+/// start). Every peer of a match computes the same one.
+#[must_use]
+pub fn rules_fingerprint<S: Simulation>(players: u8, ticks_per_turn: u16) -> StateHash {
+    S::new(&MatchSetup {
+        seed: 0,
+        players,
+        ticks_per_turn,
+    })
+    .rules_hash()
+}
+
+/// Options of a [`Peer`]: `PeerBuilder::<MyGame>::new("match", 2).with_*(..).build(now, relay)`.
+#[derive(Debug)]
+pub struct PeerBuilder<S: Simulation> {
+    match_name: String,
+    players: u8,
+    name: String,
+    turns: u32,
+    token: Option<ConnectToken>,
+    record: Option<PathBuf>,
+    keyframes: u32,
+    transport: TransportConfig,
+    seed: u64,
+    fault: Option<(Turn, Fault<S>)>,
+    ticks_per_turn: u16,
+    local_addr: SocketAddr,
+}
+
+impl<S: Simulation> PeerBuilder<S> {
+    /// A peer that joins `match_name`, a match of `players` slots.
+    #[must_use]
+    pub fn new(match_name: &str, players: u8) -> Self {
+        Self {
+            match_name: match_name.to_owned(),
+            players,
+            name: String::new(),
+            turns: 0,
+            token: None,
+            record: None,
+            keyframes: KEYFRAME_EVERY,
+            transport: TransportConfig::default(),
+            seed: 0,
+            fault: None,
+            ticks_per_turn: 1,
+            local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        }
+    }
+
+    /// The display name (the relay suffixes a name another player has).
+    #[must_use]
+    pub fn with_name(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.name);
+        self
+    }
+
+    /// Turns to play (0: until the match ends).
+    #[must_use]
+    pub const fn with_turns(mut self, turns: u32) -> Self {
+        self.turns = turns;
+        self
+    }
+
+    /// Connect with a join token (a relay in token mode).
+    #[must_use]
+    pub fn with_token(mut self, token: ConnectToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// Record this peer's view of the match to `path` (bundles, own hashes,
+    /// drops, delay changes and keyframes), closed when the match ends.
+    #[must_use]
+    pub fn with_record(mut self, path: impl Into<PathBuf>) -> Self {
+        self.record = Some(path.into());
+        self
+    }
+
+    /// A keyframe every `k` turns in the recording (0: none; default [`KEYFRAME_EVERY`]).
+    #[must_use]
+    pub const fn with_keyframes(mut self, k: u32) -> Self {
+        self.keyframes = k;
+        self
+    }
+
+    /// Transport settings (default: [`TransportConfig::default`]).
+    #[must_use]
+    pub const fn with_transport(mut self, config: TransportConfig) -> Self {
+        self.transport = config;
+        self
+    }
+
+    /// Seed of the transport client's randomness (handshake salt).
+    #[must_use]
+    pub const fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Fault switch: run `fault` on the own world right after simulating
+    /// `turn`, before its hash is taken (a forced desync).
+    #[must_use]
+    pub fn with_fault(mut self, turn: Turn, fault: Fault<S>) -> Self {
+        self.fault = Some((turn, fault));
+        self
+    }
+
+    /// Ticks per turn of the canonical setup the rules fingerprint is
+    /// computed from (see [`rules_fingerprint`]); every peer of a match must
+    /// use the same value (default 1).
+    #[must_use]
+    pub const fn with_ticks_per_turn(mut self, ticks: u16) -> Self {
+        self.ticks_per_turn = ticks;
+        self
+    }
+
+    /// The address this peer is known by as a [`netsim::Endpoint`](crate::netsim::Endpoint)
+    /// (not used otherwise).
+    #[must_use]
+    pub const fn with_local_addr(mut self, addr: SocketAddr) -> Self {
+        self.local_addr = addr;
+        self
+    }
+
+    /// Builds the peer at `now`: its join is queued and the transport starts
+    /// its handshake with `relay`.
+    ///
+    /// # Errors
+    /// Slots outside `1..=8` or a name longer than the protocol allows.
+    pub fn build(self, now: Instant, relay: SocketAddr) -> Result<Peer<S>, BuildError> {
+        let client = match &self.token {
+            Some(t) => Client::with_token(now, relay, self.transport, t, self.seed),
+            None => Client::new(now, relay, self.transport, self.seed),
+        };
+        let local_addr = self.local_addr;
+        Ok(Peer {
+            game: self.build_session(now)?,
+            client,
+            glue: PeerGlue::new(),
+            local_addr,
+            pending: VecDeque::new(),
+            lost_reported: false,
+            dirty: false,
+        })
+    }
+
+    /// Builds only the game half at `now`, for a carrier other than the UDP
+    /// transport (its first outgoing message is the join). The token and
+    /// transport options do not apply.
+    ///
+    /// # Errors
+    /// Slots outside `1..=8` or a name longer than the protocol allows.
+    pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
+        let session = SessionBuilder::new()
+            .with_match(&self.match_name, self.players)
+            .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
+            .with_name(&self.name)
+            .with_turns(self.turns)
+            .build(now)?;
+        Ok(GameSession {
+            session,
+            match_name: self.match_name,
+            world: None,
+            player: None,
+            fault: self.fault,
+            record: self.record.map(|p| Recording::new(p, self.keyframes)),
+            now,
+            started_at: None,
+            last: None,
+            desyncs: Vec::new(),
+            dropped: Vec::new(),
+            completed: false,
+            ended: None,
+            error: None,
+            refused: None,
+            unix_anchor: None,
+        })
+    }
+}
+
+/// A peer of game `S`: see the [module docs](self) for the loop that drives it.
+pub struct Peer<S: Simulation> {
+    game: GameSession<S>,
+    client: Client,
+    glue: PeerGlue,
+    local_addr: SocketAddr,
+    /// Events of the peer's own (the connection's end), before the session's.
+    pending: VecDeque<PeerEvent<S::Command>>,
+    lost_reported: bool,
+    /// The transport got datagrams or timers ran since the last flush.
+    dirty: bool,
+}
+
+impl<S: Simulation> std::fmt::Debug for Peer<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("game", &self.game)
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Simulation> Peer<S> {
+    /// A datagram from `from` arrived at `now`. Cheap: it only reaches the
+    /// transport; what it carried reaches the session at the next
+    /// [`poll_event`](Self::poll_event) or [`poll_transmit`](Self::poll_transmit).
+    pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.game.now = now;
+        self.client.handle_datagram(now, from, bytes);
+        self.dirty = true;
+    }
+
+    /// The clock reached `now`: run due timers (resends, pings, stall
+    /// detection). Call every frame, after the frame's datagrams; what they
+    /// carried reaches the session at the next [`poll_event`](Self::poll_event)
+    /// or [`poll_transmit`](Self::poll_transmit) (timers first, then
+    /// messages, in the order the peer has always run them).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.client.handle_timeout(now);
+        self.game.handle_timeout(now);
+        self.dirty = true;
+    }
+
+    /// Queues the local player's commands for the next open turn.
+    ///
+    /// # Errors
+    /// Before the match started or after it ended, or when the local queue is full.
+    pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
+        self.game.submit(now, commands)
+    }
+
+    /// The next datagram to send at `now`, written into `buf`; its
+    /// destination returned. `None` when nothing is queued.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.game.now = now;
+        self.flush(now);
+        self.client.poll_transmit(now, buf)
+    }
+
+    /// When the peer next needs [`handle_timeout`](Self::handle_timeout).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        [self.client.poll_timeout(), self.game.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The next event, `None` when there is none. A [`PeerEvent::TurnReady`]
+    /// steps the world as it is polled (so the world a game looks at after
+    /// polling it is the world after that turn).
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<PeerEvent<S::Command>> {
+        if self.dirty {
+            self.flush(self.game.now);
+        }
+        if let Some(ev) = self.pending.pop_front() {
+            return Some(ev);
+        }
+        self.game.poll_event()
+    }
+
+    /// The world, once the match started.
+    #[must_use]
+    pub const fn world(&self) -> Option<&S> {
+        self.game.world()
+    }
+
+    /// This peer's slot, once started.
+    #[must_use]
+    pub fn player(&self) -> Option<PlayerId> {
+        self.game.player()
+    }
+
+    /// Whether the session is over (match ended, refused, or left), as of
+    /// the last [`poll_event`](Self::poll_event) or [`poll_transmit`](Self::poll_transmit).
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.game.is_done()
+    }
+
+    /// Why the transport connection ended, if it did.
+    #[must_use]
+    pub const fn disconnected(&self) -> Option<DisconnectReason> {
+        self.glue.disconnected()
+    }
+
+    /// Whether everything sent reached the relay (nothing queued or
+    /// unacknowledged): after the match ended, keep running until then
+    /// (bounded) so the final hashes are not lost with the process.
+    #[must_use]
+    pub fn is_flushed(&self) -> bool {
+        self.glue.is_flushed(&self.client)
+    }
+
+    /// Anchors the wall clock: `now` is `unix_ms` ms after the Unix epoch.
+    /// The peer never reads a clock; without this a recording's start time
+    /// is 0 (unknown).
+    pub const fn set_unix_time(&mut self, now: Instant, unix_ms: u64) {
+        self.game.set_unix_time(now, unix_ms);
+    }
+
+    /// Leaves the match at once (the relay frees the slot without waiting
+    /// for a timeout), then closes the connection.
+    pub fn leave(&mut self, now: Instant) {
+        if !self.game.is_done() {
+            self.game.leave(now);
+            self.flush(now);
+        }
+        self.client.disconnect(now);
+    }
+
+    /// Closes the recording, if one is open: with a trailer when the match
+    /// completed, else readable up to its last turn. Done by itself when
+    /// [`PeerEvent::MatchEnded`] is polled; call it when giving up early.
+    pub fn close_recording(&mut self) {
+        self.game.close_recording();
+    }
+
+    /// The transport's link figures (RTT, loss, congestion mode, unacked).
+    #[must_use]
+    pub fn link_stats(&self) -> crate::transport::stats::LinkStats {
+        self.client.stats()
+    }
+
+    /// Session figures (for a progress line).
+    #[must_use]
+    pub fn stats(&self, now: Instant) -> SessionStats {
+        self.game.stats(now)
+    }
+
+    /// The run's summary so far (final at the end).
+    #[must_use]
+    pub fn summary(&self, now: Instant) -> PeerSummary {
+        self.game.summary(now)
+    }
+
+    /// Notes an error for the summary (the first one wins).
+    pub fn note_error(&mut self, error: impl Into<String>) {
+        self.game.note_error(error);
+    }
+
+    /// Moves messages both ways between transport and session, and notices
+    /// a lost connection.
+    pub(crate) fn flush(&mut self, now: Instant) {
+        self.dirty = false;
+        self.glue
+            .pump(now, self.game.session_mut(), &mut self.client);
+        if !self.lost_reported
+            && let Some(reason) = self.glue.disconnected()
+            && !matches!(reason, DisconnectReason::Denied(_))
+            && !self.game.is_done()
+        {
+            self.lost_reported = true;
+            self.game
+                .note_error(format!("connection to the relay ended: {reason:?}"));
+            self.pending.push_back(PeerEvent::ConnectionLost { reason });
+        }
+    }
+}
+
+impl<S: Simulation> Endpoint for Peer<S> {
+    fn addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+    fn pump(&mut self, now: Instant) {
+        self.flush(now);
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        Self::handle_datagram(self, now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        Self::handle_timeout(self, now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        Self::poll_transmit(self, now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        Self::poll_timeout(self)
+    }
+    fn is_done(&self) -> bool {
+        Self::is_done(self)
+    }
+}

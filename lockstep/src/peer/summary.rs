@@ -1,0 +1,88 @@
+//! What a [`Peer`](super::Peer) reports at the end of a run: the `--json`
+//! output of the `peer` binary and one row of `relay demo`'s table.
+
+use crate::proto::{EndReason, RejectReason};
+use serde::Serialize;
+
+/// A desync as this peer learned it from the relay.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DesyncSummary {
+    /// The first turn whose hashes disagreed.
+    pub turn: u32,
+    /// Players outside the majority (empty when the relay cannot tell).
+    pub odd_players: Vec<u8>,
+    /// Differing sections, once the relay compared them.
+    pub sections: Vec<String>,
+}
+
+/// The relay refused this peer (its handshake or its join).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PeerRefusal {
+    /// Why, typed.
+    pub reason: RejectReason,
+    /// Specifics the relay added, if any.
+    pub detail: Option<String>,
+}
+
+impl std::fmt::Display for PeerRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.detail {
+            Some(d) => write!(f, "{} ({d})", self.reason),
+            None => write!(f, "{}", self.reason),
+        }
+    }
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyMs {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// A peer's end-of-run summary; read it with [`Peer::summary`](super::Peer::summary)
+/// when the run is over (or at any time, for a progress display).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PeerSummary {
+    /// This peer's slot, once started.
+    pub player: Option<u8>,
+    /// The last simulated turn.
+    pub final_turn: Option<u32>,
+    /// State hash after it, hex.
+    pub final_hash: Option<String>,
+    /// Turns simulated.
+    pub turns: u32,
+    /// Total stall time.
+    pub stall_ms: f64,
+    /// Command → execution latency.
+    pub turn_latency_ms: LatencyMs,
+    /// Transport RTT.
+    pub rtt_ms: f64,
+    /// Transport loss fraction.
+    pub loss: f64,
+    /// Message bytes per second, up plus down, over the match.
+    pub bytes_per_s: f64,
+    /// Message bytes per second sent.
+    pub bytes_up_per_s: f64,
+    /// Message bytes per second received.
+    pub bytes_down_per_s: f64,
+    /// Input delay at the end, in turns.
+    pub input_delay: u8,
+    /// Inputs of ours that arrived late.
+    pub late_inputs: u32,
+    /// Desyncs reported by the relay.
+    pub desyncs: Vec<DesyncSummary>,
+    /// Players dropped, with the turn.
+    pub dropped: Vec<(u8, u32)>,
+    /// Whether the match ended normally (all turns played).
+    pub completed: bool,
+    /// Why the match ended, as the relay announced it (`None`: no end was
+    /// announced, e.g. the connection was lost first).
+    pub ended: Option<EndReason>,
+    /// Why the session ended early, if it did.
+    pub error: Option<String>,
+    /// Why the relay refused this peer, if it did (`peer` then exits 5).
+    pub refused: Option<PeerRefusal>,
+}

@@ -1,0 +1,292 @@
+//! The peer core on its own: relay messages handed straight to its session
+//! (the transport is covered elsewhere), a virtual clock, both shipped games.
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use super::*;
+use crate::Duration;
+use crate::proto::{Bundle, EndReason, PlayerInfo, Start, ToPeer};
+use sim::arena::Arena;
+use sim::game::World;
+
+const RELAY: ([u8; 4], u16) = ([127, 0, 0, 1], 7000);
+
+fn start_msg(players: u8, last: u32) -> Vec<u8> {
+    ToPeer::Start(Start {
+        your_player: PlayerId(0),
+        setup: MatchSetup {
+            seed: 5,
+            players,
+            ticks_per_turn: 2,
+        },
+        turn_length_us: 100_000,
+        players: (0..players)
+            .map(|i| PlayerInfo {
+                id: PlayerId(i),
+                name: format!("p{i}"),
+            })
+            .collect(),
+        input_delay: 3,
+        first_turn: Turn(0),
+        last_turn: Some(Turn(last)),
+    })
+    .to_bytes()
+}
+
+fn bundle<C: serde::Serialize>(turn: u32, player: u8, commands: &[C]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    sim::encode_commands(commands, &mut bytes);
+    ToPeer::Bundle(Bundle {
+        turn: Turn(turn),
+        inputs: vec![(PlayerId(player), bytes)],
+        notices: Vec::new(),
+    })
+    .to_bytes()
+}
+
+/// Hands the peer's session a relay message (what the transport would deliver).
+fn deliver<S: Simulation>(peer: &mut Peer<S>, now: Instant, bytes: &[u8]) {
+    peer.game.handle_message(now, bytes);
+}
+
+fn events<S: Simulation>(peer: &mut Peer<S>) -> Vec<PeerEvent<S::Command>> {
+    std::iter::from_fn(|| peer.poll_event()).collect()
+}
+
+/// A `TurnReady` steps the world as it is polled, not before: with two
+/// bundles waiting, the world after polling the first is the world of the
+/// first turn, and each event carries the decoded inputs and that turn's
+/// hash, which matches an independent re-simulation (of the arena: the peer
+/// is generic).
+#[test]
+fn turn_ready_steps_the_world_as_it_is_polled() {
+    let t0 = Instant::from_millis(1_000);
+    let mut peer = PeerBuilder::<Arena>::new("m", 2)
+        .build(t0, RELAY.into())
+        .unwrap();
+    let cmd = sim::arena::Command::Fire;
+    deliver(&mut peer, t0, &start_msg(2, 9));
+    deliver(&mut peer, t0, &bundle(0, 1, &[cmd]));
+    deliver(&mut peer, t0, &bundle(1, 0, &[cmd]));
+    let later = t0 + Duration::from_secs(10);
+    peer.handle_timeout(later);
+    let (player, setup) = loop {
+        match peer.poll_event() {
+            Some(PeerEvent::Started { player, setup, .. }) => break (player, setup),
+            Some(PeerEvent::TurnReady { .. }) | None => panic!("the start comes first"),
+            Some(_) => {}
+        }
+    };
+    assert_eq!(player, PlayerId(0));
+    let mut expected = Arena::new(&setup);
+    let next_turn = |peer: &mut Peer<Arena>| loop {
+        match peer.poll_event() {
+            Some(PeerEvent::TurnReady { turn, inputs, hash }) => break (turn, inputs, hash),
+            Some(_) => {}
+            None => panic!("no turn"),
+        }
+    };
+    let (turn, inputs, hash) = next_turn(&mut peer);
+    assert_eq!(turn, Turn(0));
+    assert_eq!(inputs.len(), 1);
+    assert_eq!(inputs[0].player, PlayerId(1));
+    expected.step(Turn(0), &inputs);
+    assert_eq!(hash, expected.state_hash());
+    assert_eq!(
+        peer.world().unwrap().state_hash(),
+        hash,
+        "turn 1 is not simulated before its event is polled"
+    );
+    let (turn, inputs, hash) = next_turn(&mut peer);
+    assert_eq!(turn, Turn(1));
+    expected.step(Turn(1), &inputs);
+    assert_eq!(hash, expected.state_hash());
+    let s = peer.summary(later);
+    assert_eq!((s.final_turn, s.final_hash), (Some(1), Some(hash.to_hex())));
+}
+
+fn break_arena(w: &mut Arena, t: Turn) {
+    w.perturb(t.0);
+}
+
+/// The fault switch perturbs exactly the given turn of any game: the hashes
+/// before it agree with an honest peer's, from it on they differ.
+#[test]
+fn the_fault_switch_desyncs_from_its_turn_on() {
+    let t0 = Instant::from_millis(1);
+    let hashes = |fault: Option<Fault<Arena>>| {
+        let mut b = PeerBuilder::<Arena>::new("m", 1);
+        if let Some(f) = fault {
+            b = b.with_fault(Turn(2), f);
+        }
+        let mut peer = b.build(t0, RELAY.into()).unwrap();
+        deliver(&mut peer, t0, &start_msg(1, 3));
+        for t in 0..4 {
+            deliver(&mut peer, t0, &bundle::<sim::arena::Command>(t, 0, &[]));
+        }
+        peer.handle_timeout(t0 + Duration::from_secs(10));
+        events(&mut peer)
+            .into_iter()
+            .filter_map(|e| match e {
+                PeerEvent::TurnReady { hash, .. } => Some(hash),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let honest = hashes(None);
+    let faulty = hashes(Some(break_arena));
+    assert_eq!(honest.len(), 4);
+    assert_eq!(honest[..2], faulty[..2]);
+    assert_ne!(honest[2], faulty[2]);
+    assert_ne!(honest[3], faulty[3]);
+}
+
+/// The recording holds every turn, a keyframe every K turns as configured,
+/// and a trailer once the match ended; it verifies by re-simulation.
+#[test]
+fn the_recording_has_keyframes_every_k_turns_and_verifies() {
+    let dir = std::env::temp_dir().join(format!("peer-keyframes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("me.lsr");
+    let t0 = Instant::from_millis(1);
+    let mut peer = PeerBuilder::<World>::new("m", 1)
+        .with_record(&path)
+        .with_keyframes(4)
+        .build(t0, RELAY.into())
+        .unwrap();
+    deliver(&mut peer, t0, &start_msg(1, 9));
+    for t in 0..10 {
+        deliver(&mut peer, t0, &bundle::<sim::game::Command>(t, 0, &[]));
+    }
+    let end = ToPeer::MatchEnd {
+        turn: Some(Turn(9)),
+        reason: EndReason::Completed,
+    };
+    deliver(&mut peer, t0, &end.to_bytes());
+    peer.handle_timeout(t0 + Duration::from_secs(10));
+    let evs = events(&mut peer);
+    assert!(matches!(
+        evs.last(),
+        Some(PeerEvent::MatchEnded {
+            reason: EndReason::Completed,
+            ..
+        })
+    ));
+    let records: Vec<replays::Record> = replays::Reader::open(&path)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let keyframes: Vec<u32> = records
+        .iter()
+        .filter_map(|r| match r {
+            replays::Record::Keyframe { turn, .. } => Some(turn.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keyframes, vec![3, 7]);
+    assert!(matches!(
+        records.last(),
+        Some(replays::Record::Trailer { .. })
+    ));
+    let report =
+        replays::verify::<World, _>(replays::Reader::open(&path).unwrap(), |_| {}).unwrap();
+    assert!(report.verified(), "{report:?}");
+    assert_eq!(report.turns, 10);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The recording's start time comes from the wall clock the driver
+/// anchored, advanced by the peer's clock to the moment the match began.
+#[test]
+fn the_recording_start_time_comes_from_the_anchored_wall_clock() {
+    let dir = std::env::temp_dir().join(format!("peer-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("me.lsr");
+    let t0 = Instant::from_millis(1_000);
+    let mut peer = PeerBuilder::<World>::new("m", 1)
+        .with_turns(10)
+        .with_record(&path)
+        .build(t0, RELAY.into())
+        .unwrap();
+    peer.set_unix_time(t0, 1_700_000_000_000);
+    let started = t0 + Duration::from_millis(2_500);
+    peer.handle_timeout(started);
+    deliver(&mut peer, started, &start_msg(1, 9));
+    let _ = events(&mut peer);
+    peer.close_recording();
+    let reader = replays::Reader::open(&path).unwrap();
+    assert_eq!(reader.header().start_time_unix_ms, 1_700_000_002_500);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A transport server that closes every connection as soon as it is made.
+struct Slammer {
+    server: crate::transport::Server,
+    addr: SocketAddr,
+}
+
+impl Endpoint for Slammer {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        while let Some(ev) = self.server.poll_event() {
+            if let crate::transport::ServerEvent::Connected { conn, .. } = ev {
+                self.server.disconnect(conn, now);
+            }
+        }
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.server.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.server.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.server.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.server.poll_timeout()
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// A connection the relay closes before the match ended is an event
+/// (`ConnectionLost`, once) and the summary's error, not a silent stall; the
+/// peer runs under the netsim harness as an endpoint of its own.
+#[test]
+fn a_connection_closed_before_the_match_ended_is_reported_once() {
+    use crate::netsim::{Harness, LinkConfig, Network};
+    let relay: SocketAddr = RELAY.into();
+    let mut slammer = Slammer {
+        server: crate::transport::Server::new(TransportConfig::default(), [1; 32]),
+        addr: relay,
+    };
+    let mut peer = PeerBuilder::<Arena>::new("m", 2)
+        .with_local_addr(([127, 0, 0, 1], 7001).into())
+        .build(Instant::ZERO, relay)
+        .unwrap();
+    let mut harness = Harness::new(Network::new(
+        1,
+        LinkConfig::with_latency(Duration::from_millis(5)),
+    ));
+    let _ = harness.run_until(
+        &mut [&mut slammer as &mut dyn Endpoint, &mut peer],
+        Instant::from_millis(5_000),
+        |_, _| false,
+    );
+    let lost: Vec<_> = events(&mut peer)
+        .into_iter()
+        .filter(|e| matches!(e, PeerEvent::ConnectionLost { .. }))
+        .collect();
+    assert_eq!(
+        lost,
+        vec![PeerEvent::ConnectionLost {
+            reason: DisconnectReason::Remote
+        }]
+    );
+    assert!(!peer.is_done(), "the session itself never ended");
+    let error = peer.summary(harness.now()).error.unwrap();
+    assert!(error.contains("connection to the relay ended"), "{error}");
+}

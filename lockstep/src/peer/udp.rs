@@ -1,0 +1,376 @@
+//! A thin UDP runner for a [`Peer`]: the only peer code that touches a
+//! socket and the real clock. Optionally it puts an in-process impaired
+//! [`Link`] on each direction, so a demo can show a bad network without an
+//! external proxy.
+//!
+//! Your game loop calls [`UdpPeer::pump`] once per frame (it waits at most
+//! the time given for datagrams, feeds them and the time to the peer and
+//! sends what the peer has), then polls the peer's events and submits the
+//! local commands through [`UdpPeer::peer_mut`]. [`play`] is that loop for
+//! a headless peer played by an [`Agent`].
+
+use super::{Agent, Peer, PeerBuilder, PeerEvent, PeerSummary};
+use crate::builder::BuildError;
+use crate::netsim::{Link, LinkConfig};
+use crate::time::{Duration, Instant};
+use sim::{PlayerId, Simulation};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Largest datagram accepted.
+const MAX_DATAGRAM: usize = 2048;
+/// Most datagrams one [`UdpPeer::pump`] reads unless
+/// [`UdpPeer::with_max_batch`] says otherwise: a flood cannot keep a frame
+/// from ending (the rest wait in the socket for the next frame).
+pub const MAX_DATAGRAMS_PER_PUMP: usize = 256;
+/// The shortest socket wait (a zero read timeout means "block forever").
+const MIN_WAIT: Duration = Duration::from_micros(200);
+
+/// The one wall-clock helper (`replays::format::unix_now_ms`), re-exported
+/// for drivers built on this runner.
+pub use replays::format::unix_now_ms;
+
+/// Errors a UDP socket reports for one datagram or one remote that must not
+/// stop the loop: an ICMP "port unreachable" from a relay that went away
+/// surfaces as `ConnectionRefused`/`ConnectionReset` on the next receive.
+#[must_use]
+pub fn is_transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// Whether a receive error only means "nothing arrived in time".
+#[must_use]
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// A [`Peer`] on a UDP socket, with the real clock.
+#[derive(Debug)]
+pub struct UdpPeer<S: Simulation> {
+    socket: UdpSocket,
+    relay: SocketAddr,
+    peer: Peer<S>,
+    epoch: std::time::Instant,
+    up: Option<Link>,
+    down: Option<Link>,
+    buf: Vec<u8>,
+    recv: Vec<u8>,
+    max_batch: usize,
+}
+
+impl<S: Simulation> UdpPeer<S> {
+    /// Builds the peer (its clock starts now, anchored to the wall clock)
+    /// to play through `socket` with the relay at `relay`.
+    ///
+    /// # Errors
+    /// The builder's (bad slot count or name).
+    pub fn new(
+        socket: UdpSocket,
+        relay: SocketAddr,
+        builder: PeerBuilder<S>,
+    ) -> Result<Self, BuildError> {
+        let epoch = std::time::Instant::now();
+        let now = Instant::ZERO;
+        let mut peer = builder.build(now, relay)?;
+        peer.set_unix_time(now, unix_now_ms());
+        Ok(Self {
+            socket,
+            relay,
+            peer,
+            epoch,
+            up: None,
+            down: None,
+            buf: Vec::with_capacity(MAX_DATAGRAM),
+            recv: vec![0; MAX_DATAGRAM],
+            max_batch: MAX_DATAGRAMS_PER_PUMP,
+        })
+    }
+
+    /// Puts a seeded impaired link on each direction (loss, latency, jitter
+    /// as if the network did it).
+    #[must_use]
+    pub fn with_impairment(mut self, link: LinkConfig, seed: u64) -> Self {
+        self.up = Some(Link::new(link, seed ^ 0x5eed_0001));
+        self.down = Some(Link::new(link, seed ^ 0x5eed_0002));
+        self
+    }
+
+    /// Reads at most `n` datagrams per [`pump`](Self::pump) (at least 1;
+    /// default [`MAX_DATAGRAMS_PER_PUMP`]).
+    #[must_use]
+    pub fn with_max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n.max(1);
+        self
+    }
+
+    /// The runner's clock (zero when it was made).
+    #[must_use]
+    pub fn now(&self) -> Instant {
+        Instant::from_std(self.epoch, std::time::Instant::now())
+    }
+
+    /// The peer.
+    #[must_use]
+    pub const fn peer(&self) -> &Peer<S> {
+        &self.peer
+    }
+
+    /// The peer, to poll its events and submit commands.
+    pub const fn peer_mut(&mut self) -> &mut Peer<S> {
+        &mut self.peer
+    }
+
+    /// One frame of I/O: sends what the peer has, waits up to `max_wait`
+    /// (less when a timer is due sooner) for datagrams, reads at most a
+    /// bounded batch, hands them and the time to the peer, and sends what
+    /// that produced. Then poll the peer's events.
+    ///
+    /// # Errors
+    /// Socket errors other than a timeout or a transient ICMP report.
+    pub fn pump(&mut self, max_wait: Duration) -> io::Result<()> {
+        let now = self.now();
+        self.send_all(now);
+        let timers = [
+            self.peer.poll_timeout(),
+            self.up.as_ref().and_then(Link::next_delivery),
+            self.down.as_ref().and_then(Link::next_delivery),
+        ];
+        let wait = timers
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(max_wait, |t| t.saturating_since(now))
+            .min(max_wait)
+            .max(MIN_WAIT);
+        self.socket.set_nonblocking(false)?;
+        self.socket.set_read_timeout(Some(wait.to_std()))?;
+        let mut first = true;
+        for _ in 0..self.max_batch {
+            match self.socket.recv_from(&mut self.recv) {
+                Ok((n, from)) => {
+                    let now = self.now();
+                    match self.down.as_mut() {
+                        Some(link) if from == self.relay => {
+                            link.send(now, self.recv[..n].to_vec());
+                        }
+                        _ => self.peer.handle_datagram(now, from, &self.recv[..n]),
+                    }
+                }
+                Err(e) if is_timeout(&e) => break,
+                Err(e) if is_transient(&e) => {
+                    if first {
+                        break;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            if first {
+                first = false;
+                self.socket.set_nonblocking(true)?;
+            }
+        }
+        let now = self.now();
+        if let Some(link) = self.down.as_mut() {
+            while let Some(bytes) = link.poll_deliver(now) {
+                self.peer.handle_datagram(now, self.relay, &bytes);
+            }
+        }
+        self.peer.handle_timeout(now);
+        self.send_all(now);
+        Ok(())
+    }
+
+    /// Sends everything the peer has at `now` (through the impaired link, if any).
+    pub fn send_all(&mut self, now: Instant) {
+        while let Some(to) = self.peer.poll_transmit(now, &mut self.buf) {
+            match self.up.as_mut() {
+                Some(link) => link.send(now, self.buf.clone()),
+                // A send error (e.g. unreachable) is a lost datagram; the transport resends.
+                None => {
+                    let _ = self.socket.send_to(&self.buf, to);
+                }
+            }
+        }
+        if let Some(link) = self.up.as_mut() {
+            while let Some(bytes) = link.poll_deliver(now) {
+                let _ = self.socket.send_to(&bytes, self.relay);
+            }
+        }
+    }
+
+    /// Leaves the match (if it is still on) and closes the connection,
+    /// sending the goodbye directly (an impaired link would hold it back).
+    pub fn close(&mut self) {
+        let now = self.now();
+        self.peer.leave(now);
+        while let Some(to) = self.peer.poll_transmit(now, &mut self.buf) {
+            let _ = self.socket.send_to(&self.buf, to);
+        }
+    }
+}
+
+/// How [`play`] runs a headless match.
+#[derive(Clone, Copy, Debug)]
+pub struct PlayOptions {
+    /// Give up (error) after this long.
+    pub timeout: Duration,
+    /// After the match ended, keep the connection up at most this long until
+    /// the last reliable messages (the final hashes) are acknowledged.
+    pub linger: Duration,
+    /// Fault switch: after this long, go silent without a goodbye (a crash).
+    pub vanish_after: Option<Duration>,
+    /// Longest wait per frame.
+    pub frame: Duration,
+}
+
+impl Default for PlayOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(600),
+            linger: Duration::from_secs(2),
+            vanish_after: None,
+            frame: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Plays one match with an agent built by `make_agent` at the start, until
+/// the match ends (then lingers, see [`PlayOptions::linger`]), `stop` is
+/// set, the connection is lost or the time is up. `progress` is called about
+/// every second (for stderr progress lines).
+///
+/// # Errors
+/// Socket errors.
+pub fn play<S: Simulation, A: Agent<S>>(
+    udp: &mut UdpPeer<S>,
+    mut make_agent: impl FnMut(PlayerId) -> A,
+    opts: &PlayOptions,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&Peer<S>, Instant),
+) -> io::Result<PeerSummary> {
+    let start = udp.now();
+    let deadline = start + opts.timeout;
+    let mut next_progress = start + Duration::from_secs(1);
+    let mut linger_until: Option<Instant> = None;
+    let mut agent: Option<A> = None;
+    let mut error = None;
+    loop {
+        let now = udp.now();
+        think(udp.peer_mut(), &mut agent, &mut make_agent, now);
+        udp.send_all(now);
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let peer = udp.peer();
+        if peer.is_done() {
+            let until = *linger_until.get_or_insert(now + opts.linger);
+            if peer.is_flushed() || peer.disconnected().is_some() || now >= until {
+                break;
+            }
+        }
+        if opts
+            .vanish_after
+            .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
+        {
+            // A crash: no Leave, no disconnect; the relay finds out by timeout.
+            think(udp.peer_mut(), &mut agent, &mut make_agent, now);
+            let mut summary = udp.peer().summary(now);
+            summary.error = Some("vanished (fault switch)".into());
+            return Ok(summary);
+        }
+        if peer.disconnected().is_some() {
+            break;
+        }
+        if now >= deadline {
+            if !peer.is_done() {
+                error = Some(format!("gave up after {}", opts.timeout));
+            }
+            break;
+        }
+        if now >= next_progress {
+            next_progress = now + Duration::from_secs(1);
+            progress(peer, now);
+        }
+        let wait = linger_until.map_or(opts.frame, |u| u.saturating_since(now).min(opts.frame));
+        udp.pump(wait)?;
+    }
+    udp.close();
+    let now = udp.now();
+    think(udp.peer_mut(), &mut agent, &mut make_agent, now);
+    udp.peer_mut().close_recording();
+    let mut summary = udp.peer().summary(now);
+    if summary.error.is_none() {
+        summary.error = error;
+    }
+    Ok(summary)
+}
+
+/// Polls every event: builds the agent at the start, lets it think after
+/// every turn and submits what it returns.
+fn think<S: Simulation, A: Agent<S>>(
+    peer: &mut Peer<S>,
+    agent: &mut Option<A>,
+    make_agent: &mut impl FnMut(PlayerId) -> A,
+    now: Instant,
+) {
+    while let Some(ev) = peer.poll_event() {
+        match ev {
+            PeerEvent::Started { player, .. } => *agent = Some(make_agent(player)),
+            PeerEvent::TurnReady { turn, .. } => {
+                if let (Some(a), Some(world)) = (agent.as_mut(), peer.world()) {
+                    let orders = a.think(world, turn);
+                    if !orders.is_empty() {
+                        // A full queue only delays the agent; nothing to do about it here.
+                        let _ = peer.submit(now, &orders);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+    use super::*;
+
+    /// One frame's work is bounded: with more datagrams queued than the
+    /// batch size (junk from a stranger here), `pump` reads exactly a batch
+    /// and leaves the rest in the socket for the next frame, instead of
+    /// draining an endless flood.
+    #[test]
+    fn a_pump_reads_a_bounded_batch_and_leaves_the_rest_for_the_next() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        // A relay address nobody answers on: the handshake just waits.
+        let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let builder = PeerBuilder::<sim::arena::Arena>::new("m", 2);
+        let batch = 8;
+        let mut udp = UdpPeer::new(socket, relay.local_addr().unwrap(), builder)
+            .unwrap()
+            .with_max_batch(batch);
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let extra = 12;
+        for i in 0..batch + extra {
+            stranger.send_to(&[0xEE, (i % 251) as u8], addr).unwrap();
+        }
+        udp.pump(Duration::from_millis(200)).unwrap();
+        udp.socket.set_nonblocking(true).unwrap();
+        let mut left = 0;
+        let mut buf = [0u8; 16];
+        while udp.socket.recv_from(&mut buf).is_ok() {
+            left += 1;
+        }
+        assert_eq!(left, extra);
+    }
+}
