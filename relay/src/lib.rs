@@ -57,6 +57,7 @@ pub mod config;
 mod delay;
 pub mod demo;
 mod desync;
+pub mod endpoint;
 pub mod entropy;
 pub mod event;
 pub mod limits;

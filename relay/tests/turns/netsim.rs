@@ -8,83 +8,10 @@ use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::{Autopilot, Peer, PeerBuilder, PeerEvent};
 use lockstep::token::ConnectToken;
 use lockstep::transport::{Server, TransportConfig};
-use relay::server::RouterGlue;
 use sim::game::World;
 
-/// The relay as a harness endpoint: transport `Server` + `Router` + the
-/// glue between them, stepped as the UDP serve loop steps them.
-pub(super) struct RelayNode {
-    pub(super) server: Server,
-    pub(super) router: Router,
-    pub(super) glue: RouterGlue,
-    pub(super) addr: SocketAddr,
-    /// Every router event, in order.
-    pub(super) events: Vec<RouterEvent>,
-    /// Every refused join, as the serve loop would log it.
-    pub(super) refusals: Vec<relay::router::JoinRefusal>,
-    /// Most matches (lobbies included) the router held at once.
-    pub(super) most_matches: usize,
-}
-
-impl RelayNode {
-    pub(super) fn new(server: Server, config: RelayConfig, addr: SocketAddr) -> Self {
-        Self {
-            server,
-            router: Router::new(config),
-            glue: RouterGlue::new(),
-            addr,
-            events: Vec::new(),
-            refusals: Vec::new(),
-            most_matches: 0,
-        }
-    }
-
-    fn drain(&mut self) {
-        self.events
-            .extend(std::iter::from_fn(|| self.router.poll_event()));
-        self.refusals.extend(self.glue.take_refusals());
-    }
-
-    /// Moves what is pending between the server and the router.
-    pub(super) fn settle(&mut self, now: Instant) {
-        self.glue.pump(now, &mut self.router, &mut self.server);
-        self.drain();
-    }
-}
-
-impl Endpoint for RelayNode {
-    fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-    fn pump(&mut self, now: Instant) {
-        // Twice, as the loops this replaces did around the peers' turn: what
-        // the router sends in answer to the first pump goes out this step.
-        self.settle(now);
-        self.settle(now);
-        self.most_matches = self.most_matches.max(self.router.match_count());
-    }
-    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
-        self.server.handle_datagram(now, from, bytes);
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        // The serve loop's timer step: each side's timers, each followed by
-        // a pump, so what a timer produced moves on at once.
-        self.glue.step(now, &mut self.router, &mut self.server);
-        self.drain();
-    }
-    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        self.server.poll_transmit(now, buf)
-    }
-    fn poll_timeout(&mut self) -> Option<Instant> {
-        [self.server.poll_timeout(), self.router.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
+/// The relay as a harness endpoint (the crate's own, public one).
+pub(super) use relay::endpoint::RelayEndpoint as RelayNode;
 
 /// When a [`PeerNode`] counts as done for the run.
 #[derive(Clone, Copy, PartialEq, Eq)]

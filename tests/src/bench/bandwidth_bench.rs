@@ -14,8 +14,6 @@ use lockstep::transport::{Client, Server, TransportConfig};
 use lockstep::wire::{self, AuthKind, Frame, Header};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
-use relay::router::Router;
-use relay::server::RouterGlue;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
@@ -82,52 +80,6 @@ impl Busy {
     }
 }
 
-/// The relay as a harness endpoint: transport `Server` + `Router` + glue.
-struct RelayNode {
-    server: Server,
-    router: Router,
-    glue: RouterGlue,
-    addr: SocketAddr,
-}
-
-impl RelayNode {
-    fn settle(&mut self, now: Instant) {
-        self.glue.pump(now, &mut self.router, &mut self.server);
-        while self.router.poll_event().is_some() {}
-    }
-}
-
-impl Endpoint for RelayNode {
-    fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-    fn pump(&mut self, now: Instant) {
-        // Twice: what the router sends in answer to the first goes out now.
-        self.settle(now);
-        self.settle(now);
-    }
-    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
-        self.server.handle_datagram(now, from, bytes);
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        // The serve loop's timer step (each side's timers, then a pump).
-        self.glue.step(now, &mut self.router, &mut self.server);
-        while self.router.poll_event().is_some() {}
-    }
-    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        self.server.poll_transmit(now, buf)
-    }
-    fn poll_timeout(&mut self) -> Option<Instant> {
-        [self.server.poll_timeout(), self.router.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
-
 /// A bench peer as a harness endpoint: transport `Client` + `BenchPeer` + glue.
 struct PeerNode {
     peer: BenchPeer,
@@ -184,12 +136,11 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64) -> Busy {
         loss,
         ..LinkConfig::default()
     };
-    let mut relay = RelayNode {
-        server: Server::new(TransportConfig::default(), [seed as u8; 32]),
-        router: Router::new(RelayConfig::default()),
-        glue: RouterGlue::new(),
-        addr: relay_addr,
-    };
+    let mut relay = relay::endpoint::RelayEndpoint::new(
+        Server::new(TransportConfig::default(), [seed as u8; 32]),
+        RelayConfig::default(),
+        relay_addr,
+    );
     let mut peers: Vec<PeerNode> = (0..PLAYERS)
         .filter_map(|i| {
             let peer = BenchPeer::new(
