@@ -413,17 +413,7 @@ impl Seat {
             |player| bot(player, bot_seed, apm),
             &opts,
             stop,
-            |peer, now: Instant| {
-                let s = peer.stats(now);
-                progress(format!(
-                    "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
-                    s.last_turn.map_or(0, |t| t.0),
-                    s.link.rtt.as_millis_f64(),
-                    s.link.loss * 100.0,
-                    s.stall.as_millis_f64(),
-                    s.input_delay
-                ));
-            },
+            |peer, now: Instant| progress(lockstep::peer::progress_line(&peer.stats(now))),
         )
     }
 }

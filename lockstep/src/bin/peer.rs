@@ -144,17 +144,7 @@ fn run<S: Simulation, A: Agent<S>>(
         |p| bot(p, seed, apm),
         &opts,
         &stop,
-        |peer, now| {
-            let s = peer.stats(now);
-            eprintln!(
-                "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
-                s.last_turn.map_or(0, |t| t.0),
-                s.link.rtt.as_millis_f64(),
-                s.link.loss * 100.0,
-                s.stall.as_millis_f64(),
-                s.input_delay
-            );
-        },
+        |peer, now| eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now))),
     )
     .map_err(|e| e.to_string())
 }

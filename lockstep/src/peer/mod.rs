@@ -36,7 +36,7 @@ pub mod udp;
 pub use agent::{Agent, Autopilot, MakeAgent};
 pub use event::PeerEvent;
 pub use game::GameSession;
-pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary};
+pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line};
 
 use crate::builder::{BuildError, SessionBuilder};
 use crate::netsim::Endpoint;

@@ -86,3 +86,18 @@ pub struct PeerSummary {
     /// Why the relay refused this peer, if it did (`peer` then exits 5).
     pub refused: Option<PeerRefusal>,
 }
+
+/// One human progress line from a peer's figures (turn, RTT, loss, stall,
+/// input delay), as the `peer` binary and `relay demo` print it about once
+/// a second.
+#[must_use]
+pub fn progress_line(s: &crate::session::SessionStats) -> String {
+    format!(
+        "turn {:>5}  rtt {:>6.1} ms  loss {:>4.1}%  stall {:>6.0} ms  delay {}",
+        s.last_turn.map_or(0, |t| t.0),
+        s.link.rtt.as_millis_f64(),
+        s.link.loss * 100.0,
+        s.stall.as_millis_f64(),
+        s.input_delay
+    )
+}
