@@ -13,27 +13,46 @@ const VERSION: u8 = 1;
 /// (a real match spawns orders of magnitude fewer).
 pub const MAX_ENTITY_ID: u32 = 1 << 30;
 
-pub(crate) fn encode(s: &State) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + s.entities.len() * 48);
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
+/// Encodes a game's whole state as a snapshot: its 4-byte `magic`, a format
+/// `version` byte, then the postcard bytes of `state`. Use it (with
+/// [`decode_tagged`]) in a game's `Simulation::snapshot`, so that a snapshot
+/// of another game or format version is refused rather than misread.
+#[must_use]
+pub fn encode_tagged<T: serde::Serialize>(
+    magic: &[u8; 4],
+    version: u8,
+    state: &T,
+    capacity: usize,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(magic);
+    out.push(version);
     // Serialising plain in-memory data into a Vec cannot fail.
-    postcard::to_extend(s, out).unwrap_or_default()
+    postcard::to_extend(state, out).unwrap_or_default()
 }
 
-pub(crate) fn decode(bytes: &[u8]) -> Result<State, SnapshotError> {
+/// Decodes a snapshot written by [`encode_tagged`] with the same `magic`
+/// and `version`: a missing or other magic, another version, bytes that do
+/// not decode or trailing bytes are a [`SnapshotError::Decode`], never a
+/// panic. The game then checks its own invariants.
+pub fn decode_tagged<T: serde::de::DeserializeOwned>(
+    magic: &[u8; 4],
+    version: u8,
+    bytes: &[u8],
+) -> Result<T, SnapshotError> {
+    let tag = String::from_utf8_lossy(magic);
     let body = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| SnapshotError::Decode("missing SIMW magic".into()))?;
-    let (&version, body) = body
+        .strip_prefix(magic.as_slice())
+        .ok_or_else(|| SnapshotError::Decode(format!("missing {tag} magic")))?;
+    let (&found, body) = body
         .split_first()
         .ok_or_else(|| SnapshotError::Decode("missing version".into()))?;
-    if version != VERSION {
+    if found != version {
         return Err(SnapshotError::Decode(format!(
-            "snapshot version {version}, expected {VERSION}"
+            "{tag} snapshot version {found}, expected {version}"
         )));
     }
-    let (s, rest): (State, _) =
+    let (state, rest): (T, _) =
         postcard::take_from_bytes(body).map_err(|e| SnapshotError::Decode(e.to_string()))?;
     if !rest.is_empty() {
         return Err(SnapshotError::Decode(format!(
@@ -41,6 +60,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<State, SnapshotError> {
             rest.len()
         )));
     }
+    Ok(state)
+}
+
+pub(crate) fn encode(s: &State) -> Vec<u8> {
+    encode_tagged(MAGIC, VERSION, s, 64 + s.entities.len() * 48)
+}
+
+pub(crate) fn decode(bytes: &[u8]) -> Result<State, SnapshotError> {
+    let s: State = decode_tagged(MAGIC, VERSION, bytes)?;
     validate(&s)?;
     Ok(s)
 }

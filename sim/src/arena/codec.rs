@@ -97,33 +97,11 @@ pub(crate) fn rules_hash(w: &Arena) -> StateHash {
 }
 
 pub(crate) fn encode(s: &State) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512 + 48 * s.projectiles.len());
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    // Serialising plain in-memory data into a Vec cannot fail.
-    postcard::to_extend(s, out).unwrap_or_default()
+    crate::snapshot::encode_tagged(MAGIC, VERSION, s, 512 + 48 * s.projectiles.len())
 }
 
 pub(crate) fn decode(bytes: &[u8]) -> Result<State, SnapshotError> {
-    let body = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| SnapshotError::Decode("missing ARNA magic".into()))?;
-    let (&version, body) = body
-        .split_first()
-        .ok_or_else(|| SnapshotError::Decode("missing version".into()))?;
-    if version != VERSION {
-        return Err(SnapshotError::Decode(format!(
-            "arena snapshot version {version}, expected {VERSION}"
-        )));
-    }
-    let (s, rest): (State, _) =
-        postcard::take_from_bytes(body).map_err(|e| SnapshotError::Decode(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(SnapshotError::Decode(format!(
-            "{} trailing bytes",
-            rest.len()
-        )));
-    }
+    let s: State = crate::snapshot::decode_tagged(MAGIC, VERSION, bytes)?;
     validate(&s).map_err(SnapshotError::Invalid)?;
     Ok(s)
 }
