@@ -1,5 +1,5 @@
 //! The whole relay (transport [`Server`], [`Router`], [`RouterGlue`]) as one
-//! [`netsim::Endpoint`], so tests, benchmarks and game developers run real
+//! [`netsim::Endpoint`](lockstep::netsim::Endpoint), so tests, benchmarks and game developers run real
 //! relay logic on `lockstep::netsim::Harness`'s virtual network, next to
 //! their own peers (`lockstep::peer::Peer` is an endpoint too).
 
