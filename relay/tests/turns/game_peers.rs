@@ -2,9 +2,9 @@
 //! fixed 20 ms network, recorded by the relay's recorder and verified by
 //! re-simulation.
 
-use super::netsim::{PeerNode, PeerSpec, RelayNode};
+use super::netsim::{PeerNode, PeerSpec, RelayNode, run_match};
 use super::*;
-use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::harness::Harness;
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::PeerSummary;
 use lockstep::transport::{Server, TransportConfig};
@@ -41,14 +41,12 @@ fn game_peers(
         .collect();
     let wire = LinkConfig::with_latency(Duration::from_millis(20));
     let mut harness = Harness::new(Network::new(0, wire)).with_start(start);
-    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
-    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
-    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
-    let now = harness.now();
-    relay.settle(now);
-    for p in &mut peers {
-        p.settle(now);
-    }
+    let now = run_match(
+        &mut harness,
+        &mut relay,
+        &mut peers,
+        Instant::from_millis(120_000),
+    );
     (
         peers.iter().map(|p| p.peer().summary(now)).collect(),
         relay.events,
@@ -91,14 +89,12 @@ fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
         })
         .collect();
     let mut harness = Harness::new(Network::new(21, link)).with_start(start);
-    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
-    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
-    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
-    let now = harness.now();
-    relay.settle(now);
-    for p in &mut peers {
-        p.settle(now);
-    }
+    run_match(
+        &mut harness,
+        &mut relay,
+        &mut peers,
+        Instant::from_millis(120_000),
+    );
     let inputs =
         |k: usize| -> Vec<_> { peers[k].executed.iter().map(|(i, _)| i.clone()).collect() };
     let hashes = |k: usize| -> Vec<_> { peers[k].executed.iter().map(|(_, h)| *h).collect() };

@@ -13,6 +13,27 @@ use sim::game::World;
 /// The relay as a harness endpoint (the crate's own, public one).
 pub(super) use relay::endpoint::RelayEndpoint as RelayNode;
 
+/// Runs the relay and `peers` on `harness` until every peer is done or
+/// `limit`, then moves what is still pending on each side (the last events
+/// and summaries); returns the run's end time.
+pub(super) fn run_match(
+    harness: &mut Harness,
+    relay: &mut RelayNode,
+    peers: &mut [PeerNode],
+    limit: Instant,
+) -> Instant {
+    let mut nodes: Vec<&mut dyn Endpoint> = vec![relay];
+    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+    // The relay never finishes: the run waits for the peers.
+    let _ = harness.run(&mut nodes, limit);
+    let now = harness.now();
+    relay.settle(now);
+    for p in peers {
+        p.settle(now);
+    }
+    now
+}
+
 /// When a [`PeerNode`] counts as done for the run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum DoneWhen {
@@ -195,14 +216,12 @@ fn netsim_match_with(
         harness.network_mut().set_link(addr, server_addr, cfg);
         harness.network_mut().set_link(server_addr, addr, cfg);
     }
-    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
-    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
-    // The relay never finishes: the run waits for the peers.
-    let _ = harness.run(&mut nodes, Instant::from_millis(180_000));
-    let now = harness.now();
-    for p in &mut peers {
-        p.settle(now);
-    }
+    let now = run_match(
+        &mut harness,
+        &mut relay,
+        &mut peers,
+        Instant::from_millis(180_000),
+    );
     (peers, relay.events, now)
 }
 

@@ -5,9 +5,9 @@
 //! in the token's slot; a token for another match or an impossible or taken
 //! slot is refused with its counted reason and allocates no match.
 
-use super::netsim::{DoneWhen, PeerNode, PeerSpec, RelayNode};
+use super::netsim::{DoneWhen, PeerNode, PeerSpec, RelayNode, run_match};
 use super::*;
-use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::harness::Harness;
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
 use lockstep::transport::{AuthMode, Server, ServerCounters, TransportConfig};
@@ -86,14 +86,12 @@ fn run(players: &[(&str, Option<ConnectToken>)], turns: u32) -> Outcome {
     // A perfect network, 5 ms one way.
     let wire = LinkConfig::with_latency(Duration::from_millis(5));
     let mut harness = Harness::new(Network::new(0, wire)).with_start(start);
-    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
-    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
-    let _ = harness.run(&mut nodes, Instant::from_millis(120_000));
-    let now = harness.now();
-    relay.settle(now);
-    for p in &mut peers {
-        p.settle(now);
-    }
+    let now = run_match(
+        &mut harness,
+        &mut relay,
+        &mut peers,
+        Instant::from_millis(120_000),
+    );
     Outcome {
         refusals: relay.refusals,
         server: relay.server.counters().clone(),
