@@ -279,3 +279,12 @@ fn expansion_site(world: &World, view: &View<'_>) -> Option<(u16, u16)> {
     }
     None
 }
+
+impl crate::Agent<World> for Bot {
+    fn player(&self) -> PlayerId {
+        Self::player(self)
+    }
+    fn think(&mut self, world: &World, turn: Turn) -> Vec<Command> {
+        Self::think(self, world, turn)
+    }
+}

@@ -39,6 +39,7 @@
 //! assert_eq!(restored.state_hash(), a.state_hash());
 //! ```
 
+mod agent;
 pub mod arena;
 pub mod bot;
 pub mod check;
@@ -51,6 +52,7 @@ pub mod rng;
 pub mod scenarios;
 pub mod snapshot;
 
+pub use agent::{Agent, agent_inputs};
 pub use contract::{
     InputError, MAX_COMMANDS_PER_TURN, MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Simulation,
     SnapshotError, Stamped, StateHash, Turn, TurnInputs, canonical_order, decode_commands,

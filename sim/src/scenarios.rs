@@ -122,17 +122,7 @@ pub fn bots(world: &World, seed: u64, apm: u32) -> Vec<Bot> {
 
 /// The stamped inputs the bots produce for `turn` (player order, seq order).
 pub fn bot_inputs(world: &World, bots: &mut [Bot], turn: Turn) -> Vec<Stamped<Command>> {
-    let mut out = Vec::new();
-    for bot in bots {
-        for (seq, command) in bot.think(world, turn).into_iter().enumerate() {
-            out.push(Stamped {
-                player: bot.player(),
-                seq: u16::try_from(seq).unwrap_or(u16::MAX),
-                command,
-            });
-        }
-    }
-    out
+    crate::agent_inputs(world, bots, turn)
 }
 
 /// Lets the bots play `turns` turns starting at `first`, calling `each` with

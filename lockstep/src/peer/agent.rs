@@ -4,27 +4,10 @@
 use super::{Peer, PeerEvent};
 use crate::netsim::Endpoint;
 use crate::time::Instant;
-use sim::{PlayerId, Simulation, Turn};
+use sim::{PlayerId, Simulation};
 use std::net::SocketAddr;
 
-/// Something that plays a game of `S`: after every turn it looks at the
-/// world and returns the commands to submit (often none).
-pub trait Agent<S: Simulation> {
-    /// The commands to submit after `turn` was simulated into `world`.
-    fn think(&mut self, world: &S, turn: Turn) -> Vec<S::Command>;
-}
-
-impl Agent<sim::game::World> for sim::bot::Bot {
-    fn think(&mut self, world: &sim::game::World, turn: Turn) -> Vec<sim::game::Command> {
-        Self::think(self, world, turn)
-    }
-}
-
-impl Agent<sim::arena::Arena> for sim::arena::Bot {
-    fn think(&mut self, world: &sim::arena::Arena, turn: Turn) -> Vec<sim::arena::Command> {
-        Self::think(self, world, turn)
-    }
-}
+pub use sim::Agent;
 
 /// Builds the agent once the match started and this peer's slot is known.
 pub type MakeAgent<A> = Box<dyn FnMut(PlayerId) -> A + Send>;

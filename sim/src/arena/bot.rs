@@ -255,15 +255,14 @@ pub fn bots(world: &Arena, seed: u64, apm: u32) -> Vec<Bot> {
 
 /// The stamped inputs the bots produce for `turn` (player order, seq order).
 pub fn bot_inputs(world: &Arena, bots: &mut [Bot], turn: Turn) -> Vec<Stamped<Command>> {
-    let mut out = Vec::new();
-    for bot in bots {
-        for (seq, command) in bot.think(world, turn).into_iter().enumerate() {
-            out.push(Stamped {
-                player: bot.player(),
-                seq: u16::try_from(seq).unwrap_or(u16::MAX),
-                command,
-            });
-        }
+    crate::agent_inputs(world, bots, turn)
+}
+
+impl crate::Agent<Arena> for Bot {
+    fn player(&self) -> PlayerId {
+        Self::player(self)
     }
-    out
+    fn think(&mut self, world: &Arena, turn: Turn) -> Vec<Command> {
+        Self::think(self, world, turn)
+    }
 }
