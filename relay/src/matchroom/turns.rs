@@ -110,48 +110,56 @@ impl Game {
             out.counters.inputs_refused += 1;
             return;
         }
-        if turn < self.next_close {
+        // A late input is carried into the next turn to close; an on-time
+        // one goes into its own turn. Either way it must fit its player's
+        // budget there.
+        let late = turn < self.next_close;
+        let target = if late {
             out.counters.inputs_late += 1;
             let landed_in = self.next_close;
             if commands.is_empty() || self.last.is_some_and(|l| landed_in > l) {
                 // Nothing to carry (or nowhere to put it): no effect on the game.
                 return;
             }
-            let open = self.open.entry(landed_in).or_default();
-            if !open.has_room(player, &commands, true) {
-                out.counters.inputs_over_budget += 1;
-                if let Some(conn) = slot.conn {
-                    out.send(conn, &ToPeer::InputRefused { turn });
-                }
+            landed_in
+        } else {
+            if turn.0 - self.next_close.0 > config.limits.max_turns_ahead {
+                out.counters.inputs_refused += 1;
                 return;
             }
-            open.add(player, commands, true);
-            if let Some(conn) = slot.conn {
-                out.send(conn, &ToPeer::LateInput { turn, landed_in });
+            turn
+        };
+        let open = self.open.entry(target).or_default();
+        if !late {
+            if open.received.contains(seat) {
+                out.counters.inputs_duplicate += 1;
+                return;
             }
-            return;
+            // The player's input for this turn is in, even if refused below:
+            // the turn must not wait for an input it will never get.
+            open.received.insert(seat);
         }
-        if turn.0 - self.next_close.0 > config.limits.max_turns_ahead {
-            out.counters.inputs_refused += 1;
-            return;
-        }
-        let open = self.open.entry(turn).or_default();
-        if open.received.contains(seat) {
-            out.counters.inputs_duplicate += 1;
-            return;
-        }
-        // The player's input for this turn is in, even if refused below:
-        // the turn must not wait for an input it will never get.
-        open.received.insert(seat);
-        if !open.has_room(player, &commands, false) {
+        if !open.has_room(player, &commands, late) {
             out.counters.inputs_over_budget += 1;
             if let Some(conn) = slot.conn {
                 out.send(conn, &ToPeer::InputRefused { turn });
             }
             return;
         }
-        open.add(player, commands, false);
-        out.counters.inputs += 1;
+        open.add(player, commands, late);
+        if late {
+            if let Some(conn) = slot.conn {
+                out.send(
+                    conn,
+                    &ToPeer::LateInput {
+                        turn,
+                        landed_in: target,
+                    },
+                );
+            }
+        } else {
+            out.counters.inputs += 1;
+        }
     }
     /// The earliest instant turn `t` may close, even with every input in:
     /// `max_turns_ahead` turns before its deadline. Inputs are accepted that
