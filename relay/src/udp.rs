@@ -9,6 +9,7 @@ use crate::metrics::{Metric, Metrics};
 use crate::recorder::{Recorded, Recorder};
 use crate::router::Router;
 use crate::server::RouterGlue;
+use lockstep::peer::udp::{is_timeout, is_transient};
 use lockstep::transport::{AuthMode, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use replays::format::unix_now_ms;
@@ -45,25 +46,6 @@ fn receive(socket: &UdpSocket, wait: Duration) -> io::Result<Vec<(SocketAddr, Ve
     }
     socket.set_nonblocking(false)?;
     Ok(out)
-}
-
-/// Errors a UDP socket reports for one datagram or one remote that must not
-/// stop the loop: an ICMP "port unreachable" from a peer that went away
-/// surfaces as `ConnectionRefused`/`ConnectionReset` on the next receive.
-fn is_transient(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-    )
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
 }
 
 fn until(now: Instant, t: Option<Instant>) -> Duration {

@@ -32,7 +32,7 @@ const MIN_WAIT: Duration = Duration::from_micros(200);
 pub use replays::format::unix_now_ms;
 
 /// Errors a UDP socket reports for one datagram or one remote that must not
-/// stop the loop: an ICMP "port unreachable" from a relay that went away
+/// stop the loop: an ICMP "port unreachable" from a remote that went away
 /// surfaces as `ConnectionRefused`/`ConnectionReset` on the next receive.
 #[must_use]
 pub fn is_transient(e: &io::Error) -> bool {
