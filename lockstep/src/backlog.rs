@@ -114,7 +114,7 @@ impl Backlog {
                 Ok(()) => {}
                 // Reliable data waits for acks to free the window; an
                 // unreliable message is not worth waiting for.
-                Err(SendError::WindowFull { .. }) if channel == Channel::Reliable => break,
+                Err(SendError::WindowFull { .. }) if channel != Channel::Unreliable => break,
                 Err(e) => on_drop(SendDrop {
                     channel,
                     len,
@@ -200,7 +200,7 @@ mod tests {
                     max: self.max,
                 });
             }
-            if ch == Channel::Reliable {
+            if ch != Channel::Unreliable {
                 if self.room == 0 {
                     return Err(SendError::WindowFull { unacked: 1, max: 1 });
                 }

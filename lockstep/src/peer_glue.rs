@@ -16,6 +16,7 @@ pub const fn channel(d: Delivery) -> Channel {
     match d {
         Delivery::Reliable => Channel::Reliable,
         Delivery::Unreliable => Channel::Unreliable,
+        Delivery::Bulk => Channel::Bulk,
     }
 }
 

@@ -73,6 +73,9 @@ pub enum Delivery {
     Reliable,
     /// Best effort (maps onto `transport::Channel::Unreliable`).
     Unreliable,
+    /// Large, reliable and ordered, behind turn traffic: snapshots (maps onto
+    /// `transport::Channel::Bulk`).
+    Bulk,
 }
 
 /// A peer asks to join (or create) a named match.

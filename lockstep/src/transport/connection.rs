@@ -21,6 +21,10 @@ pub enum Channel {
     Reliable,
     /// Sent once (or `1 + copies` times with redundancy), may be lost, unordered.
     Unreliable,
+    /// Large transfers (snapshots): reliable and ordered among bulk
+    /// messages, sent only with bandwidth the turn traffic leaves over, so a
+    /// transfer never delays a turn. (For now it shares the reliable path.)
+    Bulk,
 }
 
 /// Transport tuning. `Default` gives the documented values.
@@ -428,7 +432,7 @@ impl Connection {
             return Err(SendError::NotConnected);
         }
         let r = match channel {
-            Channel::Reliable => self.out.send_reliable(msg),
+            Channel::Reliable | Channel::Bulk => self.out.send_reliable(msg),
             Channel::Unreliable => self.out.send_unreliable(msg),
         };
         if let Err(SendError::WindowFull { .. }) = r {
