@@ -9,7 +9,7 @@ use crate::format::{
 use sim::{StateHash, Turn};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Cursor, Read};
 use std::path::Path;
 
 /// How the readable part of a file ends.
@@ -140,10 +140,10 @@ impl Reader<BufReader<File>> {
     }
 }
 
-impl<'a> Reader<&'a [u8]> {
-    /// Reads a replay held in memory.
+impl<'a> Reader<Cursor<&'a [u8]>> {
+    /// Reads a replay held in memory (seekable, like a file).
     pub fn from_bytes(bytes: &'a [u8]) -> Result<Self, ReplayError> {
-        Self::new(bytes)
+        Self::new(Cursor::new(bytes))
     }
 }
 
@@ -289,6 +289,38 @@ impl<R: Read> Reader<R> {
     #[must_use]
     pub const fn summary(&self) -> &ReadSummary {
         &self.summary
+    }
+
+    /// The underlying reader, for [`crate::index`]'s positioned reads.
+    pub(crate) fn inner_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
+    /// Continues at the record at `offset` (the inner reader is already
+    /// there) with `prev` as the chain's previous checksum; the summary
+    /// restarts, so it describes what is read from here on.
+    pub(crate) fn resume(&mut self, offset: u64, prev: Checksum) {
+        self.prev = prev;
+        self.offset = offset;
+        self.last_offset = offset;
+        self.done = false;
+        self.summary = ReadSummary {
+            records: 0,
+            turns: 0,
+            first_turn: None,
+            last_turn: None,
+            hashes: 0,
+            last_hash: None,
+            keyframes: 0,
+            desyncs: 0,
+            disputes: 0,
+            drops: 0,
+            delay_changes: 0,
+            started: false,
+            trailer: None,
+            intact_bytes: offset,
+            ending: Ending::Unread,
+        };
     }
 
     /// Reads to the end, discarding records, and returns the summary.

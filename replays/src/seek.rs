@@ -1,6 +1,7 @@
 //! Random access by turn: [`seek()`] rebuilds the world at any turn from the
-//! nearest earlier keyframe, and [`reindex()`] adds keyframes to a replay
-//! that has none (the relay's recordings) so seeking is fast on any file.
+//! nearest earlier keyframe, found through the keyframe index so nothing
+//! before it is read, and [`reindex()`] adds keyframes to a replay that has
+//! none (the relay's recordings) so seeking is fast on any file.
 
 use crate::Record;
 use crate::error::{LastTurn, ReplayError};
@@ -8,7 +9,7 @@ use crate::reader::{ReadSummary, Reader};
 use crate::verify::{Replayer, check_game, restore_checked};
 use crate::writer::{Sink, SyncPolicy, Writer};
 use sim::{PlayerId, Simulation, StateHash, Turn};
-use std::io::Read;
+use std::io::{Read, Seek};
 
 /// How many turns past the target a late hash record is still looked for.
 const HASH_LAG: u32 = 64;
@@ -29,16 +30,64 @@ pub struct Seeked<S> {
 
 type TurnInputs = Vec<(PlayerId, Vec<u8>)>;
 
-/// Rebuilds the world after stepping `target`: restores the latest keyframe
-/// at or before it (checked against its recorded hash), then simulates the
-/// remaining turns. Without keyframes it simulates from the start.
-pub fn seek<S: Simulation, R: Read>(
+/// Rebuilds the world after stepping `target`: jumps to the latest keyframe
+/// at or before it listed by the file's keyframe index (its cost is the
+/// distance from that keyframe, not from turn 0), restores it (checked
+/// against its recorded hash), then simulates the remaining turns. A file
+/// without an index (unfinished, cut) or without a keyframe at or before
+/// `target` is read from the start, as [`seek_stream`] does.
+pub fn seek<S: Simulation, R: Read + Seek>(
     mut reader: Reader<R>,
     target: Turn,
 ) -> Result<Seeked<S>, ReplayError> {
     check_game::<S>(reader.header())?;
     let header = reader.header().clone();
-    let mut base: Option<(Turn, StateHash, Vec<u8>)> = None;
+    let nearest = reader
+        .keyframe_index()?
+        .and_then(|index| index.into_iter().rev().find(|k| k.turn <= target));
+    let Some(keyframe) = nearest else {
+        return seek_stream(reader, target);
+    };
+    reader.jump_to(keyframe.offset)?;
+    match reader.next() {
+        Some(Ok(Record::Keyframe {
+            turn,
+            hash,
+            snapshot,
+        })) if turn == keyframe.turn && hash == keyframe.hash => {
+            seek_from(reader, &header, target, Some((turn, hash, snapshot)))
+        }
+        Some(Err(e)) => Err(e),
+        _ => Err(ReplayError::Sequence {
+            offset: keyframe.offset,
+            reason: format!(
+                "the keyframe index lists a keyframe of turn {} here, the record is not it",
+                keyframe.turn
+            ),
+        }),
+    }
+}
+
+/// [`seek()`] for a reader that cannot seek (a pipe): reads every record
+/// from the start, simulating only from the latest keyframe at or before
+/// `target`.
+pub fn seek_stream<S: Simulation, R: Read>(
+    reader: Reader<R>,
+    target: Turn,
+) -> Result<Seeked<S>, ReplayError> {
+    check_game::<S>(reader.header())?;
+    let header = reader.header().clone();
+    seek_from(reader, &header, target, None)
+}
+
+/// Reads on from `reader`'s position to `target`, starting from `base` (a
+/// keyframe already read) or from the latest keyframe it meets.
+fn seek_from<S: Simulation, R: Read>(
+    mut reader: Reader<R>,
+    header: &crate::Header,
+    target: Turn,
+    mut base: Option<(Turn, StateHash, Vec<u8>)>,
+) -> Result<Seeked<S>, ReplayError> {
     let mut start: Option<(StateHash, Vec<u8>)> = None;
     let mut pending: Vec<(Turn, TurnInputs)> = Vec::new();
     let mut reached = false;
@@ -99,7 +148,7 @@ pub fn seek<S: Simulation, R: Read>(
             )
         }
         None => {
-            let mut rp = Replayer::<S>::start(&header)?;
+            let mut rp = Replayer::<S>::start(header)?;
             if let Some((hash, snapshot)) = start {
                 rp.begin_from(&snapshot, hash)?;
             }

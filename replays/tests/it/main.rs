@@ -12,5 +12,6 @@ mod cli_games;
 mod damage;
 mod golden;
 mod hostile_inputs;
+mod seek_index;
 mod toy;
 mod toy_replays;

@@ -106,6 +106,21 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+        match replay_bench::seek_figures(args.quick) {
+            Ok(figures) => {
+                md.push_str(
+                    "### Seek
+
+",
+                );
+                md.push_str(&replay_bench::seek_table(&figures));
+                md.push('\n');
+            }
+            Err(e) => {
+                eprintln!("error: seek benchmark failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
 
     if wanted(&args, "net") {
