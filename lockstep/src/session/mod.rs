@@ -17,6 +17,7 @@
 //! communications turn pauses too).
 
 use crate::builder::SessionConfig;
+pub use forensics::{ForensicsAnswer, ForensicsRequest};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
@@ -427,6 +428,12 @@ impl Session {
                     r.end = Some((turn, reason));
                 }
             }
+            ToPeer::EntityHashRequest { turn, section } => self.events.push_back(
+                Event::Forensics(ForensicsRequest::EntityHashes { turn, section }),
+            ),
+            ToPeer::EntityDumpRequest { turn, section, ids } => self.events.push_back(
+                Event::Forensics(ForensicsRequest::EntityDumps { turn, section, ids }),
+            ),
         }
         self.advance(now);
     }
@@ -765,3 +772,5 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
 
 #[cfg(test)]
 mod tests;
+
+mod forensics;

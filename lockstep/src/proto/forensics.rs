@@ -1,0 +1,127 @@
+//! The desync forensics messages' payloads and bounds: after a desync the
+//! relay asks one odd and one majority peer for a differing section's
+//! entity hashes ([`super::ToPeer::EntityHashRequest`]), then for the
+//! canonical dumps of the entities that differ
+//! ([`super::ToPeer::EntityDumpRequest`]). Every answer is bounded so that it
+//! fits one message; the relay validates it against hashes it already has.
+
+use super::{DecodeError, MAX_NAME_LEN, check, check_name};
+use serde::{Deserialize, Serialize};
+use sim::forensics::{EntityHash, Field};
+
+/// Most entity hashes in one answer (an entity block of the reference game
+/// is 1,024 entities; 2,048 entries of at most 42 bytes fit a message).
+pub const MAX_ENTITY_HASHES: usize = 2048;
+/// Most entities whose dumps the relay asks for in one request.
+pub const MAX_DUMP_ENTITIES: usize = 4;
+/// Most fields of one entity's dump; a peer sends the first ones.
+pub const MAX_DUMP_FIELDS: usize = 64;
+/// Longest field path (bytes); a peer truncates longer ones.
+pub const MAX_FIELD_PATH: usize = MAX_NAME_LEN;
+/// Longest field value (bytes); a peer truncates longer ones (ending in `…`).
+pub const MAX_FIELD_VALUE: usize = 96;
+
+/// One entity's canonical dump, as a peer answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityDump {
+    /// The entity's id within its section.
+    pub id: u64,
+    /// Its named fields (empty: the peer has no such entity).
+    pub fields: Vec<Field>,
+}
+
+/// Cuts a dump to the protocol's bounds (field count, path and value
+/// lengths, on character boundaries), so an answer always fits.
+#[must_use]
+pub fn bounded_fields(mut fields: Vec<Field>) -> Vec<Field> {
+    fields.truncate(MAX_DUMP_FIELDS);
+    for f in &mut fields {
+        cut(&mut f.path, MAX_FIELD_PATH);
+        if f.value.len() > MAX_FIELD_VALUE {
+            cut(&mut f.value, MAX_FIELD_VALUE - '…'.len_utf8());
+            f.value.push('…');
+        }
+    }
+    fields
+}
+
+fn cut(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut at = max;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
+    }
+}
+
+pub(super) fn check_entity_hashes(
+    section: &str,
+    entities: &[EntityHash],
+) -> Result<(), DecodeError> {
+    check_name(section, "section name")?;
+    check(entities.len() <= MAX_ENTITY_HASHES, "entity hashes")
+}
+
+pub(super) fn check_dump_request(section: &str, ids: &[u64]) -> Result<(), DecodeError> {
+    check_name(section, "section name")?;
+    check(ids.len() <= MAX_DUMP_ENTITIES, "dump ids")
+}
+
+pub(super) fn check_dumps(section: &str, dumps: &[EntityDump]) -> Result<(), DecodeError> {
+    check_name(section, "section name")?;
+    check(dumps.len() <= MAX_DUMP_ENTITIES, "dumps")?;
+    for d in dumps {
+        check(d.fields.len() <= MAX_DUMP_FIELDS, "dump fields")?;
+        for f in &d.fields {
+            check(f.path.len() <= MAX_FIELD_PATH, "field path")?;
+            check(f.value.len() <= MAX_FIELD_VALUE, "field value")?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::super::{ToRelay, MAX_MESSAGE_LEN};
+    use super::*;
+    use sim::{StateHash, Turn};
+
+    /// The largest answers the bounds allow encode within one message.
+    #[test]
+    fn the_largest_answers_fit_a_message() {
+        let entities = (0..MAX_ENTITY_HASHES)
+            .map(|i| EntityHash {
+                id: u64::MAX - i as u64,
+                hash: StateHash([0xff; 32]),
+            })
+            .collect();
+        let m = ToRelay::EntityHashes {
+            turn: Turn(u32::MAX),
+            section: "s".repeat(MAX_NAME_LEN),
+            entities,
+        };
+        let bytes = m.to_bytes();
+        assert!(bytes.len() <= MAX_MESSAGE_LEN, "{}", bytes.len());
+        assert_eq!(ToRelay::decode(&bytes).unwrap(), m);
+        let long = Field::new("p".repeat(500), "é".repeat(500));
+        let fields = bounded_fields(vec![long; MAX_DUMP_FIELDS + 3]);
+        assert_eq!(fields.len(), MAX_DUMP_FIELDS);
+        assert!(fields[0].value.ends_with('…') && fields[0].value.len() <= MAX_FIELD_VALUE);
+        let m = ToRelay::EntityDumps {
+            turn: Turn(u32::MAX),
+            section: "s".repeat(MAX_NAME_LEN),
+            dumps: vec![
+                EntityDump {
+                    id: u64::MAX,
+                    fields,
+                };
+                MAX_DUMP_ENTITIES
+            ],
+        };
+        let bytes = m.to_bytes();
+        assert!(bytes.len() <= MAX_MESSAGE_LEN, "{}", bytes.len());
+        assert_eq!(ToRelay::decode(&bytes).unwrap(), m);
+    }
+}
