@@ -2,7 +2,9 @@
 //! header at start, every closed turn's bundle, a hash for every judged turn
 //! (the agreed one, or the majority's on a desynced turn, next to a dispute
 //! record naming each dissenting player's hash), drops, delay changes and
-//! the first desync with its differing sections.
+//! the first desync with its differing sections, and its forensics report
+//! (a record in the replay and `<replay stem>.desync.json` next to it, with
+//! the inputs of the last [`REPORT_INPUT_TURNS`] turns up to the desync).
 //!
 //! Storage failures (directory removed or unwritable, disk full) never stop
 //! a match: the first error of a match is returned once, that match's
@@ -16,9 +18,10 @@
 //! driver; the recorder reads no clock.
 
 use crate::event::{MatchId, MatchInfo, RouterEvent};
+use replays::forensics::{PlayerInput, REPORT_INPUT_TURNS, TurnInputs, hex};
 use replays::{DEFAULT_SYNC, Header, PlayerInfo, ReplayError, Sink, Writer};
 use sim::{PlayerId, StateHash, Turn};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -93,6 +96,7 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         | RouterEvent::HashDisputed { id, .. }
         | RouterEvent::Desync { id, .. }
         | RouterEvent::DesyncSections { id, .. }
+        | RouterEvent::DesyncReport { id, .. }
         | RouterEvent::Dropped { id, .. }
         | RouterEvent::DelayChanged { id, .. }
         | RouterEvent::PeerReport { id, .. }
@@ -112,6 +116,8 @@ pub struct Recorded {
     /// Whether a trailer was written (false: no agreed or majority hash, file
     /// left recoverable).
     pub finished: bool,
+    /// The desync forensics report written next to the replay, if any.
+    pub report: Option<PathBuf>,
 }
 
 struct Recording {
@@ -120,6 +126,11 @@ struct Recording {
     /// The latest turn's agreed (or majority) hash: the trailer's final hash.
     last_hash: Option<(Turn, StateHash)>,
     desync: Option<(Turn, Vec<(PlayerId, StateHash)>)>,
+    /// The inputs of the last turns, for the desync report.
+    recent: VecDeque<TurnInputs>,
+    /// The inputs up to the desynced turn, kept when the desync is judged.
+    report_inputs: Vec<TurnInputs>,
+    report: Option<PathBuf>,
 }
 
 /// Records every match a router runs into
@@ -306,6 +317,9 @@ impl Recorder {
                         path,
                         last_hash: None,
                         desync: None,
+                        recent: VecDeque::new(),
+                        report_inputs: Vec::new(),
+                        report: None,
                     },
                 );
             }
@@ -314,6 +328,19 @@ impl Recorder {
             } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.writer.record_turn(*turn, inputs)?;
+                    if r.recent.len() >= REPORT_INPUT_TURNS as usize {
+                        r.recent.pop_front();
+                    }
+                    r.recent.push_back(TurnInputs {
+                        turn: turn.0,
+                        inputs: inputs
+                            .iter()
+                            .map(|(p, b)| PlayerInput {
+                                player: p.0,
+                                bytes: hex(b),
+                            })
+                            .collect(),
+                    });
                 }
             }
             RouterEvent::HashAgreed { id, turn, hash } => {
@@ -343,6 +370,14 @@ impl Recorder {
             } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.desync = Some((*turn, hashes.clone()));
+                    // The desynced turn closed before its hashes were judged:
+                    // its inputs and those before it are in `recent`.
+                    r.report_inputs = r
+                        .recent
+                        .iter()
+                        .filter(|t| t.turn <= turn.0)
+                        .cloned()
+                        .collect();
                 }
             }
             RouterEvent::DesyncSections {
@@ -353,6 +388,26 @@ impl Recorder {
                     && t == *turn
                 {
                     r.writer.record_desync(t, &hashes, sections)?;
+                }
+            }
+            RouterEvent::DesyncReport { id, report } => {
+                if let Some(r) = self.live.get_mut(id) {
+                    let mut report = (**report).clone();
+                    report.inputs = std::mem::take(&mut r.report_inputs);
+                    r.writer.record_forensics(&report)?;
+                    let path = r.path.with_extension("desync.json");
+                    // The replay holds the report too: a failed JSON file
+                    // is counted, never fatal to the recording.
+                    match (self.open)(&path).and_then(|mut sink| {
+                        let json =
+                            serde_json::to_vec_pretty(&report).map_err(std::io::Error::other)?;
+                        sink.write_all(&json)?;
+                        sink.write_all(b"\n")?;
+                        sink.flush()
+                    }) {
+                        Ok(()) => r.report = Some(path),
+                        Err(_) => self.errors += 1,
+                    }
                 }
             }
             RouterEvent::Dropped {
@@ -391,6 +446,7 @@ impl Recorder {
                     path: r.path,
                     turns: r.writer.turns_written(),
                     finished,
+                    report: r.report,
                 }));
             }
             RouterEvent::PeerReport { .. } => {}
