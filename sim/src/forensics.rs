@@ -75,7 +75,11 @@ pub struct FieldDiff {
 pub fn combine_entities(entities: &[EntityHash]) -> StateHash {
     let mut h = blake3::Hasher::new();
     h.update(ENTITIES_DOMAIN);
-    h.update(&u64::try_from(entities.len()).unwrap_or(u64::MAX).to_le_bytes());
+    h.update(
+        &u64::try_from(entities.len())
+            .unwrap_or(u64::MAX)
+            .to_le_bytes(),
+    );
     for e in entities {
         h.update(&e.id.to_le_bytes());
         h.update(&e.hash.0);
@@ -207,11 +211,20 @@ mod tests {
         let section = combine_entities(&list);
         assert!(entities_match_section(&list, &section));
         // A changed leaf, a dropped entity, or a reordered list all fail.
-        assert!(!entities_match_section(&[e(1, 1), e(5, 7), e(9, 3)], &section));
+        assert!(!entities_match_section(
+            &[e(1, 1), e(5, 7), e(9, 3)],
+            &section
+        ));
         assert!(!entities_match_section(&[e(1, 1), e(9, 3)], &section));
-        assert!(!entities_match_section(&[e(5, 2), e(1, 1), e(9, 3)], &section));
+        assert!(!entities_match_section(
+            &[e(5, 2), e(1, 1), e(9, 3)],
+            &section
+        ));
         // The whole section as one entity.
-        assert!(entities_match_section(&[e(WHOLE_SECTION, 4)], &StateHash([4; 32])));
+        assert!(entities_match_section(
+            &[e(WHOLE_SECTION, 4)],
+            &StateHash([4; 32])
+        ));
         assert!(!entities_match_section(&[], &StateHash([4; 32])));
     }
 
@@ -222,7 +235,11 @@ mod tests {
             vec![2, 3, 4]
         );
         let a = [Field::new("hp", 96), Field::new("pos.x", "1.5")];
-        let b = [Field::new("hp", 95), Field::new("pos.x", "1.5"), Field::new("x", 1)];
+        let b = [
+            Field::new("hp", 95),
+            Field::new("pos.x", "1.5"),
+            Field::new("x", 1),
+        ];
         assert_eq!(
             diff_fields(&a, &b),
             vec![

@@ -84,7 +84,7 @@ pub(super) fn check_dumps(section: &str, dumps: &[EntityDump]) -> Result<(), Dec
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
-    use super::super::{ToRelay, MAX_MESSAGE_LEN};
+    use super::super::{MAX_MESSAGE_LEN, ToRelay};
     use super::*;
     use sim::{StateHash, Turn};
 

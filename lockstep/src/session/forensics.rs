@@ -55,7 +55,10 @@ impl Session {
     /// message; the relay checks them against the hashes it has.
     pub fn answer_forensics(&mut self, request: &ForensicsRequest, answer: ForensicsAnswer) {
         let msg = match (request, answer) {
-            (ForensicsRequest::EntityHashes { turn, section }, ForensicsAnswer::EntityHashes(mut e)) => {
+            (
+                ForensicsRequest::EntityHashes { turn, section },
+                ForensicsAnswer::EntityHashes(mut e),
+            ) => {
                 e.truncate(MAX_ENTITY_HASHES);
                 ToRelay::EntityHashes {
                     turn: *turn,

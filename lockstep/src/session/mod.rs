@@ -17,7 +17,6 @@
 //! communications turn pauses too).
 
 use crate::builder::SessionConfig;
-pub use forensics::{ForensicsAnswer, ForensicsRequest};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
@@ -26,6 +25,7 @@ use crate::proto::{
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
+pub use forensics::{ForensicsAnswer, ForensicsRequest};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -428,12 +428,21 @@ impl Session {
                     r.end = Some((turn, reason));
                 }
             }
-            ToPeer::EntityHashRequest { turn, section } => self.events.push_back(
-                Event::Forensics(ForensicsRequest::EntityHashes { turn, section }),
-            ),
-            ToPeer::EntityDumpRequest { turn, section, ids } => self.events.push_back(
-                Event::Forensics(ForensicsRequest::EntityDumps { turn, section, ids }),
-            ),
+            ToPeer::EntityHashRequest { turn, section } => {
+                self.events
+                    .push_back(Event::Forensics(ForensicsRequest::EntityHashes {
+                        turn,
+                        section,
+                    }))
+            }
+            ToPeer::EntityDumpRequest { turn, section, ids } => {
+                self.events
+                    .push_back(Event::Forensics(ForensicsRequest::EntityDumps {
+                        turn,
+                        section,
+                        ids,
+                    }))
+            }
         }
         self.advance(now);
     }

@@ -4,8 +4,8 @@
 
 use super::codec::{leaves, ship_leaves};
 use super::world::Arena;
-use crate::forensics::{EntityHash, Field, WHOLE_SECTION};
 use crate::Simulation;
+use crate::forensics::{EntityHash, Field, WHOLE_SECTION};
 
 /// `Simulation::entity_hashes` of the arena.
 pub(crate) fn entity_hashes(w: &Arena, section: &str) -> Vec<EntityHash> {

@@ -319,7 +319,10 @@ fn forensics_names_the_perturbed_ship_and_field() {
     p.perturb(7);
     let diff = crate::forensics::narrow(&w, &p, 8);
     assert_eq!(diff.len(), 1, "{diff:?}");
-    assert_eq!((diff[0].section.as_str(), diff[0].id), (section.as_str(), id));
+    assert_eq!(
+        (diff[0].section.as_str(), diff[0].id),
+        (section.as_str(), id)
+    );
     let before = w.ships()[usize::try_from(id).unwrap()].hp;
     let after = p.ships()[usize::try_from(id).unwrap()].hp;
     assert_eq!(field, "hp");

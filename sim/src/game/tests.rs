@@ -236,7 +236,10 @@ fn forensics_names_the_perturbed_entity_and_field() {
     assert!(crate::forensics::sections_are_consistent(&p));
     let diff = crate::forensics::narrow(&w, &p, 8);
     assert_eq!(diff.len(), 1, "{diff:?}");
-    assert_eq!((diff[0].section.as_str(), diff[0].id), (section.as_str(), id));
+    assert_eq!(
+        (diff[0].section.as_str(), diff[0].id),
+        (section.as_str(), id)
+    );
     let e = w.s.entities.iter().find(|e| u64::from(e.id) == id).unwrap();
     assert_eq!(
         diff[0].fields,
