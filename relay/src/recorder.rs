@@ -72,6 +72,11 @@ fn open_file(path: &Path) -> std::io::Result<RecordSink> {
         .map(RecordSink::new)
 }
 
+/// Closed turns kept beyond the [`REPORT_INPUT_TURNS`] a desync report
+/// carries: a desync is judged once every hash of its turn is in, some turns
+/// after it closed.
+const RECENT_MARGIN: usize = 64;
+
 /// How many suffixed names (`~2`, `~3`, ...) are tried when a name is taken
 /// before the recording gives up with the `AlreadyExists` error.
 const MAX_NAME_CLASHES: u32 = 1000;
@@ -328,7 +333,9 @@ impl Recorder {
             } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.writer.record_turn(*turn, inputs)?;
-                    if r.recent.len() >= REPORT_INPUT_TURNS as usize {
+                    // The desync is judged some turns after it closed:
+                    // keep a margin beyond the turns a report carries.
+                    if r.recent.len() >= REPORT_INPUT_TURNS as usize + RECENT_MARGIN {
                         r.recent.pop_front();
                     }
                     r.recent.push_back(TurnInputs {
@@ -372,12 +379,10 @@ impl Recorder {
                     r.desync = Some((*turn, hashes.clone()));
                     // The desynced turn closed before its hashes were judged:
                     // its inputs and those before it are in `recent`.
-                    r.report_inputs = r
-                        .recent
-                        .iter()
-                        .filter(|t| t.turn <= turn.0)
-                        .cloned()
-                        .collect();
+                    let upto: Vec<&TurnInputs> =
+                        r.recent.iter().filter(|t| t.turn <= turn.0).collect();
+                    let skip = upto.len().saturating_sub(REPORT_INPUT_TURNS as usize);
+                    r.report_inputs = upto.into_iter().skip(skip).cloned().collect();
                 }
             }
             RouterEvent::DesyncSections {
