@@ -13,6 +13,7 @@
 mod decode;
 mod edges;
 mod ends;
+mod forensics;
 mod game_peers;
 mod hostile;
 mod netsim;
