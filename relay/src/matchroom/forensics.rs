@@ -150,9 +150,10 @@ impl Game {
         // A peer's sections must combine to the hash it reported.
         let checks = |p: PlayerId, report: &mut DesyncReport| -> Option<Vec<SectionHash>> {
             let Some(s) = sections_of(p) else {
-                report
-                    .notes
-                    .push(format!("P{} sent no section hashes", p.0));
+                report.notes.push(format!(
+                    "P{} sent no section hashes (timed out or disconnected)",
+                    p.0
+                ));
                 return None;
             };
             let reported = hashes.iter().find(|(q, _)| *q == p).map(|(_, h)| *h);
@@ -170,9 +171,14 @@ impl Game {
         for members in groups.values() {
             // The first member that answered the probe speaks for the group.
             let Some(&odd) = members.iter().find(|p| sections_of(**p).is_some()) else {
+                report.complete = false;
                 report.notes.push(format!(
-                    "no section hashes from odd group {:?}",
-                    members.iter().map(|p| p.0).collect::<Vec<_>>()
+                    "{} sent no section hashes (timed out or disconnected)",
+                    members
+                        .iter()
+                        .map(|p| format!("P{}", p.0))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
                 continue;
             };

@@ -19,6 +19,8 @@ pub(super) struct Probe {
     /// The turn's hash reports and a majority member, for the forensics.
     hashes: Vec<(PlayerId, StateHash)>,
     majority_member: Option<PlayerId>,
+    /// When the probe stops waiting (set at the first tick after it began).
+    deadline: Option<Instant>,
 }
 
 impl Game {
@@ -111,6 +113,7 @@ impl Game {
                         got: Vec::new(),
                         hashes: hashes.clone(),
                         majority_member,
+                        deadline: None,
                     });
                 }
             }
@@ -162,6 +165,29 @@ impl Game {
                 self.finish_probe(now, id, config, out);
             }
         }
+    }
+
+    /// Stops waiting for section hashes `forensics_timeout` after the probe
+    /// began: a peer that never answers must not keep the desync unreported.
+    pub(super) fn probe_timeout(
+        &mut self,
+        now: Instant,
+        id: MatchId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        if let Some(probe) = &mut self.probe {
+            let deadline = *probe.deadline.get_or_insert(now + config.forensics_timeout);
+            if now >= deadline && !probe.waiting.is_empty() {
+                probe.waiting.clear();
+                self.finish_probe(now, id, config, out);
+            }
+        }
+    }
+
+    /// When the section probe stops waiting, if one is running.
+    pub(super) fn probe_deadline(&self) -> Option<Instant> {
+        self.probe.as_ref().and_then(|p| p.deadline)
     }
 
     /// Reports the section diff once every requested peer answered, then

@@ -445,6 +445,7 @@ impl MatchRoom {
             g.close_turns(id, now, config, out, closing);
             g.judge_hashes(id, config, out, false);
             g.prune_probe(now, id, config, out);
+            g.probe_timeout(now, id, config, out);
             g.forensics_timeout(now, id, out);
         }
         if g.desync_end {
@@ -496,7 +497,7 @@ impl MatchRoom {
         if let Some(e) = g.end_by {
             at(e);
         }
-        if let Some(e) = g.forensics_deadline() {
+        if let Some(e) = g.forensics_deadline().or(g.probe_deadline()) {
             at(e);
         }
         if let Some(e) = g.desync_end_by {

@@ -14,6 +14,7 @@ mod decode;
 mod edges;
 mod ends;
 mod forensics;
+mod forensics_hostile;
 mod game_peers;
 mod hostile;
 mod netsim;
