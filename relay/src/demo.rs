@@ -155,6 +155,10 @@ pub struct DemoFault {
     pub odd: Option<String>,
 }
 
+/// A game's `perturb_target`: the (section, entity id, field) its fault
+/// switch changes with this salt.
+type PerturbTarget<S> = fn(&S, u32) -> Option<(String, u64, &'static str)>;
+
 /// What the fault switch (`World::perturb` / `Arena::perturb` with the turn
 /// as salt) changes at `turn` of the match recorded in `path`: re-simulates
 /// the replay to that turn and perturbs a copy of the world.
@@ -162,7 +166,7 @@ fn fault_truth<S: Simulation + Clone>(
     path: &str,
     turn: u32,
     perturb: fn(&mut S, Turn),
-    target: fn(&S, u32) -> Option<(String, u64, &'static str)>,
+    target: PerturbTarget<S>,
 ) -> Option<DemoFault> {
     let reader = replays::Reader::open(path).ok()?;
     let world = replays::seek::<S, _>(reader, Turn(turn)).ok()?.world;

@@ -15,6 +15,12 @@ use relay::config::DesyncPolicy;
 use replays::DesyncReport;
 use sim::Simulation;
 
+/// A game's `perturb_target`.
+type PerturbTarget<S> = fn(&S, u32) -> Option<(String, u64, &'static str)>;
+
+/// The truth: (section, id, field, majority value, odd value).
+type Truth = (String, u64, String, Option<String>, Option<String>);
+
 /// What a run of one game gives back.
 struct Run {
     events: Vec<RouterEvent>,
@@ -23,7 +29,7 @@ struct Run {
     /// The truth: what the fault switch changed at the desync turn
     /// (section, id, field, majority value, odd value), from re-simulating a
     /// majority peer's inputs and perturbing a copy.
-    truth: Option<(String, u64, String, Option<String>, Option<String>)>,
+    truth: Option<Truth>,
     ends: Vec<Option<EndReason>>,
     stall_ms: Vec<f64>,
     /// The perturbed peer's player id (seats follow join order).
@@ -42,7 +48,7 @@ fn run<S, A>(
     ticks: u16,
     bot: fn(PlayerId, u64) -> A,
     perturb: fn(&mut S, Turn),
-    target: fn(&S, u32) -> Option<(String, u64, &'static str)>,
+    target: PerturbTarget<S>,
 ) -> Run
 where
     S: Simulation + Clone + 'static,

@@ -16,10 +16,10 @@ pub(super) fn desync(
     path: &Path,
     as_json: bool,
 ) -> Result<bool, CliError> {
-    let mut reader = Reader::open(path)?;
+    let reader = Reader::open(path)?;
     let header = reader.header().clone();
     let mut reports: Vec<DesyncReport> = Vec::new();
-    while let Some(item) = reader.next() {
+    for item in reader {
         match item {
             Ok(Record::Forensics(r)) => reports.push(*r),
             Ok(_) => {}
