@@ -72,7 +72,7 @@ fn open_file(path: &Path) -> std::io::Result<RecordSink> {
         .map(RecordSink::new)
 }
 
-/// Closed turns kept beyond the [`REPORT_INPUT_TURNS`] a desync report
+/// Closed turns kept beyond the turns of inputs a desync report
 /// carries: a desync is judged once every hash of its turn is in, some turns
 /// after it closed.
 const RECENT_MARGIN: usize = 64;
@@ -148,6 +148,8 @@ pub struct Recorder {
     /// Matches whose recording failed: their later events are ignored.
     failed: BTreeSet<MatchId>,
     errors: u64,
+    /// Turns of inputs a desync report carries.
+    report_turns: usize,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -205,7 +207,16 @@ impl Recorder {
             live: BTreeMap::new(),
             failed: BTreeSet::new(),
             errors: 0,
+            report_turns: REPORT_INPUT_TURNS as usize,
         })
+    }
+
+    /// How many turns of inputs, up to the desynced one, a desync report
+    /// carries (default [`REPORT_INPUT_TURNS`], 20; at most 256).
+    #[must_use]
+    pub fn with_report_inputs(mut self, turns: u32) -> Self {
+        self.report_turns = (turns as usize).min(256);
+        self
     }
 
     /// Opens each replay's sink with `open` instead of creating a file (tests
@@ -335,7 +346,7 @@ impl Recorder {
                     r.writer.record_turn(*turn, inputs)?;
                     // The desync is judged some turns after it closed:
                     // keep a margin beyond the turns a report carries.
-                    if r.recent.len() >= REPORT_INPUT_TURNS as usize + RECENT_MARGIN {
+                    if r.recent.len() >= self.report_turns + RECENT_MARGIN {
                         r.recent.pop_front();
                     }
                     r.recent.push_back(TurnInputs {
@@ -381,7 +392,7 @@ impl Recorder {
                     // its inputs and those before it are in `recent`.
                     let upto: Vec<&TurnInputs> =
                         r.recent.iter().filter(|t| t.turn <= turn.0).collect();
-                    let skip = upto.len().saturating_sub(REPORT_INPUT_TURNS as usize);
+                    let skip = upto.len().saturating_sub(self.report_turns);
                     r.report_inputs = upto.into_iter().skip(skip).cloned().collect();
                 }
             }
@@ -602,5 +613,70 @@ mod tests {
         assert_eq!(std::fs::read(&first.path).unwrap(), before);
         assert!(second.finished);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A desync's report goes into the replay (a forensics record) and next
+    /// to it as JSON, with the inputs of the last turns up to the desync
+    /// even when the desync is judged many turns after it closed.
+    #[test]
+    fn a_desync_report_is_recorded_and_written_next_to_the_replay() {
+        let dir = scratch("report");
+        let id = MatchId(4);
+        let mut evs = vec![RouterEvent::MatchStarted {
+            id,
+            info: info("r"),
+        }];
+        for t in 0..=60u32 {
+            evs.push(RouterEvent::TurnClosed {
+                id,
+                turn: Turn(t),
+                inputs: vec![(PlayerId(1), vec![t as u8])],
+                missing: Vec::new(),
+            });
+        }
+        let hashes = vec![
+            (PlayerId(0), StateHash([1; 32])),
+            (PlayerId(1), StateHash([2; 32])),
+        ];
+        evs.push(RouterEvent::Desync {
+            id,
+            turn: Turn(30),
+            hashes,
+            odd_players: Vec::new(),
+        });
+        let report = replays::DesyncReport {
+            turn: 30,
+            no_majority: true,
+            ..replays::DesyncReport::default()
+        };
+        evs.push(RouterEvent::DesyncReport {
+            id,
+            report: Box::new(report),
+        });
+        evs.push(RouterEvent::MatchEnded {
+            id,
+            turn: Some(Turn(60)),
+            reason: EndReason::Desync,
+        });
+        let mut rec = Recorder::new(&dir, |i| i.rules_hash)
+            .unwrap()
+            .with_report_inputs(5);
+        let done = record_all(&mut rec, T0, &evs);
+        let json_path = done.report.clone().unwrap();
+        assert_eq!(json_path, done.path.with_extension("desync.json"));
+        let json: replays::DesyncReport =
+            serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+        let turns: Vec<u32> = json.inputs.iter().map(|t| t.turn).collect();
+        assert_eq!(turns, vec![26, 27, 28, 29, 30]);
+        assert_eq!(json.inputs[4].inputs[0].bytes, "1e");
+        let in_replay: Vec<replays::DesyncReport> = replays::Reader::open(&done.path)
+            .unwrap()
+            .filter_map(|r| match r.unwrap() {
+                replays::Record::Forensics(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(in_replay, vec![json]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
