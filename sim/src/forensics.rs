@@ -228,6 +228,60 @@ mod tests {
         assert!(!entities_match_section(&[], &StateHash([4; 32])));
     }
 
+    /// A game with only the required methods (like the guide's `Paint`):
+    /// forensics stops at the section, whole sections are entity 0 with
+    /// their hash as the one field, and the lists check.
+    #[test]
+    fn the_defaults_stop_at_the_section() {
+        use crate::{MatchSetup, SectionHash, Simulation, SnapshotError, Stamped, Turn};
+        #[derive(Clone)]
+        struct Two(u32, u32);
+        impl Simulation for Two {
+            type Command = u8;
+            const GAME_ID: &'static str = "two";
+            const GAME_VERSION: u32 = 1;
+            fn new(_: &MatchSetup) -> Self {
+                Self(0, 0)
+            }
+            fn rules_hash(&self) -> StateHash {
+                StateHash([0; 32])
+            }
+            fn step(&mut self, _: Turn, _: &[Stamped<u8>]) {}
+            fn state_hash(&self) -> StateHash {
+                crate::hash::combine(&self.section_hashes())
+            }
+            fn section_hashes(&self) -> Vec<SectionHash> {
+                let mut buf = Vec::new();
+                vec![
+                    SectionHash {
+                        name: "a".into(),
+                        hash: crate::hash::digest_of(&self.0, &mut buf),
+                    },
+                    SectionHash {
+                        name: "b".into(),
+                        hash: crate::hash::digest_of(&self.1, &mut buf),
+                    },
+                ]
+            }
+            fn snapshot(&self) -> Vec<u8> {
+                Vec::new()
+            }
+            fn restore(_: &[u8]) -> Result<Self, SnapshotError> {
+                Ok(Self(0, 0))
+            }
+        }
+        let a = Two(1, 2);
+        let b = Two(1, 3);
+        assert!(sections_are_consistent(&a));
+        assert_eq!(a.entity_hashes("nope"), vec![]);
+        assert_eq!(a.entity_fields("b", 7), None);
+        let d = narrow(&a, &b, 8);
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].section.as_str(), d[0].id), ("b", WHOLE_SECTION));
+        assert_eq!(d[0].fields.len(), 1);
+        assert_eq!(d[0].fields[0].path, "section_hash");
+    }
+
     #[test]
     fn diffs_name_ids_and_fields() {
         assert_eq!(

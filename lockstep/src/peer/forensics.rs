@@ -64,3 +64,63 @@ impl History {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::*;
+    use sim::game::World;
+
+    /// Answers come from the world as it was after the asked turn; a turn
+    /// beyond the history (or never kept) gets an empty answer.
+    #[test]
+    fn answers_from_the_kept_turn_and_forgets_beyond_the_bound() {
+        let mut w = sim::scenarios::skirmish(3);
+        let mut h = History::new(2);
+        let mut kept = Vec::new();
+        for t in 0..3 {
+            w.step(Turn(t), &[]);
+            h.record(Turn(t), &w);
+            kept.push(w.clone());
+        }
+        let section = "entities 0..1024".to_owned();
+        let ask = |turn| ForensicsRequest::EntityHashes {
+            turn: Turn(turn),
+            section: section.clone(),
+        };
+        assert_eq!(
+            h.answer::<World>(&ask(1)),
+            ForensicsAnswer::EntityHashes(kept[1].entity_hashes(&section))
+        );
+        assert_eq!(
+            h.answer::<World>(&ask(0)),
+            ForensicsAnswer::EntityHashes(Vec::new())
+        );
+        assert_eq!(
+            h.answer::<World>(&ask(9)),
+            ForensicsAnswer::EntityHashes(Vec::new())
+        );
+        let id = kept[2].entity_hashes(&section)[0].id;
+        let dumps = h.answer::<World>(&ForensicsRequest::EntityDumps {
+            turn: Turn(2),
+            section: section.clone(),
+            ids: vec![id, 999_999],
+        });
+        let ForensicsAnswer::EntityDumps(d) = dumps else {
+            panic!("dumps expected");
+        };
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            Some(d[0].fields.clone()),
+            kept[2].entity_fields(&section, id)
+        );
+        assert!(d[1].fields.is_empty(), "no such entity: no fields");
+        // Nothing kept at all.
+        let mut none = History::new(0);
+        none.record(Turn(0), &w);
+        assert_eq!(
+            none.answer::<World>(&ask(0)),
+            ForensicsAnswer::EntityHashes(Vec::new())
+        );
+    }
+}

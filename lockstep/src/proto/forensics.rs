@@ -124,4 +124,42 @@ mod tests {
         assert!(bytes.len() <= MAX_MESSAGE_LEN, "{}", bytes.len());
         assert_eq!(ToRelay::decode(&bytes).unwrap(), m);
     }
+
+    /// Answers and requests over the caps do not decode.
+    #[test]
+    fn over_the_caps_is_refused() {
+        use super::super::{DecodeError, ToPeer};
+        let dumps = |fields: Vec<Field>, n: usize| ToRelay::EntityDumps {
+            turn: Turn(1),
+            section: "s".into(),
+            dumps: vec![EntityDump { id: 1, fields }; n],
+        };
+        let cases = [
+            (
+                dumps(vec![Field::new("a", 1); MAX_DUMP_FIELDS + 1], 1).to_bytes(),
+                "dump fields",
+            ),
+            (
+                dumps(vec![Field::new("a", "v".repeat(MAX_FIELD_VALUE + 1))], 1).to_bytes(),
+                "field value",
+            ),
+            (
+                dumps(vec![Field::new("p".repeat(MAX_FIELD_PATH + 1), 1)], 1).to_bytes(),
+                "field path",
+            ),
+            (dumps(Vec::new(), MAX_DUMP_ENTITIES + 1).to_bytes(), "dumps"),
+        ];
+        for (bytes, what) in cases {
+            assert_eq!(ToRelay::decode(&bytes), Err(DecodeError::Bounds(what)));
+        }
+        let ask = ToPeer::EntityDumpRequest {
+            turn: Turn(1),
+            section: "s".into(),
+            ids: vec![1; MAX_DUMP_ENTITIES + 1],
+        };
+        assert_eq!(
+            ToPeer::decode(&ask.to_bytes()),
+            Err(DecodeError::Bounds("dump ids"))
+        );
+    }
 }
