@@ -178,10 +178,23 @@ impl Game {
     ) {
         if let Some(probe) = &mut self.probe {
             let deadline = *probe.deadline.get_or_insert(now + config.forensics_timeout);
-            if now >= deadline && !probe.waiting.is_empty() {
-                probe.waiting.clear();
-                self.finish_probe(now, id, config, out);
+            if now >= deadline {
+                self.cut_probe(now, id, config, out);
             }
+        }
+    }
+
+    /// Stops waiting for section hashes now and reports what arrived.
+    pub(super) fn cut_probe(
+        &mut self,
+        now: Instant,
+        id: MatchId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        if let Some(probe) = &mut self.probe {
+            probe.waiting.clear();
+            self.finish_probe(now, id, config, out);
         }
     }
 

@@ -454,8 +454,12 @@ impl MatchRoom {
             let by = *g
                 .desync_end_by
                 .get_or_insert(now + config.forensics_timeout);
-            if (g.probe.is_none() && g.forensics.is_none()) || now >= by {
-                g.forensics_timeout(by.min(now).max(by), id, out);
+            if now >= by {
+                // Out of time: report what is in before the end.
+                g.cut_probe(now, id, config, out);
+                g.finish_forensics(id, out, true);
+            }
+            if g.probe.is_none() && g.forensics.is_none() {
                 g.end(id, EndReason::Desync, out);
                 self.phase = Phase::Ended;
                 return;

@@ -78,8 +78,13 @@ impl Match {
     /// Three players join; turn 0 closes; everyone reports its hash (conn 2
     /// differs); the relay's desync probe gets honest section hashes.
     fn desynced(behaviour: [Behaviour; 3]) -> Self {
+        Self::desynced_with(behaviour, relay::config::DesyncPolicy::Continue)
+    }
+
+    fn desynced_with(behaviour: [Behaviour; 3], on_desync: relay::config::DesyncPolicy) -> Self {
         let config = RelayConfig {
             forensics_timeout: Duration::from_secs(2),
+            on_desync,
             ..RelayConfig::default()
         };
         let mut router = Router::new(config);
@@ -395,4 +400,50 @@ fn a_silent_peer_delays_nobody_and_the_report_comes_at_the_deadline() {
         assert_eq!(r.odd_players, vec![m.odd_player()]);
         assert!(r.notes.iter().any(|n| n.contains(note)), "{:?}", r.notes);
     }
+}
+
+/// `--on-desync end` with a peer that never answers: the match still ends
+/// (with reason `Desync`) at the deadline, after an incomplete report.
+#[test]
+fn on_desync_end_with_a_mute_peer_ends_at_the_deadline_after_the_report() {
+    let mut m = Match::desynced_with(
+        [Behaviour::Honest, Behaviour::Honest, Behaviour::Mute],
+        relay::config::DesyncPolicy::End,
+    );
+    m.answer();
+    let mut seen = Vec::new();
+    for t in 1..40u32 {
+        m.now = Instant::from_millis(1 + u64::from(t) * 100);
+        for c in 0..3u32 {
+            m.send(
+                ConnId(c),
+                &ToRelay::Input {
+                    turn: Turn(t),
+                    commands: Vec::new(),
+                },
+            );
+        }
+        m.router.handle_timeout(m.now);
+        m.drain();
+        seen.extend(m.events());
+    }
+    let report = seen
+        .iter()
+        .position(|e| matches!(e, RouterEvent::DesyncReport { .. }))
+        .expect("a report");
+    let end = seen
+        .iter()
+        .position(|e| {
+            matches!(
+                e,
+                RouterEvent::MatchEnded {
+                    reason: EndReason::Desync,
+                    ..
+                }
+            )
+        })
+        .expect("the match ended");
+    assert!(report < end);
+    let r = Match::report(&seen).unwrap();
+    assert!(!r.complete);
 }
