@@ -700,19 +700,6 @@ mod tests {
                 executed: Some(Turn(3)),
             }),
             ToRelay::Leave,
-            ToRelay::EntityHashes {
-                turn: Turn(9),
-                section: "entities 0..1024".into(),
-                entities: vec![sim::forensics::EntityHash { id: 417, hash: h }],
-            },
-            ToRelay::EntityDumps {
-                turn: Turn(9),
-                section: "entities 0..1024".into(),
-                dumps: vec![EntityDump {
-                    id: 417,
-                    fields: vec![sim::forensics::Field::new("hp", 96)],
-                }],
-            },
         ];
         let to_peer = vec![
             ToPeer::Lobby {
@@ -788,19 +775,6 @@ mod tests {
             ToPeer::MatchEnd {
                 turn: None,
                 reason: EndReason::Shutdown,
-            },
-            ToPeer::MatchEnd {
-                turn: Some(Turn(7)),
-                reason: EndReason::Desync,
-            },
-            ToPeer::EntityHashRequest {
-                turn: Turn(3),
-                section: "ships".into(),
-            },
-            ToPeer::EntityDumpRequest {
-                turn: Turn(3),
-                section: "ships".into(),
-                ids: vec![1, 2],
             },
         ];
         (to_relay, to_peer)
