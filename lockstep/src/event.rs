@@ -99,6 +99,10 @@ pub enum Event {
         /// The turn the input was meant for.
         turn: Turn,
     },
+    /// The relay asks for desync forensics about a past turn: answer with
+    /// `Session::answer_forensics` from the state kept for that turn (the
+    /// generic peer does this by itself).
+    Forensics(crate::session::ForensicsRequest),
     /// The match is over; every turn up to `turn` has been yielded.
     MatchEnded {
         /// Last turn; `None` when the match ended before its first turn.

@@ -12,7 +12,12 @@ use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sim::{MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Stamped, StateHash, Turn};
 use std::fmt;
 
+mod forensics;
 mod reject;
+pub use forensics::{
+    EntityDump, MAX_DUMP_ENTITIES, MAX_DUMP_FIELDS, MAX_ENTITY_HASHES, MAX_FIELD_PATH,
+    MAX_FIELD_VALUE, bounded_fields,
+};
 pub use reject::RejectReason;
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -179,6 +184,9 @@ pub enum EndReason {
     Abandoned,
     /// The relay is shutting down and ended the match early.
     Shutdown,
+    /// Hashes disagreed and the relay's policy is to end a desynced match
+    /// (`relay serve --on-desync end`).
+    Desync,
 }
 
 /// Link and session figures a peer reports to the relay (for its logs and the demo table).
@@ -233,6 +241,28 @@ pub enum ToRelay {
     Report(PeerReport),
     /// A clean leave.
     Leave,
+    /// Answer to [`ToPeer::EntityHashRequest`]: the section's entities after
+    /// simulating `turn` (`Simulation::entity_hashes`), sorted by id; empty if
+    /// the peer no longer has that turn.
+    EntityHashes {
+        /// The turn asked about.
+        turn: Turn,
+        /// The section asked about.
+        section: String,
+        /// At most [`MAX_ENTITY_HASHES`] entries.
+        entities: Vec<sim::forensics::EntityHash>,
+    },
+    /// Answer to [`ToPeer::EntityDumpRequest`]: the canonical dumps of the
+    /// asked entities after simulating `turn`; empty if the peer no longer
+    /// has that turn.
+    EntityDumps {
+        /// The turn asked about.
+        turn: Turn,
+        /// The section asked about.
+        section: String,
+        /// One per asked id that exists, at most [`MAX_DUMP_ENTITIES`].
+        dumps: Vec<EntityDump>,
+    },
 }
 
 /// Messages from the relay to a peer.
@@ -308,6 +338,23 @@ pub enum ToPeer {
     InputRefused {
         /// The turn the input was meant for.
         turn: Turn,
+    },
+    /// Desync forensics: send the entity hashes of `section` after `turn`.
+    EntityHashRequest {
+        /// The desynced turn.
+        turn: Turn,
+        /// A section whose hash differed.
+        section: String,
+    },
+    /// Desync forensics: send the canonical dumps of these entities of
+    /// `section` after `turn`.
+    EntityDumpRequest {
+        /// The desynced turn.
+        turn: Turn,
+        /// The section holding them.
+        section: String,
+        /// Entity ids, at most [`MAX_DUMP_ENTITIES`].
+        ids: Vec<u64>,
     },
 }
 
@@ -423,6 +470,10 @@ impl ToRelay {
             Self::Input { commands, .. } => check_input(commands),
             Self::Sections { sections, .. } => check_sections(sections),
             Self::Hash { .. } | Self::Pong { .. } | Self::Report(_) | Self::Leave => Ok(()),
+            Self::EntityHashes {
+                section, entities, ..
+            } => forensics::check_entity_hashes(section, entities),
+            Self::EntityDumps { section, dumps, .. } => forensics::check_dumps(section, dumps),
         }
     }
 
@@ -525,6 +576,10 @@ impl ToPeer {
             Self::Waiting { players, .. } => {
                 check(players.len() <= usize::from(MAX_PLAYERS), "players")
             }
+            Self::EntityHashRequest { section, .. } => check_name(section, "section name"),
+            Self::EntityDumpRequest { section, ids, .. } => {
+                forensics::check_dump_request(section, ids)
+            }
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }
@@ -549,6 +604,7 @@ impl fmt::Display for EndReason {
             Self::Completed => "completed",
             Self::Abandoned => "abandoned",
             Self::Shutdown => "shutdown",
+            Self::Desync => "desync",
         })
     }
 }

@@ -9,6 +9,18 @@ use lockstep::Duration;
 /// (the relay itself never simulates; the value only travels in the setup).
 pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
 
+/// What the relay does when a match desyncs (`relay serve --on-desync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DesyncPolicy {
+    /// Report the desync and play on (every later disputed turn is recorded).
+    #[default]
+    Continue,
+    /// Report the desync, then end the match for everyone with
+    /// `EndReason::Desync` once its forensics report is done (at most
+    /// `forensics_timeout` later).
+    End,
+}
+
 /// How the relay runs matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayConfig {
@@ -47,6 +59,11 @@ pub struct RelayConfig {
     pub end_grace: Duration,
     /// Memory bounds.
     pub limits: Limits,
+    /// What to do when a match desyncs (default: continue).
+    pub on_desync: DesyncPolicy,
+    /// How long desync forensics waits for the peers' answers before
+    /// reporting what it has (default 10 s).
+    pub forensics_timeout: Duration,
 }
 
 impl Default for RelayConfig {
@@ -67,6 +84,8 @@ impl Default for RelayConfig {
             seed: None,
             end_grace: Duration::from_secs(2),
             limits: Limits::default(),
+            on_desync: DesyncPolicy::Continue,
+            forensics_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -123,6 +123,69 @@ pub struct DemoDesync {
     pub odd_peers: Vec<u8>,
     /// Differing sections.
     pub sections: Vec<String>,
+    /// The relay's forensics: every entity that differs, with `id`,
+    /// `section` and `fields` of `{path, majority, odd}`.
+    pub entities: Vec<replays::forensics::EntityReport>,
+    /// Whether the forensics ran to the end (see `notes`).
+    pub complete: bool,
+    /// No strict majority: the relay cannot tell who is odd.
+    pub no_majority: bool,
+    /// What stopped or limited the narrowing.
+    pub notes: Vec<String>,
+    /// The desync report written next to the replay.
+    pub report: Option<String>,
+    /// What the fault switch changed, found independently by re-simulating
+    /// the replay to the desynced turn and perturbing that world the same
+    /// way: the report should name exactly this.
+    pub fault: Option<DemoFault>,
+}
+
+/// The field the demo's fault switch perturbed, with both values.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DemoFault {
+    /// The section.
+    pub section: String,
+    /// The entity.
+    pub id: u64,
+    /// The field.
+    pub path: String,
+    /// Its value on the majority (unperturbed) side.
+    pub majority: Option<String>,
+    /// Its value on the perturbed peer.
+    pub odd: Option<String>,
+}
+
+/// A game's `perturb_target`: the (section, entity id, field) its fault
+/// switch changes with this salt.
+type PerturbTarget<S> = fn(&S, u32) -> Option<(String, u64, &'static str)>;
+
+/// What the fault switch (`World::perturb` / `Arena::perturb` with the turn
+/// as salt) changes at `turn` of the match recorded in `path`: re-simulates
+/// the replay to that turn and perturbs a copy of the world.
+fn fault_truth<S: Simulation + Clone>(
+    path: &str,
+    turn: u32,
+    perturb: fn(&mut S, Turn),
+    target: PerturbTarget<S>,
+) -> Option<DemoFault> {
+    let reader = replays::Reader::open(path).ok()?;
+    let world = replays::seek::<S, _>(reader, Turn(turn)).ok()?.world;
+    let (section, id, field) = target(&world, turn)?;
+    let mut odd = world.clone();
+    perturb(&mut odd, Turn(turn));
+    let value = |w: &S| {
+        w.entity_fields(&section, id)?
+            .into_iter()
+            .find(|f| f.path == field)
+            .map(|f| f.value)
+    };
+    Some(DemoFault {
+        majority: value(&world),
+        odd: value(&odd),
+        section,
+        id,
+        path: field.to_owned(),
+    })
 }
 
 /// A drop as the relay reported it.
@@ -219,6 +282,24 @@ impl DemoReport {
                 "DESYNC at turn {}: odd players {:?} (peers {:?}), differing sections {:?}\n",
                 d.turn, d.odd_players, d.odd_peers, d.sections
             ));
+            for e in &d.entities {
+                for f in &e.fields {
+                    s.push_str(&format!(
+                        "  entity {} ({}): {} majority {} odd {}\n",
+                        e.id,
+                        e.section,
+                        f.path,
+                        f.majority.as_deref().unwrap_or("-"),
+                        f.odd.as_deref().unwrap_or("-")
+                    ));
+                }
+            }
+            for n in &d.notes {
+                s.push_str(&format!("  note: {n}\n"));
+            }
+            if let Some(r) = &d.report {
+                s.push_str(&format!("  report: {r}\n"));
+            }
         }
         s.push_str(&format!(
             "final hashes {}; replay {} {}{}\n",
@@ -357,6 +438,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     notes.extend(note_rx.try_iter());
     Ok(report(
         config.game,
+        config.desync.map(|(turn, _)| turn),
         peers,
         &notes,
         started.elapsed().as_secs_f64(),
@@ -426,7 +508,13 @@ enum Note {
     RecordError(String),
 }
 
-fn report(game: DemoGame, peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) -> DemoReport {
+fn report(
+    game: DemoGame,
+    fault_turn: Option<u32>,
+    peers: Vec<DemoPeer>,
+    notes: &[Note],
+    seconds: f64,
+) -> DemoReport {
     let peer_of = |player: u8| {
         peers
             .iter()
@@ -454,14 +542,27 @@ fn report(game: DemoGame, peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) ->
                 turn: turn.0,
                 odd_players: odd_players.iter().map(|p| p.0).collect(),
                 odd_peers: odd_players.iter().filter_map(|p| peer_of(p.0)).collect(),
-                sections: Vec::new(),
+                ..DemoDesync::default()
             }),
+            Note::Event(RouterEvent::DesyncReport { report, .. }) => {
+                if let Some(d) = desyncs.iter_mut().find(|d| d.turn == report.turn) {
+                    d.entities.clone_from(&report.entities);
+                    d.complete = report.complete;
+                    d.no_majority = report.no_majority;
+                    d.notes.clone_from(&report.notes);
+                }
+            }
             Note::Event(RouterEvent::DesyncSections { turn, sections, .. }) => {
                 if let Some(d) = desyncs.iter_mut().find(|d| d.turn == turn.0) {
                     d.sections.clone_from(sections);
                 }
             }
-            Note::Recorded(r) => replay.path = Some(r.path.display().to_string()),
+            Note::Recorded(r) => {
+                replay.path = Some(r.path.display().to_string());
+                for d in &mut desyncs {
+                    d.report = r.report.as_ref().map(|p| p.display().to_string());
+                }
+            }
             Note::RecordError(e) => replay.error = Some(e.clone()),
             Note::Event(_) => {}
         }
@@ -480,6 +581,24 @@ fn report(game: DemoGame, peers: Vec<DemoPeer>, notes: &[Note], seconds: f64) ->
                 }
             }
             Err(e) => replay.error = Some(e.to_string()),
+        }
+    }
+    if let Some(path) = &replay.path {
+        for d in desyncs.iter_mut().filter(|d| Some(d.turn) == fault_turn) {
+            d.fault = match game {
+                DemoGame::Rts => fault_truth::<sim::game::World>(
+                    path,
+                    d.turn,
+                    |w, t| w.perturb(t.0),
+                    sim::game::World::perturb_target,
+                ),
+                DemoGame::Arena => fault_truth::<sim::arena::Arena>(
+                    path,
+                    d.turn,
+                    |w, t| w.perturb(t.0),
+                    sim::arena::Arena::perturb_target,
+                ),
+            };
         }
     }
     let mut live = peers.iter().filter(|p| !p.killed);

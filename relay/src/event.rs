@@ -128,6 +128,15 @@ pub enum RouterEvent {
         /// Differing section names.
         sections: Vec<String>,
     },
+    /// Desync forensics of the first desync of a match is done (complete
+    /// or not): the entities and fields that differ. The recorder writes it
+    /// as JSON next to the replay and as a record in it.
+    DesyncReport {
+        /// The match.
+        id: MatchId,
+        /// The report (`inputs` still empty: the recorder adds them).
+        report: Box<replays::DesyncReport>,
+    },
     /// A player was dropped; from `turn` on its slot is empty.
     Dropped {
         /// Which match.

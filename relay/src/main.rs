@@ -7,6 +7,7 @@ use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
 use lockstep::transport::{AuthMode, TransportConfig};
+use relay::config::DesyncPolicy;
 use relay::demo::{DemoConfig, DemoGame, known_rules_hash, run};
 use relay::metrics::Metrics;
 use relay::recorder::Recorder;
@@ -86,6 +87,19 @@ struct RelayArgs {
     /// Drop a player silent this long (ms).
     #[arg(long, default_value_t = 5000)]
     silence_timeout_ms: u64,
+    /// What a desync does: `continue` (report it, play on) or `end` (report
+    /// it, then end the match with reason `desync`). `heal` is not built yet.
+    #[arg(long, value_enum, default_value_t = OnDesyncArg::Continue)]
+    on_desync: OnDesyncArg,
+}
+
+/// `--on-desync` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnDesyncArg {
+    /// Report the desync and play on.
+    Continue,
+    /// Report the desync, then end the match for everyone.
+    End,
 }
 
 impl RelayArgs {
@@ -96,6 +110,10 @@ impl RelayArgs {
             initial_delay: self.input_delay,
             adaptive_delay: !self.fixed_delay,
             silence_timeout: Duration::from_millis(self.silence_timeout_ms),
+            on_desync: match self.on_desync {
+                OnDesyncArg::Continue => DesyncPolicy::Continue,
+                OnDesyncArg::End => DesyncPolicy::End,
+            },
             ..RelayConfig::default()
         }
     }
@@ -494,7 +512,8 @@ fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             Level::Info,
             serde_json::json!({
             "event": "recorded", "match": r.id.0, "path": r.path.display().to_string(),
-            "turns": r.turns, "finished": r.finished }),
+            "turns": r.turns, "finished": r.finished,
+            "desync_report": r.report.as_ref().map(|p| p.display().to_string()) }),
         ),
         RelayNote::RecordError(e) => (
             Level::Error,
@@ -548,7 +567,9 @@ const fn event_level(e: &RouterEvent) -> Level {
         | RouterEvent::HashAgreed { .. }
         | RouterEvent::HashDisputed { .. }
         | RouterEvent::PeerReport { .. } => Level::Debug,
-        RouterEvent::Desync { .. } | RouterEvent::DesyncSections { .. } => Level::Error,
+        RouterEvent::Desync { .. }
+        | RouterEvent::DesyncSections { .. }
+        | RouterEvent::DesyncReport { .. } => Level::Error,
         RouterEvent::Dropped { .. } => Level::Warn,
         RouterEvent::MatchStarted { .. }
         | RouterEvent::DelayChanged { .. }
@@ -626,6 +647,15 @@ fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::Value> {
         } => json!({
             "event": "desync_sections", "match": id.0, "turn": turn.0,
             "players": players.iter().map(|p| p.0).collect::<Vec<_>>(), "sections": sections }),
+        RouterEvent::DesyncReport { id, report } => json!({
+            "event": "desync_report", "match": id.0, "turn": report.turn,
+            "complete": report.complete, "no_majority": report.no_majority,
+            "odd_players": report.odd_players,
+            "entities": report.entities.iter().map(|e| json!({
+                "section": e.section, "id": e.id,
+                "fields": e.fields.iter().map(|f| json!({"path": f.path, "majority": f.majority, "odd": f.odd})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "notes": report.notes }),
         RouterEvent::Dropped {
             id,
             player,

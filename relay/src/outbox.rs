@@ -22,6 +22,10 @@ pub struct RouterCounters {
     pub rate_limited: u64,
     /// Messages that made no sense in the connection's state.
     pub bad_state: u64,
+    /// Desync forensics answers not asked for (another turn, section or
+    /// peer, or a second answer); answers that were asked for but do not
+    /// check against the reported hashes are noted in the report instead.
+    pub forensics_refused: u64,
     /// Connections refused (limit reached).
     pub connections_refused: u64,
     /// Joins refused.

@@ -2,7 +2,9 @@
 //! header at start, every closed turn's bundle, a hash for every judged turn
 //! (the agreed one, or the majority's on a desynced turn, next to a dispute
 //! record naming each dissenting player's hash), drops, delay changes and
-//! the first desync with its differing sections.
+//! the first desync with its differing sections, and its forensics report
+//! (a record in the replay and `<replay stem>.desync.json` next to it, with
+//! the inputs of the last [`REPORT_INPUT_TURNS`] turns up to the desync).
 //!
 //! Storage failures (directory removed or unwritable, disk full) never stop
 //! a match: the first error of a match is returned once, that match's
@@ -16,9 +18,10 @@
 //! driver; the recorder reads no clock.
 
 use crate::event::{MatchId, MatchInfo, RouterEvent};
+use replays::forensics::{PlayerInput, REPORT_INPUT_TURNS, TurnInputs, hex};
 use replays::{DEFAULT_SYNC, Header, PlayerInfo, ReplayError, Sink, Writer};
 use sim::{PlayerId, StateHash, Turn};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -69,6 +72,11 @@ fn open_file(path: &Path) -> std::io::Result<RecordSink> {
         .map(RecordSink::new)
 }
 
+/// Closed turns kept beyond the turns of inputs a desync report
+/// carries: a desync is judged once every hash of its turn is in, some turns
+/// after it closed.
+const RECENT_MARGIN: usize = 64;
+
 /// How many suffixed names (`~2`, `~3`, ...) are tried when a name is taken
 /// before the recording gives up with the `AlreadyExists` error.
 const MAX_NAME_CLASHES: u32 = 1000;
@@ -93,6 +101,7 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         | RouterEvent::HashDisputed { id, .. }
         | RouterEvent::Desync { id, .. }
         | RouterEvent::DesyncSections { id, .. }
+        | RouterEvent::DesyncReport { id, .. }
         | RouterEvent::Dropped { id, .. }
         | RouterEvent::DelayChanged { id, .. }
         | RouterEvent::PeerReport { id, .. }
@@ -112,6 +121,8 @@ pub struct Recorded {
     /// Whether a trailer was written (false: no agreed or majority hash, file
     /// left recoverable).
     pub finished: bool,
+    /// The desync forensics report written next to the replay, if any.
+    pub report: Option<PathBuf>,
 }
 
 struct Recording {
@@ -120,6 +131,11 @@ struct Recording {
     /// The latest turn's agreed (or majority) hash: the trailer's final hash.
     last_hash: Option<(Turn, StateHash)>,
     desync: Option<(Turn, Vec<(PlayerId, StateHash)>)>,
+    /// The inputs of the last turns, for the desync report.
+    recent: VecDeque<TurnInputs>,
+    /// The inputs up to the desynced turn, kept when the desync is judged.
+    report_inputs: Vec<TurnInputs>,
+    report: Option<PathBuf>,
 }
 
 /// Records every match a router runs into
@@ -132,6 +148,8 @@ pub struct Recorder {
     /// Matches whose recording failed: their later events are ignored.
     failed: BTreeSet<MatchId>,
     errors: u64,
+    /// Turns of inputs a desync report carries.
+    report_turns: usize,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -189,7 +207,16 @@ impl Recorder {
             live: BTreeMap::new(),
             failed: BTreeSet::new(),
             errors: 0,
+            report_turns: REPORT_INPUT_TURNS as usize,
         })
+    }
+
+    /// How many turns of inputs, up to the desynced one, a desync report
+    /// carries (default [`REPORT_INPUT_TURNS`], 20; at most 256).
+    #[must_use]
+    pub fn with_report_inputs(mut self, turns: u32) -> Self {
+        self.report_turns = (turns as usize).min(256);
+        self
     }
 
     /// Opens each replay's sink with `open` instead of creating a file (tests
@@ -306,6 +333,9 @@ impl Recorder {
                         path,
                         last_hash: None,
                         desync: None,
+                        recent: VecDeque::new(),
+                        report_inputs: Vec::new(),
+                        report: None,
                     },
                 );
             }
@@ -314,6 +344,21 @@ impl Recorder {
             } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.writer.record_turn(*turn, inputs)?;
+                    // The desync is judged some turns after it closed:
+                    // keep a margin beyond the turns a report carries.
+                    if r.recent.len() >= self.report_turns + RECENT_MARGIN {
+                        r.recent.pop_front();
+                    }
+                    r.recent.push_back(TurnInputs {
+                        turn: turn.0,
+                        inputs: inputs
+                            .iter()
+                            .map(|(p, b)| PlayerInput {
+                                player: p.0,
+                                bytes: hex(b),
+                            })
+                            .collect(),
+                    });
                 }
             }
             RouterEvent::HashAgreed { id, turn, hash } => {
@@ -343,6 +388,12 @@ impl Recorder {
             } => {
                 if let Some(r) = self.live.get_mut(id) {
                     r.desync = Some((*turn, hashes.clone()));
+                    // The desynced turn closed before its hashes were judged:
+                    // its inputs and those before it are in `recent`.
+                    let upto: Vec<&TurnInputs> =
+                        r.recent.iter().filter(|t| t.turn <= turn.0).collect();
+                    let skip = upto.len().saturating_sub(self.report_turns);
+                    r.report_inputs = upto.into_iter().skip(skip).cloned().collect();
                 }
             }
             RouterEvent::DesyncSections {
@@ -353,6 +404,26 @@ impl Recorder {
                     && t == *turn
                 {
                     r.writer.record_desync(t, &hashes, sections)?;
+                }
+            }
+            RouterEvent::DesyncReport { id, report } => {
+                if let Some(r) = self.live.get_mut(id) {
+                    let mut report = (**report).clone();
+                    report.inputs = std::mem::take(&mut r.report_inputs);
+                    r.writer.record_forensics(&report)?;
+                    let path = r.path.with_extension("desync.json");
+                    // The replay holds the report too: a failed JSON file
+                    // is counted, never fatal to the recording.
+                    match (self.open)(&path).and_then(|mut sink| {
+                        let json =
+                            serde_json::to_vec_pretty(&report).map_err(std::io::Error::other)?;
+                        sink.write_all(&json)?;
+                        sink.write_all(b"\n")?;
+                        sink.flush()
+                    }) {
+                        Ok(()) => r.report = Some(path),
+                        Err(_) => self.errors += 1,
+                    }
                 }
             }
             RouterEvent::Dropped {
@@ -391,6 +462,7 @@ impl Recorder {
                     path: r.path,
                     turns: r.writer.turns_written(),
                     finished,
+                    report: r.report,
                 }));
             }
             RouterEvent::PeerReport { .. } => {}
@@ -541,5 +613,70 @@ mod tests {
         assert_eq!(std::fs::read(&first.path).unwrap(), before);
         assert!(second.finished);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A desync's report goes into the replay (a forensics record) and next
+    /// to it as JSON, with the inputs of the last turns up to the desync
+    /// even when the desync is judged many turns after it closed.
+    #[test]
+    fn a_desync_report_is_recorded_and_written_next_to_the_replay() {
+        let dir = scratch("report");
+        let id = MatchId(4);
+        let mut evs = vec![RouterEvent::MatchStarted {
+            id,
+            info: info("r"),
+        }];
+        for t in 0..=60u32 {
+            evs.push(RouterEvent::TurnClosed {
+                id,
+                turn: Turn(t),
+                inputs: vec![(PlayerId(1), vec![t as u8])],
+                missing: Vec::new(),
+            });
+        }
+        let hashes = vec![
+            (PlayerId(0), StateHash([1; 32])),
+            (PlayerId(1), StateHash([2; 32])),
+        ];
+        evs.push(RouterEvent::Desync {
+            id,
+            turn: Turn(30),
+            hashes,
+            odd_players: Vec::new(),
+        });
+        let report = replays::DesyncReport {
+            turn: 30,
+            no_majority: true,
+            ..replays::DesyncReport::default()
+        };
+        evs.push(RouterEvent::DesyncReport {
+            id,
+            report: Box::new(report),
+        });
+        evs.push(RouterEvent::MatchEnded {
+            id,
+            turn: Some(Turn(60)),
+            reason: EndReason::Desync,
+        });
+        let mut rec = Recorder::new(&dir, |i| i.rules_hash)
+            .unwrap()
+            .with_report_inputs(5);
+        let done = record_all(&mut rec, T0, &evs);
+        let json_path = done.report.clone().unwrap();
+        assert_eq!(json_path, done.path.with_extension("desync.json"));
+        let json: replays::DesyncReport =
+            serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+        let turns: Vec<u32> = json.inputs.iter().map(|t| t.turn).collect();
+        assert_eq!(turns, vec![26, 27, 28, 29, 30]);
+        assert_eq!(json.inputs[4].inputs[0].bytes, "1e");
+        let in_replay: Vec<replays::DesyncReport> = replays::Reader::open(&done.path)
+            .unwrap()
+            .filter_map(|r| match r.unwrap() {
+                replays::Record::Forensics(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(in_replay, vec![json]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

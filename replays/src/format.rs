@@ -254,6 +254,8 @@ pub enum Record {
     },
     /// Every keyframe of the file (written by `finish`, before the trailer).
     KeyframeIndex(Vec<KeyframeEntry>),
+    /// The relay's desync forensics report (entities and fields that differ).
+    Forensics(Box<crate::forensics::DesyncReport>),
     /// The last record of a finished file.
     Trailer {
         /// Last turn of the match.
@@ -289,6 +291,8 @@ pub mod kind {
     pub const START: u8 = 10;
     /// [`super::Record::Dispute`]
     pub const DISPUTE: u8 = 11;
+    /// [`super::Record::Forensics`]
+    pub const FORENSICS: u8 = 12;
 }
 
 /// Name of a record kind byte, for messages and `replay export`.
@@ -306,6 +310,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::TRAILER => "trailer",
         kind::START => "start",
         kind::DISPUTE => "dispute",
+        kind::FORENSICS => "forensics",
         _ => "unknown",
     }
 }
@@ -348,6 +353,7 @@ impl Record {
             Self::Trailer { .. } => kind::TRAILER,
             Self::Start { .. } => kind::START,
             Self::Dispute { .. } => kind::DISPUTE,
+            Self::Forensics(_) => kind::FORENSICS,
         }
     }
 
@@ -363,6 +369,7 @@ impl Record {
             | Self::Keyframe { turn, .. } => Some(*turn),
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
             Self::Trailer { final_turn, .. } => Some(*final_turn),
+            Self::Forensics(r) => Some(Turn(r.turn)),
             Self::Header(_) | Self::KeyframeIndex(_) | Self::Start { .. } => None,
         }
     }
@@ -414,6 +421,7 @@ impl Record {
                 return encode_start(*hash, snapshot, out);
             }
             Self::KeyframeIndex(entries) => postcard::to_io(entries, &mut *out),
+            Self::Forensics(report) => postcard::to_io(&**report, &mut *out),
             Self::Trailer {
                 final_turn,
                 final_hash,
@@ -503,6 +511,7 @@ impl Record {
                 }
             }
             kind::KEYFRAME_INDEX => Self::KeyframeIndex(exact(payload).map_err(bad)?),
+            kind::FORENSICS => Self::Forensics(Box::new(exact(payload).map_err(bad)?)),
             kind::TRAILER => {
                 let (final_turn, final_hash, turns) = exact(payload).map_err(bad)?;
                 Self::Trailer {

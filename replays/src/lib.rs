@@ -112,6 +112,7 @@ pub mod cli;
 pub mod diff;
 pub mod error;
 pub mod fixtures;
+pub mod forensics;
 pub mod format;
 pub mod index;
 pub mod reader;
@@ -122,6 +123,7 @@ pub mod writer;
 
 pub use diff::{DiffReport, Difference, diff};
 pub use error::ReplayError;
+pub use forensics::DesyncReport;
 pub use format::{FORMAT_VERSION, Header, KeyframeEntry, PlayerInfo, Record};
 pub use reader::{Ending, ReadSummary, Reader};
 pub use seek::{ReindexReport, Seeked, reindex, seek, seek_stream};

@@ -59,6 +59,8 @@ pub struct ReadSummary {
     pub desyncs: u32,
     /// Dispute records read: turns whose hash reports disagreed.
     pub disputes: u32,
+    /// Forensics report records read (the relay's narrowing of a desync).
+    pub forensics: u32,
     /// Drop records read.
     pub drops: u32,
     /// Delay-change records read.
@@ -225,6 +227,7 @@ impl<R: Read> Reader<R> {
                 keyframes: 0,
                 desyncs: 0,
                 disputes: 0,
+                forensics: 0,
                 drops: 0,
                 delay_changes: 0,
                 started: false,
@@ -457,6 +460,7 @@ impl<R: Read> Reader<R> {
             Record::Keyframe { .. } => s.keyframes += 1,
             Record::Desync { .. } => s.desyncs += 1,
             Record::Dispute { .. } => s.disputes += 1,
+            Record::Forensics(_) => s.forensics += 1,
             Record::Drop { .. } => s.drops += 1,
             Record::DelayChange { .. } => s.delay_changes += 1,
             Record::KeyframeIndex(_) => {}

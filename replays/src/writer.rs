@@ -188,6 +188,14 @@ impl<W: Sink> Writer<W> {
         })
     }
 
+    /// Records the relay's desync forensics report.
+    ///
+    /// # Errors
+    /// I/O errors of the sink.
+    pub fn record_forensics(&mut self, report: &crate::DesyncReport) -> Result<(), ReplayError> {
+        self.record(&Record::Forensics(Box::new(report.clone())))
+    }
+
     /// Records that `player` left; from `turn` on they send nothing.
     pub fn record_drop(&mut self, player: PlayerId, turn: Turn) -> Result<(), ReplayError> {
         self.record(&Record::Drop { player, turn })

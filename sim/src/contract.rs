@@ -1,6 +1,7 @@
 //! The contract between a game and the engine: identifiers, per-turn inputs,
 //! state hashes and the [`Simulation`] trait any lockstep game implements.
 
+use crate::forensics::{EntityHash, Field};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use smallvec::SmallVec;
 use std::fmt;
@@ -189,6 +190,44 @@ pub trait Simulation: Sized {
 
     /// Rebuilds a world from [`Simulation::snapshot`] bytes.
     fn restore(bytes: &[u8]) -> Result<Self, SnapshotError>;
+
+    /// The entities of one section (named as in [`Simulation::section_hashes`]),
+    /// sorted by id, for desync forensics: the relay compares two peers'
+    /// lists to find the entities that differ. A game that splits a section
+    /// must build that section's hash with
+    /// [`combine_entities`](crate::forensics::combine_entities) of this list.
+    ///
+    /// The default, for games that cannot do better, is the whole section as
+    /// one entity ([`WHOLE_SECTION`](crate::forensics::WHOLE_SECTION)) whose
+    /// hash is the section hash. Empty for an unknown section.
+    fn entity_hashes(&self, section: &str) -> Vec<EntityHash> {
+        self.section_hashes()
+            .into_iter()
+            .find(|s| s.name == section)
+            .map(|s| {
+                vec![EntityHash {
+                    id: crate::forensics::WHOLE_SECTION,
+                    hash: s.hash,
+                }]
+            })
+            .unwrap_or_default()
+    }
+
+    /// The canonical named dump of entity `id` of `section` (field names and
+    /// exact values), which forensics diffs field by field between a majority
+    /// and an odd peer; `None` if there is no such entity.
+    ///
+    /// The default, for games that cannot do better, dumps the whole section
+    /// as one field, `section_hash`.
+    fn entity_fields(&self, section: &str, id: u64) -> Option<Vec<Field>> {
+        if id != crate::forensics::WHOLE_SECTION {
+            return None;
+        }
+        self.section_hashes()
+            .into_iter()
+            .find(|s| s.name == section)
+            .map(|s| vec![Field::new("section_hash", s.hash)])
+    }
 }
 
 /// The most commands one player may put in one turn; more is hostile and dropped.

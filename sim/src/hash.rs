@@ -143,20 +143,10 @@ struct Globals<'a> {
 pub(crate) fn world_sections(w: &World) -> Vec<SectionHash> {
     let s = &w.s;
     let mut buf = Vec::with_capacity(64 * 1024);
-    let globals = Globals {
-        setup: &s.setup,
-        tick: s.tick,
-        last_turn: s.last_turn,
-        rng: &s.rng,
-        players: &s.players,
-        next_id: s.next_id,
-        rejected: s.rejected,
-        outcome: s.outcome,
-    };
     let mut out = vec![
         SectionHash {
             name: "globals".to_owned(),
-            hash: digest_of(&globals, &mut buf),
+            hash: globals_hash(w, &mut buf),
         },
         SectionHash {
             name: "map".to_owned(),
@@ -172,10 +162,52 @@ pub(crate) fn world_sections(w: &World) -> Vec<SectionHash> {
         rest = tail;
         out.push(SectionHash {
             name: entity_section_name(b),
-            hash: digest_of(block, &mut buf),
+            hash: crate::forensics::combine_entities(&entity_leaves(block, &mut buf)),
         });
     }
     out
+}
+
+/// Leaf hashes of a block of entities: each entity's id and the digest of
+/// its postcard bytes (the section hash combines them, so forensics can
+/// check a peer's per-entity list against the section hash).
+pub(crate) fn entity_leaves(
+    block: &[crate::game::Entity],
+    buf: &mut Vec<u8>,
+) -> Vec<crate::forensics::EntityHash> {
+    block
+        .iter()
+        .map(|e| crate::forensics::EntityHash {
+            id: u64::from(e.id),
+            hash: digest_of(e, buf),
+        })
+        .collect()
+}
+
+/// The globals section of the reference game, as hashed.
+pub(crate) fn globals_hash(w: &World, buf: &mut Vec<u8>) -> StateHash {
+    let s = &w.s;
+    digest_of(
+        &Globals {
+            setup: &s.setup,
+            tick: s.tick,
+            last_turn: s.last_turn,
+            rng: &s.rng,
+            players: &s.players,
+            next_id: s.next_id,
+            rejected: s.rejected,
+            outcome: s.outcome,
+        },
+        buf,
+    )
+}
+
+/// The block number of an entity section name (`"entities 1024..2048"` is 1).
+pub(crate) fn entity_block_of(section: &str) -> Option<u32> {
+    let (lo, hi) = section.strip_prefix("entities ")?.split_once("..")?;
+    let lo: u32 = lo.parse().ok()?;
+    let hi: u32 = hi.parse().ok()?;
+    (lo % ENTITY_BLOCK == 0 && hi == lo.checked_add(ENTITY_BLOCK)?).then_some(lo / ENTITY_BLOCK)
 }
 
 pub(crate) fn rules_hash(w: &World) -> StateHash {

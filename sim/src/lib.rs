@@ -45,6 +45,7 @@ pub mod bot;
 pub mod check;
 mod contract;
 mod decoded_turn;
+pub mod forensics;
 pub mod game;
 pub mod hash;
 pub mod num;

@@ -487,3 +487,88 @@ fn a_forced_desync_in_an_arena_match_is_caught_naming_the_peer() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `relay demo ARGS --json` and returns its exit code and JSON.
+fn demo_json(args: &[&str]) -> (Option<i32>, Value) {
+    let out = std::process::Command::new(&tests::harness::bins().relay)
+        .arg("demo")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("demo JSON: {e}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
+/// `relay demo --desync-at T --desync-peer P --json`, both games: the
+/// relay's forensics report names exactly the entity and field the fault
+/// switch perturbed, with both values (the demo finds the truth on its own
+/// by re-simulating the replay to T and perturbing a copy); the report is
+/// next to the replay and in it (`replay desync`).
+#[test]
+fn the_demo_report_names_exactly_the_perturbed_entity_and_field() {
+    let _cpu = heavy();
+    for game in ["rts", "arena"] {
+        let dir = scratch_dir(&format!("forensics-{game}"));
+        let dir_s = dir.display().to_string();
+        let (code, v) = demo_json(&[
+            "--game",
+            game,
+            "--peers",
+            "3",
+            "--turns",
+            "80",
+            "--turn-ms",
+            "25",
+            "--desync-at",
+            "40",
+            "--desync-peer",
+            "1",
+            "--record-dir",
+            &dir_s,
+        ]);
+        assert_eq!(code, Some(3), "{v:#}");
+        let d = &v["desyncs"][0];
+        assert_eq!(d["turn"], 40, "{v:#}");
+        assert_eq!(d["complete"], true, "{d:#}");
+        let fault = &d["fault"];
+        assert!(fault["path"].is_string(), "{d:#}");
+        assert_ne!(fault["majority"], fault["odd"], "{d:#}");
+        let entities = d["entities"].as_array().unwrap();
+        assert_eq!(entities.len(), 1, "{d:#}");
+        assert_eq!(entities[0]["id"], fault["id"], "{d:#}");
+        assert_eq!(entities[0]["section"], fault["section"], "{d:#}");
+        assert_eq!(
+            entities[0]["fields"],
+            serde_json::json!([{
+                "path": fault["path"], "majority": fault["majority"], "odd": fault["odd"]
+            }]),
+            "{d:#}"
+        );
+        // Next to the replay, and in it.
+        let report_path = d["report"].as_str().unwrap();
+        let file: Value = serde_json::from_slice(&std::fs::read(report_path).unwrap()).unwrap();
+        assert_eq!(file["entities"], d["entities"]);
+        assert_eq!(
+            file["inputs"].as_array().unwrap().last().unwrap()["turn"],
+            40
+        );
+        let replay = v["replay"]["path"].as_str().unwrap();
+        let out = std::process::Command::new(&tests::harness::bins().replay)
+            .args(["desync", replay, "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["reports"][0]["entities"], d["entities"]);
+        let text = std::process::Command::new(&tests::harness::bins().replay)
+            .args(["desync", replay])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("DESYNC at turn 40"), "{text}");
+        assert!(text.contains(fault["path"].as_str().unwrap()), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -101,6 +101,15 @@ pub enum PeerEvent<C> {
         /// Specifics the relay added, if any.
         detail: Option<String>,
     },
+    /// The peer answered the relay's desync forensics request about `turn`
+    /// from the world it kept (`kept` false: that turn is no longer kept, see
+    /// `PeerBuilder::with_forensics_history`). Informational.
+    ForensicsAnswered {
+        /// The desynced turn asked about.
+        turn: Turn,
+        /// Whether the peer still had that turn.
+        kept: bool,
+    },
     /// The match is over; every turn up to `turn` has been yielded (and the
     /// recording, if any, closed).
     MatchEnded {

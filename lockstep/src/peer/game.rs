@@ -8,7 +8,7 @@ use super::record::{Recording, StartInfo};
 use super::{DesyncSummary, Fault, LatencyMs, PeerEvent, PeerRefusal, PeerSummary};
 use crate::event::Event;
 use crate::proto::{Delivery, EndReason, decode_turn};
-use crate::session::{Session, SessionError, SessionStats};
+use crate::session::{ForensicsAnswer, Session, SessionError, SessionStats};
 use crate::time::{Duration, Instant};
 use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
 
@@ -21,6 +21,8 @@ pub struct GameSession<S: Simulation> {
     pub(super) world: Option<S>,
     pub(super) player: Option<PlayerId>,
     pub(super) fault: Option<(Turn, Fault<S>)>,
+    /// The world after each recent turn, for desync forensics.
+    pub(super) history: super::forensics::History,
     pub(super) record: Option<Recording>,
     /// The latest time handed in (events carry no time of their own).
     pub(super) now: Instant,
@@ -264,6 +266,18 @@ impl<S: Simulation> GameSession<S> {
                 self.record_with(|w| w.record_delay_change(u32::from(delay), from_turn));
                 PeerEvent::DelayChanged { delay, from_turn }
             }
+            Event::Forensics(request) => {
+                let answer = self.history.answer::<S>(&request);
+                let kept = match &answer {
+                    ForensicsAnswer::EntityHashes(e) => !e.is_empty(),
+                    ForensicsAnswer::EntityDumps(d) => !d.is_empty(),
+                };
+                self.session.answer_forensics(&request, answer);
+                PeerEvent::ForensicsAnswered {
+                    turn: request.turn(),
+                    kept,
+                }
+            }
             Event::LateInput { turn, landed_in } => PeerEvent::LateInput { turn, landed_in },
             Event::InputRefused { turn } => PeerEvent::InputRefused { turn },
             Event::MatchEnded { turn, reason } => {
@@ -336,6 +350,7 @@ impl<S: Simulation> GameSession<S> {
         }
         let hash = world.state_hash();
         let sections = world.section_hashes();
+        self.history.record(turn, &*world);
         let keyframe = self
             .record
             .as_ref()

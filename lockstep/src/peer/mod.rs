@@ -26,6 +26,7 @@
 
 mod agent;
 mod event;
+mod forensics;
 mod game;
 mod record;
 mod summary;
@@ -35,6 +36,7 @@ pub mod udp;
 
 pub use agent::{Agent, Autopilot, MakeAgent};
 pub use event::PeerEvent;
+pub use forensics::FORENSICS_HISTORY;
 pub use game::GameSession;
 pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line};
 
@@ -85,6 +87,7 @@ pub struct PeerBuilder<S: Simulation> {
     transport: TransportConfig,
     seed: u64,
     fault: Option<(Turn, Fault<S>)>,
+    forensics_history: usize,
     ticks_per_turn: u16,
     local_addr: SocketAddr,
 }
@@ -104,6 +107,7 @@ impl<S: Simulation> PeerBuilder<S> {
             transport: TransportConfig::default(),
             seed: 0,
             fault: None,
+            forensics_history: FORENSICS_HISTORY,
             ticks_per_turn: 1,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         }
@@ -167,6 +171,18 @@ impl<S: Simulation> PeerBuilder<S> {
         self
     }
 
+    /// Keep the world after each of the last `turns` turns (default
+    /// [`FORENSICS_HISTORY`]) to answer the relay's desync forensics: which
+    /// entities of a differing section differ, and their fields. A desync is
+    /// narrowed only while the odd and the majority peers still keep its turn;
+    /// 0 keeps nothing (forensics then stops at the section). Costs one
+    /// `snapshot` per turn and `turns` snapshots of memory.
+    #[must_use]
+    pub const fn with_forensics_history(mut self, turns: usize) -> Self {
+        self.forensics_history = turns;
+        self
+    }
+
     /// Ticks per turn of the canonical setup the rules fingerprint is
     /// computed from (see [`rules_fingerprint`]); every peer of a match must
     /// use the same value (default 1).
@@ -225,6 +241,7 @@ impl<S: Simulation> PeerBuilder<S> {
             world: None,
             player: None,
             fault: self.fault,
+            history: forensics::History::new(self.forensics_history),
             record: self.record.map(|p| Recording::new(p, self.keyframes)),
             now,
             started_at: None,

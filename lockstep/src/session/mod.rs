@@ -25,6 +25,7 @@ use crate::proto::{
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
+pub use forensics::{ForensicsAnswer, ForensicsRequest};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -427,6 +428,21 @@ impl Session {
                     r.end = Some((turn, reason));
                 }
             }
+            ToPeer::EntityHashRequest { turn, section } => {
+                self.events
+                    .push_back(Event::Forensics(ForensicsRequest::EntityHashes {
+                        turn,
+                        section,
+                    }))
+            }
+            ToPeer::EntityDumpRequest { turn, section, ids } => {
+                self.events
+                    .push_back(Event::Forensics(ForensicsRequest::EntityDumps {
+                        turn,
+                        section,
+                        ids,
+                    }))
+            }
         }
         self.advance(now);
     }
@@ -765,3 +781,5 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
 
 #[cfg(test)]
 mod tests;
+
+mod forensics;

@@ -6,8 +6,9 @@ use crate::config::RelayConfig;
 use crate::desync::{Verdict, differing_sections};
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
+use lockstep::Instant;
 use lockstep::proto::{DesyncReport, ToPeer};
-use sim::{PlayerId, SectionHash, Turn};
+use sim::{PlayerId, SectionHash, StateHash, Turn};
 
 /// The section comparison of the first desync.
 #[derive(Debug)]
@@ -15,6 +16,11 @@ pub(super) struct Probe {
     turn: Turn,
     waiting: Vec<PlayerId>,
     got: Vec<(PlayerId, Vec<SectionHash>)>,
+    /// The turn's hash reports and a majority member, for the forensics.
+    hashes: Vec<(PlayerId, StateHash)>,
+    majority_member: Option<PlayerId>,
+    /// When the probe stops waiting (set at the first tick after it began).
+    deadline: Option<Instant>,
 }
 
 impl Game {
@@ -72,6 +78,9 @@ impl Game {
                         continue;
                     }
                     self.desynced = true;
+                    if config.on_desync == crate::config::DesyncPolicy::End {
+                        self.desync_end = true;
+                    }
                     self.broadcast(
                         out,
                         &ToPeer::Desync(DesyncReport {
@@ -102,18 +111,24 @@ impl Game {
                         turn,
                         waiting: ask,
                         got: Vec::new(),
+                        hashes: hashes.clone(),
+                        majority_member,
+                        deadline: None,
                     });
                 }
             }
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // the message's fields plus the context
     pub(super) fn on_sections(
         &mut self,
+        now: Instant,
         id: MatchId,
         player: PlayerId,
         turn: Turn,
         sections: Vec<SectionHash>,
+        config: &RelayConfig,
         out: &mut Outbox,
     ) {
         let Some(probe) = &mut self.probe else {
@@ -126,12 +141,18 @@ impl Game {
         }
         probe.waiting.retain(|p| *p != player);
         probe.got.push((player, sections));
-        self.finish_probe(id, out);
+        self.finish_probe(now, id, config, out);
     }
 
     /// Forgets section requests to players who are gone, so a desync report
     /// still completes with the sections that did arrive.
-    pub(super) fn prune_probe(&mut self, id: MatchId, out: &mut Outbox) {
+    pub(super) fn prune_probe(
+        &mut self,
+        now: Instant,
+        id: MatchId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
         let slots = &self.slots;
         if let Some(probe) = &mut self.probe {
             let before = probe.waiting.len();
@@ -141,13 +162,56 @@ impl Game {
                     .is_some_and(|s| s.conn.is_some())
             });
             if probe.waiting.len() != before {
-                self.finish_probe(id, out);
+                self.finish_probe(now, id, config, out);
             }
         }
     }
 
-    /// Reports the section diff once every requested peer answered.
-    pub(super) fn finish_probe(&mut self, id: MatchId, out: &mut Outbox) {
+    /// Stops waiting for section hashes `forensics_timeout` after the probe
+    /// began: a peer that never answers must not keep the desync unreported.
+    pub(super) fn probe_timeout(
+        &mut self,
+        now: Instant,
+        id: MatchId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        if let Some(probe) = &mut self.probe {
+            let deadline = *probe.deadline.get_or_insert(now + config.forensics_timeout);
+            if now >= deadline {
+                self.cut_probe(now, id, config, out);
+            }
+        }
+    }
+
+    /// Stops waiting for section hashes now and reports what arrived.
+    pub(super) fn cut_probe(
+        &mut self,
+        now: Instant,
+        id: MatchId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        if let Some(probe) = &mut self.probe {
+            probe.waiting.clear();
+            self.finish_probe(now, id, config, out);
+        }
+    }
+
+    /// When the section probe stops waiting, if one is running.
+    pub(super) fn probe_deadline(&self) -> Option<Instant> {
+        self.probe.as_ref().and_then(|p| p.deadline)
+    }
+
+    /// Reports the section diff once every requested peer answered, then
+    /// starts narrowing it to entities (see `forensics`).
+    pub(super) fn finish_probe(
+        &mut self,
+        now: Instant,
+        id: MatchId,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
         let Some(probe) = &mut self.probe else {
             return;
         };
@@ -157,6 +221,7 @@ impl Game {
         let turn = probe.turn;
         let mut got = std::mem::take(&mut probe.got);
         got.sort_by_key(|(p, _)| *p);
+        let (hashes, majority_member) = (std::mem::take(&mut probe.hashes), probe.majority_member);
         self.probe = None;
         let players: Vec<PlayerId> = got.iter().map(|(p, _)| *p).collect();
         let sections = differing_sections(&got);
@@ -174,5 +239,6 @@ impl Game {
             players,
             sections,
         });
+        self.start_forensics(now, id, turn, &hashes, majority_member, &got, config, out);
     }
 }

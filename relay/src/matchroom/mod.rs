@@ -5,6 +5,7 @@
 //! ids and sets of them) and `end` (end of match and shutdown).
 
 mod end;
+mod forensics;
 mod hashes;
 mod pinger;
 mod seats;
@@ -67,7 +68,13 @@ struct Game {
     delay: DelayController,
     hashes: HashBook,
     probe: Option<Probe>,
+    /// The narrowing of the first desync to entities, while it runs.
+    forensics: Option<Box<forensics::Forensics>>,
     desynced: bool,
+    /// `--on-desync end`: end the match once the desync's report is done.
+    desync_end: bool,
+    /// When a `desync_end` match ends at the latest (the report's deadline).
+    desync_end_by: Option<Instant>,
     end_by: Option<Instant>,
 }
 
@@ -297,7 +304,10 @@ impl MatchRoom {
             open: BTreeMap::new(),
             hashes: HashBook::default(),
             probe: None,
+            forensics: None,
             desynced: false,
+            desync_end: false,
+            desync_end_by: None,
             end_by: None,
         }));
         self.tick(now, config, out);
@@ -334,7 +344,33 @@ impl MatchRoom {
                     out.counters.hash_reports += 1;
                 }
             }
-            ToRelay::Sections { turn, sections } => g.on_sections(id, player, turn, sections, out),
+            ToRelay::Sections { turn, sections } => {
+                g.on_sections(now, id, player, turn, sections, config, out);
+            }
+            ToRelay::EntityHashes {
+                turn,
+                section,
+                entities,
+            } => g.on_forensics(
+                id,
+                player,
+                turn,
+                &section,
+                forensics::Answer::Hashes(entities),
+                out,
+            ),
+            ToRelay::EntityDumps {
+                turn,
+                section,
+                dumps,
+            } => g.on_forensics(
+                id,
+                player,
+                turn,
+                &section,
+                forensics::Answer::Dumps(dumps),
+                out,
+            ),
             ToRelay::Pong { stamp_us } => {
                 if !g.on_pong(now, player, stamp_us, out) {
                     return;
@@ -408,7 +444,26 @@ impl MatchRoom {
         if g.slots.iter().any(|s| s.conn.is_some()) {
             g.close_turns(id, now, config, out, closing);
             g.judge_hashes(id, config, out, false);
-            g.prune_probe(id, out);
+            g.prune_probe(now, id, config, out);
+            g.probe_timeout(now, id, config, out);
+            g.forensics_timeout(now, id, out);
+        }
+        if g.desync_end {
+            // `--on-desync end`: once the report is done (or its deadline
+            // passed), the match ends for everyone.
+            let by = *g
+                .desync_end_by
+                .get_or_insert(now + config.forensics_timeout);
+            if now >= by {
+                // Out of time: report what is in before the end.
+                g.cut_probe(now, id, config, out);
+                g.finish_forensics(id, out, true);
+            }
+            if g.probe.is_none() && g.forensics.is_none() {
+                g.end(id, EndReason::Desync, out);
+                self.phase = Phase::Ended;
+                return;
+            }
         }
         if let Some(reason) = g.finished(now) {
             if reason == EndReason::Completed {
@@ -444,6 +499,12 @@ impl MatchRoom {
             }
         }
         if let Some(e) = g.end_by {
+            at(e);
+        }
+        if let Some(e) = g.forensics_deadline().or(g.probe_deadline()) {
+            at(e);
+        }
+        if let Some(e) = g.desync_end_by {
             at(e);
         }
         t

@@ -13,6 +13,8 @@
 mod decode;
 mod edges;
 mod ends;
+mod forensics;
+mod forensics_hostile;
 mod game_peers;
 mod hostile;
 mod netsim;

@@ -59,6 +59,16 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The relay's desync forensics report: the entities and fields that
+    /// differ between the odd and the majority peers, with both values
+    /// (exit 1 if the file holds none).
+    Desync {
+        /// The replay file (a relay recording).
+        file: PathBuf,
+        /// Print one JSON object (`{"reports": [...]}`) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// One JSON object per record, one per line.
     Export {
         /// The replay file.

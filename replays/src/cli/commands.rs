@@ -39,6 +39,7 @@ pub(crate) fn dispatch(games: &Games, command: Command, c: &mut Console<'_>, pro
         Command::Diff { a, b, json } => diff(games, c, &a, &b, json),
         Command::State { file, turn, json } => state(games, c, &file, Turn(turn), json),
         Command::Export { file } => export(games, c, &file),
+        Command::Desync { file, json } => super::desync::desync(games, c, &file, json),
         Command::Reindex { file, every, out } => reindex(games, c, &file, every, &out),
     };
     match result {

@@ -53,6 +53,7 @@
 mod args;
 mod commands;
 mod console;
+mod desync;
 mod export;
 mod games;
 mod verify;

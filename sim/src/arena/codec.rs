@@ -7,6 +7,7 @@
 //! [`crate::hash::combine`] exactly as the reference game does.
 
 use super::world::{Arena, State};
+use crate::forensics::{EntityHash, combine_entities};
 use crate::hash::{combine, digest_of};
 use crate::num::Fx;
 use crate::{MAX_PLAYERS, SectionHash, Simulation, SnapshotError, StateHash};
@@ -55,10 +56,37 @@ pub(crate) fn sections(s: &State) -> Vec<SectionHash> {
     vec![
         section("globals", digest_of(&globals, &mut buf)),
         section("arena", digest_of(&s.map, &mut buf)),
-        section("ships", digest_of(&s.ships, &mut buf)),
-        section("projectiles", digest_of(&s.projectiles, &mut buf)),
-        section("pickups", digest_of(&s.pickups, &mut buf)),
+        section("ships", combine_entities(&ship_leaves(s, &mut buf))),
+        section(
+            "projectiles",
+            combine_entities(&leaves(&s.projectiles, |p| p.id, &mut buf)),
+        ),
+        section(
+            "pickups",
+            combine_entities(&leaves(&s.pickups, |p| p.id, &mut buf)),
+        ),
     ]
+}
+
+/// Leaf hashes of a list sorted by id: each element's id and digest, the
+/// entities forensics compares (the section hash combines them).
+pub(crate) fn leaves<T: Serialize>(
+    items: &[T],
+    id: impl Fn(&T) -> u32,
+    buf: &mut Vec<u8>,
+) -> Vec<EntityHash> {
+    items
+        .iter()
+        .map(|x| EntityHash {
+            id: u64::from(id(x)),
+            hash: digest_of(x, buf),
+        })
+        .collect()
+}
+
+/// Ships are entities by player id.
+pub(crate) fn ship_leaves(s: &State, buf: &mut Vec<u8>) -> Vec<EntityHash> {
+    leaves(&s.ships, |x| u32::from(x.player.0), buf)
 }
 
 /// Hash of the game's identity, every rule constant, the rules of the match

@@ -31,6 +31,7 @@
 mod bot;
 mod codec;
 mod command;
+mod forensics;
 mod geom;
 mod map;
 mod step;

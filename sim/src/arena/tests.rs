@@ -307,6 +307,35 @@ fn perturb_changes_exactly_the_ships_section() {
     assert_eq!(w.ships()[2].hp, SHIP_HP - 1, "salt 6 of 4 ships is ship 2");
 }
 
+/// Forensics names exactly the ship and field `perturb` changed, with both
+/// values, and every section's entity list checks against its hash.
+#[test]
+fn forensics_names_the_perturbed_ship_and_field() {
+    let mut w = duel(18);
+    run(&mut w, 40, &[]);
+    assert!(crate::forensics::sections_are_consistent(&w));
+    let (section, id, field) = w.perturb_target(7).unwrap();
+    let mut p = w.clone();
+    p.perturb(7);
+    let diff = crate::forensics::narrow(&w, &p, 8);
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    assert_eq!(
+        (diff[0].section.as_str(), diff[0].id),
+        (section.as_str(), id)
+    );
+    let before = w.ships()[usize::try_from(id).unwrap()].hp;
+    let after = p.ships()[usize::try_from(id).unwrap()].hp;
+    assert_eq!(field, "hp");
+    assert_eq!(
+        diff[0].fields,
+        vec![crate::forensics::FieldDiff {
+            path: "hp".into(),
+            a: Some(before.to_string()),
+            b: Some(after.to_string()),
+        }]
+    );
+}
+
 #[test]
 fn corrupt_snapshots_are_errors() {
     let w = duel(18);

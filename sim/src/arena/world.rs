@@ -372,6 +372,18 @@ impl Arena {
         }
     }
 
+    /// What [`Arena::perturb`] with this `salt` would change now: the
+    /// section (`ships`), the ship's id (its player) and the field (`hp`, or
+    /// `respawn_in` for a destroyed ship). Tests and drills compare a
+    /// forensics report against it.
+    #[must_use]
+    pub fn perturb_target(&self, salt: u32) -> Option<(String, u64, &'static str)> {
+        let n = u32::try_from(self.s.ships.len()).unwrap_or(1).max(1);
+        let ship = self.s.ships.get((salt % n) as usize)?;
+        let field = if ship.alive { "hp" } else { "respawn_in" };
+        Some(("ships".to_owned(), u64::from(ship.player.0), field))
+    }
+
     /// A readable summary: scores, deaths, hull and outcome.
     #[must_use]
     pub fn summary(&self) -> ArenaSummary {
@@ -508,5 +520,13 @@ impl Simulation for Arena {
 
     fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
         super::codec::decode(bytes).map(|s| Self { s })
+    }
+
+    fn entity_hashes(&self, section: &str) -> Vec<crate::forensics::EntityHash> {
+        super::forensics::entity_hashes(self, section)
+    }
+
+    fn entity_fields(&self, section: &str, id: u64) -> Option<Vec<crate::forensics::Field>> {
+        super::forensics::entity_fields(self, section, id)
     }
 }

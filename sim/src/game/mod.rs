@@ -4,6 +4,7 @@
 
 mod command;
 mod flow;
+mod forensics;
 mod grid;
 pub mod map;
 mod step;

@@ -224,6 +224,37 @@ fn perturb_changes_exactly_one_entity_section() {
     assert_eq!(diff, vec!["entities 2048..3072".to_owned()]);
 }
 
+/// Forensics names exactly the entity and field `perturb` changed, with
+/// both values, and every section's entity list checks against its hash.
+#[test]
+fn forensics_names_the_perturbed_entity_and_field() {
+    let w = crate::scenarios::melee(3000, 4);
+    assert!(crate::forensics::sections_are_consistent(&w));
+    let (section, id, field) = w.perturb_target(2500).unwrap();
+    let mut p = w.clone();
+    p.perturb(2500);
+    assert!(crate::forensics::sections_are_consistent(&p));
+    let diff = crate::forensics::narrow(&w, &p, 8);
+    assert_eq!(diff.len(), 1, "{diff:?}");
+    assert_eq!(
+        (diff[0].section.as_str(), diff[0].id),
+        (section.as_str(), id)
+    );
+    let e = w.s.entities.iter().find(|e| u64::from(e.id) == id).unwrap();
+    assert_eq!(
+        diff[0].fields,
+        vec![crate::forensics::FieldDiff {
+            path: field.into(),
+            a: Some(e.hp.to_string()),
+            b: Some((e.hp - 1).to_string()),
+        }]
+    );
+    // The globals are one entity with named fields.
+    let g = w.entity_fields("globals", 0).unwrap();
+    assert!(g.iter().any(|f| f.path == "players[1].resources"), "{g:?}");
+    assert_eq!(w.entity_hashes("entities 99..7"), vec![]);
+}
+
 #[test]
 fn corrupt_snapshots_are_errors() {
     let w = crate::scenarios::skirmish(2);

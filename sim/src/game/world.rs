@@ -435,6 +435,16 @@ impl World {
         e.hp = if e.hp > 1 { e.hp - 1 } else { e.hp + 1 };
     }
 
+    /// What [`World::perturb`] with this `salt` would change now: the
+    /// section, the entity id and the field (`hp`); `None` without entities.
+    /// Tests and drills compare a forensics report against it.
+    #[must_use]
+    pub fn perturb_target(&self, salt: u32) -> Option<(String, u64, &'static str)> {
+        let n = self.s.entities.len();
+        let e = self.s.entities.get(salt as usize % n.max(1))?;
+        Some((crate::hash::section_of(e.id), u64::from(e.id), "hp"))
+    }
+
     /// A readable summary of the state: per-player units by kind, resources, totals.
     #[must_use]
     pub fn summary(&self) -> WorldSummary {
@@ -600,5 +610,13 @@ impl Simulation for World {
             s,
             cache: Cache::default(),
         })
+    }
+
+    fn entity_hashes(&self, section: &str) -> Vec<crate::forensics::EntityHash> {
+        super::forensics::entity_hashes(self, section)
+    }
+
+    fn entity_fields(&self, section: &str, id: u64) -> Option<Vec<crate::forensics::Field>> {
+        super::forensics::entity_fields(self, section, id)
     }
 }
