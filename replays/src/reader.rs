@@ -76,6 +76,28 @@ pub struct ReadSummary {
 }
 
 impl ReadSummary {
+    /// Nothing read yet; the intact part ends at `intact_bytes`.
+    const fn fresh(intact_bytes: u64) -> Self {
+        Self {
+            records: 0,
+            turns: 0,
+            first_turn: None,
+            last_turn: None,
+            hashes: 0,
+            last_hash: None,
+            keyframes: 0,
+            desyncs: 0,
+            disputes: 0,
+            forensics: 0,
+            drops: 0,
+            delay_changes: 0,
+            started: false,
+            trailer: None,
+            intact_bytes,
+            ending: Ending::Unread,
+        }
+    }
+
     /// True when a trailer closed the file and nothing is damaged.
     #[must_use]
     pub fn is_complete(&self) -> bool {
@@ -217,24 +239,7 @@ impl<R: Read> Reader<R> {
             offset: PREAMBLE_LEN,
             last_offset: PREAMBLE_LEN,
             done: false,
-            summary: ReadSummary {
-                records: 0,
-                turns: 0,
-                first_turn: None,
-                last_turn: None,
-                hashes: 0,
-                last_hash: None,
-                keyframes: 0,
-                desyncs: 0,
-                disputes: 0,
-                forensics: 0,
-                drops: 0,
-                delay_changes: 0,
-                started: false,
-                trailer: None,
-                intact_bytes: PREAMBLE_LEN,
-                ending: Ending::Unread,
-            },
+            summary: ReadSummary::fresh(PREAMBLE_LEN),
             payload: Vec::new(),
         };
         match r.read_record()? {
@@ -307,23 +312,7 @@ impl<R: Read> Reader<R> {
         self.offset = offset;
         self.last_offset = offset;
         self.done = false;
-        self.summary = ReadSummary {
-            records: 0,
-            turns: 0,
-            first_turn: None,
-            last_turn: None,
-            hashes: 0,
-            last_hash: None,
-            keyframes: 0,
-            desyncs: 0,
-            disputes: 0,
-            drops: 0,
-            delay_changes: 0,
-            started: false,
-            trailer: None,
-            intact_bytes: offset,
-            ending: Ending::Unread,
-        };
+        self.summary = ReadSummary::fresh(offset);
     }
 
     /// Reads to the end, discarding records, and returns the summary.
