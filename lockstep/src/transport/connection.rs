@@ -5,6 +5,7 @@
 
 use super::acks::{AckEvent, ReceivedPackets, SentPackets};
 use super::auth::{ReplayWindow, ct_eq, packet_mac};
+use super::bulk::{BulkIn, BulkOut};
 use super::congestion::{Congestion, CongestionConfig};
 use super::messages::{Incoming, Outgoing, SendError, copies_for_loss};
 use super::rtt::RttEstimator;
@@ -21,9 +22,10 @@ pub enum Channel {
     Reliable,
     /// Sent once (or `1 + copies` times with redundancy), may be lost, unordered.
     Unreliable,
-    /// Large transfers (snapshots): reliable and ordered among bulk
-    /// messages, sent only with bandwidth the turn traffic leaves over, so a
-    /// transfer never delays a turn. (For now it shares the reliable path.)
+    /// Large transfers (snapshots, up to `max_bulk_message`): reliable and
+    /// ordered among bulk messages, cut into fragments that are sent once and
+    /// resent only when known lost, paced by their own packet budget and
+    /// given only the room turn traffic leaves, so a transfer never delays a turn.
     Bulk,
 }
 
@@ -41,6 +43,10 @@ pub struct TransportConfig {
     /// Largest reliable message after reassembly (default `proto::MAX_MESSAGE_LEN`,
     /// 96 KiB: the largest bundle fits; at most 255 KiB).
     pub max_message: usize,
+    /// Largest bulk message (`Channel::Bulk`, default 4 MiB, at most
+    /// `bulk::MAX_BULK_MESSAGE`); the receiver never buffers more than this
+    /// for one connection's bulk path, the sender at most twice this.
+    pub max_bulk_message: usize,
     /// Redundancy sized from measured loss: unreliable messages get extra copies in
     /// later packets, new reliable messages extra early repeats within one interval.
     pub redundancy: bool,
@@ -68,6 +74,7 @@ impl Default for TransportConfig {
             keepalive: Duration::from_millis(250),
             max_unacked: 256,
             max_message: crate::proto::MAX_MESSAGE_LEN,
+            max_bulk_message: 4 << 20,
             redundancy: false,
             congestion: CongestionConfig::default(),
             burst: 3,
@@ -163,6 +170,11 @@ pub(crate) struct Connection {
     out: Outgoing,
     inc: Incoming,
     credit: u64,
+    bulk_out: BulkOut,
+    bulk_in: BulkIn,
+    /// Token bucket of the bulk path (µs of its packet interval).
+    bulk_credit: u64,
+    bulk_serials: Vec<u64>,
     now: Instant,
     last_recv: Instant,
     last_send: Instant,
@@ -214,6 +226,10 @@ impl Connection {
             out: Outgoing::new(cfg.max_unacked, cfg.max_message),
             inc: Incoming::new(cfg.max_message),
             credit,
+            bulk_out: BulkOut::new(cfg.max_bulk_message),
+            bulk_in: BulkIn::new(cfg.max_bulk_message),
+            bulk_credit: 0,
+            bulk_serials: Vec::new(),
             now,
             last_recv: now,
             last_send: now,
@@ -245,15 +261,41 @@ impl Connection {
         self.congestion.interval().as_micros() * tokens
     }
 
+    /// Bulk packets that may leave back to back.
+    const BULK_BURST: u64 = 4;
+
     /// Moves the clock forward and refills send tokens.
     fn advance(&mut self, now: Instant) {
         if now > self.now {
-            self.credit = self
-                .credit
-                .saturating_add(now.saturating_since(self.now).as_micros());
+            let elapsed = now.saturating_since(self.now).as_micros();
+            self.credit = self.credit.saturating_add(elapsed);
+            self.bulk_credit = self.bulk_credit.saturating_add(elapsed);
             self.now = now;
         }
         self.credit = self.credit.min(self.capacity());
+        self.bulk_credit = self
+            .bulk_credit
+            .min(self.congestion.bulk_interval().as_micros() * Self::BULK_BURST);
+    }
+
+    /// How much later than the newest acked packet a packet must have been
+    /// sent before it counts as lost for a resend (reordering tolerance).
+    fn reorder_margin(&self) -> Duration {
+        let srtt = self.rtt.srtt_or(Duration::ZERO);
+        (Duration::from_micros(srtt.as_micros() / 8) + self.rtt.rttvar())
+            .max(Duration::from_millis(1))
+    }
+
+    /// Backstop resend timeout of a bulk fragment no later ack reveals as lost:
+    /// RTO plus the time the peer may hold its ack (two packet intervals).
+    fn bulk_timeout(&self) -> Duration {
+        self.rtt.rto() + self.congestion.interval().saturating_mul(2)
+    }
+
+    fn detect_bulk_loss(&mut self, now: Instant) {
+        let (margin, timeout) = (self.reorder_margin(), self.bulk_timeout());
+        self.bulk_out
+            .detect_lost(now, self.sent.newest_acked_sent, margin, timeout);
     }
 
     pub(crate) fn is_open(&self) -> bool {
@@ -329,6 +371,16 @@ impl Connection {
                             }
                         }
                         Frame::Ping => {}
+                        Frame::Bulk {
+                            msg,
+                            total,
+                            index,
+                            data,
+                        } => {
+                            if let Some(m) = self.bulk_in.on_fragment(msg, total, index, data) {
+                                delivered.push_back(m);
+                            }
+                        }
                     }
                 }
                 if !frames.is_empty() {
@@ -364,10 +416,12 @@ impl Connection {
         );
         self.acked_bytes.add(now, self.sent.bytes_acked - before);
         for ev in self.ack_events.drain(..) {
-            if let AckEvent::Acked { messages, .. } = ev {
+            if let AckEvent::Acked { messages, bulk, .. } = ev {
                 self.out.on_acked(&messages);
+                self.bulk_out.on_acked(&bulk);
             }
         }
+        self.detect_bulk_loss(now);
         if self.out.unacked() <= self.out.max_unacked() / 2 {
             self.backpressure_armed = true;
         }
@@ -413,6 +467,7 @@ impl Connection {
         let bound = self.loss_bound();
         self.sent.detect_lost(now, bound, &mut self.ack_events);
         self.ack_events.clear();
+        self.detect_bulk_loss(now);
         self.refresh_copies();
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
@@ -432,8 +487,11 @@ impl Connection {
             return Err(SendError::NotConnected);
         }
         let r = match channel {
-            Channel::Reliable | Channel::Bulk => self.out.send_reliable(msg),
+            Channel::Reliable => self.out.send_reliable(msg),
             Channel::Unreliable => self.out.send_unreliable(msg),
+            // A full bulk queue is not the turn window: no Backpressure event,
+            // no backpressure timeout; the caller retries after acks.
+            Channel::Bulk => return self.bulk_out.send(msg),
         };
         if let Err(SendError::WindowFull { .. }) = r {
             if self.backpressure_armed {
@@ -476,6 +534,7 @@ impl Connection {
     fn finish_flush(&mut self) {
         if let State::Flushing { reason, .. } = self.state
             && self.out.unacked() == 0
+            && self.bulk_out.is_idle()
         {
             self.start_closing(reason);
         }
@@ -528,6 +587,14 @@ impl Connection {
         if self.ack_owed {
             consider(reserve);
         }
+        if self.bulk_out.wants_packet() {
+            let token = self.congestion.bulk_interval().as_micros();
+            consider(if self.bulk_credit >= token {
+                self.now
+            } else {
+                self.now + Duration::from_micros(token - self.bulk_credit)
+            });
+        }
         consider((self.last_send + self.cfg.keepalive).max(reserve));
         best
     }
@@ -549,6 +616,9 @@ impl Connection {
                 }
                 if let Some(f) = self.full_since {
                     t = t.min(f + self.cfg.backpressure_timeout);
+                }
+                if let Some(b) = self.bulk_out.next_timeout(self.bulk_timeout()) {
+                    t = t.min(b);
                 }
                 if let State::Flushing { until, .. } = self.state {
                     t = t.min(until);
@@ -579,6 +649,7 @@ impl Connection {
             buf.len(),
             eliciting,
             std::mem::take(&mut self.ids),
+            std::mem::take(&mut self.bulk_serials),
         );
         self.send_counter += 1;
         self.credit = self
@@ -648,7 +719,25 @@ impl Connection {
                 wire::encode_header(&h, buf);
                 let header_len = buf.len();
                 let budget = MAX_PACKET - header_len - TAG_LEN;
-                self.out.fill(now, interval, budget, buf, &mut self.ids);
+                // Bulk fragments get only the room turn traffic left, and only
+                // with a bulk token; ride-along copies of turn messages do not
+                // take the room of the fragment a packet is sent for.
+                let bulk_token = self.congestion.bulk_interval().as_micros();
+                let bulk_now = self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
+                let keep = if bulk_now {
+                    wire::BULK_CHUNK + wire::BULK_FRAME_OVERHEAD
+                } else {
+                    0
+                };
+                self.out
+                    .fill(now, interval, budget, keep, buf, &mut self.ids);
+                if bulk_now {
+                    let left = MAX_PACKET - TAG_LEN - buf.len();
+                    self.bulk_out.fill(now, left, buf, &mut self.bulk_serials);
+                    if !self.bulk_serials.is_empty() {
+                        self.bulk_credit -= bulk_token;
+                    }
+                }
                 let mut eliciting = buf.len() > header_len;
                 if !eliciting && now >= self.last_send + self.cfg.keepalive {
                     wire::encode_frame(&Frame::Ping, buf);
@@ -684,7 +773,8 @@ impl Connection {
             bytes_received: self.bytes_received,
             mode: self.congestion.mode(),
             redundancy_copies: self.out.copies,
-            unacked: self.out.unacked(),
+            unacked: self.out.unacked() + self.bulk_out.pending_fragments(),
+            bulk_pending_bytes: self.bulk_out.pending_bytes(),
             dropped_auth: self.dropped_auth,
             dropped_replay: self.dropped_replay,
             dropped_malformed: self.dropped_malformed,

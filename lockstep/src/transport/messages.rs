@@ -237,11 +237,14 @@ impl Outgoing {
 
     /// Writes frames into `out` within `budget` bytes: due reliable messages oldest
     /// first, then queued unreliable ones. Records the reliable ids written.
+    /// Ride-along copies (messages not due) leave `keep` bytes of the budget
+    /// free, for the bulk fragment a packet is being sent for.
     pub fn fill(
         &mut self,
         now: Instant,
         resend: Duration,
         budget: usize,
+        keep: usize,
         out: &mut Vec<u8>,
         ids: &mut Vec<u16>,
     ) {
@@ -278,7 +281,12 @@ impl Outgoing {
                     data: &m.data,
                 };
                 let len = frame_len(&f);
-                if len > left {
+                let room = if pass == 2 {
+                    left.saturating_sub(keep)
+                } else {
+                    left
+                };
+                if len > room {
                     continue;
                 }
                 encode_frame(&f, out);
@@ -492,7 +500,7 @@ mod tests {
                 .map(|f| match f {
                     Frame::Reliable { id, fragment, data } => (id, fragment, data.to_vec(), true),
                     Frame::Unreliable { id, data } => (id, None, data.to_vec(), false),
-                    Frame::Ping => unreachable!(),
+                    Frame::Ping | Frame::Bulk { .. } => unreachable!(),
                 })
                 .collect(),
             _ => unreachable!(),
@@ -510,12 +518,12 @@ mod tests {
         }
         assert!(o.has_fresh());
         let (mut buf, mut ids) = (Vec::new(), Vec::new());
-        o.fill(T0, GAP, 900, &mut buf, &mut ids);
+        o.fill(T0, GAP, 900, 0, &mut buf, &mut ids);
         assert_eq!(ids, vec![0, 1], "oldest first, third does not fit");
         assert!(o.has_fresh());
         buf.clear();
         ids.clear();
-        o.fill(T0, GAP, 900, &mut buf, &mut ids);
+        o.fill(T0, GAP, 900, 0, &mut buf, &mut ids);
         assert_eq!(ids, vec![2], "just-sent messages wait one packet interval");
         assert!(!o.has_fresh());
         assert_eq!(o.next_due(GAP), Some(T0 + GAP));
@@ -523,7 +531,7 @@ mod tests {
         assert_eq!(o.unacked(), 3, "window slides only past the oldest");
         ids.clear();
         buf.clear();
-        o.fill(T0 + GAP, GAP, 1200, &mut buf, &mut ids);
+        o.fill(T0 + GAP, GAP, 1200, 0, &mut buf, &mut ids);
         assert_eq!(ids, vec![0, 2], "acked message is not resent");
         o.on_acked(&[0]);
         assert_eq!(o.unacked(), 1);
@@ -567,7 +575,7 @@ mod tests {
         let mut now = T0;
         for _ in 0..4 {
             let (mut buf, mut ids) = (Vec::new(), Vec::new());
-            o.fill(now, GAP, 1150, &mut buf, &mut ids);
+            o.fill(now, GAP, 1150, 0, &mut buf, &mut ids);
             all.extend(frames_of(&buf));
             now += GAP;
         }
@@ -623,7 +631,7 @@ mod tests {
                 .min();
             if want.is_some_and(|t| t <= now) {
                 let (mut buf, mut ids) = (Vec::new(), Vec::new());
-                o.fill(now, GAP, 1000, &mut buf, &mut ids);
+                o.fill(now, GAP, 1000, 0, &mut buf, &mut ids);
                 assert_eq!(ids, vec![0]);
                 times.push(now.as_micros() / 1000);
             }
@@ -649,7 +657,7 @@ mod tests {
         let mut delivered = 0;
         for k in 0..4 {
             let (mut buf, mut ids) = (Vec::new(), Vec::new());
-            o.fill(T0, GAP, 1000, &mut buf, &mut ids);
+            o.fill(T0, GAP, 1000, 0, &mut buf, &mut ids);
             let frames = frames_of(&buf);
             assert_eq!(frames.len(), usize::from(k < 3), "packet {k}");
             for (id, _, data, _) in frames {

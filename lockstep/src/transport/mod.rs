@@ -4,6 +4,7 @@
 
 pub mod acks;
 pub mod auth;
+pub mod bulk;
 mod client;
 pub mod congestion;
 mod connection;

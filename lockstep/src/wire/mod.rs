@@ -20,6 +20,9 @@
 //!   bit i (0..=3) = byte i of ack_bits is 0xFF and left out
 //!   seq u16 | ack u8 or u16 | ack_bits bytes not left out | ack_delay u8 (ms, 255 = unknown)
 //!   frames (Data only) | MAC [16]
+//! frames: 0x01 reliable, 0x02 reliable fragment, 0x03 unreliable, 0x04 ping,
+//!   0x05 bulk fragment: msg u16 | total u32 | index u16 | len varint | bytes
+//!   (chunk `index` of a `total`-byte bulk message cut every [`BULK_CHUNK`] bytes)
 //! ```
 
 use crate::token::{SEALED_TOKEN_WIRE_LEN, SealedToken};
@@ -51,6 +54,35 @@ pub const MAX_FRAGMENTS: usize = 255;
 pub const MAX_FRAME_OVERHEAD: usize = 1 + 2 + 2 + 2;
 /// Largest message that travels unfragmented.
 pub const MAX_UNFRAGMENTED: usize = FRAGMENT_SIZE;
+/// Payload bytes of one bulk fragment (the last one of a message may be
+/// shorter): a bulk-only packet with a worst-case header is exactly
+/// [`MAX_PACKET`] bytes.
+pub const BULK_CHUNK: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - BULK_FRAME_OVERHEAD;
+/// Bulk frame overhead: tag, message id, total length, index, 2-byte length.
+pub const BULK_FRAME_OVERHEAD: usize = 1 + 2 + 4 + 2 + 2;
+/// Most fragments one bulk message may have (the index is 16 bits).
+pub const MAX_BULK_FRAGMENTS: usize = 1 << 16;
+
+/// Number of fragments of a `total`-byte bulk message (an empty one is one empty fragment).
+#[must_use]
+pub const fn bulk_fragments(total: usize) -> usize {
+    if total == 0 {
+        1
+    } else {
+        total.div_ceil(BULK_CHUNK)
+    }
+}
+
+/// Byte range of fragment `index` in a `total`-byte bulk message, if it exists.
+#[must_use]
+pub fn bulk_range(total: usize, index: usize) -> Option<std::ops::Range<usize>> {
+    if index >= bulk_fragments(total) {
+        return None;
+    }
+    let start = index * BULK_CHUNK;
+    Some(start..(start + BULK_CHUNK).min(total))
+}
+
 /// Ack delay byte value meaning "held too long to measure".
 pub const ACK_DELAY_UNKNOWN: u8 = 255;
 
@@ -241,12 +273,26 @@ pub enum Frame<'a> {
     },
     /// Asks for an ack (keep-alive); no payload.
     Ping,
+    /// One fragment of a bulk message (the bulk path behind turn traffic).
+    /// The decoder guarantees `index` names a fragment of a `total`-byte
+    /// message and `data` is exactly that fragment's bytes.
+    Bulk {
+        /// Bulk message id (consecutive per bulk message).
+        msg: u16,
+        /// Length of the whole message.
+        total: u32,
+        /// Fragment index: bytes `index * BULK_CHUNK ..` of the message.
+        index: u16,
+        /// The fragment's bytes.
+        data: &'a [u8],
+    },
 }
 
 const TAG_RELIABLE: u8 = 0x01;
 const TAG_FRAGMENT: u8 = 0x02;
 const TAG_UNRELIABLE: u8 = 0x03;
 const TAG_PING: u8 = 0x04;
+const TAG_BULK: u8 = 0x05;
 
 /// A decoded datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -595,6 +641,31 @@ fn decode_authed(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 }
             }
             TAG_PING => Frame::Ping,
+            TAG_BULK => {
+                let msg = r.u16()?;
+                let t = r.take(4)?;
+                let total = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
+                let index = r.u16()?;
+                let len_at = r.pos;
+                let len = r.varint()?;
+                // The fragment grid is fixed by `total`: a bad index or a
+                // length that is not that fragment's length is no frame.
+                match bulk_range(total as usize, usize::from(index)) {
+                    Some(range) if range.len() == len => {}
+                    _ => {
+                        return Err(DecodeError::NonCanonical {
+                            what: "bulk fragment (index or length off the grid)",
+                            at: len_at,
+                        });
+                    }
+                }
+                Frame::Bulk {
+                    msg,
+                    total,
+                    index,
+                    data: r.take(len)?,
+                }
+            }
             _ => return Err(DecodeError::UnknownFrame { tag, at }),
         };
         frames.push(frame);
@@ -683,6 +754,19 @@ pub fn encode_frame(f: &Frame<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(data);
         }
         Frame::Ping => out.push(TAG_PING),
+        Frame::Bulk {
+            msg,
+            total,
+            index,
+            data,
+        } => {
+            out.push(TAG_BULK);
+            out.extend_from_slice(&msg.to_le_bytes());
+            out.extend_from_slice(&total.to_le_bytes());
+            out.extend_from_slice(&index.to_le_bytes());
+            put_varint(out, data.len());
+            out.extend_from_slice(data);
+        }
     }
 }
 
@@ -702,6 +786,7 @@ pub fn frame_len(f: &Frame<'_>) -> usize {
             ..
         } => 5 + varint_len(data.len()) + data.len(),
         Frame::Ping => 1,
+        Frame::Bulk { data, .. } => 9 + varint_len(data.len()) + data.len(),
     }
 }
 
