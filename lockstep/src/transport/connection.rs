@@ -7,7 +7,7 @@ use super::acks::{AckEvent, ReceivedPackets, SentPackets};
 use super::auth::{ReplayWindow, ct_eq, packet_mac};
 use super::bulk::{BulkIn, BulkOut};
 use super::congestion::{Congestion, CongestionConfig};
-use super::messages::{Incoming, Outgoing, SendError, copies_for_loss};
+use super::messages::{Incoming, Outgoing, Resend, SendError, copies_for_loss};
 use super::rtt::RttEstimator;
 use super::stats::{LinkStats, RateMeter};
 use crate::time::{Duration, Instant};
@@ -54,6 +54,9 @@ pub struct TransportConfig {
     pub congestion: CongestionConfig,
     /// Send tokens the bucket can hold (burst size).
     pub burst: u32,
+    /// How long an ack for a single ack-eliciting packet may wait for data to
+    /// ride on (15 ms); a second such packet makes it due at once.
+    pub ack_delay: Duration,
     /// Handshake packet resend interval (250 ms).
     pub handshake_resend: Duration,
     /// Copies of the clean-disconnect packet (3).
@@ -78,6 +81,7 @@ impl Default for TransportConfig {
             redundancy: false,
             congestion: CongestionConfig::default(),
             burst: 3,
+            ack_delay: Duration::ZERO,
             handshake_resend: Duration::from_millis(250),
             disconnect_copies: 3,
             backpressure_timeout: Duration::from_secs(5),
@@ -178,7 +182,9 @@ pub(crate) struct Connection {
     now: Instant,
     last_recv: Instant,
     last_send: Instant,
-    ack_owed: bool,
+    /// Since when an ack is owed for ack-eliciting packets received, and how many.
+    ack_owed: Option<Instant>,
+    eliciting_unacked: u32,
     accepted_to_send: bool,
     state: State,
     events: VecDeque<ConnEvent>,
@@ -233,7 +239,8 @@ impl Connection {
             now,
             last_recv: now,
             last_send: now,
-            ack_owed: false,
+            ack_owed: None,
+            eliciting_unacked: 0,
             accepted_to_send: role == Role::Server,
             state: State::Open,
             events: VecDeque::new(),
@@ -263,6 +270,11 @@ impl Connection {
 
     /// Bulk packets that may leave back to back.
     const BULK_BURST: u64 = 4;
+    /// New reliable data of at least this many bytes leaves at once on the
+    /// bulk budget instead of waiting for a turn token: small messages
+    /// coalesce at the turn pace, large ones (where waiting would leave no
+    /// room for redundancy) go now.
+    const LARGE_FRESH: usize = 256;
 
     /// Moves the clock forward and refills send tokens.
     fn advance(&mut self, now: Instant) {
@@ -290,6 +302,38 @@ impl Connection {
     /// RTO plus the time the peer may hold its ack (two packet intervals).
     fn bulk_timeout(&self) -> Duration {
         self.rtt.rto() + self.congestion.interval().saturating_mul(2)
+    }
+
+    /// The reliable resend policy in force: presumed lost when a packet
+    /// sent `reorder_margin` after its latest copy was acked; backstop when
+    /// the ack is overdue: RTO plus the peer's ack delay (three packet
+    /// intervals before the first RTT sample, instead of the 1 s initial RTO).
+    fn resend(&self) -> Resend {
+        let interval = self.congestion.interval();
+        let timeout = match self.rtt.srtt() {
+            Some(_) => self.rtt.rto() + self.cfg.ack_delay,
+            None => interval.saturating_mul(3),
+        };
+        Resend {
+            interval,
+            lost_before: self
+                .sent
+                .newest_acked_sent
+                .map(|t| t - self.reorder_margin()),
+            timeout,
+        }
+    }
+
+    /// When the owed ack is due: coalesced for `ack_delay` after the first
+    /// unanswered ack-eliciting packet (so it can ride on data sent
+    /// meanwhile), at once when a second one arrives.
+    fn ack_due(&self) -> Option<Instant> {
+        let since = self.ack_owed?;
+        Some(if self.eliciting_unacked >= 2 {
+            since
+        } else {
+            since + self.cfg.ack_delay
+        })
     }
 
     fn detect_bulk_loss(&mut self, now: Instant) {
@@ -356,7 +400,11 @@ impl Connection {
             }
             // The server sends Accepted before it has heard any packet of ours,
             // so its ack fields mean nothing; it still asks for an ack.
-            AuthKind::Accepted => self.ack_owed = true,
+            AuthKind::Accepted => {
+                // The handshake completes with our answer: no delay.
+                self.ack_owed.get_or_insert(now);
+                self.eliciting_unacked = 2;
+            }
             AuthKind::Data => {
                 self.on_ack_fields(&header, now);
                 let mut delivered = VecDeque::new();
@@ -384,7 +432,8 @@ impl Connection {
                     }
                 }
                 if !frames.is_empty() {
-                    self.ack_owed = true;
+                    self.ack_owed.get_or_insert(now);
+                    self.eliciting_unacked += 1;
                 }
                 // A flushing connection is on its way out: what the peer
                 // still sends is acked but not delivered.
@@ -581,13 +630,13 @@ impl Connection {
         if let Some(copy) = self.out.next_copy(interval) {
             consider(copy);
         }
-        if let Some(due) = self.out.next_due(interval) {
+        if let Some(due) = self.out.next_due(self.resend()) {
             consider(due.max(reserve));
         }
-        if self.ack_owed {
-            consider(reserve);
+        if let Some(due) = self.ack_due() {
+            consider(due.max(reserve));
         }
-        if self.bulk_out.wants_packet() {
+        if self.bulk_out.wants_packet() || self.out.fresh_bytes() >= Self::LARGE_FRESH {
             let token = self.congestion.bulk_interval().as_micros();
             consider(if self.bulk_credit >= token {
                 self.now
@@ -706,13 +755,13 @@ impl Connection {
                     Some(t) if t <= now => {}
                     _ => return false,
                 }
-                let interval = self.congestion.interval();
+                let r = self.resend();
                 let token = self.congestion.interval().as_micros();
                 let credit_before = self.credit;
                 let tokened = (self.out.has_fresh() && self.credit >= token)
                     || (self.credit >= 2 * token
-                        && (self.ack_owed
-                            || self.out.next_due(interval).is_some_and(|t| t <= now)
+                        && (self.ack_due().is_some_and(|t| t <= now)
+                            || self.out.next_due(r).is_some_and(|t| t <= now)
                             || now >= self.last_send + self.cfg.keepalive));
                 let free = !tokened;
                 let h = self.header(AuthKind::Data, now);
@@ -724,26 +773,31 @@ impl Connection {
                 // take the room of the fragment a packet is sent for.
                 let bulk_token = self.congestion.bulk_interval().as_micros();
                 let bulk_now = self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
+                // Large new turn data does not wait for a turn token (Nagle's
+                // rule: a full segment goes now); it spends a bulk token.
+                let large_fresh = free
+                    && self.bulk_credit >= bulk_token
+                    && self.out.fresh_bytes() >= Self::LARGE_FRESH;
                 let keep = if bulk_now {
                     wire::BULK_CHUNK + wire::BULK_FRAME_OVERHEAD
                 } else {
                     0
                 };
-                self.out
-                    .fill(now, interval, budget, keep, buf, &mut self.ids);
+                self.out.fill(now, r, budget, keep, buf, &mut self.ids);
                 if bulk_now {
                     let left = MAX_PACKET - TAG_LEN - buf.len();
                     self.bulk_out.fill(now, left, buf, &mut self.bulk_serials);
-                    if !self.bulk_serials.is_empty() {
-                        self.bulk_credit -= bulk_token;
-                    }
+                }
+                if large_fresh || !self.bulk_serials.is_empty() {
+                    self.bulk_credit -= bulk_token;
                 }
                 let mut eliciting = buf.len() > header_len;
                 if !eliciting && now >= self.last_send + self.cfg.keepalive {
                     wire::encode_frame(&Frame::Ping, buf);
                     eliciting = true;
                 }
-                self.ack_owed = false;
+                self.ack_owed = None;
+                self.eliciting_unacked = 0;
                 self.seal(now, buf, eliciting);
                 if free {
                     self.credit = credit_before;

@@ -1,7 +1,11 @@
 //! Messages over packets. Reliable-ordered messages get consecutive ids and
-//! ride again in every outgoing packet (oldest first, within the budget)
-//! until a packet carrying them is acked; the receiver de-duplicates by id
-//! and delivers in order, reassembling fragments under hard caps.
+//! are sent once; they are sent again when the packet carrying their latest
+//! copy is known lost (a later packet was acked while it was not) or a
+//! backstop timeout passes, and meanwhile ride along in the room other
+//! packets leave (fewest copies first), so small messages still travel in
+//! every packet until acked without ever crowding out new data. The
+//! receiver de-duplicates by id and delivers in order, reassembling
+//! fragments under hard caps.
 //! Unreliable messages are sent once, or `1 + copies` times in distinct
 //! packets when loss-sized redundancy is on, and de-duplicated by id.
 
@@ -55,8 +59,37 @@ struct OutMsg {
     fragment: Option<Fragment>,
     data: Vec<u8>,
     last_sent: Option<Instant>,
+    /// Sends that were new data, resends or early redundant copies.
     sends: u8,
+    /// Packets that carried it (ride-along copies included).
+    carried: u8,
     acked: bool,
+}
+
+/// When the sender considers a reliable message due for another copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resend {
+    /// The packet interval; redundant early copies (with `copies > 0`) are
+    /// spread over it.
+    pub interval: Duration,
+    /// A message whose latest copy went out at or before this instant and is
+    /// still un-acked is presumed lost: a packet sent later has been acked.
+    pub lost_before: Option<Instant>,
+    /// Backstop: a copy un-acked for this long is sent again.
+    pub timeout: Duration,
+}
+
+impl Resend {
+    /// The old "repeat every packet interval" policy: due after `interval`,
+    /// no loss inference (unit tests of the early-copy schedule).
+    #[must_use]
+    pub const fn every(interval: Duration) -> Self {
+        Self {
+            interval,
+            lost_before: None,
+            timeout: interval,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +191,7 @@ impl Outgoing {
             data,
             last_sent: None,
             sends: 0,
+            carried: 0,
             acked: false,
         });
         self.next_id = self.next_id.wrapping_add(1);
@@ -185,31 +219,52 @@ impl Outgoing {
         Ok(())
     }
 
-    /// Gap before `m` is repeated: with redundancy its first `copies` repeats come
-    /// `1 + copies` times faster, spreading extra copies over the next packet interval.
-    fn gap(&self, m: &OutMsg, resend: Duration) -> Duration {
-        if self.copies > 0 && m.sends <= self.copies {
-            Duration::from_micros(resend.as_micros() / (u64::from(self.copies) + 1))
-        } else {
-            resend
-        }
+    /// Spacing of the early redundant copies: `1 + copies` per packet interval.
+    fn early_gap(&self, interval: Duration) -> Duration {
+        Duration::from_micros(interval.as_micros() / (u64::from(self.copies) + 1))
     }
 
     fn is_early(&self, m: &OutMsg) -> bool {
-        m.last_sent.is_none() || (self.copies > 0 && m.sends <= self.copies)
+        self.copies > 0 && m.sends <= self.copies
+    }
+
+    /// When `m` is due for another copy: an early redundant copy one early
+    /// gap after the last; a presumed loss at once; otherwise the backstop.
+    fn due_at(&self, m: &OutMsg, r: Resend) -> Option<Instant> {
+        if m.acked {
+            return None;
+        }
+        let t = m.last_sent?;
+        if self.is_early(m) {
+            return Some(t + self.early_gap(r.interval));
+        }
+        if r.lost_before.is_some_and(|b| t <= b) {
+            return Some(t);
+        }
+        Some(t + r.timeout)
     }
 
     /// Earliest time an early redundant copy of a new reliable message is due.
     #[must_use]
-    pub fn next_copy(&self, resend: Duration) -> Option<Instant> {
+    pub fn next_copy(&self, interval: Duration) -> Option<Instant> {
         if self.copies == 0 {
             return None;
         }
         self.unacked
             .iter()
-            .filter(|m| !m.acked && m.sends > 0 && m.sends <= self.copies)
-            .filter_map(|m| m.last_sent.map(|t| t + self.gap(m, resend)))
+            .filter(|m| !m.acked && m.sends > 0 && self.is_early(m))
+            .filter_map(|m| m.last_sent.map(|t| t + self.early_gap(interval)))
             .min()
+    }
+
+    /// Bytes of reliable messages never sent yet.
+    #[must_use]
+    pub fn fresh_bytes(&self) -> usize {
+        self.unacked
+            .iter()
+            .filter(|m| m.last_sent.is_none())
+            .map(|m| m.data.len())
+            .sum()
     }
 
     /// Whether something never sent is waiting.
@@ -219,15 +274,15 @@ impl Outgoing {
             || self.unacked.iter().any(|m| m.last_sent.is_none())
     }
 
-    /// Earliest time a repeat (or a queued redundant unreliable copy) wants a packet.
+    /// Earliest time a resend (or a queued redundant unreliable copy) wants a packet.
     #[must_use]
-    pub fn next_due(&self, resend: Duration) -> Option<Instant> {
+    pub fn next_due(&self, r: Resend) -> Option<Instant> {
         let unrel = (!self.unreliable.is_empty()).then_some(Instant::ZERO);
         let rel = self
             .unacked
             .iter()
-            .filter(|m| !m.acked && !self.is_early(m))
-            .filter_map(|m| m.last_sent.map(|t| t + resend))
+            .filter(|m| !self.is_early(m))
+            .filter_map(|m| self.due_at(m, r))
             .min();
         match (unrel, rel) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -235,70 +290,93 @@ impl Outgoing {
         }
     }
 
-    /// Writes frames into `out` within `budget` bytes: due reliable messages oldest
-    /// first, then queued unreliable ones. Records the reliable ids written.
-    /// Ride-along copies (messages not due) leave `keep` bytes of the budget
-    /// free, for the bulk fragment a packet is being sent for.
+    /// Writes frames into `out` within `budget` bytes: due reliable messages
+    /// (presumed lost, timed out, early copies), then never-sent ones,
+    /// oldest first; then queued unreliable ones; then, in the room left,
+    /// ride-along copies of the other un-acked messages, fewest copies
+    /// first. Ride-along copies leave `keep` bytes of the budget free (for
+    /// the bulk fragment a packet is being sent for). Records the reliable
+    /// ids written.
     pub fn fill(
         &mut self,
         now: Instant,
-        resend: Duration,
+        r: Resend,
         budget: usize,
         keep: usize,
         out: &mut Vec<u8>,
         ids: &mut Vec<u16>,
     ) {
         let mut left = budget;
-        // Pass 0 sends what has no copy in flight at all; pass 1 repeats due
-        // messages oldest first. When everything fits (the lockstep case) this is
-        // simply "every un-acked message in every packet"; when it does not, the
-        // repeats cannot starve new data (a large fragmented message still moves).
-        let copies = self.copies;
-        // Pass 0: never sent. Pass 1: due repeats, oldest first. Pass 2: every other
-        // un-acked message, so each packet carries all un-acked data that fits (the
-        // GGPO way) while repeats that are due cannot be starved by it, and new data
-        // cannot be starved by repeats when a large message exceeds the budget.
-        for pass in 0..3 {
-            for m in self.unacked.iter_mut() {
-                let early = copies > 0 && m.sends <= copies;
-                let gap = if early {
-                    Duration::from_micros(resend.as_micros() / (u64::from(copies) + 1))
-                } else {
-                    resend
-                };
+        // Pass 0: due (presumed lost, timed out, early copies), oldest first:
+        // delivery is in order, so the oldest missing message holds up every
+        // later one and goes first. Losses are rare and each is resent once
+        // per loss, so this cannot starve new data. Pass 1: never sent.
+        // Both count as sends; a message that does not fit waits for the next
+        // packet.
+        for pass in 0..2 {
+            for i in 0..self.unacked.len() {
+                let m = &self.unacked[i];
                 let wanted = match (pass, m.last_sent) {
-                    (0, None) => true,
-                    (1, Some(t)) => t + gap <= now,
-                    (2, Some(t)) => t + gap > now && t < now,
+                    (0, Some(t)) => t < now && self.due_at(m, r).is_some_and(|d| d <= now),
+                    (1, None) => true,
                     _ => false,
                 };
                 if m.acked || !wanted {
                     continue;
                 }
-                let f = Frame::Reliable {
-                    id: m.id,
-                    fragment: m.fragment,
-                    data: &m.data,
-                };
-                let len = frame_len(&f);
-                let room = if pass == 2 {
-                    left.saturating_sub(keep)
-                } else {
-                    left
-                };
-                if len > room {
-                    continue;
-                }
-                encode_frame(&f, out);
-                left -= len;
-                // A ride-along copy does not count as one of the early redundant copies.
-                if pass < 2 {
+                let m = &mut self.unacked[i];
+                if Self::put(m, now, &mut left, out, ids) {
                     m.sends = m.sends.saturating_add(1);
                 }
-                m.last_sent = Some(now);
-                ids.push(m.id);
             }
         }
+        self.fill_unreliable(&mut left, out);
+        // Ride-along: free redundancy in room nobody else wants. Fewest
+        // copies first, so the messages that have the least protection (sent
+        // once, in the previous packet) get it; not counted as sends, so it
+        // neither delays a presumed-loss resend nor uses up the early copies.
+        let mut order: Vec<usize> = (0..self.unacked.len())
+            .filter(|&i| {
+                let m = &self.unacked[i];
+                !m.acked && m.last_sent.is_some_and(|t| t < now)
+            })
+            .collect();
+        order.sort_by_key(|&i| self.unacked[i].carried);
+        for i in order {
+            let room = left.saturating_sub(keep);
+            let mut after = room;
+            if Self::put(&mut self.unacked[i], now, &mut after, out, ids) {
+                left -= room - after;
+            }
+        }
+    }
+
+    /// Writes one copy of `m` if it fits in `left`.
+    fn put(
+        m: &mut OutMsg,
+        now: Instant,
+        left: &mut usize,
+        out: &mut Vec<u8>,
+        ids: &mut Vec<u16>,
+    ) -> bool {
+        let f = Frame::Reliable {
+            id: m.id,
+            fragment: m.fragment,
+            data: &m.data,
+        };
+        let len = frame_len(&f);
+        if len > *left {
+            return false;
+        }
+        encode_frame(&f, out);
+        *left -= len;
+        m.carried = m.carried.saturating_add(1);
+        m.last_sent = Some(now);
+        ids.push(m.id);
+        true
+    }
+
+    fn fill_unreliable(&mut self, left: &mut usize, out: &mut Vec<u8>) {
         let mut i = 0;
         while i < self.unreliable.len() {
             let u = &mut self.unreliable[i];
@@ -307,9 +385,9 @@ impl Outgoing {
                 data: &u.data,
             };
             let len = frame_len(&f);
-            if len <= left {
+            if len <= *left {
                 encode_frame(&f, out);
-                left -= len;
+                *left -= len;
                 u.sent_once = true;
                 u.sends_left -= 1;
                 if u.sends_left == 0 {
@@ -510,34 +588,82 @@ mod tests {
     const T0: Instant = Instant::from_millis(0);
     const GAP: Duration = Duration::from_millis(33);
 
+    const MS: Duration = Duration::from_millis(1);
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    fn policy(lost_before: Option<Instant>) -> Resend {
+        Resend {
+            interval: GAP,
+            lost_before,
+            timeout: Duration::from_millis(100),
+        }
+    }
+
     #[test]
-    fn reliable_resent_every_packet_until_acked_oldest_first_within_budget() {
+    fn reliable_messages_are_resent_only_when_presumed_lost_and_ride_along_in_spare_room() {
         let mut o = Outgoing::new(64, 1 << 20);
         for i in 0..3u8 {
             o.send_reliable(&[i; 400]).unwrap();
         }
-        assert!(o.has_fresh());
-        let (mut buf, mut ids) = (Vec::new(), Vec::new());
-        o.fill(T0, GAP, 900, 0, &mut buf, &mut ids);
-        assert_eq!(ids, vec![0, 1], "oldest first, third does not fit");
-        assert!(o.has_fresh());
-        buf.clear();
-        ids.clear();
-        o.fill(T0, GAP, 900, 0, &mut buf, &mut ids);
-        assert_eq!(ids, vec![2], "just-sent messages wait one packet interval");
+        let r = policy(None);
+        let fill = |o: &mut Outgoing, now: Instant, r: Resend, budget: usize| {
+            let (mut buf, mut ids) = (Vec::new(), Vec::new());
+            o.fill(now, r, budget, 0, &mut buf, &mut ids);
+            ids
+        };
+        assert_eq!(
+            fill(&mut o, at(0), r, 900),
+            vec![0, 1],
+            "oldest first, third does not fit"
+        );
+        assert_eq!(fill(&mut o, at(10), r, 410), vec![2], "no room for a copy");
         assert!(!o.has_fresh());
-        assert_eq!(o.next_due(GAP), Some(T0 + GAP));
-        o.on_acked(&[1]);
-        assert_eq!(o.unacked(), 3, "window slides only past the oldest");
-        ids.clear();
-        buf.clear();
-        o.fill(T0 + GAP, GAP, 1200, 0, &mut buf, &mut ids);
-        assert_eq!(ids, vec![0, 2], "acked message is not resent");
-        o.on_acked(&[0]);
-        assert_eq!(o.unacked(), 1);
+        assert_eq!(
+            o.next_due(r),
+            Some(at(100)),
+            "no repeat before the backstop"
+        );
+        // New data gets the packet first; the room left carries a copy of an
+        // un-acked message, fewest copies first (then oldest).
+        o.send_reliable(b"fresh").unwrap();
+        assert_eq!(fill(&mut o, at(20), r, 500), vec![3, 0]);
+        // The packet of 10 ms (message 2) is acked: message 1, last sent at 0,
+        // fell in the gap; message 0 has a younger copy (20 ms) still in flight.
         o.on_acked(&[2]);
+        let r = policy(Some(at(10) - MS));
+        assert_eq!(o.next_due(r), Some(at(0)), "message 1 is due at once");
+        assert_eq!(
+            fill(&mut o, at(30), r, 1200),
+            vec![1, 3, 0],
+            "resend, then ride-along"
+        );
+        assert_eq!(
+            o.next_due(r),
+            Some(at(130)),
+            "every copy is younger than the acked packet"
+        );
+        o.on_acked(&[1]);
+        assert_eq!(o.unacked(), 4, "window slides only past the oldest");
+        o.on_acked(&[0, 3]);
         assert_eq!(o.unacked(), 0);
-        assert_eq!(o.next_due(GAP), None);
+        assert_eq!(o.next_due(r), None);
+    }
+
+    #[test]
+    fn ride_along_leaves_room_for_the_bulk_fragment() {
+        let mut o = Outgoing::new(64, 1 << 20);
+        o.send_reliable(&[1; 300]).unwrap();
+        let (mut buf, mut ids) = (Vec::new(), Vec::new());
+        o.fill(T0, Resend::every(GAP), 1000, 0, &mut buf, &mut ids);
+        ids.clear();
+        // Not due: it may only ride along, and only outside the kept room.
+        o.fill(at(1), policy(None), 1000, 800, &mut buf, &mut ids);
+        assert!(ids.is_empty());
+        o.fill(at(2), policy(None), 1000, 600, &mut buf, &mut ids);
+        assert_eq!(ids, vec![0]);
     }
 
     #[test]
@@ -567,6 +693,10 @@ mod tests {
     #[test]
     fn in_order_exactly_once_with_reassembly() {
         let mut o = Outgoing::new(64, 1 << 20);
+        let no_loss = Resend {
+            timeout: Duration::from_secs(1),
+            ..Resend::every(GAP)
+        };
         let big: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
         o.send_reliable(b"a").unwrap();
         o.send_reliable(&big).unwrap();
@@ -575,7 +705,7 @@ mod tests {
         let mut now = T0;
         for _ in 0..4 {
             let (mut buf, mut ids) = (Vec::new(), Vec::new());
-            o.fill(now, GAP, 1150, 0, &mut buf, &mut ids);
+            o.fill(now, no_loss, 1150, 0, &mut buf, &mut ids);
             all.extend(frames_of(&buf));
             now += GAP;
         }
@@ -625,13 +755,13 @@ mod tests {
         // Send a packet whenever the sender asks for one.
         while now < T0 + Duration::from_millis(100) {
             let fresh = o.has_fresh().then_some(T0);
-            let want = [fresh, o.next_copy(GAP), o.next_due(GAP)]
+            let want = [fresh, o.next_copy(GAP), o.next_due(Resend::every(GAP))]
                 .into_iter()
                 .flatten()
                 .min();
             if want.is_some_and(|t| t <= now) {
                 let (mut buf, mut ids) = (Vec::new(), Vec::new());
-                o.fill(now, GAP, 1000, 0, &mut buf, &mut ids);
+                o.fill(now, Resend::every(GAP), 1000, 0, &mut buf, &mut ids);
                 assert_eq!(ids, vec![0]);
                 times.push(now.as_micros() / 1000);
             }
@@ -641,7 +771,10 @@ mod tests {
         assert_eq!(times, vec![0, 11, 22, 55, 88]);
         o.copies = 0;
         assert_eq!(o.next_copy(GAP), None);
-        assert_eq!(o.next_due(GAP), Some(Instant::from_millis(121)));
+        assert_eq!(
+            o.next_due(Resend::every(GAP)),
+            Some(Instant::from_millis(121))
+        );
     }
 
     #[test]
@@ -657,7 +790,7 @@ mod tests {
         let mut delivered = 0;
         for k in 0..4 {
             let (mut buf, mut ids) = (Vec::new(), Vec::new());
-            o.fill(T0, GAP, 1000, 0, &mut buf, &mut ids);
+            o.fill(T0, Resend::every(GAP), 1000, 0, &mut buf, &mut ids);
             let frames = frames_of(&buf);
             assert_eq!(frames.len(), usize::from(k < 3), "packet {k}");
             for (id, _, data, _) in frames {
