@@ -54,8 +54,8 @@ pub struct TransportConfig {
     pub congestion: CongestionConfig,
     /// Send tokens the bucket can hold (burst size).
     pub burst: u32,
-    /// How long an ack for a single ack-eliciting packet may wait for data to
-    /// ride on (15 ms); a second such packet makes it due at once.
+    /// How long an owed ack may wait for data to ride on (5 ms); once
+    /// four ack-eliciting packets are unanswered it is due at once.
     pub ack_delay: Duration,
     /// Handshake packet resend interval (250 ms).
     pub handshake_resend: Duration,
@@ -81,7 +81,7 @@ impl Default for TransportConfig {
             redundancy: false,
             congestion: CongestionConfig::default(),
             burst: 3,
-            ack_delay: Duration::ZERO,
+            ack_delay: Duration::from_millis(5),
             handshake_resend: Duration::from_millis(250),
             disconnect_copies: 3,
             backpressure_timeout: Duration::from_secs(5),
@@ -311,7 +311,7 @@ impl Connection {
     fn resend(&self) -> Resend {
         let interval = self.congestion.interval();
         let timeout = match self.rtt.srtt() {
-            Some(_) => self.rtt.rto() + self.cfg.ack_delay,
+            Some(_) => self.rtt.rto() + self.cfg.ack_delay + self.reorder_margin(),
             None => interval.saturating_mul(3),
         };
         Resend {
@@ -326,10 +326,11 @@ impl Connection {
 
     /// When the owed ack is due: coalesced for `ack_delay` after the first
     /// unanswered ack-eliciting packet (so it can ride on data sent
-    /// meanwhile), at once when a second one arrives.
+    /// meanwhile, and one ack answers a burst), at once when four are
+    /// unanswered (a bulk transfer's sender needs its acks to move on).
     fn ack_due(&self) -> Option<Instant> {
         let since = self.ack_owed?;
-        Some(if self.eliciting_unacked >= 2 {
+        Some(if self.eliciting_unacked >= 4 {
             since
         } else {
             since + self.cfg.ack_delay
@@ -403,7 +404,7 @@ impl Connection {
             AuthKind::Accepted => {
                 // The handshake completes with our answer: no delay.
                 self.ack_owed.get_or_insert(now);
-                self.eliciting_unacked = 2;
+                self.eliciting_unacked = 4;
             }
             AuthKind::Data => {
                 self.on_ack_fields(&header, now);
@@ -610,9 +611,11 @@ impl Connection {
         }
     }
 
-    /// When the next data packet may go: new data needs one token; repeats,
-    /// acks and keep-alives need two, so one token stays in reserve and fresh
-    /// data leaves on the next poll instead of after a full packet interval.
+    /// When the next data packet may go. A packet goes only when there is
+    /// something to say: new data or a resend (one token each), an owed ack
+    /// once its coalescing delay is over (no token), a bulk fragment or large
+    /// new data (a bulk token), a keep-alive after `keepalive` of silence
+    /// (two tokens, so one stays in reserve for new data).
     fn next_send_time(&self) -> Option<Instant> {
         if !self.received.any() {
             // Our ack fields would be meaningless until we hear from the peer.
@@ -630,11 +633,14 @@ impl Connection {
         if let Some(copy) = self.out.next_copy(interval) {
             consider(copy);
         }
+        // A resend needs one token like new data. An owed ack needs none:
+        // ack-only packets are paced by the peer's own (paced) ack-eliciting
+        // packets, and an ack held back by pacing would look like a loss.
         if let Some(due) = self.out.next_due(self.resend()) {
-            consider(due.max(reserve));
+            consider(due.max(self.tokens_at(1)));
         }
         if let Some(due) = self.ack_due() {
-            consider(due.max(reserve));
+            consider(due);
         }
         if self.bulk_out.wants_packet() || self.out.fresh_bytes() >= Self::LARGE_FRESH {
             let token = self.congestion.bulk_interval().as_micros();
@@ -758,11 +764,9 @@ impl Connection {
                 let r = self.resend();
                 let token = self.congestion.interval().as_micros();
                 let credit_before = self.credit;
-                let tokened = (self.out.has_fresh() && self.credit >= token)
-                    || (self.credit >= 2 * token
-                        && (self.ack_due().is_some_and(|t| t <= now)
-                            || self.out.next_due(r).is_some_and(|t| t <= now)
-                            || now >= self.last_send + self.cfg.keepalive));
+                let tokened = (self.credit >= token
+                    && (self.out.has_fresh() || self.out.next_due(r).is_some_and(|t| t <= now)))
+                    || (self.credit >= 2 * token && now >= self.last_send + self.cfg.keepalive);
                 let free = !tokened;
                 let h = self.header(AuthKind::Data, now);
                 wire::encode_header(&h, buf);

@@ -152,3 +152,60 @@ fn print_figures() {
         );
     }
 }
+
+/// Lockstep-like traffic (an input up and a bundle down every 100 ms, 5 %
+/// loss): packets go when there is data or an ack is due, not at every
+/// pacing tick. The old transport repeated un-acked data every packet
+/// interval and sent about 30 datagrams/s each way here.
+#[test]
+fn packets_go_only_when_there_is_something_to_say() {
+    let (up, down) = exchange(30, Some(120), Duration::from_millis(100), 0.05, 60, 41);
+    let (pps_up, pps_down) = up.pps;
+    eprintln!(
+        "turn traffic: {pps_up:.1} / {pps_down:.1} datagrams/s, latency p99 up {:.1} down {:.1} ms",
+        up.pct(99),
+        down.pct(99)
+    );
+    // Ten messages per second each way: one datagram each, the acks that
+    // found no data to ride on, and the resends of the lost ones.
+    assert!(
+        pps_up + pps_down < 40.0,
+        "{pps_up} + {pps_down} datagrams/s"
+    );
+    // A loss costs about one ack timeout, well within RTT + one turn.
+    assert!(up.pct(99) < 150.0 && down.pct(99) < 150.0);
+}
+
+/// An owed ack waits `ack_delay` for data to ride on: a message sent 2 ms
+/// after a reliable message arrived carries the ack in the same datagram.
+#[test]
+fn an_ack_rides_on_data_sent_within_the_ack_delay() {
+    let link = LinkConfig::with_latency(Duration::from_millis(25));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 61);
+    h.connect();
+    let conn = h.conn_of(0);
+    let settle = h.now + Duration::from_secs(1);
+    h.run_until(settle, |_| {});
+    let before = h.net.counters(client_addr(0), addr(SERVER)).sent;
+    h.server.send(conn, Channel::Reliable, b"bundle").unwrap();
+    while h.client_messages(0).is_empty() {
+        let t = h.now + Duration::from_millis(1);
+        h.run_until(t, |_| {});
+    }
+    let t = h.now + Duration::from_millis(2);
+    h.run_until(t, |_| {});
+    h.clients[0].send(Channel::Reliable, b"input").unwrap();
+    let t = h.now + Duration::from_millis(200);
+    h.run_until(t, |_| {});
+    assert_eq!(h.server_messages(conn), vec![b"input".to_vec()]);
+    assert_eq!(
+        h.net.counters(client_addr(0), addr(SERVER)).sent - before,
+        1,
+        "one datagram: the input and the ack"
+    );
+    assert_eq!(
+        h.server.stats(conn).unwrap().unacked,
+        0,
+        "the bundle was acked"
+    );
+}
