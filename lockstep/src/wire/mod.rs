@@ -26,6 +26,13 @@
 //! ```
 
 use crate::token::{SEALED_TOKEN_WIRE_LEN, SealedToken};
+
+mod bulk;
+use bulk::read_bulk;
+pub use bulk::{BULK_CHUNK, BULK_FRAME_OVERHEAD, MAX_BULK_FRAGMENTS, bulk_fragments, bulk_range};
+
+mod deny;
+pub use deny::DenyReason;
 use thiserror::Error;
 
 /// Wire format version carried by handshake packets and folded into every connection key.
@@ -54,35 +61,6 @@ pub const MAX_FRAGMENTS: usize = 255;
 pub const MAX_FRAME_OVERHEAD: usize = 1 + 2 + 2 + 2;
 /// Largest message that travels unfragmented.
 pub const MAX_UNFRAGMENTED: usize = FRAGMENT_SIZE;
-/// Payload bytes of one bulk fragment (the last one of a message may be
-/// shorter): a bulk-only packet with a worst-case header is exactly
-/// [`MAX_PACKET`] bytes.
-pub const BULK_CHUNK: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - BULK_FRAME_OVERHEAD;
-/// Bulk frame overhead: tag, message id, total length, index, 2-byte length.
-pub const BULK_FRAME_OVERHEAD: usize = 1 + 2 + 4 + 2 + 2;
-/// Most fragments one bulk message may have (the index is 16 bits).
-pub const MAX_BULK_FRAGMENTS: usize = 1 << 16;
-
-/// Number of fragments of a `total`-byte bulk message (an empty one is one empty fragment).
-#[must_use]
-pub const fn bulk_fragments(total: usize) -> usize {
-    if total == 0 {
-        1
-    } else {
-        total.div_ceil(BULK_CHUNK)
-    }
-}
-
-/// Byte range of fragment `index` in a `total`-byte bulk message, if it exists.
-#[must_use]
-pub fn bulk_range(total: usize, index: usize) -> Option<std::ops::Range<usize>> {
-    if index >= bulk_fragments(total) {
-        return None;
-    }
-    let start = index * BULK_CHUNK;
-    Some(start..(start + BULK_CHUNK).min(total))
-}
-
 /// Ack delay byte value meaning "held too long to measure".
 pub const ACK_DELAY_UNKNOWN: u8 = 255;
 
@@ -147,61 +125,6 @@ pub enum DecodeError {
         /// Offset of the first extra byte.
         at: usize,
     },
-}
-
-/// Why the server refused a connection request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DenyReason {
-    /// The server has no free connection slot.
-    Full,
-    /// The request named another protocol id.
-    WrongProtocol,
-    /// The join token did not open (forged, corrupted or another relay's key).
-    InvalidToken,
-    /// A token-mode server got a request without a join token.
-    TokenMissing,
-    /// The join token has expired.
-    TokenExpired,
-    /// The join token was already used from another address.
-    TokenReused,
-    /// An open-mode server got a join token it cannot check.
-    TokenUnexpected,
-}
-
-impl std::fmt::Display for DenyReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The peer-facing text lives with the protocol's reject reasons.
-        std::fmt::Display::fmt(&crate::proto::RejectReason::from(*self), f)
-    }
-}
-
-impl DenyReason {
-    fn to_byte(self) -> u8 {
-        match self {
-            Self::Full => 1,
-            Self::WrongProtocol => 2,
-            Self::InvalidToken => 3,
-            Self::TokenMissing => 4,
-            Self::TokenExpired => 5,
-            Self::TokenReused => 6,
-            Self::TokenUnexpected => 7,
-        }
-    }
-    fn from_byte(b: u8, at: usize) -> Result<Self, DecodeError> {
-        match b {
-            1 => Ok(Self::Full),
-            2 => Ok(Self::WrongProtocol),
-            3 => Ok(Self::InvalidToken),
-            4 => Ok(Self::TokenMissing),
-            5 => Ok(Self::TokenExpired),
-            6 => Ok(Self::TokenReused),
-            7 => Ok(Self::TokenUnexpected),
-            _ => Err(DecodeError::NonCanonical {
-                what: "deny reason",
-                at,
-            }),
-        }
-    }
 }
 
 /// The stateless cookie the server hands out and the client echoes.
@@ -641,31 +564,7 @@ fn decode_authed(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 }
             }
             TAG_PING => Frame::Ping,
-            TAG_BULK => {
-                let msg = r.u16()?;
-                let t = r.take(4)?;
-                let total = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
-                let index = r.u16()?;
-                let len_at = r.pos;
-                let len = r.varint()?;
-                // The fragment grid is fixed by `total`: a bad index or a
-                // length that is not that fragment's length is no frame.
-                match bulk_range(total as usize, usize::from(index)) {
-                    Some(range) if range.len() == len => {}
-                    _ => {
-                        return Err(DecodeError::NonCanonical {
-                            what: "bulk fragment (index or length off the grid)",
-                            at: len_at,
-                        });
-                    }
-                }
-                Frame::Bulk {
-                    msg,
-                    total,
-                    index,
-                    data: r.take(len)?,
-                }
-            }
+            TAG_BULK => read_bulk(&mut r)?,
             _ => return Err(DecodeError::UnknownFrame { tag, at }),
         };
         frames.push(frame);
