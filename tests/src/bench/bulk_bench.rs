@@ -38,8 +38,8 @@ struct Script {
 }
 
 enum Kind {
-    Client(Client),
-    Server(Server, Option<ConnId>),
+    Client(Box<Client>),
+    Server(Box<Server>, Option<ConnId>),
 }
 
 /// A transport endpoint that runs a script and records what it receives.
@@ -175,11 +175,11 @@ fn pair(loss: f64, seed: u64) -> (Harness, [Node; 2]) {
     };
     let cfg = TransportConfig::default();
     let server = Node::new(
-        Kind::Server(Server::new(cfg, [seed as u8; 32]), None),
+        Kind::Server(Box::new(Server::new(cfg, [seed as u8; 32])), None),
         SERVER,
     );
     let client = Node::new(
-        Kind::Client(Client::new(Instant::ZERO, SERVER, cfg, seed)),
+        Kind::Client(Box::new(Client::new(Instant::ZERO, SERVER, cfg, seed))),
         CLIENT,
     );
     (Harness::new(Network::new(seed, link)), [server, client])
