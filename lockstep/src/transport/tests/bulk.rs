@@ -137,3 +137,51 @@ fn a_325_kb_transfer_at_5pct_loss_completes_byte_exact_and_turns_keep_their_late
         "{transfer} vs {paced} of pacing"
     );
 }
+
+/// A bulk message over the receiver's `max_bulk_message` is skipped whole
+/// (nothing allocated for it), and the bulk path goes on with the next one;
+/// several messages arrive in order, each exactly once, under loss.
+#[test]
+fn an_oversize_bulk_message_is_skipped_and_later_ones_arrive_in_order() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        loss: 0.1,
+        reorder: 0.1,
+        ..LinkConfig::default()
+    };
+    let small = TransportConfig {
+        max_bulk_message: 10_000,
+        ..TransportConfig::default()
+    };
+    let server = Server::new(TransportConfig::default(), [7; 32]);
+    let client = Client::new(Instant::ZERO, addr(SERVER), small, 71);
+    let mut h = Harness::from_parts(link, 71, server, vec![client]);
+    h.connect();
+    let conn = h.conn_of(0);
+    let big = vec![0xEE; 50_000];
+    let msgs: Vec<Vec<u8>> = (0..5u8)
+        .map(|i| vec![i; 3_000 + usize::from(i) * 1_500])
+        .collect();
+    h.server.send(conn, Channel::Bulk, &msgs[0]).unwrap();
+    h.server.send(conn, Channel::Bulk, &big).unwrap();
+    for m in &msgs[1..] {
+        h.server.send(conn, Channel::Bulk, m).unwrap();
+    }
+    h.server.send(conn, Channel::Reliable, b"turn").unwrap();
+    let t = h.now + Duration::from_secs(10);
+    h.run_until(t, |_| {});
+    let got = h.client_messages(0);
+    let bulk: Vec<&Vec<u8>> = got.iter().filter(|m| m.len() >= 3_000).collect();
+    assert!(
+        bulk.iter().copied().eq(msgs.iter()),
+        "the others, in order, once each"
+    );
+    assert!(got.iter().any(|m| m == b"turn"));
+    let stats = h.server.stats(conn).unwrap();
+    assert_eq!(
+        (stats.unacked, stats.bulk_pending_bytes),
+        (0, 0),
+        "every fragment acked, the skipped message's too"
+    );
+    assert!(h.clients[0].is_connected());
+}
