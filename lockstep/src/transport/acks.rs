@@ -23,6 +23,8 @@ pub enum AckEvent {
         seq: u16,
         /// Reliable message ids it carried.
         messages: Vec<u16>,
+        /// Bulk fragments it carried (the bulk sender's fragment serials).
+        bulk: Vec<u64>,
     },
     /// The packet was not acknowledged within the loss bound.
     Lost(u16),
@@ -97,6 +99,7 @@ struct Sent {
     eliciting: bool,
     fate: Fate,
     messages: Vec<u16>,
+    bulk: Vec<u64>,
 }
 
 /// Tracks packets we sent until they are acked or declared lost.
@@ -113,6 +116,11 @@ pub struct SentPackets {
     pub total_lost: u64,
     /// Bytes acknowledged (total), for the acked-bandwidth meter.
     pub bytes_acked: u64,
+    /// When the most recently sent of the packets acknowledged so far was
+    /// sent: data whose last copy went out clearly before it and is still
+    /// un-acked was presumably lost (the ack bitfield's gap), which lets
+    /// the message layer resend it without waiting for a timer.
+    pub newest_acked_sent: Option<Instant>,
 }
 
 impl Default for SentPackets {
@@ -125,6 +133,7 @@ impl Default for SentPackets {
             total_acked: 0,
             total_lost: 0,
             bytes_acked: 0,
+            newest_acked_sent: None,
         }
     }
 }
@@ -138,6 +147,7 @@ impl SentPackets {
         bytes: usize,
         eliciting: bool,
         messages: Vec<u16>,
+        bulk: Vec<u64>,
     ) {
         let entry = Sent {
             at: now,
@@ -145,6 +155,7 @@ impl SentPackets {
             eliciting,
             fate: Fate::InFlight,
             messages,
+            bulk,
         };
         if let Ok(evicted) = self.buf.insert(seq, entry) {
             for (_, old) in evicted {
@@ -197,9 +208,13 @@ impl SentPackets {
             }
             e.fate = Fate::Acked;
             self.bytes_acked += e.bytes as u64;
+            if self.newest_acked_sent.is_none_or(|t| e.at > t) {
+                self.newest_acked_sent = Some(e.at);
+            }
             events.push(AckEvent::Acked {
                 seq,
                 messages: std::mem::take(&mut e.messages),
+                bulk: std::mem::take(&mut e.bulk),
             });
         }
     }
@@ -285,9 +300,9 @@ mod tests {
         let mut rtt = RttEstimator::default();
         let mut ev = Vec::new();
         for seq in 0..5u16 {
-            s.on_sent(seq, ms(u64::from(seq) * 10), 100, true, vec![seq]);
+            s.on_sent(seq, ms(u64::from(seq) * 10), 100, true, vec![seq], vec![]);
         }
-        s.on_sent(5, ms(50), 30, false, vec![]);
+        s.on_sent(5, ms(50), 30, false, vec![], vec![]);
         // Peer got 4 (held 5 ms), 2 and 0.
         s.on_ack(4, 0b1010, 5, ms(145), &mut rtt, &mut ev);
         assert_eq!(rtt.srtt(), Some(Duration::from_millis(100)));
@@ -299,6 +314,11 @@ mod tests {
             })
             .collect();
         assert_eq!(acked, vec![4, 2, 0]);
+        assert_eq!(
+            s.newest_acked_sent,
+            Some(ms(40)),
+            "packet 4 was sent at 40 ms"
+        );
         ev.clear();
         // A duplicate ack changes nothing.
         s.on_ack(4, 0b1010, 5, ms(146), &mut rtt, &mut ev);
@@ -328,7 +348,8 @@ mod tests {
             ev,
             vec![AckEvent::Acked {
                 seq: 3,
-                messages: vec![3]
+                messages: vec![3],
+                bulk: vec![]
             }]
         );
         assert!((s.loss() - 0.2).abs() < 1e-9);

@@ -5,7 +5,8 @@
 //! come from the token's secret keys.
 
 use super::auth::{ConnKeys, conn_keys, token_conn_keys};
-use super::connection::{Channel, ConnEvent, Connection, DisconnectReason, Role, TransportConfig};
+use super::config::{Channel, TransportConfig};
+use super::connection::{ConnEvent, Connection, DisconnectReason, Role};
 use super::messages::SendError;
 use super::stats::LinkStats;
 use crate::rng::Rng;

@@ -20,6 +20,11 @@ pub struct CongestionConfig {
     pub good_pps: u32,
     /// Packets per second in Bad mode.
     pub bad_pps: u32,
+    /// Bulk packets per second in Good mode (the bulk path's own budget, on
+    /// top of the turn traffic's, which always goes first).
+    pub bulk_good_pps: u32,
+    /// Bulk packets per second in Bad mode.
+    pub bulk_bad_pps: u32,
     /// RTT above which conditions are bad.
     pub rtt_threshold: Duration,
     /// Recovery time `t` at start.
@@ -38,6 +43,8 @@ impl Default for CongestionConfig {
         Self {
             good_pps: 30,
             bad_pps: 10,
+            bulk_good_pps: 200,
+            bulk_bad_pps: 20,
             rtt_threshold: Duration::from_millis(250),
             initial_recovery: Duration::from_secs(4),
             min_recovery: Duration::from_secs(1),
@@ -101,6 +108,17 @@ impl Congestion {
         Duration::from_micros(1_000_000 / u64::from(self.pps()))
     }
 
+    /// Time between bulk packets in the current mode.
+    #[must_use]
+    pub fn bulk_interval(&self) -> Duration {
+        let pps = match self.mode {
+            CongestionMode::Good => self.cfg.bulk_good_pps,
+            CongestionMode::Bad => self.cfg.bulk_bad_pps,
+        }
+        .max(1);
+        Duration::from_micros(1_000_000 / u64::from(pps))
+    }
+
     /// Re-evaluates the mode given the current smoothed RTT.
     pub fn update(&mut self, now: Instant, rtt: Duration) {
         let bad = rtt > self.cfg.rtt_threshold;
@@ -159,9 +177,11 @@ mod tests {
         let mut c = machine();
         assert_eq!((c.mode(), c.pps()), (CongestionMode::Good, 30));
         assert_eq!(c.interval(), Duration::from_micros(33_333));
+        assert_eq!(c.bulk_interval(), Duration::from_millis(5));
         c.update(at(1), BAD);
         assert_eq!((c.mode(), c.pps()), (CongestionMode::Bad, 10));
         assert_eq!(c.interval(), Duration::from_millis(100));
+        assert_eq!(c.bulk_interval(), Duration::from_millis(50));
     }
 
     #[test]

@@ -5,80 +5,16 @@
 
 use super::acks::{AckEvent, ReceivedPackets, SentPackets};
 use super::auth::{ReplayWindow, ct_eq, packet_mac};
-use super::congestion::{Congestion, CongestionConfig};
-use super::messages::{Incoming, Outgoing, SendError, copies_for_loss};
+use super::bulk::{BulkIn, BulkOut};
+use super::config::{Channel, TransportConfig};
+use super::congestion::Congestion;
+use super::messages::{Incoming, Outgoing, Resend, SendError, copies_for_loss};
 use super::rtt::RttEstimator;
 use super::stats::{LinkStats, RateMeter};
 use crate::time::{Duration, Instant};
 use crate::wire::{self, AuthKind, Frame, Header, MAX_PACKET, Packet, TAG_LEN};
 use std::collections::VecDeque;
 use thiserror::Error;
-
-/// Which delivery guarantee a message gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Channel {
-    /// Reliable and ordered: resent in every packet until acked, delivered once, in order.
-    Reliable,
-    /// Sent once (or `1 + copies` times with redundancy), may be lost, unordered.
-    Unreliable,
-    /// Large transfers (snapshots): reliable and ordered among bulk
-    /// messages, sent only with bandwidth the turn traffic leaves over, so a
-    /// transfer never delays a turn. (For now it shares the reliable path.)
-    Bulk,
-}
-
-/// Transport tuning. `Default` gives the documented values.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TransportConfig {
-    /// Application protocol id; peers with another id cannot connect.
-    pub protocol_id: u64,
-    /// Silence after which a connection is dropped (5 s).
-    pub timeout: Duration,
-    /// Longest gap between ack-eliciting packets on an idle link (250 ms).
-    pub keepalive: Duration,
-    /// Un-acked reliable window in messages/fragments (256, at most 1024).
-    pub max_unacked: usize,
-    /// Largest reliable message after reassembly (default `proto::MAX_MESSAGE_LEN`,
-    /// 96 KiB: the largest bundle fits; at most 255 KiB).
-    pub max_message: usize,
-    /// Redundancy sized from measured loss: unreliable messages get extra copies in
-    /// later packets, new reliable messages extra early repeats within one interval.
-    pub redundancy: bool,
-    /// Good/bad mode rates and thresholds.
-    pub congestion: CongestionConfig,
-    /// Send tokens the bucket can hold (burst size).
-    pub burst: u32,
-    /// Handshake packet resend interval (250 ms).
-    pub handshake_resend: Duration,
-    /// Copies of the clean-disconnect packet (3).
-    pub disconnect_copies: u8,
-    /// How long the un-acked window may stay full before the connection is dropped (5 s).
-    pub backpressure_timeout: Duration,
-    /// Most connections a server accepts (64).
-    pub max_connections: usize,
-    /// How long a challenge cookie stays valid (10 s).
-    pub cookie_lifetime: Duration,
-}
-
-impl Default for TransportConfig {
-    fn default() -> Self {
-        Self {
-            protocol_id: 0x4C4F_434B_5354_4550, // "LOCKSTEP"
-            timeout: Duration::from_secs(5),
-            keepalive: Duration::from_millis(250),
-            max_unacked: 256,
-            max_message: crate::proto::MAX_MESSAGE_LEN,
-            redundancy: false,
-            congestion: CongestionConfig::default(),
-            burst: 3,
-            handshake_resend: Duration::from_millis(250),
-            disconnect_copies: 3,
-            backpressure_timeout: Duration::from_secs(5),
-            max_connections: 64,
-            cookie_lifetime: Duration::from_secs(10),
-        }
-    }
-}
 
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
@@ -163,10 +99,17 @@ pub(crate) struct Connection {
     out: Outgoing,
     inc: Incoming,
     credit: u64,
+    bulk_out: BulkOut,
+    bulk_in: BulkIn,
+    /// Token bucket of the bulk path (µs of its packet interval).
+    bulk_credit: u64,
+    bulk_serials: Vec<u64>,
     now: Instant,
     last_recv: Instant,
     last_send: Instant,
-    ack_owed: bool,
+    /// Since when an ack is owed for ack-eliciting packets received, and how many.
+    ack_owed: Option<Instant>,
+    eliciting_unacked: u32,
     accepted_to_send: bool,
     state: State,
     events: VecDeque<ConnEvent>,
@@ -214,10 +157,15 @@ impl Connection {
             out: Outgoing::new(cfg.max_unacked, cfg.max_message),
             inc: Incoming::new(cfg.max_message),
             credit,
+            bulk_out: BulkOut::new(cfg.max_bulk_message),
+            bulk_in: BulkIn::new(cfg.max_bulk_message),
+            bulk_credit: 0,
+            bulk_serials: Vec::new(),
             now,
             last_recv: now,
             last_send: now,
-            ack_owed: false,
+            ack_owed: None,
+            eliciting_unacked: 0,
             accepted_to_send: role == Role::Server,
             state: State::Open,
             events: VecDeque::new(),
@@ -245,15 +193,79 @@ impl Connection {
         self.congestion.interval().as_micros() * tokens
     }
 
+    /// Bulk packets that may leave back to back.
+    const BULK_BURST: u64 = 4;
+    /// New reliable data of at least this many bytes leaves at once on the
+    /// bulk budget instead of waiting for a turn token: small messages
+    /// coalesce at the turn pace, large ones (where waiting would leave no
+    /// room for redundancy) go now.
+    const LARGE_FRESH: usize = 256;
+
     /// Moves the clock forward and refills send tokens.
     fn advance(&mut self, now: Instant) {
         if now > self.now {
-            self.credit = self
-                .credit
-                .saturating_add(now.saturating_since(self.now).as_micros());
+            let elapsed = now.saturating_since(self.now).as_micros();
+            self.credit = self.credit.saturating_add(elapsed);
+            self.bulk_credit = self.bulk_credit.saturating_add(elapsed);
             self.now = now;
         }
         self.credit = self.credit.min(self.capacity());
+        self.bulk_credit = self
+            .bulk_credit
+            .min(self.congestion.bulk_interval().as_micros() * Self::BULK_BURST);
+    }
+
+    /// How much later than the newest acked packet a packet must have been
+    /// sent before it counts as lost for a resend (reordering tolerance).
+    fn reorder_margin(&self) -> Duration {
+        let srtt = self.rtt.srtt_or(Duration::ZERO);
+        (Duration::from_micros(srtt.as_micros() / 8) + self.rtt.rttvar())
+            .max(Duration::from_millis(1))
+    }
+
+    /// Backstop resend timeout of a bulk fragment no later ack reveals as lost:
+    /// RTO plus the time the peer may hold its ack (two packet intervals).
+    fn bulk_timeout(&self) -> Duration {
+        self.rtt.rto() + self.congestion.interval().saturating_mul(2)
+    }
+
+    /// The reliable resend policy in force: presumed lost when a packet
+    /// sent `reorder_margin` after its latest copy was acked; backstop when
+    /// the ack is overdue: RTO plus the peer's ack delay (three packet
+    /// intervals before the first RTT sample, instead of the 1 s initial RTO).
+    fn resend(&self) -> Resend {
+        let interval = self.congestion.interval();
+        let timeout = match self.rtt.srtt() {
+            Some(_) => self.rtt.rto() + self.cfg.ack_delay + self.reorder_margin(),
+            None => interval.saturating_mul(3),
+        };
+        Resend {
+            interval,
+            lost_before: self
+                .sent
+                .newest_acked_sent
+                .map(|t| t - self.reorder_margin()),
+            timeout,
+        }
+    }
+
+    /// When the owed ack is due: coalesced for `ack_delay` after the first
+    /// unanswered ack-eliciting packet (so it can ride on data sent
+    /// meanwhile, and one ack answers a burst), at once when four are
+    /// unanswered (a bulk transfer's sender needs its acks to move on).
+    fn ack_due(&self) -> Option<Instant> {
+        let since = self.ack_owed?;
+        Some(if self.eliciting_unacked >= 4 {
+            since
+        } else {
+            since + self.cfg.ack_delay
+        })
+    }
+
+    fn detect_bulk_loss(&mut self, now: Instant) {
+        let (margin, timeout) = (self.reorder_margin(), self.bulk_timeout());
+        self.bulk_out
+            .detect_lost(now, self.sent.newest_acked_sent, margin, timeout);
     }
 
     pub(crate) fn is_open(&self) -> bool {
@@ -314,7 +326,11 @@ impl Connection {
             }
             // The server sends Accepted before it has heard any packet of ours,
             // so its ack fields mean nothing; it still asks for an ack.
-            AuthKind::Accepted => self.ack_owed = true,
+            AuthKind::Accepted => {
+                // The handshake completes with our answer: no delay.
+                self.ack_owed.get_or_insert(now);
+                self.eliciting_unacked = 4;
+            }
             AuthKind::Data => {
                 self.on_ack_fields(&header, now);
                 let mut delivered = VecDeque::new();
@@ -329,10 +345,21 @@ impl Connection {
                             }
                         }
                         Frame::Ping => {}
+                        Frame::Bulk {
+                            msg,
+                            total,
+                            index,
+                            data,
+                        } => {
+                            if let Some(m) = self.bulk_in.on_fragment(msg, total, index, data) {
+                                delivered.push_back(m);
+                            }
+                        }
                     }
                 }
                 if !frames.is_empty() {
-                    self.ack_owed = true;
+                    self.ack_owed.get_or_insert(now);
+                    self.eliciting_unacked += 1;
                 }
                 // A flushing connection is on its way out: what the peer
                 // still sends is acked but not delivered.
@@ -364,10 +391,12 @@ impl Connection {
         );
         self.acked_bytes.add(now, self.sent.bytes_acked - before);
         for ev in self.ack_events.drain(..) {
-            if let AckEvent::Acked { messages, .. } = ev {
+            if let AckEvent::Acked { messages, bulk, .. } = ev {
                 self.out.on_acked(&messages);
+                self.bulk_out.on_acked(&bulk);
             }
         }
+        self.detect_bulk_loss(now);
         if self.out.unacked() <= self.out.max_unacked() / 2 {
             self.backpressure_armed = true;
         }
@@ -413,6 +442,7 @@ impl Connection {
         let bound = self.loss_bound();
         self.sent.detect_lost(now, bound, &mut self.ack_events);
         self.ack_events.clear();
+        self.detect_bulk_loss(now);
         self.refresh_copies();
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
@@ -432,8 +462,11 @@ impl Connection {
             return Err(SendError::NotConnected);
         }
         let r = match channel {
-            Channel::Reliable | Channel::Bulk => self.out.send_reliable(msg),
+            Channel::Reliable => self.out.send_reliable(msg),
             Channel::Unreliable => self.out.send_unreliable(msg),
+            // A full bulk queue is not the turn window: no Backpressure event,
+            // no backpressure timeout; the caller retries after acks.
+            Channel::Bulk => return self.bulk_out.send(msg),
         };
         if let Err(SendError::WindowFull { .. }) = r {
             if self.backpressure_armed {
@@ -476,6 +509,7 @@ impl Connection {
     fn finish_flush(&mut self) {
         if let State::Flushing { reason, .. } = self.state
             && self.out.unacked() == 0
+            && self.bulk_out.is_idle()
         {
             self.start_closing(reason);
         }
@@ -502,9 +536,11 @@ impl Connection {
         }
     }
 
-    /// When the next data packet may go: new data needs one token; repeats,
-    /// acks and keep-alives need two, so one token stays in reserve and fresh
-    /// data leaves on the next poll instead of after a full packet interval.
+    /// When the next data packet may go. A packet goes only when there is
+    /// something to say: new data or a resend (one token each), an owed ack
+    /// once its coalescing delay is over (no token), a bulk fragment or large
+    /// new data (a bulk token), a keep-alive after `keepalive` of silence
+    /// (two tokens, so one stays in reserve for new data).
     fn next_send_time(&self) -> Option<Instant> {
         if !self.received.any() {
             // Our ack fields would be meaningless until we hear from the peer.
@@ -522,11 +558,22 @@ impl Connection {
         if let Some(copy) = self.out.next_copy(interval) {
             consider(copy);
         }
-        if let Some(due) = self.out.next_due(interval) {
-            consider(due.max(reserve));
+        // A resend needs one token like new data. An owed ack needs none:
+        // ack-only packets are paced by the peer's own (paced) ack-eliciting
+        // packets, and an ack held back by pacing would look like a loss.
+        if let Some(due) = self.out.next_due(self.resend()) {
+            consider(due.max(self.tokens_at(1)));
         }
-        if self.ack_owed {
-            consider(reserve);
+        if let Some(due) = self.ack_due() {
+            consider(due);
+        }
+        if self.bulk_out.wants_packet() || self.out.fresh_bytes() >= Self::LARGE_FRESH {
+            let token = self.congestion.bulk_interval().as_micros();
+            consider(if self.bulk_credit >= token {
+                self.now
+            } else {
+                self.now + Duration::from_micros(token - self.bulk_credit)
+            });
         }
         consider((self.last_send + self.cfg.keepalive).max(reserve));
         best
@@ -549,6 +596,9 @@ impl Connection {
                 }
                 if let Some(f) = self.full_since {
                     t = t.min(f + self.cfg.backpressure_timeout);
+                }
+                if let Some(b) = self.bulk_out.next_timeout(self.bulk_timeout()) {
+                    t = t.min(b);
                 }
                 if let State::Flushing { until, .. } = self.state {
                     t = t.min(until);
@@ -579,6 +629,7 @@ impl Connection {
             buf.len(),
             eliciting,
             std::mem::take(&mut self.ids),
+            std::mem::take(&mut self.bulk_serials),
         );
         self.send_counter += 1;
         self.credit = self
@@ -635,26 +686,47 @@ impl Connection {
                     Some(t) if t <= now => {}
                     _ => return false,
                 }
-                let interval = self.congestion.interval();
+                let r = self.resend();
                 let token = self.congestion.interval().as_micros();
                 let credit_before = self.credit;
-                let tokened = (self.out.has_fresh() && self.credit >= token)
-                    || (self.credit >= 2 * token
-                        && (self.ack_owed
-                            || self.out.next_due(interval).is_some_and(|t| t <= now)
-                            || now >= self.last_send + self.cfg.keepalive));
+                let tokened = (self.credit >= token
+                    && (self.out.has_fresh() || self.out.next_due(r).is_some_and(|t| t <= now)))
+                    || (self.credit >= 2 * token && now >= self.last_send + self.cfg.keepalive);
                 let free = !tokened;
                 let h = self.header(AuthKind::Data, now);
                 wire::encode_header(&h, buf);
                 let header_len = buf.len();
                 let budget = MAX_PACKET - header_len - TAG_LEN;
-                self.out.fill(now, interval, budget, buf, &mut self.ids);
+                // Bulk fragments get only the room turn traffic left, and only
+                // with a bulk token; ride-along copies of turn messages do not
+                // take the room of the fragment a packet is sent for.
+                let bulk_token = self.congestion.bulk_interval().as_micros();
+                let bulk_now = self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
+                // Large new turn data does not wait for a turn token (Nagle's
+                // rule: a full segment goes now); it spends a bulk token.
+                let large_fresh = free
+                    && self.bulk_credit >= bulk_token
+                    && self.out.fresh_bytes() >= Self::LARGE_FRESH;
+                let keep = if bulk_now {
+                    wire::BULK_CHUNK + wire::BULK_FRAME_OVERHEAD
+                } else {
+                    0
+                };
+                self.out.fill(now, r, budget, keep, buf, &mut self.ids);
+                if bulk_now {
+                    let left = MAX_PACKET - TAG_LEN - buf.len();
+                    self.bulk_out.fill(now, left, buf, &mut self.bulk_serials);
+                }
+                if large_fresh || !self.bulk_serials.is_empty() {
+                    self.bulk_credit -= bulk_token;
+                }
                 let mut eliciting = buf.len() > header_len;
                 if !eliciting && now >= self.last_send + self.cfg.keepalive {
                     wire::encode_frame(&Frame::Ping, buf);
                     eliciting = true;
                 }
-                self.ack_owed = false;
+                self.ack_owed = None;
+                self.eliciting_unacked = 0;
                 self.seal(now, buf, eliciting);
                 if free {
                     self.credit = credit_before;
@@ -684,7 +756,8 @@ impl Connection {
             bytes_received: self.bytes_received,
             mode: self.congestion.mode(),
             redundancy_copies: self.out.copies,
-            unacked: self.out.unacked(),
+            unacked: self.out.unacked() + self.bulk_out.pending_fragments(),
+            bulk_pending_bytes: self.bulk_out.pending_bytes(),
             dropped_auth: self.dropped_auth,
             dropped_replay: self.dropped_replay,
             dropped_malformed: self.dropped_malformed,

@@ -1,7 +1,11 @@
 //! Messages over packets. Reliable-ordered messages get consecutive ids and
-//! ride again in every outgoing packet (oldest first, within the budget)
-//! until a packet carrying them is acked; the receiver de-duplicates by id
-//! and delivers in order, reassembling fragments under hard caps.
+//! are sent once; they are sent again when the packet carrying their latest
+//! copy is known lost (a later packet was acked while it was not) or a
+//! backstop timeout passes, and meanwhile ride along in the room other
+//! packets leave (fewest copies first), so small messages still travel in
+//! every packet until acked without ever crowding out new data. The
+//! receiver de-duplicates by id and delivers in order, reassembling
+//! fragments under hard caps.
 //! Unreliable messages are sent once, or `1 + copies` times in distinct
 //! packets when loss-sized redundancy is on, and de-duplicated by id.
 
@@ -55,8 +59,37 @@ struct OutMsg {
     fragment: Option<Fragment>,
     data: Vec<u8>,
     last_sent: Option<Instant>,
+    /// Sends that were new data, resends or early redundant copies.
     sends: u8,
+    /// Packets that carried it (ride-along copies included).
+    carried: u8,
     acked: bool,
+}
+
+/// When the sender considers a reliable message due for another copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resend {
+    /// The packet interval; redundant early copies (with `copies > 0`) are
+    /// spread over it.
+    pub interval: Duration,
+    /// A message whose latest copy went out at or before this instant and is
+    /// still un-acked is presumed lost: a packet sent later has been acked.
+    pub lost_before: Option<Instant>,
+    /// Backstop: a copy un-acked for this long is sent again.
+    pub timeout: Duration,
+}
+
+impl Resend {
+    /// The old "repeat every packet interval" policy: due after `interval`,
+    /// no loss inference (unit tests of the early-copy schedule).
+    #[must_use]
+    pub const fn every(interval: Duration) -> Self {
+        Self {
+            interval,
+            lost_before: None,
+            timeout: interval,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +191,7 @@ impl Outgoing {
             data,
             last_sent: None,
             sends: 0,
+            carried: 0,
             acked: false,
         });
         self.next_id = self.next_id.wrapping_add(1);
@@ -185,31 +219,52 @@ impl Outgoing {
         Ok(())
     }
 
-    /// Gap before `m` is repeated: with redundancy its first `copies` repeats come
-    /// `1 + copies` times faster, spreading extra copies over the next packet interval.
-    fn gap(&self, m: &OutMsg, resend: Duration) -> Duration {
-        if self.copies > 0 && m.sends <= self.copies {
-            Duration::from_micros(resend.as_micros() / (u64::from(self.copies) + 1))
-        } else {
-            resend
-        }
+    /// Spacing of the early redundant copies: `1 + copies` per packet interval.
+    fn early_gap(&self, interval: Duration) -> Duration {
+        Duration::from_micros(interval.as_micros() / (u64::from(self.copies) + 1))
     }
 
     fn is_early(&self, m: &OutMsg) -> bool {
-        m.last_sent.is_none() || (self.copies > 0 && m.sends <= self.copies)
+        self.copies > 0 && m.sends <= self.copies
+    }
+
+    /// When `m` is due for another copy: an early redundant copy one early
+    /// gap after the last; a presumed loss at once; otherwise the backstop.
+    fn due_at(&self, m: &OutMsg, r: Resend) -> Option<Instant> {
+        if m.acked {
+            return None;
+        }
+        let t = m.last_sent?;
+        if self.is_early(m) {
+            return Some(t + self.early_gap(r.interval));
+        }
+        if r.lost_before.is_some_and(|b| t <= b) {
+            return Some(t);
+        }
+        Some(t + r.timeout)
     }
 
     /// Earliest time an early redundant copy of a new reliable message is due.
     #[must_use]
-    pub fn next_copy(&self, resend: Duration) -> Option<Instant> {
+    pub fn next_copy(&self, interval: Duration) -> Option<Instant> {
         if self.copies == 0 {
             return None;
         }
         self.unacked
             .iter()
-            .filter(|m| !m.acked && m.sends > 0 && m.sends <= self.copies)
-            .filter_map(|m| m.last_sent.map(|t| t + self.gap(m, resend)))
+            .filter(|m| !m.acked && m.sends > 0 && self.is_early(m))
+            .filter_map(|m| m.last_sent.map(|t| t + self.early_gap(interval)))
             .min()
+    }
+
+    /// Bytes of reliable messages never sent yet.
+    #[must_use]
+    pub fn fresh_bytes(&self) -> usize {
+        self.unacked
+            .iter()
+            .filter(|m| m.last_sent.is_none())
+            .map(|m| m.data.len())
+            .sum()
     }
 
     /// Whether something never sent is waiting.
@@ -219,15 +274,15 @@ impl Outgoing {
             || self.unacked.iter().any(|m| m.last_sent.is_none())
     }
 
-    /// Earliest time a repeat (or a queued redundant unreliable copy) wants a packet.
+    /// Earliest time a resend (or a queued redundant unreliable copy) wants a packet.
     #[must_use]
-    pub fn next_due(&self, resend: Duration) -> Option<Instant> {
+    pub fn next_due(&self, r: Resend) -> Option<Instant> {
         let unrel = (!self.unreliable.is_empty()).then_some(Instant::ZERO);
         let rel = self
             .unacked
             .iter()
-            .filter(|m| !m.acked && !self.is_early(m))
-            .filter_map(|m| m.last_sent.map(|t| t + resend))
+            .filter(|m| !self.is_early(m))
+            .filter_map(|m| self.due_at(m, r))
             .min();
         match (unrel, rel) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -235,62 +290,93 @@ impl Outgoing {
         }
     }
 
-    /// Writes frames into `out` within `budget` bytes: due reliable messages oldest
-    /// first, then queued unreliable ones. Records the reliable ids written.
+    /// Writes frames into `out` within `budget` bytes: due reliable messages
+    /// (presumed lost, timed out, early copies), then never-sent ones,
+    /// oldest first; then queued unreliable ones; then, in the room left,
+    /// ride-along copies of the other un-acked messages, fewest copies
+    /// first. Ride-along copies leave `keep` bytes of the budget free (for
+    /// the bulk fragment a packet is being sent for). Records the reliable
+    /// ids written.
     pub fn fill(
         &mut self,
         now: Instant,
-        resend: Duration,
+        r: Resend,
         budget: usize,
+        keep: usize,
         out: &mut Vec<u8>,
         ids: &mut Vec<u16>,
     ) {
         let mut left = budget;
-        // Pass 0 sends what has no copy in flight at all; pass 1 repeats due
-        // messages oldest first. When everything fits (the lockstep case) this is
-        // simply "every un-acked message in every packet"; when it does not, the
-        // repeats cannot starve new data (a large fragmented message still moves).
-        let copies = self.copies;
-        // Pass 0: never sent. Pass 1: due repeats, oldest first. Pass 2: every other
-        // un-acked message, so each packet carries all un-acked data that fits (the
-        // GGPO way) while repeats that are due cannot be starved by it, and new data
-        // cannot be starved by repeats when a large message exceeds the budget.
-        for pass in 0..3 {
-            for m in self.unacked.iter_mut() {
-                let early = copies > 0 && m.sends <= copies;
-                let gap = if early {
-                    Duration::from_micros(resend.as_micros() / (u64::from(copies) + 1))
-                } else {
-                    resend
-                };
+        // Pass 0: due (presumed lost, timed out, early copies), oldest first:
+        // delivery is in order, so the oldest missing message holds up every
+        // later one and goes first. Losses are rare and each is resent once
+        // per loss, so this cannot starve new data. Pass 1: never sent.
+        // Both count as sends; a message that does not fit waits for the next
+        // packet.
+        for pass in 0..2 {
+            for i in 0..self.unacked.len() {
+                let m = &self.unacked[i];
                 let wanted = match (pass, m.last_sent) {
-                    (0, None) => true,
-                    (1, Some(t)) => t + gap <= now,
-                    (2, Some(t)) => t + gap > now && t < now,
+                    (0, Some(t)) => t < now && self.due_at(m, r).is_some_and(|d| d <= now),
+                    (1, None) => true,
                     _ => false,
                 };
                 if m.acked || !wanted {
                     continue;
                 }
-                let f = Frame::Reliable {
-                    id: m.id,
-                    fragment: m.fragment,
-                    data: &m.data,
-                };
-                let len = frame_len(&f);
-                if len > left {
-                    continue;
-                }
-                encode_frame(&f, out);
-                left -= len;
-                // A ride-along copy does not count as one of the early redundant copies.
-                if pass < 2 {
+                let m = &mut self.unacked[i];
+                if Self::put(m, now, &mut left, out, ids) {
                     m.sends = m.sends.saturating_add(1);
                 }
-                m.last_sent = Some(now);
-                ids.push(m.id);
             }
         }
+        self.fill_unreliable(&mut left, out);
+        // Ride-along: free redundancy in room nobody else wants. Fewest
+        // copies first, so the messages that have the least protection (sent
+        // once, in the previous packet) get it; not counted as sends, so it
+        // neither delays a presumed-loss resend nor uses up the early copies.
+        let mut order: Vec<usize> = (0..self.unacked.len())
+            .filter(|&i| {
+                let m = &self.unacked[i];
+                !m.acked && m.last_sent.is_some_and(|t| t < now)
+            })
+            .collect();
+        order.sort_by_key(|&i| self.unacked[i].carried);
+        for i in order {
+            let room = left.saturating_sub(keep);
+            let mut after = room;
+            if Self::put(&mut self.unacked[i], now, &mut after, out, ids) {
+                left -= room - after;
+            }
+        }
+    }
+
+    /// Writes one copy of `m` if it fits in `left`.
+    fn put(
+        m: &mut OutMsg,
+        now: Instant,
+        left: &mut usize,
+        out: &mut Vec<u8>,
+        ids: &mut Vec<u16>,
+    ) -> bool {
+        let f = Frame::Reliable {
+            id: m.id,
+            fragment: m.fragment,
+            data: &m.data,
+        };
+        let len = frame_len(&f);
+        if len > *left {
+            return false;
+        }
+        encode_frame(&f, out);
+        *left -= len;
+        m.carried = m.carried.saturating_add(1);
+        m.last_sent = Some(now);
+        ids.push(m.id);
+        true
+    }
+
+    fn fill_unreliable(&mut self, left: &mut usize, out: &mut Vec<u8>) {
         let mut i = 0;
         while i < self.unreliable.len() {
             let u = &mut self.unreliable[i];
@@ -299,9 +385,9 @@ impl Outgoing {
                 data: &u.data,
             };
             let len = frame_len(&f);
-            if len <= left {
+            if len <= *left {
                 encode_frame(&f, out);
-                left -= len;
+                *left -= len;
                 u.sent_once = true;
                 u.sends_left -= 1;
                 if u.sends_left == 0 {
@@ -477,185 +563,5 @@ impl Incoming {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::{Packet, decode};
-
-    fn frames_of(bytes: &[u8]) -> Vec<(u16, Option<Fragment>, Vec<u8>, bool)> {
-        // Wrap the frames in a fake packet to reuse the decoder.
-        let mut p = vec![0x1F, 0, 0, 0, 0];
-        p.extend_from_slice(bytes);
-        p.extend_from_slice(&[0; TAG_LEN]);
-        match decode(&p).unwrap() {
-            Packet::Authed { frames, .. } => frames
-                .into_iter()
-                .map(|f| match f {
-                    Frame::Reliable { id, fragment, data } => (id, fragment, data.to_vec(), true),
-                    Frame::Unreliable { id, data } => (id, None, data.to_vec(), false),
-                    Frame::Ping => unreachable!(),
-                })
-                .collect(),
-            _ => unreachable!(),
-        }
-    }
-
-    const T0: Instant = Instant::from_millis(0);
-    const GAP: Duration = Duration::from_millis(33);
-
-    #[test]
-    fn reliable_resent_every_packet_until_acked_oldest_first_within_budget() {
-        let mut o = Outgoing::new(64, 1 << 20);
-        for i in 0..3u8 {
-            o.send_reliable(&[i; 400]).unwrap();
-        }
-        assert!(o.has_fresh());
-        let (mut buf, mut ids) = (Vec::new(), Vec::new());
-        o.fill(T0, GAP, 900, &mut buf, &mut ids);
-        assert_eq!(ids, vec![0, 1], "oldest first, third does not fit");
-        assert!(o.has_fresh());
-        buf.clear();
-        ids.clear();
-        o.fill(T0, GAP, 900, &mut buf, &mut ids);
-        assert_eq!(ids, vec![2], "just-sent messages wait one packet interval");
-        assert!(!o.has_fresh());
-        assert_eq!(o.next_due(GAP), Some(T0 + GAP));
-        o.on_acked(&[1]);
-        assert_eq!(o.unacked(), 3, "window slides only past the oldest");
-        ids.clear();
-        buf.clear();
-        o.fill(T0 + GAP, GAP, 1200, &mut buf, &mut ids);
-        assert_eq!(ids, vec![0, 2], "acked message is not resent");
-        o.on_acked(&[0]);
-        assert_eq!(o.unacked(), 1);
-        o.on_acked(&[2]);
-        assert_eq!(o.unacked(), 0);
-        assert_eq!(o.next_due(GAP), None);
-    }
-
-    #[test]
-    fn window_full_and_size_limits() {
-        let mut o = Outgoing::new(4, 3000);
-        o.send_reliable(&[0; 2500]).unwrap(); // 3 fragments
-        assert_eq!(o.unacked(), 3);
-        assert_eq!(
-            o.send_reliable(&[0; 2000]),
-            Err(SendError::WindowFull { unacked: 3, max: 4 })
-        );
-        o.send_reliable(b"x").unwrap();
-        assert!(o.is_full());
-        assert_eq!(
-            o.send_reliable(&[0; 3001]),
-            Err(SendError::TooLarge {
-                len: 3001,
-                max: 3000
-            })
-        );
-        assert!(matches!(
-            o.send_unreliable(&[0; MAX_UNRELIABLE + 1]),
-            Err(SendError::TooLarge { .. })
-        ));
-    }
-
-    #[test]
-    fn in_order_exactly_once_with_reassembly() {
-        let mut o = Outgoing::new(64, 1 << 20);
-        let big: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
-        o.send_reliable(b"a").unwrap();
-        o.send_reliable(&big).unwrap();
-        o.send_reliable(b"c").unwrap();
-        let mut all = Vec::new();
-        let mut now = T0;
-        for _ in 0..4 {
-            let (mut buf, mut ids) = (Vec::new(), Vec::new());
-            o.fill(now, GAP, 1150, &mut buf, &mut ids);
-            all.extend(frames_of(&buf));
-            now += GAP;
-        }
-        let mut inc = Incoming::new(1 << 20);
-        let mut out = VecDeque::new();
-        // Deliver in reverse, twice: order and uniqueness must come out right.
-        for (id, frag, data, _) in all.iter().rev().chain(all.iter()) {
-            inc.on_reliable(*id, *frag, data, &mut out);
-        }
-        let got: Vec<Vec<u8>> = out.into_iter().collect();
-        assert!(
-            got == vec![b"a".to_vec(), big, b"c".to_vec()],
-            "wrong delivery"
-        );
-        assert!(inc.duplicates > 0);
-    }
-
-    #[test]
-    fn reassembly_caps_and_broken_sequences_drop_the_message_only() {
-        let mut inc = Incoming::new(1500);
-        let mut out = VecDeque::new();
-        let f = |index, count| Some(Fragment { index, count });
-        inc.on_reliable(0, f(0, 2), &[1; 1024], &mut out);
-        inc.on_reliable(1, f(1, 2), &[1; 1024], &mut out); // 2048 > 1500
-        assert!(out.is_empty());
-        assert_eq!(inc.reassembly_dropped, 1);
-        // A fragment tail without its head, then a wrong count.
-        inc.on_reliable(2, f(1, 3), b"t", &mut out);
-        inc.on_reliable(3, f(0, 2), b"h", &mut out);
-        inc.on_reliable(4, f(1, 3), b"x", &mut out);
-        assert_eq!(inc.reassembly_dropped, 2);
-        inc.on_reliable(5, None, b"ok", &mut out);
-        assert_eq!(out, VecDeque::from(vec![b"ok".to_vec()]));
-        // Far outside the window: ignored.
-        inc.on_reliable(5 + RECV_WINDOW as u16, None, b"far", &mut out);
-        assert_eq!(out.len(), 1);
-    }
-
-    #[test]
-    fn redundancy_repeats_new_reliable_messages_early() {
-        let mut o = Outgoing::new(8, 1 << 16);
-        o.copies = 2;
-        o.send_reliable(b"turn").unwrap();
-        assert!(o.has_fresh());
-        let mut times = Vec::new();
-        let mut now = T0;
-        // Send a packet whenever the sender asks for one.
-        while now < T0 + Duration::from_millis(100) {
-            let fresh = o.has_fresh().then_some(T0);
-            let want = [fresh, o.next_copy(GAP), o.next_due(GAP)]
-                .into_iter()
-                .flatten()
-                .min();
-            if want.is_some_and(|t| t <= now) {
-                let (mut buf, mut ids) = (Vec::new(), Vec::new());
-                o.fill(now, GAP, 1000, &mut buf, &mut ids);
-                assert_eq!(ids, vec![0]);
-                times.push(now.as_micros() / 1000);
-            }
-            now += Duration::from_millis(1);
-        }
-        // Two early copies 11 ms apart, then one repeat per 33 ms interval.
-        assert_eq!(times, vec![0, 11, 22, 55, 88]);
-        o.copies = 0;
-        assert_eq!(o.next_copy(GAP), None);
-        assert_eq!(o.next_due(GAP), Some(Instant::from_millis(121)));
-    }
-
-    #[test]
-    fn unreliable_copies_go_in_distinct_packets_and_are_deduplicated() {
-        assert_eq!(copies_for_loss(0.0), 0);
-        assert_eq!(copies_for_loss(0.1), 1);
-        assert_eq!(copies_for_loss(0.2), 2);
-        assert_eq!(copies_for_loss(0.9), 3);
-        let mut o = Outgoing::new(8, 1 << 16);
-        o.copies = 2;
-        o.send_unreliable(b"ping").unwrap();
-        let mut inc = Incoming::new(1 << 16);
-        let mut delivered = 0;
-        for k in 0..4 {
-            let (mut buf, mut ids) = (Vec::new(), Vec::new());
-            o.fill(T0, GAP, 1000, &mut buf, &mut ids);
-            let frames = frames_of(&buf);
-            assert_eq!(frames.len(), usize::from(k < 3), "packet {k}");
-            for (id, _, data, _) in frames {
-                delivered += usize::from(inc.on_unreliable(id, &data).is_some());
-            }
-        }
-        assert_eq!(delivered, 1);
-    }
-}
+#[path = "messages_tests.rs"]
+mod tests;

@@ -4,7 +4,9 @@
 
 pub mod acks;
 pub mod auth;
+pub mod bulk;
 mod client;
+mod config;
 pub mod congestion;
 mod connection;
 pub mod messages;
@@ -14,8 +16,9 @@ mod server;
 pub mod stats;
 
 pub use client::{Client, ClientEvent};
+pub use config::{Channel, TransportConfig};
 pub use congestion::{CongestionConfig, CongestionMode};
-pub use connection::{Channel, DisconnectReason, TransportConfig};
+pub use connection::DisconnectReason;
 pub use messages::SendError;
 pub use server::{AuthMode, ConnId, Server, ServerCounters, ServerEvent};
 pub use stats::LinkStats;

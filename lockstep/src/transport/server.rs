@@ -6,9 +6,8 @@
 //! about a token until its holder completed the cookie round trip.
 
 use super::auth::{ConnKeys, conn_keys, cookie_mac, ct_eq, token_conn_keys, token_cookie_mac};
-use super::connection::{
-    Channel, ConnEvent, Connection, DisconnectReason, DropReason, Role, TransportConfig,
-};
+use super::config::{Channel, TransportConfig};
+use super::connection::{ConnEvent, Connection, DisconnectReason, DropReason, Role};
 use super::messages::SendError;
 use super::stats::LinkStats;
 use crate::time::Instant;

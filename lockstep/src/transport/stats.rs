@@ -42,8 +42,11 @@ pub struct LinkStats {
     pub mode: CongestionMode,
     /// Extra copies given to each unreliable message (redundancy sized by loss).
     pub redundancy_copies: u8,
-    /// Reliable messages (or fragments) not yet acknowledged.
+    /// Reliable messages (or fragments) and bulk fragments (queued ones
+    /// included) not yet acknowledged.
     pub unacked: usize,
+    /// Bytes of bulk messages queued or not yet acknowledged.
+    pub bulk_pending_bytes: usize,
     /// Packets dropped for a bad MAC.
     pub dropped_auth: u64,
     /// Packets dropped as replays or duplicates (by the replay window).
@@ -73,6 +76,7 @@ impl Default for LinkStats {
             mode: CongestionMode::Good,
             redundancy_copies: 0,
             unacked: 0,
+            bulk_pending_bytes: 0,
             dropped_auth: 0,
             dropped_replay: 0,
             dropped_malformed: 0,

@@ -20,9 +20,19 @@
 //!   bit i (0..=3) = byte i of ack_bits is 0xFF and left out
 //!   seq u16 | ack u8 or u16 | ack_bits bytes not left out | ack_delay u8 (ms, 255 = unknown)
 //!   frames (Data only) | MAC [16]
+//! frames: 0x01 reliable, 0x02 reliable fragment, 0x03 unreliable, 0x04 ping,
+//!   0x05 bulk fragment: msg u16 | total u32 | index u16 | len varint | bytes
+//!   (chunk `index` of a `total`-byte bulk message cut every [`BULK_CHUNK`] bytes)
 //! ```
 
 use crate::token::{SEALED_TOKEN_WIRE_LEN, SealedToken};
+
+mod bulk;
+use bulk::read_bulk;
+pub use bulk::{BULK_CHUNK, BULK_FRAME_OVERHEAD, MAX_BULK_FRAGMENTS, bulk_fragments, bulk_range};
+
+mod deny;
+pub use deny::DenyReason;
 use thiserror::Error;
 
 /// Wire format version carried by handshake packets and folded into every connection key.
@@ -117,61 +127,6 @@ pub enum DecodeError {
     },
 }
 
-/// Why the server refused a connection request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DenyReason {
-    /// The server has no free connection slot.
-    Full,
-    /// The request named another protocol id.
-    WrongProtocol,
-    /// The join token did not open (forged, corrupted or another relay's key).
-    InvalidToken,
-    /// A token-mode server got a request without a join token.
-    TokenMissing,
-    /// The join token has expired.
-    TokenExpired,
-    /// The join token was already used from another address.
-    TokenReused,
-    /// An open-mode server got a join token it cannot check.
-    TokenUnexpected,
-}
-
-impl std::fmt::Display for DenyReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The peer-facing text lives with the protocol's reject reasons.
-        std::fmt::Display::fmt(&crate::proto::RejectReason::from(*self), f)
-    }
-}
-
-impl DenyReason {
-    fn to_byte(self) -> u8 {
-        match self {
-            Self::Full => 1,
-            Self::WrongProtocol => 2,
-            Self::InvalidToken => 3,
-            Self::TokenMissing => 4,
-            Self::TokenExpired => 5,
-            Self::TokenReused => 6,
-            Self::TokenUnexpected => 7,
-        }
-    }
-    fn from_byte(b: u8, at: usize) -> Result<Self, DecodeError> {
-        match b {
-            1 => Ok(Self::Full),
-            2 => Ok(Self::WrongProtocol),
-            3 => Ok(Self::InvalidToken),
-            4 => Ok(Self::TokenMissing),
-            5 => Ok(Self::TokenExpired),
-            6 => Ok(Self::TokenReused),
-            7 => Ok(Self::TokenUnexpected),
-            _ => Err(DecodeError::NonCanonical {
-                what: "deny reason",
-                at,
-            }),
-        }
-    }
-}
-
 /// The stateless cookie the server hands out and the client echoes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cookie {
@@ -241,12 +196,26 @@ pub enum Frame<'a> {
     },
     /// Asks for an ack (keep-alive); no payload.
     Ping,
+    /// One fragment of a bulk message (the bulk path behind turn traffic).
+    /// The decoder guarantees `index` names a fragment of a `total`-byte
+    /// message and `data` is exactly that fragment's bytes.
+    Bulk {
+        /// Bulk message id (consecutive per bulk message).
+        msg: u16,
+        /// Length of the whole message.
+        total: u32,
+        /// Fragment index: bytes `index * BULK_CHUNK ..` of the message.
+        index: u16,
+        /// The fragment's bytes.
+        data: &'a [u8],
+    },
 }
 
 const TAG_RELIABLE: u8 = 0x01;
 const TAG_FRAGMENT: u8 = 0x02;
 const TAG_UNRELIABLE: u8 = 0x03;
 const TAG_PING: u8 = 0x04;
+const TAG_BULK: u8 = 0x05;
 
 /// A decoded datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -595,6 +564,7 @@ fn decode_authed(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
                 }
             }
             TAG_PING => Frame::Ping,
+            TAG_BULK => read_bulk(&mut r)?,
             _ => return Err(DecodeError::UnknownFrame { tag, at }),
         };
         frames.push(frame);
@@ -683,6 +653,19 @@ pub fn encode_frame(f: &Frame<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(data);
         }
         Frame::Ping => out.push(TAG_PING),
+        Frame::Bulk {
+            msg,
+            total,
+            index,
+            data,
+        } => {
+            out.push(TAG_BULK);
+            out.extend_from_slice(&msg.to_le_bytes());
+            out.extend_from_slice(&total.to_le_bytes());
+            out.extend_from_slice(&index.to_le_bytes());
+            put_varint(out, data.len());
+            out.extend_from_slice(data);
+        }
     }
 }
 
@@ -702,6 +685,7 @@ pub fn frame_len(f: &Frame<'_>) -> usize {
             ..
         } => 5 + varint_len(data.len()) + data.len(),
         Frame::Ping => 1,
+        Frame::Bulk { data, .. } => 9 + varint_len(data.len()) + data.len(),
     }
 }
 

@@ -232,6 +232,12 @@ fn sample_packets() -> Vec<Vec<u8>> {
                 },
                 Frame::Unreliable { id: 9, data: b"" },
                 Frame::Ping,
+                Frame::Bulk {
+                    msg: 4,
+                    total: (BULK_CHUNK + 100) as u32,
+                    index: 1,
+                    data: &payload[..100],
+                },
             ],
             tag: [3; TAG_LEN],
         },
@@ -313,12 +319,14 @@ mod proptests {
 
     proptest! {
         #[test]
-        fn authed_roundtrip(h in header(), chunks in proptest::collection::vec((0u8..4, any::<u16>(), proptest::collection::vec(any::<u8>(), 0..200), 2u8..=255), 0..5), tag in any::<[u8; 16]>()) {
+        fn authed_roundtrip(h in header(), chunks in proptest::collection::vec((0u8..5, any::<u16>(), proptest::collection::vec(any::<u8>(), 0..200), 2u8..=255), 0..5), tag in any::<[u8; 16]>()) {
             let frames: Vec<Frame<'_>> = if h.kind == AuthKind::Data {
                 chunks.iter().map(|(t, id, data, count)| match t {
                     0 => Frame::Reliable { id: *id, fragment: None, data },
                     1 => Frame::Reliable { id: *id, fragment: Some(Fragment { index: count - 1, count: *count }), data },
                     2 => Frame::Unreliable { id: *id, data },
+                    // The last fragment of a message whose tail is `data`.
+                    3 if *count > 2 && !data.is_empty() => Frame::Bulk { msg: *id, total: (usize::from(*count) * BULK_CHUNK + data.len()) as u32, index: u16::from(*count), data },
                     _ => Frame::Ping,
                 }).collect()
             } else { Vec::new() };
@@ -360,4 +368,60 @@ mod proptests {
             }
         }
     }
+}
+
+#[test]
+fn bulk_fragments_off_their_grid_are_rejected() {
+    let encode = |total: u32, index: u16, len: usize| {
+        let mut p = Vec::new();
+        encode_header(&data_header(7, 3, 0), &mut p);
+        let data = vec![0xAB; len];
+        encode_frame(
+            &Frame::Bulk {
+                msg: 1,
+                total,
+                index,
+                data: &data,
+            },
+            &mut p,
+        );
+        p.extend_from_slice(&[0; TAG_LEN]);
+        p
+    };
+    let total = (2 * BULK_CHUNK + 10) as u32;
+    assert!(decode(&encode(total, 0, BULK_CHUNK)).is_ok());
+    assert!(decode(&encode(total, 2, 10)).is_ok());
+    assert!(
+        decode(&encode(0, 0, 0)).is_ok(),
+        "an empty message is one empty fragment"
+    );
+    for (total, index, len) in [
+        (total, 3, 10),     // past the last fragment
+        (total, 2, 11),     // longer than the last fragment
+        (total, 1, 10),     // shorter than a full fragment
+        (0, 1, 0),          // an empty message has one fragment
+        (u32::MAX, 0, 100), // huge total, wrong length
+    ] {
+        assert!(
+            matches!(
+                decode(&encode(total, index, len)),
+                Err(DecodeError::NonCanonical { .. })
+            ),
+            "{total}/{index}/{len}"
+        );
+    }
+    // A full-size fragment in a worst-case header is exactly the largest packet.
+    let mut p = Vec::new();
+    encode_header(&data_header(1000, 0, 0x5555_5555), &mut p);
+    assert_eq!(p.len(), MAX_HEADER_LEN);
+    encode_frame(
+        &Frame::Bulk {
+            msg: 0,
+            total: BULK_CHUNK as u32,
+            index: 0,
+            data: &[0; BULK_CHUNK],
+        },
+        &mut p,
+    );
+    assert_eq!(p.len() + TAG_LEN, MAX_PACKET);
 }

@@ -1,7 +1,9 @@
 //! End-to-end transport tests: a real `Server` and `Client`s driven through
 //! the seeded `netsim::Network` on a virtual clock. This file holds the harness.
 
+mod bulk;
 mod connection;
+mod latency;
 mod reliability;
 mod tokens;
 

@@ -39,7 +39,8 @@ fn sixty_seconds_at_20pct_loss_jitter_dup_reorder() {
         "server loss {:.3}",
         sstats.loss
     );
-    assert!(stats.packets_lost > 0 && stats.packets_acked > 1000);
+    // Packets go when there is something to say: about one per message each way.
+    assert!(stats.packets_lost > 0 && stats.packets_acked > 400);
     assert!(
         stats.dropped_replay > 0,
         "duplicates were dropped by the replay window"

@@ -576,7 +576,9 @@ fn connect_flood(tokens: bool) {
     if tokens {
         assert!(ctr.token_reused > 0 && ctr.token_forged > 0 && ctr.token_missing > 0);
     }
-    assert!(count >= 40);
+    // One every 100 ms for 4 s; the harness steps only when something is
+    // due, so the last one or two may fall after its final step.
+    assert!(count >= 38, "{count} messages");
     assert_eq!(h.client_messages(0).len(), count as usize);
     assert_eq!(h.server_messages(conn).len(), count as usize);
     for (i, m) in h.client_messages(0).iter().enumerate() {

@@ -1,0 +1,575 @@
+//! The bulk path behind `Channel::Bulk`: large messages (snapshots) cut into
+//! fixed [`BULK_CHUNK`]-byte fragments, each sent once and resent only when
+//! the packet carrying it is known lost (a later packet was acked while it
+//! was not: the ack bitfield's gap) or, as a backstop, after a timeout. The
+//! connection paces bulk packets with their own token bucket and gives them
+//! only the room turn traffic leaves, so a transfer never delays a turn.
+//!
+//! Memory is bounded on both sides: the sender queues at most
+//! `2 × max_message` bytes and keeps at most [`BULK_WINDOW`] fragments in
+//! flight; the receiver assembles one message at a time, at most
+//! `max_message` bytes, on the fixed fragment grid (a fragment can neither
+//! overlap another nor land outside its message).
+
+use super::messages::SendError;
+use crate::time::{Duration, Instant};
+use crate::wire::{
+    BULK_CHUNK, Frame, MAX_BULK_FRAGMENTS, bulk_fragments, bulk_range, encode_frame, frame_len,
+};
+use std::collections::VecDeque;
+
+/// Most bulk fragments in flight (sent, neither acked nor presumed lost).
+pub const BULK_WINDOW: usize = 128;
+/// Largest bulk message the fragment grid can address.
+pub const MAX_BULK_MESSAGE: usize = BULK_CHUNK * MAX_BULK_FRAGMENTS;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frag {
+    Pending,
+    InFlight(Instant),
+    Acked,
+}
+
+/// The bulk message being sent.
+#[derive(Clone, Debug)]
+struct Current {
+    msg: u16,
+    data: Vec<u8>,
+    /// Serial of fragment 0 (serials are unique across messages, so a late
+    /// ack of an earlier message's packet never acks this one's fragments).
+    base: u64,
+    state: Vec<Frag>,
+    next_new: usize,
+    resend: VecDeque<usize>,
+    /// Sends in time order; entries whose fragment was since acked or
+    /// resent are stale and skipped.
+    sends: VecDeque<(usize, Instant)>,
+    flying: usize,
+    acked: usize,
+}
+
+/// Sending side of the bulk path.
+#[derive(Clone, Debug)]
+pub struct BulkOut {
+    queue: VecDeque<Vec<u8>>,
+    /// Bytes queued or not yet fully acked (the current message included).
+    pending_bytes: usize,
+    max_message: usize,
+    cur: Option<Current>,
+    next_msg: u16,
+    next_serial: u64,
+    /// Fragments sent again after a presumed loss (total).
+    pub resent: u64,
+    /// Fragments sent (total, first sends and resends).
+    pub sent: u64,
+}
+
+impl BulkOut {
+    /// A sender of bulk messages up to `max_message` bytes (capped at [`MAX_BULK_MESSAGE`]).
+    #[must_use]
+    pub fn new(max_message: usize) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            pending_bytes: 0,
+            max_message: max_message.min(MAX_BULK_MESSAGE),
+            cur: None,
+            next_msg: 0,
+            next_serial: 0,
+            resent: 0,
+            sent: 0,
+        }
+    }
+
+    /// Queues a message. Refused when it exceeds `max_message`, or with
+    /// `WindowFull` (in bytes) when the bytes not yet acked would exceed
+    /// twice `max_message`: the caller retries after acks.
+    pub fn send(&mut self, msg: &[u8]) -> Result<(), SendError> {
+        if msg.len() > self.max_message {
+            return Err(SendError::TooLarge {
+                len: msg.len(),
+                max: self.max_message,
+            });
+        }
+        let max = 2 * self.max_message;
+        if self.pending_bytes + msg.len() > max {
+            return Err(SendError::WindowFull {
+                unacked: self.pending_bytes,
+                max,
+            });
+        }
+        self.pending_bytes += msg.len();
+        self.queue.push_back(msg.to_vec());
+        Ok(())
+    }
+
+    /// Whether nothing is queued or un-acked.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        self.cur.is_none() && self.queue.is_empty()
+    }
+
+    /// Bytes queued or not yet acknowledged.
+    #[must_use]
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Fragments not yet acknowledged, queued messages included.
+    #[must_use]
+    pub fn pending_fragments(&self) -> usize {
+        let cur = self.cur.as_ref().map_or(0, |c| c.state.len() - c.acked);
+        cur + self
+            .queue
+            .iter()
+            .map(|m| bulk_fragments(m.len()))
+            .sum::<usize>()
+    }
+
+    fn start(&mut self) {
+        if self.cur.is_some() {
+            return;
+        }
+        let Some(data) = self.queue.pop_front() else {
+            return;
+        };
+        let count = bulk_fragments(data.len());
+        self.cur = Some(Current {
+            msg: self.next_msg,
+            data,
+            base: self.next_serial,
+            state: vec![Frag::Pending; count],
+            next_new: 0,
+            resend: VecDeque::new(),
+            sends: VecDeque::new(),
+            flying: 0,
+            acked: 0,
+        });
+        self.next_msg = self.next_msg.wrapping_add(1);
+        self.next_serial += count as u64;
+    }
+
+    /// Whether a fragment is ready to go (something unsent or presumed lost,
+    /// and room in the in-flight window).
+    #[must_use]
+    pub fn wants_packet(&self) -> bool {
+        match &self.cur {
+            Some(c) => {
+                c.flying < BULK_WINDOW && (!c.resend.is_empty() || c.next_new < c.state.len())
+            }
+            None => !self.queue.is_empty(),
+        }
+    }
+
+    /// When the oldest fragment in flight times out (the backstop for a loss
+    /// no later ack reveals, e.g. the tail of a transfer).
+    #[must_use]
+    pub fn next_timeout(&self, timeout: Duration) -> Option<Instant> {
+        let c = self.cur.as_ref()?;
+        c.sends
+            .iter()
+            .find(|&&(i, at)| c.state[i] == Frag::InFlight(at))
+            .map(|&(_, at)| at + timeout)
+    }
+
+    /// Writes fragments into `out` within `budget` bytes, resends first,
+    /// recording their serials in `serials`.
+    pub fn fill(&mut self, now: Instant, budget: usize, out: &mut Vec<u8>, serials: &mut Vec<u64>) {
+        self.start();
+        let mut left = budget;
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        while c.flying < BULK_WINDOW {
+            let (i, resend) = match c.resend.front() {
+                Some(&i) => (i, true),
+                None if c.next_new < c.state.len() => (c.next_new, false),
+                None => break,
+            };
+            let Some(range) = bulk_range(c.data.len(), i) else {
+                break;
+            };
+            let f = Frame::Bulk {
+                msg: c.msg,
+                // Both fit: max_message <= MAX_BULK_MESSAGE < 2^32 and i < 2^16.
+                total: c.data.len() as u32,
+                index: i as u16,
+                data: &c.data[range],
+            };
+            let len = frame_len(&f);
+            if len > left {
+                break;
+            }
+            encode_frame(&f, out);
+            left -= len;
+            if resend {
+                c.resend.pop_front();
+                self.resent += 1;
+            } else {
+                c.next_new += 1;
+            }
+            self.sent += 1;
+            c.state[i] = Frag::InFlight(now);
+            c.sends.push_back((i, now));
+            c.flying += 1;
+            serials.push(c.base + i as u64);
+        }
+    }
+
+    /// Marks fragments carried by an acked packet as delivered; moves on to
+    /// the next message once every fragment of the current one is acked.
+    pub fn on_acked(&mut self, serials: &[u64]) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        for &s in serials {
+            let Some(i) = s
+                .checked_sub(c.base)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < c.state.len())
+            else {
+                continue;
+            };
+            match c.state[i] {
+                Frag::Acked => {}
+                Frag::InFlight(_) => {
+                    c.flying -= 1;
+                    c.state[i] = Frag::Acked;
+                    c.acked += 1;
+                }
+                // Presumed lost and queued for a resend, but the first copy made it.
+                Frag::Pending => {
+                    c.state[i] = Frag::Acked;
+                    c.acked += 1;
+                    c.resend.retain(|&r| r != i);
+                }
+            }
+        }
+        while let Some(&(i, at)) = c.sends.front() {
+            if c.state[i] == Frag::InFlight(at) {
+                break;
+            }
+            c.sends.pop_front();
+        }
+        if c.acked == c.state.len() {
+            self.pending_bytes -= c.data.len();
+            self.cur = None;
+            self.start();
+        }
+    }
+
+    /// Queues for a resend every fragment in flight that was sent more than
+    /// `margin` before the newest packet the peer has acknowledged (its packet
+    /// fell in the ack bitfield's gap), or more than `timeout` ago.
+    pub fn detect_lost(
+        &mut self,
+        now: Instant,
+        newest_acked_sent: Option<Instant>,
+        margin: Duration,
+        timeout: Duration,
+    ) {
+        let Some(c) = self.cur.as_mut() else {
+            return;
+        };
+        while let Some(&(i, at)) = c.sends.front() {
+            if c.state[i] == Frag::InFlight(at) {
+                let gap = newest_acked_sent.is_some_and(|t| t >= at + margin);
+                if !gap && now < at + timeout {
+                    // Sends are in time order: the later ones are not lost either.
+                    break;
+                }
+                c.state[i] = Frag::Pending;
+                c.flying -= 1;
+                c.resend.push_back(i);
+            }
+            c.sends.pop_front();
+        }
+    }
+}
+
+/// The message being reassembled.
+#[derive(Clone, Debug)]
+struct Assembly {
+    data: Vec<u8>,
+    have: Vec<bool>,
+    missing: usize,
+}
+
+/// Receiving side of the bulk path: one message at a time, in order.
+#[derive(Clone, Debug)]
+pub struct BulkIn {
+    next_msg: u16,
+    max_message: usize,
+    cur: Option<Assembly>,
+    /// Fragments ignored as already received or of an earlier message.
+    pub duplicates: u64,
+    /// Fragments refused: a total that disagrees with the message being
+    /// assembled, or a message over `max_message` (that message is skipped).
+    pub dropped: u64,
+}
+
+impl BulkIn {
+    /// A receiver of bulk messages up to `max_message` bytes (capped at [`MAX_BULK_MESSAGE`]).
+    #[must_use]
+    pub fn new(max_message: usize) -> Self {
+        Self {
+            next_msg: 0,
+            max_message: max_message.min(MAX_BULK_MESSAGE),
+            cur: None,
+            duplicates: 0,
+            dropped: 0,
+        }
+    }
+
+    /// Bytes held for the message being reassembled.
+    #[must_use]
+    pub fn buffered(&self) -> usize {
+        self.cur.as_ref().map_or(0, |a| a.data.len())
+    }
+
+    /// Accepts one fragment; returns the whole message when this completed it.
+    /// Never panics and never allocates more than `max_message` bytes,
+    /// whatever the fragment says.
+    pub fn on_fragment(
+        &mut self,
+        msg: u16,
+        total: u32,
+        index: u16,
+        data: &[u8],
+    ) -> Option<Vec<u8>> {
+        if msg != self.next_msg {
+            // The sender starts a message only after the previous one was
+            // fully acked, so anything else is a late copy of an earlier one.
+            self.duplicates += 1;
+            return None;
+        }
+        let total = total as usize;
+        let Some(range) = bulk_range(total, usize::from(index)).filter(|r| r.len() == data.len())
+        else {
+            self.dropped += 1;
+            return None;
+        };
+        if total > self.max_message {
+            // Too large for this side: skip the message rather than stall the path.
+            self.dropped += 1;
+            self.next_msg = self.next_msg.wrapping_add(1);
+            return None;
+        }
+        let a = self.cur.get_or_insert_with(|| {
+            let count = bulk_fragments(total);
+            Assembly {
+                data: vec![0; total],
+                have: vec![false; count],
+                missing: count,
+            }
+        });
+        if a.data.len() != total {
+            self.dropped += 1;
+            return None;
+        }
+        let i = usize::from(index);
+        if a.have[i] {
+            self.duplicates += 1;
+            return None;
+        }
+        a.have[i] = true;
+        a.missing -= 1;
+        a.data[range].copy_from_slice(data);
+        if a.missing > 0 {
+            return None;
+        }
+        self.next_msg = self.next_msg.wrapping_add(1);
+        self.cur.take().map(|a| a.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{Packet, decode};
+
+    fn t(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    /// Frames written by one `fill`, decoded through a fake packet.
+    fn bulk_frames(bytes: &[u8]) -> Vec<(u16, u32, u16, Vec<u8>)> {
+        let mut p = vec![0x1F, 0, 0, 0, 0];
+        p.extend_from_slice(bytes);
+        p.extend_from_slice(&[0; crate::wire::TAG_LEN]);
+        match decode(&p).unwrap() {
+            Packet::Authed { frames, .. } => frames
+                .into_iter()
+                .map(|f| match f {
+                    Frame::Bulk {
+                        msg,
+                        total,
+                        index,
+                        data,
+                    } => (msg, total, index, data.to_vec()),
+                    other => panic!("not bulk: {other:?}"),
+                })
+                .collect(),
+            _ => unreachable!(),
+        }
+    }
+
+    const BUDGET: usize = 1174;
+
+    #[test]
+    fn fragments_go_once_and_only_presumed_lost_ones_again() {
+        let msg: Vec<u8> = (0..5000u32).map(|i| (i * 13) as u8).collect();
+        let mut o = BulkOut::new(1 << 20);
+        o.send(&msg).unwrap();
+        assert_eq!(o.pending_fragments(), 5);
+        let mut packets = Vec::new();
+        for k in 0..5u64 {
+            let (mut buf, mut serials) = (Vec::new(), Vec::new());
+            o.fill(t(k), BUDGET, &mut buf, &mut serials);
+            assert_eq!(serials, vec![k], "one fragment per packet, in order");
+            packets.push(buf);
+        }
+        let (mut buf, mut serials) = (Vec::new(), Vec::new());
+        o.fill(t(5), BUDGET, &mut buf, &mut serials);
+        assert!(
+            serials.is_empty() && !o.wants_packet(),
+            "nothing sent twice"
+        );
+        // Packets 0, 2, 3 acked; 1 and 4 not. Packet 3 (sent at 3 ms) reveals
+        // that 1 (sent at 1 ms) was lost; 4 is younger than every ack.
+        o.on_acked(&[0, 2, 3]);
+        o.detect_lost(
+            t(60),
+            Some(t(3)),
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+        );
+        let (mut buf, mut serials) = (Vec::new(), Vec::new());
+        o.fill(t(61), BUDGET, &mut buf, &mut serials);
+        assert_eq!(serials, vec![1], "only the fragment in the gap is resent");
+        assert_eq!(o.resent, 1);
+        // The timeout backstop catches the tail.
+        assert_eq!(o.next_timeout(Duration::from_secs(1)), Some(t(1004)));
+        o.detect_lost(
+            t(1004),
+            Some(t(3)),
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+        );
+        let (mut buf, mut serials) = (Vec::new(), Vec::new());
+        o.fill(t(1005), BUDGET, &mut buf, &mut serials);
+        assert_eq!(serials, vec![4]);
+        o.on_acked(&[1, 4]);
+        assert!(o.is_idle());
+        assert_eq!(o.pending_bytes(), 0);
+        // The receiver gets it byte-exact whatever the order and duplicates.
+        let mut inc = BulkIn::new(1 << 20);
+        let mut got = None;
+        for p in packets.iter().rev().chain(packets.iter()) {
+            for (m, total, index, data) in bulk_frames(p) {
+                if let Some(done) = inc.on_fragment(m, total, index, &data) {
+                    got = Some(done);
+                }
+            }
+        }
+        assert!(got == Some(msg), "reassembled byte-exact");
+        assert_eq!(inc.duplicates, 5, "second pass was all duplicates");
+    }
+
+    #[test]
+    fn window_and_queue_are_bounded() {
+        let mut o = BulkOut::new(400_000);
+        o.send(&vec![1; 400_000]).unwrap();
+        o.send(&vec![2; 400_000]).unwrap();
+        assert_eq!(
+            o.send(b"x"),
+            Err(SendError::WindowFull {
+                unacked: 800_000,
+                max: 800_000
+            })
+        );
+        assert!(matches!(
+            o.send(&vec![0; 400_001]),
+            Err(SendError::TooLarge { .. })
+        ));
+        let mut serials = Vec::new();
+        for _ in 0..1000 {
+            let mut buf = Vec::new();
+            o.fill(t(0), BUDGET, &mut buf, &mut serials);
+        }
+        assert_eq!(
+            serials.len(),
+            BULK_WINDOW,
+            "no more than the window in flight"
+        );
+        assert!(!o.wants_packet());
+        // Acks open the window again; a late ack of an unknown serial is ignored.
+        o.on_acked(&serials[..10]);
+        o.on_acked(&[u64::MAX, 1 << 40]);
+        assert!(o.wants_packet());
+    }
+
+    #[test]
+    fn messages_are_delivered_in_order_and_a_late_copy_of_an_earlier_one_is_ignored() {
+        let mut o = BulkOut::new(10_000);
+        o.send(b"first").unwrap();
+        o.send(b"").unwrap();
+        o.send(&[9; 3000]).unwrap();
+        let mut inc = BulkIn::new(10_000);
+        let mut got = Vec::new();
+        let mut old = Vec::new();
+        for k in 0..10u64 {
+            let (mut buf, mut serials) = (Vec::new(), Vec::new());
+            o.fill(t(k), BUDGET, &mut buf, &mut serials);
+            for (m, total, index, data) in bulk_frames(&buf) {
+                got.extend(inc.on_fragment(m, total, index, &data));
+            }
+            if k == 0 {
+                old = buf.clone();
+            }
+            o.on_acked(&serials);
+        }
+        assert_eq!(got, vec![b"first".to_vec(), Vec::new(), vec![9; 3000]]);
+        for (m, total, index, data) in bulk_frames(&old) {
+            assert_eq!(inc.on_fragment(m, total, index, &data), None);
+        }
+        assert!(o.is_idle());
+    }
+
+    #[test]
+    fn hostile_fragments_neither_panic_nor_allocate_beyond_the_cap() {
+        let mut inc = BulkIn::new(10_000);
+        // Off the grid: bad index, wrong length, index past the end.
+        assert_eq!(inc.on_fragment(0, 5000, 9, &[0; 10]), None);
+        assert_eq!(inc.on_fragment(0, 5000, 0, &[0; 10]), None);
+        assert_eq!(inc.on_fragment(0, 0, 1, &[]), None);
+        assert_eq!(inc.dropped, 3);
+        assert_eq!(inc.buffered(), 0, "nothing allocated for refused fragments");
+        // An oversize total is refused before any allocation, and its message skipped.
+        let huge = u32::MAX - 7;
+        assert_eq!(inc.on_fragment(0, huge, 0, &[0; BULK_CHUNK]), None);
+        assert_eq!(inc.buffered(), 0);
+        // The next message: a second total for the same message is refused.
+        assert_eq!(
+            inc.on_fragment(1, 2 * BULK_CHUNK as u32, 0, &[1; BULK_CHUNK]),
+            None
+        );
+        assert_eq!(inc.buffered(), 2 * BULK_CHUNK);
+        assert_eq!(
+            inc.on_fragment(1, 3 * BULK_CHUNK as u32, 2, &[1; BULK_CHUNK]),
+            None
+        );
+        // Repeating a fragment cannot overwrite or double count it.
+        assert_eq!(
+            inc.on_fragment(1, 2 * BULK_CHUNK as u32, 0, &[7; BULK_CHUNK]),
+            None
+        );
+        let done = inc
+            .on_fragment(1, 2 * BULK_CHUNK as u32, 1, &[2; BULK_CHUNK])
+            .unwrap();
+        assert!(done[..BULK_CHUNK].iter().all(|&b| b == 1));
+        assert!(done[BULK_CHUNK..].iter().all(|&b| b == 2));
+        assert_eq!(inc.dropped, 5);
+        assert_eq!(inc.duplicates, 1);
+        assert_eq!(inc.buffered(), 0);
+    }
+}

@@ -1,0 +1,83 @@
+//! What a connection is configured with: the delivery channels and the
+//! transport's tuning (`TransportConfig`, whose `Default` gives the documented values).
+
+use super::congestion::CongestionConfig;
+use crate::time::Duration;
+
+/// Which delivery guarantee a message gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Channel {
+    /// Reliable and ordered (turn traffic): sent once, resent when known lost
+    /// or its ack is overdue, riding along in spare room until acked;
+    /// delivered once, in order.
+    Reliable,
+    /// Sent once (or `1 + copies` times with redundancy), may be lost, unordered.
+    Unreliable,
+    /// Large transfers (snapshots, up to `max_bulk_message`): reliable and
+    /// ordered among bulk messages, cut into fragments that are sent once and
+    /// resent only when known lost, paced by their own packet budget and
+    /// given only the room turn traffic leaves, so a transfer never delays a turn.
+    Bulk,
+}
+
+/// Transport tuning. `Default` gives the documented values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransportConfig {
+    /// Application protocol id; peers with another id cannot connect.
+    pub protocol_id: u64,
+    /// Silence after which a connection is dropped (5 s).
+    pub timeout: Duration,
+    /// Longest gap between ack-eliciting packets on an idle link (250 ms).
+    pub keepalive: Duration,
+    /// Un-acked reliable window in messages/fragments (256, at most 1024).
+    pub max_unacked: usize,
+    /// Largest reliable message after reassembly (default `proto::MAX_MESSAGE_LEN`,
+    /// 96 KiB: the largest bundle fits; at most 255 KiB).
+    pub max_message: usize,
+    /// Largest bulk message (`Channel::Bulk`, default 4 MiB, at most
+    /// `bulk::MAX_BULK_MESSAGE`); the receiver never buffers more than this
+    /// for one connection's bulk path, the sender at most twice this.
+    pub max_bulk_message: usize,
+    /// Redundancy sized from measured loss: unreliable messages get extra copies in
+    /// later packets, new reliable messages extra early repeats within one interval.
+    pub redundancy: bool,
+    /// Good/bad mode rates and thresholds.
+    pub congestion: CongestionConfig,
+    /// Send tokens the bucket can hold (burst size).
+    pub burst: u32,
+    /// How long an owed ack may wait for data to ride on (5 ms); once
+    /// four ack-eliciting packets are unanswered it is due at once.
+    pub ack_delay: Duration,
+    /// Handshake packet resend interval (250 ms).
+    pub handshake_resend: Duration,
+    /// Copies of the clean-disconnect packet (3).
+    pub disconnect_copies: u8,
+    /// How long the un-acked window may stay full before the connection is dropped (5 s).
+    pub backpressure_timeout: Duration,
+    /// Most connections a server accepts (64).
+    pub max_connections: usize,
+    /// How long a challenge cookie stays valid (10 s).
+    pub cookie_lifetime: Duration,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            protocol_id: 0x4C4F_434B_5354_4550, // "LOCKSTEP"
+            timeout: Duration::from_secs(5),
+            keepalive: Duration::from_millis(250),
+            max_unacked: 256,
+            max_message: crate::proto::MAX_MESSAGE_LEN,
+            max_bulk_message: 4 << 20,
+            redundancy: false,
+            congestion: CongestionConfig::default(),
+            burst: 3,
+            ack_delay: Duration::from_millis(5),
+            handshake_resend: Duration::from_millis(250),
+            disconnect_copies: 3,
+            backpressure_timeout: Duration::from_secs(5),
+            max_connections: 64,
+            cookie_lifetime: Duration::from_secs(10),
+        }
+    }
+}
