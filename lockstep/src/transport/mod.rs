@@ -17,7 +17,7 @@ pub use client::{Client, ClientEvent};
 pub use congestion::{CongestionConfig, CongestionMode};
 pub use connection::{Channel, DisconnectReason, TransportConfig};
 pub use messages::SendError;
-pub use server::{AuthMode, ConnId, Server, ServerCounters, ServerEvent};
+pub use server::{AuthMode, ConnId, Detached, Server, ServerCounters, ServerEvent};
 pub use stats::LinkStats;
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Bound;
 
+mod handoff;
+pub use handoff::Detached;
+
 /// Identifies one connection on a [`Server`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct ConnId(pub u32);
