@@ -19,6 +19,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 mod handoff;
 pub use handoff::Detached;
@@ -144,7 +145,10 @@ pub struct Server {
     cursor: Option<ConnId>,
     now: Instant,
     auth: AuthMode,
-    used_tokens: UsedTokens,
+    /// Shared with the other servers of one process that serve the same
+    /// port ([`Server::with_token_ledger_of`]): a token used through one
+    /// is used for all.
+    used_tokens: Arc<Mutex<UsedTokens>>,
     denials: VecDeque<(SocketAddr, DenyReason)>,
 }
 
@@ -164,7 +168,7 @@ impl Server {
             cursor: None,
             now: Instant::ZERO,
             auth: AuthMode::Open,
-            used_tokens: UsedTokens::default(),
+            used_tokens: Arc::default(),
             denials: VecDeque::new(),
         }
     }
@@ -222,7 +226,22 @@ impl Server {
     /// Join-token ids remembered to stop reuse from another address (0 in open mode).
     #[must_use]
     pub fn tracked_tokens(&self) -> usize {
-        self.used_tokens.len()
+        self.ledger().len()
+    }
+
+    /// The same, remembering used join tokens in `other`'s ledger: for a
+    /// driver running several servers on one port (one per thread), so a
+    /// token used through one of them is refused as reused by all.
+    #[must_use]
+    pub fn with_token_ledger_of(mut self, other: &Self) -> Self {
+        self.used_tokens = Arc::clone(&other.used_tokens);
+        self
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, UsedTokens> {
+        // The ledger stays consistent even if a holder panicked mid-update
+        // (each update is one insert or remove pair).
+        self.used_tokens.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn unix_now(&self, now: Instant) -> u64 {
@@ -245,7 +264,7 @@ impl Server {
         let AuthMode::Tokens { key, .. } = &self.auth else {
             return Err(Refusal::Forged);
         };
-        self.used_tokens.prune(unix);
+        self.ledger().prune(unix);
         if token.protocol_id != self.cfg.protocol_id {
             return Err(Refusal::WrongProtocol);
         }
@@ -255,7 +274,7 @@ impl Server {
         if unix >= token.expire_unix {
             return Err(Refusal::Expired);
         }
-        if self.used_tokens.used_elsewhere(&token.id(), from) {
+        if self.ledger().used_elsewhere(&token.id(), from) {
             return Err(Refusal::Reused);
         }
         Ok(opened)
@@ -498,11 +517,21 @@ impl Server {
         }
         if let Some((claims, id)) = &token {
             let unix = self.unix_now(now);
-            if self
-                .used_tokens
-                .record(*id, from, claims.expire_unix, unix)
-                .is_err()
-            {
+            let recorded = {
+                let mut ledger = self.ledger();
+                // Checked again under the lock: a server sharing the ledger
+                // may have admitted the token from another address meanwhile.
+                if ledger.used_elsewhere(id, from) {
+                    None
+                } else {
+                    Some(ledger.record(*id, from, claims.expire_unix, unix))
+                }
+            };
+            let Some(recorded) = recorded else {
+                self.refuse_token(from, c.protocol_id, c.client_salt, Refusal::Reused);
+                return;
+            };
+            if recorded.is_err() {
                 self.counters.token_table_full += 1;
                 self.deny(from, c.protocol_id, c.client_salt, DenyReason::Full);
                 return;
@@ -563,7 +592,7 @@ impl Server {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
         let unix = self.unix_now(now);
-        self.used_tokens.prune(unix);
+        self.ledger().prune(unix);
         let ids: Vec<ConnId> = self.conns.keys().copied().collect();
         for id in ids {
             if let Some(slot) = self.conns.get_mut(&id) {

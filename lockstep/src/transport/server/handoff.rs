@@ -97,3 +97,103 @@ impl Server {
         Ok(id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+    use super::*;
+    use crate::time::Duration;
+    use crate::transport::{Channel, Client, ClientEvent, TransportConfig};
+
+    /// Delivers everything both ways, directly, until nothing moves.
+    fn exchange(client: &mut Client, server: &mut Server, now: Instant, at: SocketAddr) {
+        let mut buf = Vec::new();
+        for _ in 0..8 {
+            while client.poll_transmit(now, &mut buf).is_some() {
+                server.handle_datagram(now, at, &buf);
+            }
+            while server.poll_transmit(now, &mut buf).is_some() {
+                client.handle_datagram(now, SocketAddr::from(([127, 0, 0, 1], 7000)), &buf);
+            }
+        }
+    }
+
+    fn events(server: &mut Server) -> Vec<ServerEvent> {
+        std::iter::from_fn(|| server.poll_event()).collect()
+    }
+
+    #[test]
+    fn a_detached_connection_goes_on_through_the_server_it_is_attached_to() {
+        let cfg = TransportConfig::default();
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cli = SocketAddr::from(([127, 0, 0, 1], 7001));
+        let (mut one, mut two) = (Server::new(cfg, [3; 32]), Server::new(cfg, [3; 32]));
+        let mut client = Client::new(Instant::ZERO, srv, cfg, 9);
+        let mut now = Instant::ZERO;
+        while !client.is_connected() && now < Instant::from_millis(1000) {
+            exchange(&mut client, &mut one, now, cli);
+            now += Duration::from_millis(10);
+        }
+        client.send(Channel::Reliable, b"join").unwrap();
+        client.send(Channel::Reliable, b"next").unwrap();
+        exchange(&mut client, &mut one, now, cli);
+        let evs = events(&mut one);
+        let conn = match evs.as_slice() {
+            [ServerEvent::Connected { conn, .. }, ServerEvent::Message { bytes, .. }, ..] => {
+                assert_eq!(bytes, b"join");
+                *conn
+            }
+            other => panic!("{other:?}"),
+        };
+        // "join" was taken and not handled: it moves first; "next" was
+        // already taken too, so it is handed back the same way here.
+        let moved = one.detach(conn, Some(b"join".to_vec())).unwrap();
+        assert!(one.detach(conn, None).is_none(), "gone from the first server");
+        assert_eq!(moved.addr(), cli);
+        assert!(one.connections().next().is_none());
+        assert!(events(&mut one).is_empty(), "no Disconnected for a moved connection");
+        let id = two.attach(moved, now).unwrap();
+        let evs = events(&mut two);
+        assert!(matches!(evs[0], ServerEvent::Connected { conn, addr } if conn == id && addr == cli));
+        assert!(matches!(&evs[1], ServerEvent::Message { bytes, .. } if bytes == b"join"));
+        // Both ways go on with the same keys and sequence numbers.
+        two.send(id, Channel::Reliable, b"welcome").unwrap();
+        client.send(Channel::Reliable, b"after").unwrap();
+        exchange(&mut client, &mut two, now, cli);
+        let got: Vec<ClientEvent> = std::iter::from_fn(|| client.poll_event()).collect();
+        assert!(
+            got.iter().any(|e| matches!(e, ClientEvent::Message(m) if m == b"welcome")),
+            "{got:?}"
+        );
+        let evs = events(&mut two);
+        assert!(
+            evs.iter().any(|e| matches!(e, ServerEvent::Message { bytes, .. } if bytes == b"after")),
+            "{evs:?}"
+        );
+        assert_eq!(two.counters().auth_failed, 0);
+        assert_eq!(two.counters().unknown_sender, 0);
+        assert!(client.is_connected());
+    }
+
+    #[test]
+    fn a_full_server_hands_the_connection_back() {
+        let cfg = TransportConfig {
+            max_connections: 0,
+            ..TransportConfig::default()
+        };
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cli = SocketAddr::from(([127, 0, 0, 1], 7001));
+        let mut one = Server::new(TransportConfig::default(), [3; 32]);
+        let mut client = Client::new(Instant::ZERO, srv, TransportConfig::default(), 9);
+        let mut now = Instant::ZERO;
+        while !client.is_connected() && now < Instant::from_millis(1000) {
+            exchange(&mut client, &mut one, now, cli);
+            now += Duration::from_millis(10);
+        }
+        let conn = one.connections().next().unwrap();
+        let moved = one.detach(conn, None).unwrap();
+        let mut full = Server::new(cfg, [3; 32]);
+        assert!(full.attach(moved, now).is_err());
+        assert!(events(&mut full).is_empty());
+    }
+}
