@@ -43,6 +43,9 @@ pub(crate) struct Shared<'a> {
     pub(crate) config: RelayConfig,
     pub(crate) transport: TransportConfig,
     pub(crate) secret: [u8; 32],
+    /// Loop 0's transport server before it starts: the others share its
+    /// join-token ledger, so a token used through one loop is used for all.
+    pub(crate) ledger: Server,
     pub(crate) epoch: std::time::Instant,
     /// Every loop's mailbox, by index.
     pub(crate) mail: Vec<Mailbox>,
@@ -91,7 +94,8 @@ impl<'a> EventLoop<'a> {
             .register(socket.source(), SOCKET, Interest::READABLE)?;
         let loops = shared.mail.len();
         let mut server = Server::new(shared.transport, shared.secret)
-            .with_auth(shared.opts.auth.clone());
+            .with_auth(shared.opts.auth.clone())
+            .with_token_ledger_of(&shared.ledger);
         let now = Instant::from_std(shared.epoch, std::time::Instant::now());
         server.set_unix_time(now, unix_now_ms() / 1000);
         Ok(Self {

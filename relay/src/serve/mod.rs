@@ -20,7 +20,7 @@ use crate::recorder::Recorder;
 use crate::udp::{RelayNote, ServeOptions, process_secret};
 use event_loop::{EventLoop, Shared};
 use handoff::Mailbox;
-use lockstep::transport::TransportConfig;
+use lockstep::transport::{Server, TransportConfig};
 use mio::{Poll, Waker};
 use socket::BatchSocket;
 use std::io;
@@ -141,6 +141,7 @@ fn with_loops(
         config,
         transport,
         secret: process_secret()?,
+        ledger: Server::new(transport, [0; 32]),
         epoch: std::time::Instant::now(),
         mail,
         unfinished: AtomicUsize::new(n),
