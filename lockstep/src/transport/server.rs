@@ -150,6 +150,8 @@ pub struct Server {
     /// is used for all.
     used_tokens: Arc<Mutex<UsedTokens>>,
     denials: VecDeque<(SocketAddr, DenyReason)>,
+    /// Connection ids, reused by `handle_timeout` on every wake-up.
+    scratch: Vec<ConnId>,
 }
 
 impl Server {
@@ -170,6 +172,7 @@ impl Server {
             auth: AuthMode::Open,
             used_tokens: Arc::default(),
             denials: VecDeque::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -593,13 +596,18 @@ impl Server {
         self.now = self.now.max(now);
         let unix = self.unix_now(now);
         self.ledger().prune(unix);
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
-        for id in ids {
+        // A reused list (this runs on every wake-up): `pump` may remove
+        // connections, so the ids are taken first.
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(self.conns.keys().copied());
+        for &id in &ids {
             if let Some(slot) = self.conns.get_mut(&id) {
                 slot.conn.handle_timeout(now);
             }
             self.pump(id);
         }
+        self.scratch = ids;
     }
 
     /// Fills `buf` with the next datagram to send (stateless replies first, then
@@ -611,19 +619,25 @@ impl Server {
             buf.extend_from_slice(&bytes);
             return Some(to);
         }
-        let start = self.cursor;
-        let order: Vec<ConnId> = match start {
-            // Strictly after the cursor: it may name a connection that is gone, and
-            // skipping "the first of c.." would then skip a live one forever.
-            Some(c) => self
-                .conns
-                .range((Bound::Excluded(c), Bound::Unbounded))
-                .chain(self.conns.range(..=c))
-                .map(|(k, _)| *k)
-                .collect(),
-            None => self.conns.keys().copied().collect(),
-        };
-        for id in order {
+        // Round robin from strictly after the cursor (it may name a
+        // connection that is gone, and skipping "the first of c.." would
+        // then skip a live one forever), wrapping around, each connection
+        // at most once. Walked in place: this runs once per datagram sent,
+        // so it must not copy the connection list each time.
+        let mut at = self.cursor;
+        for _ in 0..self.conns.len() {
+            let next = at
+                .and_then(|c| {
+                    self.conns
+                        .range((Bound::Excluded(c), Bound::Unbounded))
+                        .next()
+                })
+                .or_else(|| self.conns.iter().next())
+                .map(|(k, _)| *k);
+            let Some(id) = next else {
+                break;
+            };
+            at = Some(id);
             let Some(slot) = self.conns.get_mut(&id) else {
                 continue;
             };
