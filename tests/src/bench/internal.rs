@@ -13,6 +13,7 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         "--internal-net-run" => Some(super::net_bench::internal_main(rest)),
         "--internal-relay" => Some(super::relay_bench::relay_main()),
         "--internal-loadgen" => Some(super::relay_bench::loadgen_main(rest)),
+        "--internal-hotpath" => Some(super::hotpath::hotpath_main(rest)),
         _ => None,
     }
 }

@@ -5,6 +5,7 @@ pub mod bandwidth_bench;
 pub mod benchpeer;
 pub mod carrier;
 pub mod framing;
+pub mod hotpath;
 pub mod internal;
 pub mod machine;
 pub mod net_bench;
