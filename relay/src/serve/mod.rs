@@ -8,10 +8,12 @@
 //! (it hashes by address) forwards them, batched once per wake-up.
 //! The sans-IO cores are unchanged: threads are this driver's concern.
 
+mod echo;
 mod event_loop;
 mod handoff;
 mod socket;
 
+pub use echo::{EchoCounts, serve_echo};
 pub use handoff::home_of;
 
 use crate::config::RelayConfig;

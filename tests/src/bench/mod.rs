@@ -13,6 +13,7 @@ pub mod net_report;
 pub mod netns;
 pub mod proxy;
 pub mod relay_bench;
+pub mod relay_load;
 pub mod replay_bench;
 pub mod report;
 pub mod sim_bench;

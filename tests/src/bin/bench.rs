@@ -136,11 +136,11 @@ fn main() -> ExitCode {
     }
 
     if wanted(&args, "relay") {
-        eprintln!("[relay] capacity: concurrent 4-player matches on one relay process");
+        eprintln!("[relay] capacity: concurrent 4-player matches on one relay process, --threads 1 and 2");
         let cap = relay_bench::measure(args.quick);
         md.push_str("## Relay capacity\n\n");
         md.push_str(&section_stamp);
-        md.push_str(&relay_bench::markdown(&cap, machine.cores));
+        md.push_str(&relay_bench::markdown(&cap));
         md.push('\n');
     }
 
