@@ -1,12 +1,12 @@
 //! The floor the relay's CPU is measured against: an echo server doing the
 //! serve loop's socket I/O (one epoll wait per wake-up, `recvmmsg` batches
-//! into reused buffers, one send per datagram) and nothing else. Used by
+//! into reused buffers, `sendmmsg` batches out) and nothing else. Used by
 //! the relay capacity benchmark; not part of serving matches.
 
-use super::socket::BatchSocket;
+use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use mio::{Events, Interest, Poll, Token};
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What an echo run moved.
@@ -49,8 +49,8 @@ fn echo_loop(socket: UdpSocket, stop: &AtomicBool) -> io::Result<EchoCounts> {
     let mut events = Events::with_capacity(8);
     let mut counts = EchoCounts::default();
     // What one wake-up received, sent back after the batch as the relay does.
-    let mut bytes: Vec<u8> = Vec::with_capacity(64 * 1024);
-    let mut items: Vec<(SocketAddr, usize)> = Vec::with_capacity(1024);
+    let mut out = Outgoing::default();
+    let mut headers = SendHeaders::new();
     while !stop.load(Ordering::Relaxed) {
         match poll.poll(&mut events, Some(std::time::Duration::from_millis(20))) {
             Ok(()) => {}
@@ -58,26 +58,13 @@ fn echo_loop(socket: UdpSocket, stop: &AtomicBool) -> io::Result<EchoCounts> {
             Err(e) => return Err(e),
         }
         loop {
-            let (_, drained) = socket.recv_batch(|from, d| {
-                bytes.extend_from_slice(d);
-                items.push((from, d.len()));
-            })?;
+            let (_, drained) = socket.recv_batch(|from, d| out.push(from, d))?;
             if drained {
                 break;
             }
         }
-        counts.packets_in += items.len() as u64;
-        let mut at = 0;
-        for &(to, len) in &items {
-            if let Some(d) = bytes.get(at..at + len)
-                && socket.send(to, d)
-            {
-                counts.packets_out += 1;
-            }
-            at += len;
-        }
-        bytes.clear();
-        items.clear();
+        counts.packets_in += out.len() as u64;
+        counts.packets_out += socket.send_all(&mut headers, &mut out).0;
     }
     Ok(counts)
 }

@@ -4,7 +4,7 @@
 //! runs the sans-IO cores once and sends what they produced.
 
 use super::handoff::{Forwarded, Handoff, Inbox, Mailbox, home_of};
-use super::socket::BatchSocket;
+use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use crate::config::RelayConfig;
 use crate::limits::AddrLimiter;
 use crate::metrics::{Metric, Metrics};
@@ -131,6 +131,8 @@ impl<'a> EventLoop<'a> {
         let mut refusal_notes = RefusalNotes::default();
         let mut drop_notes = DropNotes::default();
         let mut buf = Vec::with_capacity(2048);
+        let mut out = Outgoing::default();
+        let mut headers = SendHeaders::new();
         let mut drain_until: Option<Instant> = None;
         let mut linger_until: Option<Instant> = None;
         let mut finished = false;
@@ -197,11 +199,11 @@ impl<'a> EventLoop<'a> {
             self.step(now);
             self.notes(now, note, &mut refusal_notes, &mut drop_notes);
             while let Some(to) = self.server.poll_transmit(now, &mut buf) {
-                if self.socket.send(to, &buf) {
-                    self.io.packets_out += 1;
-                    self.io.bytes_out += buf.len() as u64;
-                }
+                out.push(to, &buf);
             }
+            let (packets, bytes) = self.socket.send_all(&mut headers, &mut out);
+            self.io.packets_out += packets;
+            self.io.bytes_out += bytes;
             if now >= self.next_sweep {
                 self.next_sweep = now + SWEEP_EVERY;
                 self.sweep();
