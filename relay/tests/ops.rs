@@ -699,7 +699,13 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
             assert_eq!(status.code(), Some(0), "a peer failed or saw a desync");
         }
     }
-    while relay.seen.iter().filter(|v| v["event"] == "recorded").count() < names.len() {
+    while relay
+        .seen
+        .iter()
+        .filter(|v| v["event"] == "recorded")
+        .count()
+        < names.len()
+    {
         relay.wait_for(|v| v["event"] == "recorded");
     }
     assert!(!relay.seen.iter().any(|v| v["event"] == "desync"));
@@ -723,7 +729,10 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
     assert_eq!(metric(&page, "relay_matches_ended_total"), 4, "{page}");
     assert_eq!(metric(&page, "relay_turns_closed_total"), 160, "{page}");
     assert!(metric(&page, "relay_connections_moved_total") > 0, "{page}");
-    assert!(metric(&page, "relay_datagrams_forwarded_total") > 0, "{page}");
+    assert!(
+        metric(&page, "relay_datagrams_forwarded_total") > 0,
+        "{page}"
+    );
     assert_eq!(metric(&page, "relay_up"), 1, "{page}");
     relay.signal("-TERM");
     relay.drain();

@@ -244,7 +244,9 @@ impl Server {
     fn ledger(&self) -> MutexGuard<'_, UsedTokens> {
         // The ledger stays consistent even if a holder panicked mid-update
         // (each update is one insert or remove pair).
-        self.used_tokens.lock().unwrap_or_else(PoisonError::into_inner)
+        self.used_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn unix_now(&self, now: Instant) -> u64 {

@@ -29,15 +29,17 @@ pub fn serve_echo(sockets: Vec<UdpSocket>, stop: &AtomicBool) -> io::Result<Echo
             .into_iter()
             .map(|s| scope.spawn(move || echo_loop(s, stop)))
             .collect();
-        handles.into_iter().try_fold(EchoCounts::default(), |acc, h| {
-            let c = h
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("an echo loop panicked")))?;
-            Ok(EchoCounts {
-                packets_in: acc.packets_in + c.packets_in,
-                packets_out: acc.packets_out + c.packets_out,
+        handles
+            .into_iter()
+            .try_fold(EchoCounts::default(), |acc, h| {
+                let c = h
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("an echo loop panicked")))?;
+                Ok(EchoCounts {
+                    packets_in: acc.packets_in + c.packets_in,
+                    packets_out: acc.packets_out + c.packets_out,
+                })
             })
-        })
     })
 }
 

@@ -105,7 +105,11 @@ mod tests {
         f.each(|from, d| seen.push((from, d.to_vec())));
         assert_eq!(
             seen,
-            vec![(a, b"one".to_vec()), (b, Vec::new()), (a, b"three".to_vec())]
+            vec![
+                (a, b"one".to_vec()),
+                (b, Vec::new()),
+                (a, b"three".to_vec())
+            ]
         );
     }
 }

@@ -100,9 +100,14 @@ pub(crate) fn serve_one(
     opts: &ServeOptions<'_>,
     mut note: impl FnMut(RelayNote<'_>),
 ) -> io::Result<()> {
-    with_loops(vec![socket], config, transport, vec![recorder], opts, |mut loops| {
-        loops.pop().map_or(Ok(()), |l| l.run(&mut note))
-    })
+    with_loops(
+        vec![socket],
+        config,
+        transport,
+        vec![recorder],
+        opts,
+        |mut loops| loops.pop().map_or(Ok(()), |l| l.run(&mut note)),
+    )
 }
 
 /// Checks the settings, builds one loop per socket and hands them to `run`.
@@ -119,14 +124,20 @@ fn with_loops(
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let n = sockets.len();
     if n == 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no socket to serve"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no socket to serve",
+        ));
     }
     if let Some(m) = &opts.metrics
         && m.loop_slots() < n
     {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("metrics have room for {} event loops, not {n}", m.loop_slots()),
+            format!(
+                "metrics have room for {} event loops, not {n}",
+                m.loop_slots()
+            ),
         ));
     }
     let mut parts = Vec::with_capacity(n);

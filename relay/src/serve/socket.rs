@@ -98,7 +98,10 @@ impl BatchSocket {
             let mut chunks = self.bufs.chunks_mut(SLOT).map(IoSliceMut::new);
             let mut iovs: [IoSliceMut<'_>; BATCH_SIZE] =
                 std::array::from_fn(|_| chunks.next().unwrap_or_else(|| IoSliceMut::new(&mut [])));
-            match self.state.recv((&self.socket).into(), &mut iovs, &mut self.meta) {
+            match self
+                .state
+                .recv((&self.socket).into(), &mut iovs, &mut self.meta)
+            {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((0, true)),
                 Err(e) if is_transient(&e) => return Ok((0, false)),

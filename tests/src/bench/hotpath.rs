@@ -129,7 +129,9 @@ impl Endpoint for Timed {
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
         let relay = &mut self.relay;
-        let to = timed(&mut self.stages.transmit_ns, || relay.poll_transmit(now, buf));
+        let to = timed(&mut self.stages.transmit_ns, || {
+            relay.poll_transmit(now, buf)
+        });
         if to.is_some() {
             self.stages.datagrams_out += 1;
         }

@@ -303,7 +303,12 @@ fn run_step(
             children.push(
                 Command::new(exe)
                     .args(["relay-load", "--relay", &relay.addr])
-                    .args(["--matches", &share.to_string(), "--turns", &turns.to_string()])
+                    .args([
+                        "--matches",
+                        &share.to_string(),
+                        "--turns",
+                        &turns.to_string(),
+                    ])
                     .args(["--seed", &(seed * 1000 + i as u64).to_string()])
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
@@ -324,7 +329,9 @@ fn run_step(
                     String::from_utf8_lossy(&out.stderr).trim()
                 ));
             }
-            parts.push(serde_json::from_slice::<LoadFigures>(&out.stdout).map_err(|e| e.to_string())?);
+            parts.push(
+                serde_json::from_slice::<LoadFigures>(&out.stdout).map_err(|e| e.to_string())?,
+            );
         }
         let hz = clock_ticks_per_sec();
         Ok::<_, String>((
@@ -468,7 +475,10 @@ pub fn saturated(step: &Step, cores: usize) -> Option<String> {
     if step.relay_cpu >= full(step.threads) {
         Some(format!("the relay saturated its {} core(s)", step.threads))
     } else if step.loadgen_cpu >= full(step.procs) {
-        Some(format!("the load generators saturated their {} core(s), so the relay's own limit is higher", step.procs))
+        Some(format!(
+            "the load generators saturated their {} core(s), so the relay's own limit is higher",
+            step.procs
+        ))
     } else if step.relay_cpu + step.loadgen_cpu >= full(cores) {
         Some(format!(
             "the machine's {cores} cores saturated (relay {:.0} % + load generators {:.0} %), so the relay's own limit is higher",
@@ -479,7 +489,14 @@ pub fn saturated(step: &Step, cores: usize) -> Option<String> {
     }
 }
 
-fn ladder(exe: &str, threads: usize, turns: u32, rungs: &[usize], procs: usize, cores: usize) -> Ladder {
+fn ladder(
+    exe: &str,
+    threads: usize,
+    turns: u32,
+    rungs: &[usize],
+    procs: usize,
+    cores: usize,
+) -> Ladder {
     let mut lad = Ladder {
         threads,
         ..Ladder::default()
@@ -529,7 +546,10 @@ fn ladder(exe: &str, threads: usize, turns: u32, rungs: &[usize], procs: usize, 
         lad.stopped = "every step held (the ladder's largest step is a lower bound)".into();
     }
     if let Some(h) = &lad.held {
-        replays::err_println!("[relay] --threads {threads}: echo baseline at {:.0} datagrams/s", h.pps_in + h.pps_out);
+        replays::err_println!(
+            "[relay] --threads {threads}: echo baseline at {:.0} datagrams/s",
+            h.pps_in + h.pps_out
+        );
         let sockets = (h.load.peers).clamp(1, 1024);
         match run_echo(exe, threads, h.pps_in + h.pps_out, sockets, 60, 4.0) {
             Ok(e) => lad.echo = Some(e),
@@ -568,7 +588,8 @@ pub fn measure(quick: bool) -> Capacity {
         }
     };
     for threads in [1, 2] {
-        cap.ladders.push(ladder(&exe, threads, turns, rungs, cores, cores));
+        cap.ladders
+            .push(ladder(&exe, threads, turns, rungs, cores, cores));
     }
     cap
 }
@@ -630,7 +651,11 @@ pub fn markdown(cap: &Capacity) -> String {
     md.push('\n');
     for lad in &cap.ladders {
         let Some(h) = &lad.held else {
-            let _ = writeln!(md, "- **--threads {}**: no step held: {}.", lad.threads, lad.stopped);
+            let _ = writeln!(
+                md,
+                "- **--threads {}**: no step held: {}.",
+                lad.threads, lad.stopped
+            );
             continue;
         };
         let base_rss = lad.steps.first().map_or(0, |s| s.peak_rss_kib);
@@ -780,7 +805,11 @@ mod tests {
             ..Step::default()
         };
         assert!(saturated(&s(185.0, 10.0), 2).unwrap().contains("relay"));
-        assert!(saturated(&s(50.0, 181.0), 2).unwrap().contains("load generators"));
+        assert!(
+            saturated(&s(50.0, 181.0), 2)
+                .unwrap()
+                .contains("load generators")
+        );
         assert!(saturated(&s(100.0, 90.0), 2).unwrap().contains("machine"));
         assert_eq!(saturated(&s(100.0, 40.0), 2), None);
     }

@@ -136,7 +136,9 @@ fn main() -> ExitCode {
     }
 
     if wanted(&args, "relay") {
-        eprintln!("[relay] capacity: concurrent 4-player matches on one relay process, --threads 1 and 2");
+        eprintln!(
+            "[relay] capacity: concurrent 4-player matches on one relay process, --threads 1 and 2"
+        );
         let cap = relay_bench::measure(args.quick);
         md.push_str("## Relay capacity\n\n");
         md.push_str(&section_stamp);

@@ -139,7 +139,11 @@ mod tests {
         exchange(&mut client, &mut one, now, cli);
         let evs = events(&mut one);
         let conn = match evs.as_slice() {
-            [ServerEvent::Connected { conn, .. }, ServerEvent::Message { bytes, .. }, ..] => {
+            [
+                ServerEvent::Connected { conn, .. },
+                ServerEvent::Message { bytes, .. },
+                ..,
+            ] => {
                 assert_eq!(bytes, b"join");
                 *conn
             }
@@ -148,13 +152,21 @@ mod tests {
         // "join" was taken and not handled: it moves first; "next" was
         // already taken too, so it is handed back the same way here.
         let moved = one.detach(conn, Some(b"join".to_vec())).unwrap();
-        assert!(one.detach(conn, None).is_none(), "gone from the first server");
+        assert!(
+            one.detach(conn, None).is_none(),
+            "gone from the first server"
+        );
         assert_eq!(moved.addr(), cli);
         assert!(one.connections().next().is_none());
-        assert!(events(&mut one).is_empty(), "no Disconnected for a moved connection");
+        assert!(
+            events(&mut one).is_empty(),
+            "no Disconnected for a moved connection"
+        );
         let id = two.attach(moved, now).unwrap();
         let evs = events(&mut two);
-        assert!(matches!(evs[0], ServerEvent::Connected { conn, addr } if conn == id && addr == cli));
+        assert!(
+            matches!(evs[0], ServerEvent::Connected { conn, addr } if conn == id && addr == cli)
+        );
         assert!(matches!(&evs[1], ServerEvent::Message { bytes, .. } if bytes == b"join"));
         // Both ways go on with the same keys and sequence numbers.
         two.send(id, Channel::Reliable, b"welcome").unwrap();
@@ -162,12 +174,14 @@ mod tests {
         exchange(&mut client, &mut two, now, cli);
         let got: Vec<ClientEvent> = std::iter::from_fn(|| client.poll_event()).collect();
         assert!(
-            got.iter().any(|e| matches!(e, ClientEvent::Message(m) if m == b"welcome")),
+            got.iter()
+                .any(|e| matches!(e, ClientEvent::Message(m) if m == b"welcome")),
             "{got:?}"
         );
         let evs = events(&mut two);
         assert!(
-            evs.iter().any(|e| matches!(e, ServerEvent::Message { bytes, .. } if bytes == b"after")),
+            evs.iter()
+                .any(|e| matches!(e, ServerEvent::Message { bytes, .. } if bytes == b"after")),
             "{evs:?}"
         );
         assert_eq!(two.counters().auth_failed, 0);
