@@ -81,11 +81,10 @@ pub fn serve_loops(
                 .into_iter()
                 .map(|l| scope.spawn(move || l.run(&mut |x: RelayNote<'_>| note(x))))
                 .collect();
-            handles.into_iter().fold(Ok(()), |acc, h| {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("an event loop panicked")));
-                acc.and(r)
+            // The scope joins every loop even when one failed first.
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("an event loop panicked")))
             })
         })
     })

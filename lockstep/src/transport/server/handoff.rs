@@ -12,7 +12,8 @@ use std::net::SocketAddr;
 /// A connection taken out of one server by [`Server::detach`], to be put
 /// into another by [`Server::attach`]. Opaque: it holds the connection's keys.
 pub struct Detached {
-    slot: Slot,
+    // Boxed: a connection's state is large, and a refused attach hands it back.
+    slot: Box<Slot>,
     /// Messages that arrived on the connection but were not handled where it
     /// was: the new server reports them again, in order, after `Connected`.
     pending: Vec<Vec<u8>>,
@@ -62,7 +63,10 @@ impl Server {
             }
         }
         self.events = rest;
-        Some(Detached { slot, pending })
+        Some(Detached {
+            slot: Box::new(slot),
+            pending,
+        })
     }
 
     /// Adopts a connection detached from another server (sharing this one's
@@ -84,7 +88,7 @@ impl Server {
         }
         let id = ConnId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
-        self.conns.insert(id, moved.slot);
+        self.conns.insert(id, *moved.slot);
         self.by_addr.insert(addr, id);
         self.events
             .push_back(ServerEvent::Connected { conn: id, addr });
