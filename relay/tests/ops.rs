@@ -739,3 +739,42 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
     assert!(relay.wait().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--threads 2`: datagram floods from several addresses (landing on either
+/// loop's socket) are cut by the per-address limit where they land, counted
+/// in `/metrics` summed over both loops, and a match played meanwhile
+/// completes.
+#[test]
+fn floods_from_several_addresses_are_limited_on_every_loop() {
+    let dir = scratch("flood");
+    let mut relay = Relay::start(&dir, &["--metrics", "127.0.0.1:0"]);
+    let http = relay.wait_for(|v| v["event"] == "metrics")["addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let peers = Peers::start(&relay.addr, "calm", 2, 40);
+    relay.wait_for(|v| v["event"] == "match_started");
+    // Each flooder sends twice the burst (2000) back to back: whatever the
+    // timing, at least the second half cannot all pass a 1000/s refill.
+    let flooders: Vec<std::net::UdpSocket> = (0..6)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for s in &flooders {
+        for i in 0..4000u32 {
+            let _ = s.send_to(&i.to_le_bytes(), &relay.addr);
+        }
+    }
+    let mut peers = peers;
+    for c in &mut peers.0 {
+        assert_eq!(wait_bounded(c).code(), Some(0), "the calm match completes");
+    }
+    let page = http_get(&http, "/metrics");
+    let limited = metric(&page, "relay_drops_total{reason=\"rate_limited_address\"}");
+    assert!(limited > 0, "{page}");
+    let malformed = metric(&page, "relay_drops_total{reason=\"malformed\"}");
+    assert!(malformed > 0, "what passed the limit is malformed: {page}");
+    relay.signal("-TERM");
+    relay.drain();
+    assert!(relay.wait().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

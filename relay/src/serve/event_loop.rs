@@ -243,11 +243,10 @@ impl<'a> EventLoop<'a> {
     fn read_mail(&mut self, now: Instant) {
         while let Ok(h) = self.inbox.try_recv() {
             match h {
-                Handoff::Datagrams(f) => f.each(|from, d| {
-                    if self.per_addr.allow(now, from) {
-                        self.server.handle_datagram(now, from, d);
-                    }
-                }),
+                // Already counted against their address's limit where they landed.
+                Handoff::Datagrams(f) => {
+                    f.each(|from, d| self.server.handle_datagram(now, from, d))
+                }
                 Handoff::Conn { moved, landing } => {
                     let addr = moved.addr();
                     if landing == self.index {
@@ -290,10 +289,13 @@ impl<'a> EventLoop<'a> {
             let (_, drained) = socket.recv_batch(|from, d| {
                 io.packets_in += 1;
                 io.bytes_in += d.len() as u64;
-                if let Some(&to) = forward.get(&from) {
+                // The address limit first: a flood is dropped where it
+                // lands, not forwarded.
+                if !per_addr.allow(now, from) {
+                } else if let Some(&to) = forward.get(&from) {
                     *forwarded += 1;
                     outgoing[to].push(from, d);
-                } else if per_addr.allow(now, from) {
+                } else {
                     server.handle_datagram(now, from, d);
                 }
             })?;

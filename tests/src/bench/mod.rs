@@ -14,6 +14,7 @@ pub mod netns;
 pub mod proxy;
 pub mod relay_bench;
 pub mod relay_load;
+pub mod relay_report;
 pub mod replay_bench;
 pub mod report;
 pub mod sim_bench;

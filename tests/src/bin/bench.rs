@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, net_bench, net_report, relay_bench, replay_bench, report, sim_bench,
+    bandwidth_bench, net_bench, net_report, relay_bench, relay_report, replay_bench, report,
+    sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -142,7 +143,7 @@ fn main() -> ExitCode {
         let cap = relay_bench::measure(args.quick);
         md.push_str("## Relay capacity\n\n");
         md.push_str(&section_stamp);
-        md.push_str(&relay_bench::markdown(&cap));
+        md.push_str(&relay_report::markdown(&cap));
         md.push('\n');
     }
 
