@@ -20,7 +20,7 @@ use replays::format::unix_now_ms;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Longest a loop sleeps before looking at its timers again.
 const MAX_WAIT: Duration = Duration::from_millis(20);
@@ -34,6 +34,8 @@ const ADDR_PPS: u32 = 1000;
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
 
 const SOCKET: Token = Token(0);
+/// What a loop returns when it stopped because another one failed.
+pub(crate) const OTHER_LOOP_FAILED: &str = "another event loop stopped on an error";
 /// The mailbox waker's token (see `handoff::Mailbox`).
 pub(crate) const MAIL: Token = Token(1);
 
@@ -51,6 +53,9 @@ pub(crate) struct Shared<'a> {
     pub(crate) mail: Vec<Mailbox>,
     /// Loops that have not finished their shutdown yet.
     pub(crate) unfinished: AtomicUsize,
+    /// Set when a loop stopped on an error: the others stop too, so the
+    /// relay exits with the error instead of serving on a part of its port.
+    pub(crate) failed: AtomicBool,
 }
 
 /// One loop's state.
@@ -125,7 +130,22 @@ impl<'a> EventLoop<'a> {
     }
 
     /// Serves until the graceful shutdown of every loop is over.
-    pub(crate) fn run(mut self, note: &mut impl FnMut(RelayNote<'_>)) -> io::Result<()> {
+    pub(crate) fn run(self, note: &mut impl FnMut(RelayNote<'_>)) -> io::Result<()> {
+        let shared = self.shared;
+        let index = self.index;
+        let r = self.serve(note);
+        if r.is_err() {
+            shared.failed.store(true, Ordering::Release);
+            for (i, m) in shared.mail.iter().enumerate() {
+                if i != index {
+                    m.post(Handoff::Wake);
+                }
+            }
+        }
+        r
+    }
+
+    fn serve(mut self, note: &mut impl FnMut(RelayNote<'_>)) -> io::Result<()> {
         let opts = self.shared.opts;
         let mut events = Events::with_capacity(8);
         let mut refusal_notes = RefusalNotes::default();
@@ -174,6 +194,9 @@ impl<'a> EventLoop<'a> {
             }
             if finished && self.shared.unfinished.load(Ordering::Acquire) == 0 {
                 break;
+            }
+            if self.shared.failed.load(Ordering::Acquire) {
+                return Err(io::Error::other(OTHER_LOOP_FAILED));
             }
             let deadline = [
                 self.server.poll_timeout(),

@@ -28,7 +28,7 @@ use socket::BatchSocket;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 /// Binds `n` UDP sockets to `addr` with `SO_REUSEPORT` (the first one
 /// picks the port if `addr`'s is 0; the others take the same), one per
@@ -81,11 +81,24 @@ pub fn serve_loops(
                 .into_iter()
                 .map(|l| scope.spawn(move || l.run(&mut |x: RelayNote<'_>| note(x))))
                 .collect();
-            // The scope joins every loop even when one failed first.
-            handles.into_iter().try_for_each(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(io::Error::other("an event loop panicked")))
-            })
+            let results: Vec<io::Result<()>> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("an event loop panicked")))
+                })
+                .collect();
+            // The error that stopped the relay, not the others' echo of it.
+            let mut errors: Vec<io::Error> = results.into_iter().filter_map(Result::err).collect();
+            let real = errors
+                .iter()
+                .position(|e| e.to_string() != event_loop::OTHER_LOOP_FAILED)
+                .unwrap_or(0);
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors.swap_remove(real))
+            }
         })
     })
 }
@@ -157,6 +170,7 @@ fn with_loops(
         epoch: std::time::Instant::now(),
         mail,
         unfinished: AtomicUsize::new(n),
+        failed: AtomicBool::new(false),
     };
     let mut recorders = recorders.into_iter();
     let mut loops = Vec::with_capacity(n);
