@@ -67,6 +67,7 @@ mod names;
 mod outbox;
 pub mod recorder;
 pub mod router;
+pub mod serve;
 pub mod server;
 pub mod turn_policy;
 pub mod udp;

@@ -11,7 +11,7 @@ use relay::config::DesyncPolicy;
 use relay::demo::{DemoConfig, DemoGame, known_rules_hash, run};
 use relay::metrics::Metrics;
 use relay::recorder::Recorder;
-use relay::udp::{RelayNote, ServeOptions, serve_with};
+use relay::udp::{RelayNote, ServeOptions};
 use relay::{RelayConfig, RouterEvent, TurnPolicy};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -143,6 +143,10 @@ struct ServeArgs {
     /// i.e. only 16 four-player matches).
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// Event loops (threads) to run, each with its own socket on the same
+    /// port (SO_REUSEPORT); a match lives on one of them. Default: one per core.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
     /// Serve Prometheus metrics (`/metrics`) and `/health` over HTTP on this address.
     #[arg(long)]
     metrics: Option<SocketAddr>,
@@ -378,30 +382,50 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         },
         None => AuthMode::Open,
     };
-    let socket = match UdpSocket::bind(a.bind) {
+    let threads = a
+        .threads
+        .map_or_else(relay::serve::default_threads, usize::from);
+    let bound = if threads == 1 {
+        UdpSocket::bind(a.bind).map(|s| vec![s])
+    } else {
+        relay::serve::bind_reuseport(a.bind, threads)
+    };
+    let sockets = match bound {
         Ok(s) => s,
         Err(e) => {
             eprintln!("relay: cannot bind {}: {e}", a.bind);
             return ExitCode::from(1);
         }
     };
-    let recorder = match &a.record_dir {
-        Some(dir) => match Recorder::new(dir, known_rules_hash) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                eprintln!("relay: cannot use {}: {e}", dir.display());
-                return ExitCode::from(1);
-            }
-        },
-        None => None,
-    };
-    let addr = socket.local_addr().map_or(a.bind, |x| x);
+    // One recorder per event loop: each records the matches its loop hosts.
+    let mut recorders = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        recorders.push(match &a.record_dir {
+            Some(dir) => match Recorder::new(dir, known_rules_hash) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    eprintln!("relay: cannot use {}: {e}", dir.display());
+                    return ExitCode::from(1);
+                }
+            },
+            None => None,
+        });
+    }
+    let addr = sockets
+        .first()
+        .and_then(|s| s.local_addr().ok())
+        .unwrap_or(a.bind);
     if a.json {
         out_line(
-            &serde_json::json!({ "event": "listening", "addr": addr.to_string() }).to_string(),
+            &serde_json::json!({ "event": "listening", "addr": addr.to_string(), "threads": threads })
+                .to_string(),
         );
     } else {
-        eprintln!("relay: listening on {addr} ({} policy)", a.relay.policy);
+        eprintln!(
+            "relay: listening on {addr} ({} policy, {threads} event loop{})",
+            a.relay.policy,
+            if threads == 1 { "" } else { "s" }
+        );
     }
     // A start-up fact, printed at any level like `listening`.
     let open = auth == AuthMode::Open;
@@ -435,7 +459,9 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     let metrics = match a.metrics {
         Some(addr) => {
             let m = Arc::new(
-                Metrics::new().with_watchdog(std::time::Duration::from_secs(a.watchdog_s)),
+                Metrics::new()
+                    .with_watchdog(std::time::Duration::from_secs(a.watchdog_s))
+                    .with_loops(threads),
             );
             let listener = match relay::metrics::bind(addr) {
                 Ok(l) => l,
@@ -476,8 +502,8 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         max_connections: a.max_connections,
         ..TransportConfig::default()
     };
-    let r = serve_with(&socket, config, transport, recorder, &opts, |n| {
-        log_note(&n, a.json, level)
+    let r = relay::serve::serve_loops(sockets, config, transport, recorders, &opts, &|n| {
+        log_note(&n, a.json, level);
     });
     if r.is_ok() {
         log_line(

@@ -63,10 +63,12 @@ pub enum Metric {
     LoopStalled,
     WatchdogTrips,
     DropInputOverBudget,
+    ConnectionsMoved,
+    DatagramsForwarded,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::DropInputOverBudget as usize + 1;
+const COUNT: usize = Metric::DatagramsForwarded as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -172,6 +174,16 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "counter",
         "Inputs refused because they would exceed the player's byte budget for the turn",
     ),
+    (
+        "relay_connections_moved_total",
+        "counter",
+        "Connections moved to the event loop hosting the match they joined (--threads)",
+    ),
+    (
+        "relay_datagrams_forwarded_total",
+        "counter",
+        "Datagrams received by one event loop and handed to the loop serving their sender",
+    ),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes
@@ -182,12 +194,17 @@ pub const DEFAULT_WATCHDOG: StdDuration = StdDuration::from_secs(5);
 /// (reader), and the loop's heartbeat for the watchdog.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Process-wide series (`relay_up`, `relay_draining`, the watchdog's).
     values: [AtomicU64; COUNT],
+    /// One set per event loop (`relay serve --threads N`): each loop stores
+    /// its own totals into its own set, and a read sums the sets, so loops
+    /// never write to the same atomic.
+    loops: Box<[[AtomicU64; COUNT]]>,
     /// Origin of the heartbeat clock.
     epoch: std::time::Instant,
-    /// When the loop last completed an iteration: microseconds since
-    /// `epoch`, plus one (0: it never did).
-    heartbeat: AtomicU64,
+    /// Per loop, when it last completed an iteration: microseconds since
+    /// `epoch`, plus one (0: it never did, or it stopped).
+    heartbeats: Box<[AtomicU64]>,
     /// How long without a heartbeat means stalled.
     watchdog: StdDuration,
 }
@@ -196,8 +213,9 @@ impl Default for Metrics {
     fn default() -> Self {
         Self {
             values: std::array::from_fn(|_| AtomicU64::new(0)),
+            loops: Box::new([]),
             epoch: std::time::Instant::now(),
-            heartbeat: AtomicU64::new(0),
+            heartbeats: Box::new([AtomicU64::new(0)]),
             watchdog: DEFAULT_WATCHDOG,
         }
     }
@@ -218,33 +236,67 @@ impl Metrics {
         self
     }
 
+    /// The same with room for `n` event loops (at least one), each with its
+    /// own counters ([`Metrics::set_loop`]) and heartbeat
+    /// ([`Metrics::beat_loop`]); `/metrics` shows their sums and `/health`
+    /// is `stalled` when any loop is. `relay serve --threads N` needs `n >= N`.
+    #[must_use]
+    pub fn with_loops(mut self, n: usize) -> Self {
+        let n = n.max(1);
+        self.loops = (0..n)
+            .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
+            .collect();
+        self.heartbeats = (0..n).map(|_| AtomicU64::new(0)).collect();
+        self
+    }
+
+    /// How many event loops this can take (see [`Metrics::with_loops`]).
+    #[must_use]
+    pub fn loop_slots(&self) -> usize {
+        self.loops.len().max(1)
+    }
+
     /// Called by the event loop at the end of every iteration.
     pub fn beat(&self) {
-        self.beat_at(std::time::Instant::now());
+        self.beat_loop(0);
+    }
+
+    /// Called by event loop `i` at the end of every iteration.
+    pub fn beat_loop(&self, i: usize) {
+        self.beat_at(i, std::time::Instant::now());
     }
 
     /// Called by the event loop when it stops: a stopped loop is down
     /// (`relay_up` 0), not stalled.
     pub fn stop_beating(&self) {
-        self.heartbeat.store(0, Ordering::Relaxed);
+        self.stop_beating_loop(0);
     }
 
-    fn beat_at(&self, now: std::time::Instant) {
+    /// Called by event loop `i` when it stops.
+    pub fn stop_beating_loop(&self, i: usize) {
+        if let Some(h) = self.heartbeats.get(i) {
+            h.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn beat_at(&self, i: usize, now: std::time::Instant) {
         let us = now.saturating_duration_since(self.epoch).as_micros();
         let us = u64::try_from(us).unwrap_or(u64::MAX - 1);
-        self.heartbeat.store(us + 1, Ordering::Relaxed);
+        if let Some(h) = self.heartbeats.get(i) {
+            h.store(us + 1, Ordering::Relaxed);
+        }
     }
 
-    /// Whether the loop is stalled at `now`: it is running (it has beaten at
+    /// Whether a loop is stalled at `now`: it is running (it has beaten at
     /// least once and not stopped) and has not beaten within the watchdog time.
     #[must_use]
     pub fn stalled_at(&self, now: std::time::Instant) -> bool {
-        let beat = self.heartbeat.load(Ordering::Relaxed);
-        if beat == 0 {
-            return false;
-        }
-        let last = self.epoch + StdDuration::from_micros(beat - 1);
-        now.saturating_duration_since(last) > self.watchdog
+        self.heartbeats.iter().any(|h| {
+            let beat = h.load(Ordering::Relaxed);
+            beat != 0
+                && now.saturating_duration_since(self.epoch + StdDuration::from_micros(beat - 1))
+                    > self.watchdog
+        })
     }
 
     /// The watchdog's check, run by the HTTP thread: updates the
@@ -265,6 +317,16 @@ impl Metrics {
         self.values[m as usize].store(v, Ordering::Relaxed);
     }
 
+    /// Sets event loop `i`'s share of one series (its own total); readers
+    /// see the sum over loops plus the process-wide value. Without room for
+    /// loop `i` (see [`Metrics::with_loops`]) the process-wide value is set.
+    pub fn set_loop(&self, i: usize, m: Metric, v: u64) {
+        match self.loops.get(i) {
+            Some(l) => l[m as usize].store(v, Ordering::Relaxed),
+            None => self.set(m, v),
+        }
+    }
+
     /// Adds to one series.
     pub fn add(&self, m: Metric, v: u64) {
         self.values[m as usize].fetch_add(v, Ordering::Relaxed);
@@ -273,7 +335,15 @@ impl Metrics {
     /// Reads one series.
     #[must_use]
     pub fn get(&self, m: Metric) -> u64 {
-        self.values[m as usize].load(Ordering::Relaxed)
+        self.value(m as usize)
+    }
+
+    fn value(&self, i: usize) -> u64 {
+        self.loops
+            .iter()
+            .fold(self.values[i].load(Ordering::Relaxed), |sum, l| {
+                sum.saturating_add(l[i].load(Ordering::Relaxed))
+            })
     }
 
     /// Everything in Prometheus text exposition format (version 0.0.4).
@@ -285,7 +355,7 @@ impl Metrics {
                 let base = name.split('{').next().unwrap_or(name);
                 out.push_str(&format!("# HELP {base} {help}\n# TYPE {base} {kind}\n"));
             }
-            let v = self.values[i].load(Ordering::Relaxed);
+            let v = self.value(i);
             out.push_str(&format!("{name} {v}\n"));
         }
         out
@@ -387,13 +457,13 @@ mod tests {
         let t0 = m.epoch + StdDuration::from_secs(1);
         // A relay still starting (no iteration yet) is not stalled.
         assert!(!m.watch(t0 + StdDuration::from_secs(60)));
-        m.beat_at(t0);
+        m.beat_at(0, t0);
         assert!(!m.watch(t0 + StdDuration::from_secs(3)));
         assert!(m.watch(t0 + StdDuration::from_millis(3_001)));
         assert!(m.watch(t0 + StdDuration::from_secs(10)));
         assert_eq!(m.get(Metric::WatchdogTrips), 1);
         assert_eq!(m.get(Metric::LoopStalled), 1);
-        m.beat_at(t0 + StdDuration::from_secs(11));
+        m.beat_at(0, t0 + StdDuration::from_secs(11));
         assert!(!m.watch(t0 + StdDuration::from_secs(12)));
         assert_eq!(m.get(Metric::LoopStalled), 0);
         assert!(m.watch(t0 + StdDuration::from_secs(20)));

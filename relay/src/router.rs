@@ -62,6 +62,8 @@ pub struct Router {
     /// Lobbies and running matches by name.
     names: BTreeMap<String, MatchId>,
     next_match: u64,
+    /// How far apart this router's match ids are (see [`Router::with_match_ids`]).
+    match_id_step: u64,
     /// Set by [`Router::begin_drain`]: new joins are refused.
     draining: bool,
     out: Outbox,
@@ -79,10 +81,22 @@ impl Router {
             matches: BTreeMap::new(),
             names: BTreeMap::new(),
             next_match: 1,
+            match_id_step: 1,
             draining: false,
             out: Outbox::default(),
             refusals: VecDeque::new(),
         }
+    }
+
+    /// The same, numbering its matches `first`, `first + step`, ...: a
+    /// relay running `step` routers (one per thread) gives router `i` the
+    /// ids `i + 1`, `i + 1 + step`, ..., so match ids (in logs and replay
+    /// file names) stay unique across the process.
+    #[must_use]
+    pub fn with_match_ids(mut self, first: u64, step: u64) -> Self {
+        self.next_match = first;
+        self.match_id_step = step.max(1);
+        self
     }
 
     /// The configuration.
@@ -428,7 +442,7 @@ impl Router {
                 return;
             }
             let id = MatchId(self.next_match);
-            self.next_match += 1;
+            self.next_match += self.match_id_step;
             self.matches.insert(id, MatchRoom::new(id, join));
             self.names.insert(join.match_name.clone(), id);
             id

@@ -13,6 +13,22 @@ use std::collections::BTreeMap;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
+/// Where a message arriving on a connection goes (see [`RouterGlue::step_with`]).
+#[derive(Debug)]
+pub enum Placement {
+    /// To this router.
+    Here(Vec<u8>),
+    /// Nowhere here: the connection moved to another router with it.
+    Moved,
+}
+
+impl Placement {
+    /// The single-router placement: everything stays here.
+    pub fn here(_: &mut Server, _: ConnId, bytes: Vec<u8>) -> Self {
+        Self::Here(bytes)
+    }
+}
+
 /// The glue state between one router and one transport server.
 #[derive(Debug, Default)]
 pub struct RouterGlue {
@@ -59,14 +75,40 @@ impl RouterGlue {
     /// just before its turn's deadline is on time, not late), then moves the
     /// router's output to the transport. Drivers call this once per wake-up.
     pub fn step(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
+        self.step_with(now, router, server, &mut Placement::here);
+    }
+
+    /// [`RouterGlue::step`] for a driver that runs several routers (one per
+    /// thread): `place` sees every arriving message first and either hands
+    /// it back for this router or takes the connection away (typically with
+    /// [`Server::detach`], to the router that hosts the match it joins);
+    /// this router then forgets the connection, as if it had closed.
+    pub fn step_with(
+        &mut self,
+        now: Instant,
+        router: &mut Router,
+        server: &mut Server,
+        place: &mut impl FnMut(&mut Server, ConnId, Vec<u8>) -> Placement,
+    ) {
         server.handle_timeout(now);
-        self.pump(now, router, server);
+        self.pump_with(now, router, server, place);
         router.handle_timeout(now);
-        self.pump(now, router, server);
+        self.pump_with(now, router, server, place);
     }
 
     /// Moves everything pending in both directions.
     pub fn pump(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
+        self.pump_with(now, router, server, &mut Placement::here);
+    }
+
+    /// [`RouterGlue::pump`] with a placement hook (see [`RouterGlue::step_with`]).
+    pub fn pump_with(
+        &mut self,
+        now: Instant,
+        router: &mut Router,
+        server: &mut Server,
+        place: &mut impl FnMut(&mut Server, ConnId, Vec<u8>) -> Placement,
+    ) {
         while let Some(ev) = server.poll_event() {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
@@ -91,7 +133,13 @@ impl RouterGlue {
                         });
                     }
                 }
-                ServerEvent::Message { conn, bytes } => router.handle_message(now, conn, &bytes),
+                ServerEvent::Message { conn, bytes } => match place(server, conn, bytes) {
+                    Placement::Here(bytes) => router.handle_message(now, conn, &bytes),
+                    Placement::Moved => {
+                        self.backlog.remove(&conn);
+                        router.handle_disconnected(now, conn);
+                    }
+                },
                 ServerEvent::Backpressure { .. } => {}
                 ServerEvent::Disconnected { conn, .. } => {
                     self.backlog.remove(&conn);

@@ -1,57 +1,20 @@
 //! The relay's UDP serve loop: the only relay code that touches sockets and
 //! the real clock. [`serve`] runs a transport `Server` + [`Router`] (+
-//! optional [`Recorder`]). Peers run on `lockstep::peer::udp`.
+//! optional [`Recorder`]) as one event loop of [`crate::serve`]. Peers run
+//! on `lockstep::peer::udp`.
 
 use crate::config::RelayConfig;
 use crate::event::RouterEvent;
-use crate::limits::AddrLimiter;
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::{Recorded, Recorder};
 use crate::router::Router;
 use crate::server::RouterGlue;
-use lockstep::peer::udp::{is_timeout, is_transient};
 use lockstep::transport::{AuthMode, Server, TransportConfig};
 use lockstep::{Duration, Instant};
-use replays::format::unix_now_ms;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Longest a driver sleeps in `recv` before looking at its timers again.
-const MAX_WAIT: Duration = Duration::from_millis(20);
-/// Largest datagram accepted.
-const MAX_DATAGRAM: usize = 2048;
-
-/// Waits up to `wait` for datagrams and returns all that are ready.
-fn receive(socket: &UdpSocket, wait: Duration) -> io::Result<Vec<(SocketAddr, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; MAX_DATAGRAM];
-    let wait = wait.max(Duration::from_micros(200)).to_std();
-    socket.set_nonblocking(false)?;
-    socket.set_read_timeout(Some(wait))?;
-    match socket.recv_from(&mut buf) {
-        Ok((n, from)) => out.push((from, buf[..n].to_vec())),
-        Err(e) if is_timeout(&e) || is_transient(&e) => return Ok(out),
-        Err(e) => return Err(e),
-    }
-    socket.set_nonblocking(true)?;
-    loop {
-        match socket.recv_from(&mut buf) {
-            Ok((n, from)) => out.push((from, buf[..n].to_vec())),
-            Err(e) if is_timeout(&e) => break,
-            Err(e) if is_transient(&e) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    socket.set_nonblocking(false)?;
-    Ok(out)
-}
-
-fn until(now: Instant, t: Option<Instant>) -> Duration {
-    t.map_or(MAX_WAIT, |t| t.saturating_since(now))
-        .min(MAX_WAIT)
-}
+use std::sync::atomic::AtomicBool;
 
 /// The per-process server secret for the stateless handshake cookies, from
 /// the OS CSPRNG ([`crate::entropy::os_random`]): whoever could guess it
@@ -140,7 +103,7 @@ pub const REFUSAL_NOTES_PER_SEC: u64 = 20;
 
 /// Caps refusal notes to [`REFUSAL_NOTES_PER_SEC`] per one-second window.
 #[derive(Default)]
-struct RefusalNotes {
+pub(crate) struct RefusalNotes {
     window: Option<Instant>,
     in_window: u64,
     suppressed: u64,
@@ -148,7 +111,7 @@ struct RefusalNotes {
 
 impl RefusalNotes {
     /// Whether to pass one more refusal on now; reports what a closed window suppressed.
-    fn allow(&mut self, now: Instant, note: &mut impl FnMut(RelayNote<'_>)) -> bool {
+    pub(crate) fn allow(&mut self, now: Instant, note: &mut impl FnMut(RelayNote<'_>)) -> bool {
         let fresh = self
             .window
             .is_none_or(|w| now.saturating_since(w) >= Duration::from_secs(1));
@@ -176,7 +139,7 @@ impl RefusalNotes {
 /// Batches [`RelayNote::SendDropped`]: a stalled peer drops a message per
 /// message sent to it, which must not turn into a log line each.
 #[derive(Default)]
-struct DropNotes {
+pub(crate) struct DropNotes {
     /// When the last note went out.
     noted: Option<Instant>,
     count: u64,
@@ -186,7 +149,7 @@ struct DropNotes {
 impl DropNotes {
     /// Takes drop reports (the glue's, each once) and notes them if a
     /// second passed since the last note.
-    fn note(
+    pub(crate) fn note(
         &mut self,
         now: Instant,
         drops: impl IntoIterator<Item = (crate::router::ConnId, lockstep::backlog::SendDrop)>,
@@ -213,10 +176,6 @@ impl DropNotes {
     }
 }
 
-/// After ending matches at shutdown, how long to keep sending so the
-/// players' `MatchEnd` gets through (or until every connection is gone).
-const LINGER: Duration = Duration::from_millis(1000);
-
 /// Serves matches on `socket` until `stop` is set, then ends every match at
 /// once (finalising its replay). Every router event (and every finished
 /// recording) is passed to `note`.
@@ -237,149 +196,34 @@ pub fn serve(
     serve_with(socket, config, transport, recorder, &opts, note)
 }
 
-/// Datagrams per second one source address may send (an honest peer sends
-/// 30-60); more are dropped before the transport sees them.
-const ADDR_PPS: u32 = 1000;
-
 /// Driver-side packet figures.
 #[derive(Default)]
-struct Io {
-    packets_in: u64,
-    packets_out: u64,
-    bytes_in: u64,
-    bytes_out: u64,
+pub(crate) struct Io {
+    pub(crate) packets_in: u64,
+    pub(crate) packets_out: u64,
+    pub(crate) bytes_in: u64,
+    pub(crate) bytes_out: u64,
 }
 
 /// Serves matches on `socket` until a graceful shutdown completes (see
 /// [`ServeOptions::stop`]); returns `Ok` once every match has ended and every
-/// replay is finalised.
+/// replay is finalised. One event loop on the calling thread; see
+/// [`crate::serve::serve_loops`] for several.
 pub fn serve_with(
     socket: &UdpSocket,
     config: RelayConfig,
     transport: TransportConfig,
-    mut recorder: Option<Recorder>,
+    recorder: Option<Recorder>,
     opts: &ServeOptions<'_>,
-    mut note: impl FnMut(RelayNote<'_>),
+    note: impl FnMut(RelayNote<'_>),
 ) -> io::Result<()> {
-    config
-        .validate()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let epoch = std::time::Instant::now();
-    let clock = || Instant::from_std(epoch, std::time::Instant::now());
-    let mut server = Server::new(transport, process_secret()?).with_auth(opts.auth.clone());
-    server.set_unix_time(clock(), unix_now_ms() / 1000);
-    let mut router = Router::new(config);
-    let mut glue = RouterGlue::new();
-    let mut buf = Vec::new();
-    let mut io_count = Io::default();
-    let mut per_addr = AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536);
-    let mut refusal_notes = RefusalNotes::default();
-    let mut drop_notes = DropNotes::default();
-    // Grace deadline once draining; then the end of the linger period.
-    let mut drain_until: Option<Instant> = None;
-    let mut linger_until: Option<Instant> = None;
-    if let Some(m) = &opts.metrics {
-        m.set(Metric::Up, 1);
-        m.beat();
-    }
-    loop {
-        let now = clock();
-        if drain_until.is_none() && opts.stop.load(Ordering::Relaxed) {
-            drain_until = Some(now + opts.grace);
-            router.begin_drain();
-            note(RelayNote::Draining {
-                running: router.running_count(),
-                grace: opts.grace,
-            });
-        }
-        if let Some(until) = drain_until
-            && linger_until.is_none()
-            && (now >= until || router.match_count() == 0)
-        {
-            let had = router.match_count();
-            router.end_all();
-            linger_until = Some(if had > 0 { now + LINGER } else { now });
-        }
-        if let Some(l) = linger_until
-            && (now >= l || server.connections().next().is_none())
-        {
-            break;
-        }
-        let wait = until(
-            now,
-            [server.poll_timeout(), router.poll_timeout(), linger_until]
-                .into_iter()
-                .flatten()
-                .min(),
-        );
-        let got = receive(socket, wait)?;
-        let now = clock();
-        for (from, bytes) in got {
-            io_count.packets_in += 1;
-            io_count.bytes_in += bytes.len() as u64;
-            if per_addr.allow(now, from) {
-                server.handle_datagram(now, from, &bytes);
-            }
-        }
-        glue.step(now, &mut router, &mut server);
-        drop_notes.note(now, std::iter::from_fn(|| glue.poll_drop()), &mut note);
-        for r in glue.take_refusals() {
-            if refusal_notes.allow(now, &mut note) {
-                note(RelayNote::Refused {
-                    conn: Some(r.conn),
-                    addr: r.addr,
-                    match_name: (!r.match_name.is_empty()).then_some(r.match_name.as_str()),
-                    reason: r.reason,
-                    detail: r.detail.as_deref(),
-                });
-            }
-        }
-        while let Some((addr, denied)) = server.poll_denied() {
-            if refusal_notes.allow(now, &mut note) {
-                note(RelayNote::Refused {
-                    conn: None,
-                    addr,
-                    match_name: None,
-                    reason: denied.into(),
-                    detail: None,
-                });
-            }
-        }
-        while let Some(ev) = router.poll_event() {
-            note(RelayNote::Event(&ev));
-            if let Some(rec) = recorder.as_mut() {
-                // The recorder reads no clock: the wall-clock time comes from here.
-                match rec.handle(unix_now_ms(), &ev) {
-                    Ok(Some(done)) => note(RelayNote::Recorded(&done)),
-                    Ok(None) => {}
-                    Err(e) => note(RelayNote::RecordError(e.to_string())),
-                }
-            }
-        }
-        while let Some(to) = server.poll_transmit(now, &mut buf) {
-            // A send error to one address (e.g. unreachable) must not stop the relay.
-            if socket.send_to(&buf, to).is_ok() {
-                io_count.packets_out += 1;
-                io_count.bytes_out += buf.len() as u64;
-            }
-        }
-        if let Some(m) = &opts.metrics {
-            publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
-            m.set(Metric::DropRateLimitedAddr, per_addr.dropped());
-            m.set(Metric::Draining, u64::from(drain_until.is_some()));
-            m.beat();
-        }
-    }
-    if let Some(m) = &opts.metrics {
-        publish(m, &router, &server, &glue, recorder.as_ref(), &io_count);
-        m.set(Metric::Up, 0);
-        m.stop_beating();
-    }
-    Ok(())
+    crate::serve::serve_one(socket.try_clone()?, config, transport, recorder, opts, note)
 }
 
-fn publish(
+/// Publishes loop `i`'s totals.
+pub(crate) fn publish(
     m: &Metrics,
+    i: usize,
     router: &Router,
     server: &Server,
     glue: &RouterGlue,
@@ -388,7 +232,7 @@ fn publish(
 ) {
     let r = router.counters();
     let s = server.counters();
-    let set = |k, v: u64| m.set(k, v);
+    let set = |k, v: u64| m.set_loop(i, k, v);
     set(Metric::Matches, router.match_count() as u64);
     set(Metric::MatchesRunning, router.running_count() as u64);
     set(Metric::MatchesStarted, r.matches_started);

@@ -20,7 +20,7 @@ pub use config::{Channel, TransportConfig};
 pub use congestion::{CongestionConfig, CongestionMode};
 pub use connection::DisconnectReason;
 pub use messages::SendError;
-pub use server::{AuthMode, ConnId, Server, ServerCounters, ServerEvent};
+pub use server::{AuthMode, ConnId, Detached, Server, ServerCounters, ServerEvent};
 pub use stats::LinkStats;
 
 #[cfg(test)]

@@ -18,6 +18,10 @@ use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+mod handoff;
+pub use handoff::Detached;
 
 /// Identifies one connection on a [`Server`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -140,8 +144,13 @@ pub struct Server {
     cursor: Option<ConnId>,
     now: Instant,
     auth: AuthMode,
-    used_tokens: UsedTokens,
+    /// Shared with the other servers of one process that serve the same
+    /// port ([`Server::with_token_ledger_of`]): a token used through one
+    /// is used for all.
+    used_tokens: Arc<Mutex<UsedTokens>>,
     denials: VecDeque<(SocketAddr, DenyReason)>,
+    /// Connection ids, reused by `handle_timeout` on every wake-up.
+    scratch: Vec<ConnId>,
 }
 
 impl Server {
@@ -160,8 +169,9 @@ impl Server {
             cursor: None,
             now: Instant::ZERO,
             auth: AuthMode::Open,
-            used_tokens: UsedTokens::default(),
+            used_tokens: Arc::default(),
             denials: VecDeque::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -218,7 +228,24 @@ impl Server {
     /// Join-token ids remembered to stop reuse from another address (0 in open mode).
     #[must_use]
     pub fn tracked_tokens(&self) -> usize {
-        self.used_tokens.len()
+        self.ledger().len()
+    }
+
+    /// The same, remembering used join tokens in `other`'s ledger: for a
+    /// driver running several servers on one port (one per thread), so a
+    /// token used through one of them is refused as reused by all.
+    #[must_use]
+    pub fn with_token_ledger_of(mut self, other: &Self) -> Self {
+        self.used_tokens = Arc::clone(&other.used_tokens);
+        self
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, UsedTokens> {
+        // The ledger stays consistent even if a holder panicked mid-update
+        // (each update is one insert or remove pair).
+        self.used_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn unix_now(&self, now: Instant) -> u64 {
@@ -241,7 +268,7 @@ impl Server {
         let AuthMode::Tokens { key, .. } = &self.auth else {
             return Err(Refusal::Forged);
         };
-        self.used_tokens.prune(unix);
+        self.ledger().prune(unix);
         if token.protocol_id != self.cfg.protocol_id {
             return Err(Refusal::WrongProtocol);
         }
@@ -251,7 +278,7 @@ impl Server {
         if unix >= token.expire_unix {
             return Err(Refusal::Expired);
         }
-        if self.used_tokens.used_elsewhere(&token.id(), from) {
+        if self.ledger().used_elsewhere(&token.id(), from) {
             return Err(Refusal::Reused);
         }
         Ok(opened)
@@ -494,11 +521,21 @@ impl Server {
         }
         if let Some((claims, id)) = &token {
             let unix = self.unix_now(now);
-            if self
-                .used_tokens
-                .record(*id, from, claims.expire_unix, unix)
-                .is_err()
-            {
+            let recorded = {
+                let mut ledger = self.ledger();
+                // Checked again under the lock: a server sharing the ledger
+                // may have admitted the token from another address meanwhile.
+                if ledger.used_elsewhere(id, from) {
+                    None
+                } else {
+                    Some(ledger.record(*id, from, claims.expire_unix, unix))
+                }
+            };
+            let Some(recorded) = recorded else {
+                self.refuse_token(from, c.protocol_id, c.client_salt, Refusal::Reused);
+                return;
+            };
+            if recorded.is_err() {
                 self.counters.token_table_full += 1;
                 self.deny(from, c.protocol_id, c.client_salt, DenyReason::Full);
                 return;
@@ -559,14 +596,19 @@ impl Server {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = self.now.max(now);
         let unix = self.unix_now(now);
-        self.used_tokens.prune(unix);
-        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
-        for id in ids {
+        self.ledger().prune(unix);
+        // A reused list (this runs on every wake-up): `pump` may remove
+        // connections, so the ids are taken first.
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
+        ids.extend(self.conns.keys().copied());
+        for &id in &ids {
             if let Some(slot) = self.conns.get_mut(&id) {
                 slot.conn.handle_timeout(now);
             }
             self.pump(id);
         }
+        self.scratch = ids;
     }
 
     /// Fills `buf` with the next datagram to send (stateless replies first, then
@@ -578,19 +620,25 @@ impl Server {
             buf.extend_from_slice(&bytes);
             return Some(to);
         }
-        let start = self.cursor;
-        let order: Vec<ConnId> = match start {
-            // Strictly after the cursor: it may name a connection that is gone, and
-            // skipping "the first of c.." would then skip a live one forever.
-            Some(c) => self
-                .conns
-                .range((Bound::Excluded(c), Bound::Unbounded))
-                .chain(self.conns.range(..=c))
-                .map(|(k, _)| *k)
-                .collect(),
-            None => self.conns.keys().copied().collect(),
-        };
-        for id in order {
+        // Round robin from strictly after the cursor (it may name a
+        // connection that is gone, and skipping "the first of c.." would
+        // then skip a live one forever), wrapping around, each connection
+        // at most once. Walked in place: this runs once per datagram sent,
+        // so it must not copy the connection list each time.
+        let mut at = self.cursor;
+        for _ in 0..self.conns.len() {
+            let next = at
+                .and_then(|c| {
+                    self.conns
+                        .range((Bound::Excluded(c), Bound::Unbounded))
+                        .next()
+                })
+                .or_else(|| self.conns.iter().next())
+                .map(|(k, _)| *k);
+            let Some(id) = next else {
+                break;
+            };
+            at = Some(id);
             let Some(slot) = self.conns.get_mut(&id) else {
                 continue;
             };

@@ -11,8 +11,11 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
     let rest = args.get(2..).unwrap_or(&[]);
     match mode.as_str() {
         "--internal-net-run" => Some(super::net_bench::internal_main(rest)),
-        "--internal-relay" => Some(super::relay_bench::relay_main()),
-        "--internal-loadgen" => Some(super::relay_bench::loadgen_main(rest)),
+        "--internal-relay" => Some(super::relay_load::relay_worker_main(rest)),
+        "--internal-echo" => Some(super::relay_load::echo_worker_main(rest)),
+        "relay-load" => Some(super::relay_load::relay_load_main(rest)),
+        "echo-load" => Some(super::relay_load::echo_load_main(rest)),
+        "--internal-hotpath" => Some(super::hotpath::hotpath_main(rest)),
         _ => None,
     }
 }

@@ -1,21 +1,29 @@
-//! Relay capacity: one relay process (`bench --internal-relay`) against a
-//! load generator process (`bench --internal-loadgen`) running M concurrent
-//! 4-player matches of fake-game peers that speak the real protocol over our
-//! UDP transport on 127.0.0.1 (commands at the bot's rate, a deterministic
-//! fake hash per turn). M steps up until p99 turn latency exceeds the
-//! unloaded value by more than one turn, a peer fails, or the relay's CPU
-//! saturates. Relay CPU comes from `/proc/<pid>/stat`.
+//! Relay capacity: the relay's real serve loops as their own process
+//! (`bench --internal-relay THREADS`) against load generator processes
+//! (`bench relay-load`, as many as the machine has cores) playing M
+//! concurrent 4-player matches of fake-game peers that speak the real
+//! protocol over our UDP transport on 127.0.0.1 (commands at the bot's
+//! rate, a deterministic fake hash per turn). M steps up until p99 turn
+//! latency exceeds the unloaded value by more than one turn, a peer fails,
+//! or a side saturates; for `--threads 1` and `--threads 2`. The echo
+//! baseline (`bench --internal-echo`, the same socket code doing nothing
+//! else) moves as many datagrams per second as the relay's largest step,
+//! for the CPU per datagram the relay is compared with. CPU and RSS come
+//! from `/proc`.
 
 use super::benchpeer::{BenchPeerConfig, PeerFigures, Play};
-use super::carrier::{RelayCounters, run_udp_peers, serve_udp};
+use super::carrier::run_udp_peers;
+use super::relay_load::{EchoLoad, WorkerCounters};
 use super::stats::percentile;
 use lockstep::transport::TransportConfig;
+#[cfg(test)]
 use relay::RelayConfig;
-use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, UdpSocket};
-use std::process::{Command, ExitCode, Stdio};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+#[cfg(test)]
 use std::sync::Arc;
+#[cfg(test)]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Turn length in ms (the relay default).
@@ -23,45 +31,12 @@ pub const TURN_MS: f64 = 100.0;
 /// Relay CPU (percent of one core) counted as saturated.
 pub const CPU_SATURATED: f64 = 90.0;
 /// Fake peers submit one command every this many turns (300 APM, like the bench bots).
-const EVERY: u32 = 2;
+pub const EVERY: u32 = 2;
 
 fn transport() -> TransportConfig {
     TransportConfig {
         max_connections: 8192,
         ..TransportConfig::default()
-    }
-}
-
-/// `--internal-relay`: serves on a free loopback port, prints the address,
-/// runs until stdin closes, then prints its counters as JSON.
-#[must_use]
-pub fn relay_main() -> ExitCode {
-    let socket =
-        match UdpSocket::bind(("127.0.0.1", 0)).and_then(|s| s.local_addr().map(|a| (s, a))) {
-            Ok(x) => x,
-            Err(e) => {
-                replays::err_println!("error: relay cannot bind: {e}");
-                return ExitCode::from(1);
-            }
-        };
-    let (socket, addr) = socket;
-    replays::out_println!("{addr}");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = Arc::clone(&stop);
-    std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = std::io::stdin().read_to_end(&mut sink);
-        stop2.store(true, Ordering::Relaxed);
-    });
-    match serve_udp(&socket, RelayConfig::default(), transport(), &stop) {
-        Ok(c) => {
-            replays::out_println!("{}", serde_json::to_string(&c).unwrap_or_default());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            replays::err_println!("error: relay failed: {e}");
-            ExitCode::from(1)
-        }
     }
 }
 
@@ -78,30 +53,46 @@ pub struct LoadFigures {
     pub p99_ms: f64,
     /// Mean stall per minute, ms.
     pub stall_per_min_ms: f64,
+    /// Every latency sample, in whole milliseconds: (ms, count), so that
+    /// the figures of several load generator processes pool exactly.
+    #[serde(default)]
+    pub latency_hist: Vec<(u32, u64)>,
 }
 
-/// `--internal-loadgen <relay addr> <matches> <turns> <seed>`.
-#[must_use]
-pub fn loadgen_main(args: &[String]) -> ExitCode {
-    let parsed = (|| {
-        let relay: SocketAddr = args.first()?.parse().ok()?;
-        let matches: usize = args.get(1)?.parse().ok()?;
-        let turns: u32 = args.get(2)?.parse().ok()?;
-        let seed: u64 = args.get(3)?.parse().ok()?;
-        Some((relay, matches, turns, seed))
-    })();
-    let Some((relay, matches, turns, seed)) = parsed else {
-        replays::err_println!("usage: --internal-loadgen <relay addr> <matches> <turns> <seed>");
-        return ExitCode::from(2);
-    };
-    match loadgen(relay, matches, turns, seed) {
-        Ok(f) => {
-            replays::out_println!("{}", serde_json::to_string(&f).unwrap_or_default());
-            ExitCode::SUCCESS
+impl LoadFigures {
+    /// Pools the figures of several load generator processes.
+    #[must_use]
+    pub fn merge(parts: &[Self]) -> Self {
+        let mut hist = std::collections::BTreeMap::<u32, u64>::new();
+        for p in parts {
+            for &(ms, n) in &p.latency_hist {
+                *hist.entry(ms).or_default() += n;
+            }
         }
-        Err(e) => {
-            replays::err_println!("error: load generator failed: {e}");
-            ExitCode::from(1)
+        let peers: usize = parts.iter().map(|p| p.peers).sum();
+        let pct = |q: f64| {
+            let total: u64 = hist.values().sum();
+            let want = ((q / 100.0) * total as f64).ceil().max(1.0) as u64;
+            let mut seen = 0;
+            for (&ms, &n) in &hist {
+                seen += n;
+                if seen >= want {
+                    return f64::from(ms);
+                }
+            }
+            0.0
+        };
+        Self {
+            peers,
+            completed: parts.iter().map(|p| p.completed).sum(),
+            p50_ms: pct(50.0),
+            p99_ms: pct(99.0),
+            stall_per_min_ms: parts
+                .iter()
+                .map(|p| p.stall_per_min_ms * p.peers as f64)
+                .sum::<f64>()
+                / peers.max(1) as f64,
+            latency_hist: hist.into_iter().collect(),
         }
     }
 }
@@ -151,6 +142,13 @@ pub fn summarise(figures: &[PeerFigures]) -> LoadFigures {
             .map(PeerFigures::stall_per_min_ms)
             .sum::<f64>()
             / figures.len().max(1) as f64,
+        latency_hist: {
+            let mut h = std::collections::BTreeMap::<u32, u64>::new();
+            for &l in &all {
+                *h.entry(l.round() as u32).or_default() += 1;
+            }
+            h.into_iter().collect()
+        },
     }
 }
 
@@ -183,113 +181,263 @@ fn clock_ticks_per_sec() -> f64 {
 /// One load step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Step {
+    /// Relay event loops (`relay serve --threads`).
+    pub threads: usize,
     /// Concurrent matches.
     pub matches: usize,
-    /// What the load generator measured.
+    /// Load generator processes.
+    pub procs: usize,
+    /// What the load generators measured, pooled.
     pub load: LoadFigures,
     /// Relay CPU, percent of one core, over the run.
     pub relay_cpu: f64,
-    /// Load generator CPU, percent of one core.
+    /// Load generator CPU, percent of one core, all processes together.
     pub loadgen_cpu: f64,
     /// Datagrams per second into the relay.
     pub pps_in: f64,
     /// Datagrams per second out of the relay.
     pub pps_out: f64,
+    /// The relay's peak RSS, KiB.
+    pub peak_rss_kib: u64,
     /// Wall time of the run, seconds.
     pub secs: f64,
 }
 
-fn run_step(exe: &str, matches: usize, turns: u32, seed: u64) -> Result<Step, String> {
-    let mut relay = Command::new(exe)
-        .arg("--internal-relay")
+impl Step {
+    /// Relay CPU per datagram moved (in + out), ns.
+    #[must_use]
+    pub fn relay_ns_per_datagram(&self) -> f64 {
+        self.relay_cpu / 100.0 * 1e9 / (self.pps_in + self.pps_out).max(1e-9)
+    }
+}
+
+/// A worker process that prints its address, serves until its stdin
+/// closes, then prints its counters.
+struct Worker {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    addr: String,
+    pid: u32,
+}
+
+fn start_worker(exe: &str, mode: &str, threads: usize) -> Result<Worker, String> {
+    let mut child = Command::new(exe)
+        .args([mode, &threads.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot start the relay: {e}"))?;
+        .map_err(|e| format!("cannot start {mode}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("worker has no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = lines
+        .next()
+        .and_then(Result::ok)
+        .ok_or("worker printed no address")?;
+    let pid = child.id();
+    Ok(Worker {
+        child,
+        lines,
+        addr,
+        pid,
+    })
+}
+
+fn stop_worker(mut w: Worker) -> Result<WorkerCounters, String> {
+    drop(w.child.stdin.take());
+    let c = w
+        .lines
+        .next()
+        .and_then(Result::ok)
+        .and_then(|l| serde_json::from_str(&l).ok())
+        .ok_or_else(|| "worker printed no counters".to_owned());
+    let _ = w.child.wait();
+    c
+}
+
+/// Waits for `children`, sampling each one's CPU ticks until it exits;
+/// returns their outputs and the ticks they used.
+fn wait_sampling(children: Vec<Child>) -> Result<(Vec<std::process::Output>, u64), String> {
+    let mut last: Vec<u64> = vec![0; children.len()];
+    let mut pending: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    let mut outs: Vec<Option<std::process::Output>> = pending.iter().map(|_| None).collect();
+    while pending.iter().any(Option::is_some) {
+        for (i, slot) in pending.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            if let Some(t) = process_ticks(c.id()) {
+                last[i] = t;
+            }
+            match c.try_wait() {
+                Ok(Some(_)) => {
+                    if let Some(c) = slot.take() {
+                        outs[i] = Some(c.wait_with_output().map_err(|e| e.to_string())?);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        // Pacing the sampling, not synchronisation: the children run on their own.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok((outs.into_iter().flatten().collect(), last.iter().sum()))
+}
+
+fn run_step(
+    exe: &str,
+    threads: usize,
+    matches: usize,
+    turns: u32,
+    seed: u64,
+    procs: usize,
+) -> Result<Step, String> {
+    let relay = start_worker(exe, "--internal-relay", threads)?;
+    let procs = procs.clamp(1, matches.max(1));
     let result = (|| {
-        let stdout = relay.stdout.take().ok_or("relay has no stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = lines
-            .next()
-            .and_then(Result::ok)
-            .ok_or("relay printed no address")?;
-        let relay_pid = relay.id();
         let t0 = std::time::Instant::now();
-        let r0 = process_ticks(relay_pid).ok_or("cannot read the relay's /proc stat")?;
-        let loadgen_child = Command::new(exe)
-            .args([
-                "--internal-loadgen",
-                &addr,
-                &matches.to_string(),
-                &turns.to_string(),
-                &seed.to_string(),
-            ])
+        let r0 = process_ticks(relay.pid).ok_or("cannot read the relay's /proc stat")?;
+        let mut children = Vec::with_capacity(procs);
+        for i in 0..procs {
+            let share = matches / procs + usize::from(i < matches % procs);
+            children.push(
+                Command::new(exe)
+                    .args(["relay-load", "--relay", &relay.addr])
+                    .args([
+                        "--matches",
+                        &share.to_string(),
+                        "--turns",
+                        &turns.to_string(),
+                    ])
+                    .args(["--seed", &(seed * 1000 + i as u64).to_string()])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("cannot start a load generator: {e}"))?,
+            );
+        }
+        let (outs, g_ticks) = wait_sampling(children)?;
+        let secs = t0.elapsed().as_secs_f64();
+        let r1 = process_ticks(relay.pid).ok_or("cannot read the relay's /proc stat")?;
+        let mut parts = Vec::with_capacity(outs.len());
+        for out in outs {
+            if !out.status.success() {
+                return Err(format!(
+                    "load generator exited with {}: {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            parts.push(
+                serde_json::from_slice::<LoadFigures>(&out.stdout).map_err(|e| e.to_string())?,
+            );
+        }
+        let hz = clock_ticks_per_sec();
+        Ok::<_, String>((
+            LoadFigures::merge(&parts),
+            (r1 - r0) as f64 / hz / secs * 100.0,
+            g_ticks as f64 / hz / secs * 100.0,
+            secs,
+        ))
+    })();
+    let counters = stop_worker(relay);
+    let (load, relay_cpu, loadgen_cpu, secs) = result?;
+    let counters = counters?;
+    Ok(Step {
+        threads,
+        matches,
+        procs,
+        load,
+        relay_cpu,
+        loadgen_cpu,
+        pps_in: counters.packets_in as f64 / secs,
+        pps_out: counters.packets_out as f64 / secs,
+        peak_rss_kib: counters.peak_rss_kib,
+        secs,
+    })
+}
+
+/// The echo baseline at one rate.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Echo {
+    /// Event loops (sockets, threads) of the echo server.
+    pub threads: usize,
+    /// Datagrams moved per second (in + out).
+    pub pps: f64,
+    /// Echo server CPU, percent of one core.
+    pub cpu: f64,
+    /// Echo server CPU per datagram moved, ns.
+    pub ns_per_datagram: f64,
+}
+
+/// Runs the echo server with `threads` loops while `sockets` sockets send
+/// it `pps_total / 2` datagrams a second of `size` bytes for `secs`.
+fn run_echo(
+    exe: &str,
+    threads: usize,
+    pps_total: f64,
+    sockets: usize,
+    size: usize,
+    secs: f64,
+) -> Result<Echo, String> {
+    let echo = start_worker(exe, "--internal-echo", threads)?;
+    let result = (|| {
+        let t0 = std::time::Instant::now();
+        let r0 = process_ticks(echo.pid).ok_or("cannot read the echo server's /proc stat")?;
+        let child = Command::new(exe)
+            .args(["echo-load", "--target", &echo.addr])
+            .args(["--sockets", &sockets.to_string()])
+            .args(["--pps", &((pps_total / 2.0) as u64).to_string()])
+            .args(["--secs", &secs.to_string(), "--size", &size.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start the load generator: {e}"))?;
-        let loadgen_pid = loadgen_child.id();
-        // Sample the generator's CPU just before it exits: poll its stat while it runs.
-        let mut g_last = 0;
-        let out = {
-            let mut loadgen_child = loadgen_child;
-            loop {
-                if let Some(t) = process_ticks(loadgen_pid) {
-                    g_last = t;
-                }
-                match loadgen_child.try_wait() {
-                    Ok(Some(_)) => break loadgen_child.wait_with_output(),
-                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(50)),
-                    Err(e) => break Err(e),
-                }
-            }
-        }
-        .map_err(|e| e.to_string())?;
-        let secs = t0.elapsed().as_secs_f64();
-        let r1 = process_ticks(relay_pid).ok_or("cannot read the relay's /proc stat")?;
-        if !out.status.success() {
-            return Err(format!(
-                "load generator exited with {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        let load: LoadFigures = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-        drop(relay.stdin.take());
-        let counters: RelayCounters = lines
-            .next()
-            .and_then(Result::ok)
-            .and_then(|l| serde_json::from_str(&l).ok())
-            .ok_or("relay printed no counters")?;
-        let hz = clock_ticks_per_sec();
-        Ok(Step {
-            matches,
-            load,
-            relay_cpu: (r1 - r0) as f64 / hz / secs * 100.0,
-            loadgen_cpu: g_last as f64 / hz / secs * 100.0,
-            pps_in: counters.packets_in as f64 / secs,
-            pps_out: counters.packets_out as f64 / secs,
-            secs,
-        })
+            .map_err(|e| format!("cannot start echo-load: {e}"))?;
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let wall = t0.elapsed().as_secs_f64();
+        let r1 = process_ticks(echo.pid).ok_or("cannot read the echo server's /proc stat")?;
+        let _: EchoLoad = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+        Ok::<_, String>(((r1 - r0) as f64 / clock_ticks_per_sec(), wall))
     })();
-    drop(relay.stdin.take());
-    let _ = relay.wait();
-    result
+    let counters = stop_worker(echo);
+    let (cpu_secs, wall) = result?;
+    let c = counters?;
+    let moved = (c.packets_in + c.packets_out) as f64;
+    Ok(Echo {
+        threads,
+        pps: moved / wall,
+        cpu: cpu_secs / wall * 100.0,
+        ns_per_datagram: cpu_secs * 1e9 / moved.max(1.0),
+    })
 }
 
-/// The section's results.
+/// One ladder of steps for one thread count.
 #[derive(Debug, Default)]
-pub struct Capacity {
+pub struct Ladder {
+    /// Relay event loops.
+    pub threads: usize,
     /// Every step run, in order.
     pub steps: Vec<Step>,
     /// The largest step that held.
     pub held: Option<Step>,
     /// Why stepping stopped.
     pub stopped: String,
+    /// The echo baseline at the largest held step's datagram rate.
+    pub echo: Option<Echo>,
+}
+
+/// The section's results.
+#[derive(Debug, Default)]
+pub struct Capacity {
+    /// One ladder per thread count.
+    pub ladders: Vec<Ladder>,
     /// Turns per step.
     pub turns: u32,
+    /// Load generator processes per step.
+    pub procs: usize,
+    /// Cores of the machine.
+    pub cores: usize,
     /// The 1-minute load average when the section started (other work on the machine).
     pub load_average: Option<f64>,
 }
@@ -309,41 +457,59 @@ pub fn holds(step: &Step, unloaded_p99: f64) -> Result<(), String> {
             step.load.p99_ms, unloaded_p99
         ));
     }
-    if step.relay_cpu >= CPU_SATURATED {
-        return Err(format!("relay CPU saturated ({:.0} %)", step.relay_cpu));
+    if step.relay_cpu >= CPU_SATURATED * step.threads.max(1) as f64 {
+        return Err(format!(
+            "relay CPU saturated ({:.0} % of {} core(s))",
+            step.relay_cpu, step.threads
+        ));
     }
     Ok(())
 }
 
-/// Steps the load up.
+/// Which side ran out of CPU at `step`, if any: the relay (its threads'
+/// cores), the load generators (theirs), or the machine (both together).
 #[must_use]
-pub fn measure(quick: bool) -> Capacity {
-    let (turns, ladder): (u32, &[usize]) = if quick {
-        (40, &[1, 64, 128, 256, 512])
+pub fn saturated(step: &Step, cores: usize) -> Option<String> {
+    let full = |n: usize| CPU_SATURATED * n.max(1) as f64;
+    if step.relay_cpu >= full(step.threads) {
+        Some(format!("the relay saturated its {} core(s)", step.threads))
+    } else if step.loadgen_cpu >= full(step.procs) {
+        Some(format!(
+            "the load generators saturated their {} core(s), so the relay's own limit is higher",
+            step.procs
+        ))
+    } else if step.relay_cpu + step.loadgen_cpu >= full(cores) {
+        Some(format!(
+            "the machine's {cores} cores saturated (relay {:.0} % + load generators {:.0} %), so the relay's own limit is higher",
+            step.relay_cpu, step.loadgen_cpu
+        ))
     } else {
-        (150, &[1, 16, 64, 128, 256, 384, 512, 768, 1024])
-    };
-    let mut cap = Capacity {
-        turns,
-        load_average: std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok()),
-        ..Capacity::default()
-    };
-    let exe = match std::env::current_exe() {
-        Ok(p) => p.to_string_lossy().into_owned(),
-        Err(e) => {
-            cap.stopped = format!("cannot find own binary: {e}");
-            return cap;
-        }
+        None
+    }
+}
+
+fn ladder(
+    exe: &str,
+    threads: usize,
+    turns: u32,
+    rungs: &[usize],
+    procs: usize,
+    cores: usize,
+) -> Ladder {
+    let mut lad = Ladder {
+        threads,
+        ..Ladder::default()
     };
     let mut unloaded = None;
-    for (i, &m) in ladder.iter().enumerate() {
-        replays::err_println!("[relay] {m} concurrent 4-player matches, {turns} turns");
-        let step = match run_step(&exe, m, turns, 7 + i as u64) {
+    for (i, &m) in rungs.iter().enumerate() {
+        replays::err_println!(
+            "[relay] --threads {threads}: {m} concurrent 4-player matches, {turns} turns, {procs} load generator process(es)"
+        );
+        let seed = 7 + i as u64 + 50 * threads as u64;
+        let step = match run_step(exe, threads, m, turns, seed, procs) {
             Ok(s) => s,
             Err(e) => {
-                cap.stopped = format!("step of {m} matches failed: {e}");
+                lad.stopped = format!("step of {m} matches failed: {e}");
                 break;
             }
         };
@@ -353,97 +519,78 @@ pub fn measure(quick: bool) -> Capacity {
         if verdict.is_err() && i > 0 {
             // Other work on a shared machine causes spikes: a step must fail twice.
             replays::err_println!("[relay] {m} matches did not hold; running it once more");
-            if let Ok(again) = run_step(&exe, m, turns, 100 + i as u64) {
-                cap.steps.push(step);
+            if let Ok(again) = run_step(exe, threads, m, turns, seed + 100, procs) {
+                lad.steps.push(step);
                 verdict = holds(&again, base);
                 step = again;
             }
         }
-        cap.steps.push(step.clone());
+        lad.steps.push(step.clone());
         match verdict {
-            Ok(()) if step.loadgen_cpu >= CPU_SATURATED => {
-                cap.held = Some(step);
-                cap.stopped = format!(
-                    "stopped at {m} matches: the load generator saturated its core, so the relay's \
-                     own limit is higher than this"
-                );
-                break;
+            Ok(()) => {
+                let side = saturated(&step, cores);
+                lad.held = Some(step);
+                if let Some(side) = side {
+                    lad.stopped = format!("stopped at {m} matches: {side}");
+                    break;
+                }
             }
-            Ok(()) => cap.held = Some(step),
             Err(why) => {
-                cap.stopped = format!("stopped at {m} matches: {why}");
+                lad.stopped = format!("stopped at {m} matches: {why}");
                 break;
             }
         }
     }
-    if cap.stopped.is_empty() {
-        cap.stopped = "every step held (the ladder's largest step is a lower bound)".into();
+    if lad.stopped.is_empty() {
+        lad.stopped = "every step held (the ladder's largest step is a lower bound)".into();
     }
-    cap
+    if let Some(h) = &lad.held {
+        replays::err_println!(
+            "[relay] --threads {threads}: echo baseline at {:.0} datagrams/s",
+            h.pps_in + h.pps_out
+        );
+        let sockets = (h.load.peers).clamp(1, 1024);
+        match run_echo(exe, threads, h.pps_in + h.pps_out, sockets, 60, 4.0) {
+            Ok(e) => lad.echo = Some(e),
+            Err(e) => replays::err_println!("[relay] echo baseline failed: {e}"),
+        }
+    }
+    lad
 }
 
-/// The section's markdown.
+/// Steps the load up, with one relay event loop and with two.
 #[must_use]
-pub fn markdown(cap: &Capacity, cores: usize) -> String {
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "One relay process (single-threaded event loop) against a load generator process running M \
-         concurrent 4-player matches of fake-game peers over our UDP transport on 127.0.0.1: real \
-         handshakes, MACs, acks, inputs (one small command every {EVERY} turns per peer, the bench \
-         bots' 300 APM) and a fake but agreeing hash per turn, {} turns per match. M steps up until \
-         p99 turn latency exceeds the unloaded p99 by more than one turn (100 ms), a peer fails, or \
-         relay CPU reaches {CPU_SATURATED:.0} % of a core. CPU is percent of one core from \
-         `/proc/<pid>/stat` over the whole run (joins included).",
-        cap.turns
-    );
-    if cores <= 2 {
-        let _ = writeln!(
-            md,
-            "\n**This machine has {cores} cores:** the load generator (also single-threaded, doing the \
-             same per-packet work as the relay for four times as many endpoints) competes with the relay \
-             for CPU, so the limit found is the pair's, not the relay's alone."
-        );
-    }
-    if let Some(l) = cap.load_average {
-        let _ = writeln!(
-            md,
-            "\nThe machine's 1-minute load average when this section started: {l:.1} (other work \
-             competes for the same cores). A step that does not hold is run once more and must fail \
-             twice; both runs are listed."
-        );
-    }
-    md.push_str("\n| matches | peers | p50 ms | p99 ms | stall ms/min | relay CPU % | loadgen CPU % | relay pkts/s in | relay pkts/s out |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
-    for s in &cap.steps {
-        let _ = writeln!(
-            md,
-            "| {} | {}/{} completed | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            s.matches,
-            s.load.completed,
-            s.load.peers,
-            s.load.p50_ms,
-            s.load.p99_ms,
-            s.load.stall_per_min_ms,
-            s.relay_cpu,
-            s.loadgen_cpu,
-            s.pps_in,
-            s.pps_out
-        );
-    }
-    match &cap.held {
-        Some(s) => {
-            let _ = writeln!(
-                md,
-                "\n**Held: {} concurrent matches** ({} peers) at {:.0} packets/s in, {:.0} out, relay CPU {:.0} %. {}.",
-                s.matches, s.load.peers, s.pps_in, s.pps_out, s.relay_cpu, cap.stopped
-            );
+pub fn measure(quick: bool) -> Capacity {
+    let (turns, rungs): (u32, &[usize]) = if quick {
+        (40, &[1, 256, 512, 1024, 1536, 2048])
+    } else {
+        (150, &[1, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096])
+    };
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let mut cap = Capacity {
+        turns,
+        procs: cores,
+        cores,
+        load_average: std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok()),
+        ..Capacity::default()
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p.to_string_lossy().into_owned(),
+        Err(e) => {
+            cap.ladders.push(Ladder {
+                stopped: format!("cannot find own binary: {e}"),
+                ..Ladder::default()
+            });
+            return cap;
         }
-        None => {
-            let _ = writeln!(md, "\nNo step held: {}.", cap.stopped);
-        }
+    };
+    for threads in [1, 2] {
+        cap.ladders
+            .push(ladder(&exe, threads, turns, rungs, cores, cores));
     }
-    md
+    cap
 }
 
 #[cfg(test)]
@@ -462,6 +609,7 @@ mod tests {
     #[test]
     fn a_step_holds_only_within_one_turn_and_with_every_peer_done() {
         let mut s = Step {
+            threads: 1,
             matches: 2,
             load: LoadFigures {
                 peers: 8,
@@ -483,22 +631,82 @@ mod tests {
         assert!(holds(&s, 300.0).is_err());
     }
 
-    /// Two fake matches against an in-process relay: every peer completes
-    /// and measures latency (no timing asserted).
+    /// Three fake matches against the real serve loops (two threads) in
+    /// process: every peer completes and measures latency (no timing asserted).
     #[test]
-    fn load_generator_plays_fake_matches() {
-        let socket = UdpSocket::bind(("127.0.0.1", 0)).unwrap();
-        let addr = socket.local_addr().unwrap();
+    fn load_generator_plays_fake_matches_against_two_event_loops() {
+        use relay::metrics::{Metric, Metrics};
+        let sockets = relay::serve::bind_reuseport(([127, 0, 0, 1], 0).into(), 2).unwrap();
+        let addr = sockets[0].local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = Arc::clone(&stop);
-        let relay = std::thread::spawn(move || {
-            serve_udp(&socket, RelayConfig::default(), transport(), &stop2)
-        });
-        let f = loadgen(addr, 2, 20, 3).unwrap();
+        let metrics = Arc::new(Metrics::new().with_loops(2));
+        let relay = {
+            let (stop, metrics) = (Arc::clone(&stop), Arc::clone(&metrics));
+            std::thread::spawn(move || {
+                let opts = relay::udp::ServeOptions {
+                    stop: &stop,
+                    grace: lockstep::Duration::ZERO,
+                    metrics: Some(metrics),
+                    auth: lockstep::transport::AuthMode::Open,
+                };
+                relay::serve::serve_loops(
+                    sockets,
+                    RelayConfig::default(),
+                    transport(),
+                    Vec::new(),
+                    &opts,
+                    &|_| {},
+                )
+            })
+        };
+        let f = loadgen(addr, 3, 20, 3).unwrap();
         stop.store(true, Ordering::Relaxed);
-        let counters = relay.join().unwrap().unwrap();
-        assert_eq!((f.peers, f.completed), (8, 8));
+        relay.join().unwrap().unwrap();
+        assert_eq!((f.peers, f.completed), (12, 12));
         assert!(f.p99_ms >= f.p50_ms && f.p50_ms > 0.0);
-        assert!(counters.packets_in > 0 && counters.packets_out > 0);
+        assert_eq!(metrics.get(Metric::MatchesEnded), 3);
+        assert!(metrics.get(Metric::PacketsIn) > 0 && metrics.get(Metric::PacketsOut) > 0);
+    }
+
+    #[test]
+    fn pooled_figures_take_percentiles_over_every_process_sample() {
+        let part = |samples: &[u32]| {
+            let mut h = std::collections::BTreeMap::<u32, u64>::new();
+            for &s in samples {
+                *h.entry(s).or_default() += 1;
+            }
+            LoadFigures {
+                peers: 4,
+                completed: 4,
+                latency_hist: h.into_iter().collect(),
+                ..LoadFigures::default()
+            }
+        };
+        let a = part(&[300; 99]);
+        let b = part(&[500]);
+        let m = LoadFigures::merge(&[a, b]);
+        assert_eq!((m.peers, m.completed), (8, 8));
+        assert_eq!((m.p50_ms, m.p99_ms), (300.0, 300.0));
+        let m = LoadFigures::merge(&[part(&[300; 98]), part(&[500, 500])]);
+        assert_eq!(m.p99_ms, 500.0);
+    }
+
+    #[test]
+    fn the_side_that_saturated_is_named() {
+        let s = |relay_cpu, loadgen_cpu| Step {
+            threads: 2,
+            procs: 2,
+            relay_cpu,
+            loadgen_cpu,
+            ..Step::default()
+        };
+        assert!(saturated(&s(185.0, 10.0), 2).unwrap().contains("relay"));
+        assert!(
+            saturated(&s(50.0, 181.0), 2)
+                .unwrap()
+                .contains("load generators")
+        );
+        assert!(saturated(&s(100.0, 90.0), 2).unwrap().contains("machine"));
+        assert_eq!(saturated(&s(100.0, 40.0), 2), None);
     }
 }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, bulk_bench, net_bench, net_report, relay_bench, replay_bench, report,
-    sim_bench,
+    bandwidth_bench, bulk_bench, net_bench, net_report, relay_bench, relay_report, replay_bench,
+    report, sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -152,11 +152,13 @@ fn main() -> ExitCode {
     }
 
     if wanted(&args, "relay") {
-        eprintln!("[relay] capacity: concurrent 4-player matches on one relay process");
+        eprintln!(
+            "[relay] capacity: concurrent 4-player matches on one relay process, --threads 1 and 2"
+        );
         let cap = relay_bench::measure(args.quick);
         md.push_str("## Relay capacity\n\n");
         md.push_str(&section_stamp);
-        md.push_str(&relay_bench::markdown(&cap, machine.cores));
+        md.push_str(&relay_report::markdown(&cap));
         md.push('\n');
     }
 

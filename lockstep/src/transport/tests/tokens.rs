@@ -596,3 +596,36 @@ fn connect_flood_in_token_mode_is_not_amplified_and_matches_keep_playing() {
 fn connect_flood_in_open_mode_is_not_amplified_and_matches_keep_playing() {
     connect_flood(false);
 }
+
+/// `relay serve --threads`: servers on one port share one ledger, so a
+/// token used through one of them is refused as reused through another
+/// (each client's datagrams reach the server its address hashes to).
+#[test]
+fn servers_sharing_a_ledger_refuse_a_token_used_through_another() {
+    let mut one = token_server();
+    let mut two = token_server().with_token_ledger_of(&one);
+    let now = Instant::from_millis(100);
+    let (a, b) = (addr("10.7.0.1:4000"), addr("10.7.0.2:4000"));
+    let t = token(2);
+    // B (a stolen copy) holds a cookie from the second server first.
+    let b_challenge = ask(&mut two, now, b, &t);
+    assert!(handshake(&mut one, now, a, &t).is_some(), "accepted");
+    assert_eq!(two.tracked_tokens(), 1);
+    assert_eq!(
+        denied(&ask(&mut two, now, b, &t)),
+        Some(wire::DenyReason::TokenReused)
+    );
+    let Ok(wire::Packet::Challenge(cookie)) = wire::decode(&b_challenge) else {
+        panic!("challenge expected")
+    };
+    let mut resp = Vec::new();
+    wire::Packet::TokenResponse {
+        cookie,
+        token: t.private,
+    }
+    .encode(&mut resp);
+    two.handle_datagram(now, b, &resp);
+    drain(&mut two, now);
+    assert_eq!(two.counters().token_reused, 2);
+    assert!(two.connections().next().is_none());
+}

@@ -1,0 +1,443 @@
+//! One event loop: a socket, a transport `Server`, a `Router` and its
+//! recorder, on one thread. Each wake-up makes one blocking wait (epoll,
+//! for the socket and the loop's mailbox), drains the socket in batches,
+//! runs the sans-IO cores once and sends what they produced.
+
+use super::handoff::{Forwarded, Handoff, Inbox, Mailbox, home_of};
+use super::socket::{BatchSocket, Outgoing, SendHeaders};
+use crate::config::RelayConfig;
+use crate::limits::AddrLimiter;
+use crate::metrics::{Metric, Metrics};
+use crate::recorder::Recorder;
+use crate::router::{ConnId, Router};
+use crate::server::{Placement, RouterGlue};
+use crate::udp::{DropNotes, Io, RefusalNotes, RelayNote, ServeOptions, publish};
+use lockstep::proto::ToRelay;
+use lockstep::transport::{Server, TransportConfig};
+use lockstep::{Duration, Instant};
+use mio::{Events, Interest, Poll, Token};
+use replays::format::unix_now_ms;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Longest a loop sleeps before looking at its timers again.
+const MAX_WAIT: Duration = Duration::from_millis(20);
+/// After ending matches at shutdown, how long to keep sending so the
+/// players' `MatchEnd` gets through (or until every connection is gone).
+const LINGER: Duration = Duration::from_millis(1000);
+/// Datagrams per second one source address may send (an honest peer sends
+/// 30-60); more are dropped before the transport sees them.
+const ADDR_PPS: u32 = 1000;
+/// How often a loop forgets connections that moved in and have since closed.
+const SWEEP_EVERY: Duration = Duration::from_millis(500);
+
+const SOCKET: Token = Token(0);
+/// What a loop returns when it stopped because another one failed.
+pub(crate) const OTHER_LOOP_FAILED: &str = "another event loop stopped on an error";
+/// The mailbox waker's token (see `handoff::Mailbox`).
+pub(crate) const MAIL: Token = Token(1);
+
+/// What every loop of one relay shares.
+pub(crate) struct Shared<'a> {
+    pub(crate) opts: &'a ServeOptions<'a>,
+    pub(crate) config: RelayConfig,
+    pub(crate) transport: TransportConfig,
+    pub(crate) secret: [u8; 32],
+    /// Loop 0's transport server before it starts: the others share its
+    /// join-token ledger, so a token used through one loop is used for all.
+    pub(crate) ledger: Server,
+    pub(crate) epoch: std::time::Instant,
+    /// Every loop's mailbox, by index.
+    pub(crate) mail: Vec<Mailbox>,
+    /// Loops that have not finished their shutdown yet.
+    pub(crate) unfinished: AtomicUsize,
+    /// Set when a loop stopped on an error: the others stop too, so the
+    /// relay exits with the error instead of serving on a part of its port.
+    pub(crate) failed: AtomicBool,
+}
+
+/// One loop's state.
+pub(crate) struct EventLoop<'a> {
+    index: usize,
+    shared: &'a Shared<'a>,
+    socket: BatchSocket,
+    poll: Poll,
+    inbox: Inbox,
+    server: Server,
+    router: Router,
+    glue: RouterGlue,
+    recorder: Option<Recorder>,
+    io: Io,
+    per_addr: AddrLimiter,
+    /// Addresses whose datagrams land on this loop's socket but whose
+    /// connection lives on another loop.
+    forward: HashMap<SocketAddr, usize>,
+    /// Per other loop, what to forward to it at the end of this wake-up.
+    outgoing: Vec<Forwarded>,
+    /// Connections that moved in, with their address and landing loop, so
+    /// the landing loop is told when they close.
+    moved_in: HashMap<ConnId, (SocketAddr, usize)>,
+    next_sweep: Instant,
+    moved_out: u64,
+    forwarded: u64,
+}
+
+impl<'a> EventLoop<'a> {
+    /// Loop `index` on `socket`, receiving its mail on `inbox`.
+    pub(crate) fn new(
+        index: usize,
+        shared: &'a Shared<'a>,
+        socket: BatchSocket,
+        poll: Poll,
+        inbox: Inbox,
+        recorder: Option<Recorder>,
+    ) -> io::Result<Self> {
+        let mut socket = socket;
+        poll.registry()
+            .register(socket.source(), SOCKET, Interest::READABLE)?;
+        let loops = shared.mail.len();
+        let mut server = Server::new(shared.transport, shared.secret)
+            .with_auth(shared.opts.auth.clone())
+            .with_token_ledger_of(&shared.ledger);
+        let now = Instant::from_std(shared.epoch, std::time::Instant::now());
+        server.set_unix_time(now, unix_now_ms() / 1000);
+        Ok(Self {
+            index,
+            shared,
+            socket,
+            poll,
+            inbox,
+            server,
+            router: Router::new(shared.config.clone())
+                .with_match_ids(index as u64 + 1, loops as u64),
+            glue: RouterGlue::new(),
+            recorder,
+            io: Io::default(),
+            per_addr: AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536),
+            forward: HashMap::new(),
+            outgoing: (0..loops).map(|_| Forwarded::default()).collect(),
+            moved_in: HashMap::new(),
+            next_sweep: Instant::ZERO,
+            moved_out: 0,
+            forwarded: 0,
+        })
+    }
+
+    fn clock(&self) -> Instant {
+        Instant::from_std(self.shared.epoch, std::time::Instant::now())
+    }
+
+    /// Serves until the graceful shutdown of every loop is over.
+    pub(crate) fn run(self, note: &mut impl FnMut(RelayNote<'_>)) -> io::Result<()> {
+        let shared = self.shared;
+        let index = self.index;
+        let r = self.serve(note);
+        if r.is_err() {
+            shared.failed.store(true, Ordering::Release);
+            for (i, m) in shared.mail.iter().enumerate() {
+                if i != index {
+                    m.post(Handoff::Wake);
+                }
+            }
+        }
+        r
+    }
+
+    fn serve(mut self, note: &mut impl FnMut(RelayNote<'_>)) -> io::Result<()> {
+        let opts = self.shared.opts;
+        let mut events = Events::with_capacity(8);
+        let mut refusal_notes = RefusalNotes::default();
+        let mut drop_notes = DropNotes::default();
+        let mut buf = Vec::with_capacity(2048);
+        let mut out = Outgoing::default();
+        let mut headers = SendHeaders::new();
+        let mut drain_until: Option<Instant> = None;
+        let mut linger_until: Option<Instant> = None;
+        let mut finished = false;
+        if let Some(m) = &opts.metrics {
+            m.beat_loop(self.index);
+        }
+        loop {
+            let now = self.clock();
+            if drain_until.is_none() && opts.stop.load(Ordering::Relaxed) {
+                drain_until = Some(now + opts.grace);
+                self.router.begin_drain();
+                note(RelayNote::Draining {
+                    running: self.router.running_count(),
+                    grace: opts.grace,
+                });
+            }
+            if let Some(until) = drain_until
+                && linger_until.is_none()
+                && (now >= until || self.router.match_count() == 0)
+            {
+                let had = self.router.match_count();
+                self.router.end_all();
+                linger_until = Some(if had > 0 { now + LINGER } else { now });
+            }
+            if !finished
+                && let Some(l) = linger_until
+                && (now >= l || self.server.connections().next().is_none())
+            {
+                finished = true;
+                // The last loop to finish wakes the others, which may be
+                // waiting only to keep forwarding for it.
+                if self.shared.unfinished.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    for (i, m) in self.shared.mail.iter().enumerate() {
+                        if i != self.index {
+                            m.post(Handoff::Wake);
+                        }
+                    }
+                }
+            }
+            if finished && self.shared.unfinished.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            if self.shared.failed.load(Ordering::Acquire) {
+                return Err(io::Error::other(OTHER_LOOP_FAILED));
+            }
+            let deadline = [
+                self.server.poll_timeout(),
+                self.router.poll_timeout(),
+                linger_until.filter(|_| !finished),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let wait = deadline
+                .map_or(MAX_WAIT, |t| t.saturating_since(now))
+                .min(MAX_WAIT);
+            // The one blocking wait of this wake-up.
+            match self.poll.poll(&mut events, Some(wait.to_std())) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            let now = self.clock();
+            self.read_mail(now);
+            self.read_socket(now)?;
+            self.send_forwarded();
+            self.step(now);
+            self.notes(now, note, &mut refusal_notes, &mut drop_notes);
+            while let Some(to) = self.server.poll_transmit(now, &mut buf) {
+                out.push(to, &buf);
+            }
+            let (packets, bytes) = self.socket.send_all(&mut headers, &mut out);
+            self.io.packets_out += packets;
+            self.io.bytes_out += bytes;
+            if now >= self.next_sweep {
+                self.next_sweep = now + SWEEP_EVERY;
+                self.sweep();
+            }
+            if let Some(m) = &opts.metrics {
+                self.publish(m, drain_until.is_some());
+                m.beat_loop(self.index);
+            }
+        }
+        if let Some(m) = &opts.metrics {
+            self.publish(m, true);
+            m.stop_beating_loop(self.index);
+        }
+        Ok(())
+    }
+
+    fn publish(&self, m: &Metrics, draining: bool) {
+        let i = self.index;
+        publish(
+            m,
+            i,
+            &self.router,
+            &self.server,
+            &self.glue,
+            self.recorder.as_ref(),
+            &self.io,
+        );
+        m.set_loop(i, Metric::DropRateLimitedAddr, self.per_addr.dropped());
+        m.set_loop(i, Metric::ConnectionsMoved, self.moved_out);
+        m.set_loop(i, Metric::DatagramsForwarded, self.forwarded);
+        if draining {
+            m.set(Metric::Draining, 1);
+        }
+    }
+
+    /// Takes what other loops handed over.
+    fn read_mail(&mut self, now: Instant) {
+        while let Ok(h) = self.inbox.try_recv() {
+            match h {
+                // Already counted against their address's limit where they landed.
+                Handoff::Datagrams(f) => {
+                    f.each(|from, d| self.server.handle_datagram(now, from, d))
+                }
+                Handoff::Conn { moved, landing } => {
+                    let addr = moved.addr();
+                    if landing == self.index {
+                        self.forward.remove(&addr);
+                    }
+                    // Over this loop's connection limit the connection is
+                    // lost; its client times out and may connect again.
+                    if let Ok(conn) = self.server.attach(moved, now)
+                        && landing != self.index
+                    {
+                        self.moved_in.insert(conn, (addr, landing));
+                    }
+                }
+                Handoff::Route { addr, to } => match to {
+                    Some(to) if to != self.index => {
+                        self.forward.insert(addr, to);
+                    }
+                    _ => {
+                        self.forward.remove(&addr);
+                    }
+                },
+                Handoff::Wake => {}
+            }
+        }
+    }
+
+    /// Drains the socket, one `recvmmsg` batch at a time.
+    fn read_socket(&mut self, now: Instant) -> io::Result<()> {
+        loop {
+            let Self {
+                socket,
+                server,
+                io,
+                per_addr,
+                forward,
+                outgoing,
+                forwarded,
+                ..
+            } = self;
+            let (_, drained) = socket.recv_batch(|from, d| {
+                io.packets_in += 1;
+                io.bytes_in += d.len() as u64;
+                // The address limit first: a flood is dropped where it
+                // lands, not forwarded.
+                if !per_addr.allow(now, from) {
+                } else if let Some(&to) = forward.get(&from) {
+                    *forwarded += 1;
+                    outgoing[to].push(from, d);
+                } else {
+                    server.handle_datagram(now, from, d);
+                }
+            })?;
+            if drained {
+                return Ok(());
+            }
+        }
+    }
+
+    fn send_forwarded(&mut self) {
+        for (to, f) in self.outgoing.iter_mut().enumerate() {
+            if !f.items.is_empty() {
+                self.shared.mail[to].post(Handoff::Datagrams(std::mem::take(f)));
+            }
+        }
+    }
+
+    /// Runs the cores; a connection that joins a match hosted by another
+    /// loop moves there with its `Join`.
+    fn step(&mut self, now: Instant) {
+        let loops = self.shared.mail.len();
+        let Self {
+            index,
+            shared,
+            server,
+            router,
+            glue,
+            forward,
+            moved_in,
+            moved_out,
+            ..
+        } = self;
+        let index = *index;
+        let mut place = |server: &mut lockstep::transport::Server, conn: ConnId, bytes: Vec<u8>| {
+            // Only a `Join` (variant 0, after the version byte) can move a
+            // connection: every other message is peeked at and passed on.
+            if loops == 1 || bytes.get(1) != Some(&0) {
+                return Placement::Here(bytes);
+            }
+            let home = match ToRelay::decode(&bytes) {
+                Ok(ToRelay::Join(j)) => home_of(&j.match_name, loops),
+                _ => return Placement::Here(bytes),
+            };
+            if home == index {
+                return Placement::Here(bytes);
+            }
+            let Some(moved) = server.detach(conn, Some(bytes)) else {
+                return Placement::Moved;
+            };
+            let addr = moved.addr();
+            let landing = moved_in.remove(&conn).map_or(index, |(_, l)| l);
+            if landing == index {
+                forward.insert(addr, home);
+            } else if landing != home {
+                shared.mail[landing].post(Handoff::Route {
+                    addr,
+                    to: Some(home),
+                });
+            }
+            *moved_out += 1;
+            shared.mail[home].post(Handoff::Conn { moved, landing });
+            Placement::Moved
+        };
+        glue.step_with(now, router, server, &mut place);
+    }
+
+    /// Tells landing loops about moved-in connections that have closed.
+    fn sweep(&mut self) {
+        let server = &self.server;
+        let mail = &self.shared.mail;
+        self.moved_in.retain(|&conn, &mut (addr, landing)| {
+            let open = server.addr(conn) == Some(addr);
+            if !open {
+                mail[landing].post(Handoff::Route { addr, to: None });
+            }
+            open
+        });
+    }
+
+    fn notes(
+        &mut self,
+        now: Instant,
+        note: &mut impl FnMut(RelayNote<'_>),
+        refusal_notes: &mut RefusalNotes,
+        drop_notes: &mut DropNotes,
+    ) {
+        drop_notes.note(now, std::iter::from_fn(|| self.glue.poll_drop()), note);
+        for r in self.glue.take_refusals() {
+            if refusal_notes.allow(now, note) {
+                note(RelayNote::Refused {
+                    conn: Some(r.conn),
+                    addr: r.addr,
+                    match_name: (!r.match_name.is_empty()).then_some(r.match_name.as_str()),
+                    reason: r.reason,
+                    detail: r.detail.as_deref(),
+                });
+            }
+        }
+        while let Some((addr, denied)) = self.server.poll_denied() {
+            if refusal_notes.allow(now, note) {
+                note(RelayNote::Refused {
+                    conn: None,
+                    addr,
+                    match_name: None,
+                    reason: denied.into(),
+                    detail: None,
+                });
+            }
+        }
+        while let Some(ev) = self.router.poll_event() {
+            note(RelayNote::Event(&ev));
+            if let Some(rec) = self.recorder.as_mut() {
+                // The recorder reads no clock: the wall-clock time comes from here.
+                match rec.handle(unix_now_ms(), &ev) {
+                    Ok(Some(done)) => note(RelayNote::Recorded(&done)),
+                    Ok(None) => {}
+                    Err(e) => note(RelayNote::RecordError(e.to_string())),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The relay's multi-threaded UDP driver: `N` event loops, each with its
+//! own socket on the same port (`SO_REUSEPORT`), its own transport
+//! `Server`, `Router` and recorder. A match lives on one loop, its *home*
+//! ([`home_of`] its name), so its turn closing, hash judging and recording
+//! never cross threads; a connection whose `Join` names a match hosted
+//! elsewhere moves there ([`lockstep::transport::Server::detach`]), and
+//! the loop whose socket the kernel gives that client's datagrams to
+//! (it hashes by address) forwards them, batched once per wake-up.
+//! The sans-IO cores are unchanged: threads are this driver's concern.
+
+mod echo;
+mod event_loop;
+mod handoff;
+mod socket;
+
+pub use echo::{EchoCounts, serve_echo};
+pub use handoff::home_of;
+
+use crate::config::RelayConfig;
+use crate::metrics::Metric;
+use crate::recorder::Recorder;
+use crate::udp::{RelayNote, ServeOptions, process_secret};
+use event_loop::{EventLoop, Shared};
+use handoff::Mailbox;
+use lockstep::transport::{Server, TransportConfig};
+use mio::{Poll, Waker};
+use socket::BatchSocket;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+/// Binds `n` UDP sockets to `addr` with `SO_REUSEPORT` (the first one
+/// picks the port if `addr`'s is 0; the others take the same), one per
+/// event loop: the kernel spreads clients over them by address.
+///
+/// # Errors
+/// When a socket cannot be made or bound.
+pub fn bind_reuseport(addr: SocketAddr, n: usize) -> io::Result<Vec<UdpSocket>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let mut out: Vec<UdpSocket> = Vec::with_capacity(n);
+    let mut at = addr;
+    for _ in 0..n.max(1) {
+        let s = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_port(true)?;
+        s.bind(&at.into())?;
+        let s: UdpSocket = s.into();
+        at = s.local_addr()?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// The number of event loops `relay serve` runs by default: one per core.
+#[must_use]
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+/// Serves matches with one event loop per socket in `sockets` (see
+/// [`bind_reuseport`]), each on its own thread, until a graceful shutdown
+/// completes on every loop (see [`ServeOptions::stop`]). `recorders` gives
+/// each loop its recorder (missing ones record nothing). Every loop passes
+/// its notes to `note`.
+///
+/// # Errors
+/// An invalid `config`, no OS randomness, metrics without room for every
+/// loop ([`crate::metrics::Metrics::with_loops`]), or a socket error that
+/// stops a loop.
+pub fn serve_loops(
+    sockets: Vec<UdpSocket>,
+    config: RelayConfig,
+    transport: TransportConfig,
+    recorders: Vec<Option<Recorder>>,
+    opts: &ServeOptions<'_>,
+    note: &(dyn Fn(RelayNote<'_>) + Sync),
+) -> io::Result<()> {
+    with_loops(sockets, config, transport, recorders, opts, |loops| {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = loops
+                .into_iter()
+                .map(|l| scope.spawn(move || l.run(&mut |x: RelayNote<'_>| note(x))))
+                .collect();
+            let results: Vec<io::Result<()>> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("an event loop panicked")))
+                })
+                .collect();
+            // The error that stopped the relay, not the others' echo of it.
+            let mut errors: Vec<io::Error> = results.into_iter().filter_map(Result::err).collect();
+            let real = errors
+                .iter()
+                .position(|e| e.to_string() != event_loop::OTHER_LOOP_FAILED)
+                .unwrap_or(0);
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(errors.swap_remove(real))
+            }
+        })
+    })
+}
+
+/// One event loop on the calling thread (what [`crate::udp::serve_with`] runs).
+pub(crate) fn serve_one(
+    socket: UdpSocket,
+    config: RelayConfig,
+    transport: TransportConfig,
+    recorder: Option<Recorder>,
+    opts: &ServeOptions<'_>,
+    mut note: impl FnMut(RelayNote<'_>),
+) -> io::Result<()> {
+    with_loops(
+        vec![socket],
+        config,
+        transport,
+        vec![recorder],
+        opts,
+        |mut loops| loops.pop().map_or(Ok(()), |l| l.run(&mut note)),
+    )
+}
+
+/// Checks the settings, builds one loop per socket and hands them to `run`.
+fn with_loops(
+    sockets: Vec<UdpSocket>,
+    config: RelayConfig,
+    transport: TransportConfig,
+    recorders: Vec<Option<Recorder>>,
+    opts: &ServeOptions<'_>,
+    run: impl FnOnce(Vec<EventLoop<'_>>) -> io::Result<()>,
+) -> io::Result<()> {
+    config
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let n = sockets.len();
+    if n == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no socket to serve",
+        ));
+    }
+    if let Some(m) = &opts.metrics
+        && m.loop_slots() < n
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "metrics have room for {} event loops, not {n}",
+                m.loop_slots()
+            ),
+        ));
+    }
+    let mut parts = Vec::with_capacity(n);
+    let mut mail = Vec::with_capacity(n);
+    for s in sockets {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), event_loop::MAIL)?);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        mail.push(Mailbox { tx, waker });
+        parts.push((BatchSocket::new(s)?, poll, rx));
+    }
+    let shared = Shared {
+        opts,
+        config,
+        transport,
+        secret: process_secret()?,
+        ledger: Server::new(transport, [0; 32]),
+        epoch: std::time::Instant::now(),
+        mail,
+        unfinished: AtomicUsize::new(n),
+        failed: AtomicBool::new(false),
+    };
+    let mut recorders = recorders.into_iter();
+    let mut loops = Vec::with_capacity(n);
+    for (i, (socket, poll, inbox)) in parts.into_iter().enumerate() {
+        let rec = recorders.next().flatten();
+        loops.push(EventLoop::new(i, &shared, socket, poll, inbox, rec)?);
+    }
+    if let Some(m) = &opts.metrics {
+        m.set(Metric::Up, 1);
+    }
+    let result = run(loops);
+    if let Some(m) = &opts.metrics {
+        m.set(Metric::Up, 0);
+    }
+    result
+}

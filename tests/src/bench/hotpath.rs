@@ -1,0 +1,240 @@
+//! Where the relay's CPU goes per datagram, by stage: the real relay
+//! (`relay::endpoint::RelayEndpoint`: transport `Server`, `RouterGlue`,
+//! `Router`) with M fake 4-player matches on the seeded in-process
+//! `netsim` network and a virtual clock, each of the relay's entry points
+//! timed with the real clock. No socket: this is the protocol's own cost,
+//! which the serve loop adds to the kernel's.
+
+use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
+use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::{LinkConfig, Network};
+use lockstep::peer_glue::PeerGlue;
+use lockstep::transport::{Client, Server, TransportConfig};
+use lockstep::{Duration, Instant};
+use relay::RelayConfig;
+use relay::endpoint::RelayEndpoint;
+use std::net::SocketAddr;
+use std::time::Instant as Wall;
+
+/// A fake peer on the virtual network.
+struct FakePeer {
+    peer: BenchPeer,
+    client: Client,
+    glue: PeerGlue,
+    addr: SocketAddr,
+}
+
+impl Endpoint for FakePeer {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        self.glue.pump(now, self.peer.session(), &mut self.client);
+        self.peer.pump(now);
+        self.glue.pump(now, self.peer.session(), &mut self.client);
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.client.handle_datagram(now, from, bytes);
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.client.handle_timeout(now);
+        self.peer.session().handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        self.client.poll_transmit(now, buf)
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        let session = self.peer.session().poll_timeout();
+        [self.client.poll_timeout(), session]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+    fn is_done(&self) -> bool {
+        self.peer.is_done()
+    }
+}
+
+/// The relay with a stopwatch on each entry point.
+struct Timed {
+    relay: RelayEndpoint,
+    stages: Stages,
+}
+
+/// Relay CPU by stage over a run, and the datagrams it moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stages {
+    /// `Server::handle_datagram`: header, MAC check, acks, message decode.
+    pub receive_ns: u64,
+    /// `RouterGlue::step` (timers, routing, turn closing, bundles, hashes)
+    /// and the glue's pumps.
+    pub route_ns: u64,
+    /// `Server::poll_transmit`: packing messages, encoding, MAC.
+    pub transmit_ns: u64,
+    /// Datagrams into the relay.
+    pub datagrams_in: u64,
+    /// Datagrams out of the relay.
+    pub datagrams_out: u64,
+    /// Matches run.
+    pub matches: usize,
+    /// Peers that completed.
+    pub completed: usize,
+}
+
+impl Stages {
+    /// Datagrams moved (in + out).
+    #[must_use]
+    pub const fn datagrams(&self) -> u64 {
+        self.datagrams_in + self.datagrams_out
+    }
+
+    /// Nanoseconds per datagram moved, for a stage's total.
+    #[must_use]
+    pub fn per_datagram(&self, ns: u64) -> f64 {
+        ns as f64 / self.datagrams().max(1) as f64
+    }
+
+    /// All stages, ns per datagram moved.
+    #[must_use]
+    pub fn total_per_datagram(&self) -> f64 {
+        self.per_datagram(self.receive_ns + self.route_ns + self.transmit_ns)
+    }
+}
+
+fn timed<T>(acc: &mut u64, f: impl FnOnce() -> T) -> T {
+    let t = Wall::now();
+    let r = f();
+    *acc += u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    r
+}
+
+impl Endpoint for Timed {
+    fn addr(&self) -> SocketAddr {
+        self.relay.addr
+    }
+    fn pump(&mut self, now: Instant) {
+        let relay = &mut self.relay;
+        timed(&mut self.stages.route_ns, || relay.pump(now));
+    }
+    fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        self.stages.datagrams_in += 1;
+        let relay = &mut self.relay;
+        timed(&mut self.stages.receive_ns, || {
+            relay.handle_datagram(now, from, bytes);
+        });
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        let relay = &mut self.relay;
+        timed(&mut self.stages.route_ns, || relay.handle_timeout(now));
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        let relay = &mut self.relay;
+        let to = timed(&mut self.stages.transmit_ns, || {
+            relay.poll_transmit(now, buf)
+        });
+        if to.is_some() {
+            self.stages.datagrams_out += 1;
+        }
+        to
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.relay.poll_timeout()
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// Runs `matches` fake 4-player matches of `turns` turns through the real
+/// relay on a virtual lossless network (5 ms one way) and times the relay.
+#[must_use]
+pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
+    let start = Instant::from_millis(1);
+    let relay_addr = SocketAddr::from(([10, 0, 0, 1], 7000));
+    let transport = TransportConfig {
+        max_connections: 8192,
+        ..TransportConfig::default()
+    };
+    let mut relay = Timed {
+        relay: RelayEndpoint::new(
+            Server::new(transport, [seed as u8; 32]),
+            RelayConfig::default(),
+            relay_addr,
+        ),
+        stages: Stages {
+            matches,
+            ..Stages::default()
+        },
+    };
+    let mut peers: Vec<FakePeer> = (0..matches)
+        .flat_map(|m| (0..4u8).map(move |i| (m, i)))
+        .filter_map(|(m, i)| {
+            let peer = BenchPeer::new(
+                start,
+                BenchPeerConfig {
+                    match_name: format!("hot-{m}"),
+                    players: 4,
+                    turns,
+                    seed: seed ^ ((m as u64) << 4 | u64::from(i)),
+                    play: Play::Fake { every: 2 },
+                },
+            )
+            .ok()?;
+            let n = u32::try_from(m).ok()? * 4 + u32::from(i);
+            Some(FakePeer {
+                peer,
+                client: Client::new(start, relay_addr, transport, seed * 31 + u64::from(n)),
+                glue: PeerGlue::new(),
+                addr: SocketAddr::from(([10, 1, (n >> 8) as u8, n as u8], 9000)),
+            })
+        })
+        .collect();
+    let link = LinkConfig::with_latency(Duration::from_millis(5));
+    let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
+    let limit = Instant::from_millis(u64::from(turns) * 100 + 60_000);
+    {
+        let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+        nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+        let _ = harness.run(&mut nodes, limit);
+    }
+    let now = harness.now();
+    relay.stages.completed = peers
+        .iter()
+        .filter(|p| p.peer.figures(now).completed)
+        .count();
+    relay.stages
+}
+
+/// `--internal-hotpath <matches> <turns>`: prints the stages as one line
+/// of ns per datagram (receive, route, transmit, total) and the datagram count.
+#[must_use]
+pub fn hotpath_main(args: &[String]) -> std::process::ExitCode {
+    let matches = args.first().and_then(|a| a.parse().ok()).unwrap_or(256);
+    let turns = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(40);
+    let s = measure(matches, turns, 7);
+    replays::out_println!(
+        "matches {matches} completed {}/{} datagrams {} in {} out | ns/datagram: receive {:.0} route {:.0} transmit {:.0} total {:.0}",
+        s.completed,
+        matches * 4,
+        s.datagrams_in,
+        s.datagrams_out,
+        s.per_datagram(s.receive_ns),
+        s.per_datagram(s.route_ns),
+        s.per_datagram(s.transmit_ns),
+        s.total_per_datagram()
+    );
+    std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stage_is_timed_and_every_peer_completes() {
+        let s = measure(2, 10, 1);
+        assert_eq!(s.completed, 8);
+        assert!(s.datagrams_in > 0 && s.datagrams_out > 0);
+        assert!(s.receive_ns > 0 && s.route_ns > 0 && s.transmit_ns > 0);
+    }
+}
