@@ -495,7 +495,11 @@ mod tests {
     }
 
     fn started_router() -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {
-        let mut r = Router::new(RelayConfig::default());
+        started_router_with(RelayConfig::default())
+    }
+
+    fn started_router_with(config: RelayConfig) -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {
+        let mut r = Router::new(config);
         let now = Instant::from_millis(10);
         for c in 0..2 {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
@@ -522,6 +526,8 @@ mod tests {
             };
             r.handle_message(now, ConnId(c), &input.to_bytes());
         }
+        // The default `clock` policy closes turn 0 one turn after the start.
+        r.handle_timeout(now + Duration::from_millis(100));
         let closed = std::iter::from_fn(|| r.poll_event())
             .find_map(|e| match e {
                 RouterEvent::TurnClosed { turn, inputs, .. } => Some((turn, inputs)),
@@ -538,7 +544,12 @@ mod tests {
 
     #[test]
     fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
-        let (mut r, mut now, _) = started_router();
+        // `deadline`: it refuses input for a turn far ahead (`clock` stamps
+        // every input into the next turn, whatever its number).
+        let (mut r, mut now, _) = started_router_with(RelayConfig {
+            policy: crate::TurnPolicy::Deadline,
+            ..RelayConfig::default()
+        });
         let mut x = 12345u64;
         for _ in 0..2000 {
             // Spread over 2 s so the per-connection rate limit lets it all in.

@@ -1,9 +1,12 @@
 //! One match on the relay: its lobby and seating, then the running game, then
 //! its end. The running game's concerns live in submodules: `turns` (open
 //! turns, input budgets, turn closing), `hashes` (hash judging and the
-//! desync section probe), `pinger` (pings and RTT samples), `seats` (player
+//! desync section probe), `clock` (the `clock` policy: closing by the
+//! relay's clock, stamping inputs into the turn it closes next), `pinger`
+//! (pings and RTT samples), `seats` (player
 //! ids and sets of them) and `end` (end of match and shutdown).
 
+mod clock;
 mod end;
 mod hashes;
 mod pinger;
@@ -26,6 +29,10 @@ use sim::{MatchSetup, PlayerId, StateHash, Turn};
 use std::collections::BTreeMap;
 use turns::{Closing, OpenTurn};
 
+/// How long after a silence RTT samples are not taken (the transport's
+/// smoothed RTT needs about this long to forget the backlog).
+const RTT_HOLD: Duration = Duration::from_secs(2);
+
 /// A player waiting in the lobby.
 #[derive(Debug)]
 struct Member {
@@ -45,9 +52,27 @@ struct Slot {
     last_heard: Instant,
     next_ping: Instant,
     pings: PingTable,
+    /// RTT samples taken before this are not link RTT: the player had been
+    /// silent (frozen, or its path backlogged) and its answers queued.
+    rtt_hold_until: Instant,
 }
 
 impl Slot {
+    /// A message from the player at `now`. After a silence much longer than
+    /// its messages' usual spacing (a hash every turn, a pong every ping),
+    /// the RTT samples of the next 2 s measure the backlog, not the link:
+    /// a pong queued behind a freeze would otherwise read as seconds of RTT.
+    fn heard(&mut self, now: Instant, config: &RelayConfig) {
+        let gap = config
+            .ping_interval
+            .max(config.turn_length)
+            .saturating_mul(2);
+        if now.saturating_since(self.last_heard) > gap {
+            self.rtt_hold_until = now + RTT_HOLD;
+        }
+        self.last_heard = now;
+    }
+
     /// Still expected to send inputs.
     const fn live(&self) -> bool {
         self.conn.is_some() && self.drop_pending.is_none() && self.dropped_at.is_none()
@@ -242,7 +267,13 @@ impl MatchRoom {
                 name,
             })
             .collect();
-        let d0 = config.initial_delay;
+        // Under `clock` the relay stamps inputs into the turn it closes
+        // next: no input delay, which `Start` says with `input_delay` 0.
+        let d0 = if config.policy == crate::TurnPolicy::Clock {
+            0
+        } else {
+            config.initial_delay
+        };
         let turn_length_us = config.turn_length.as_micros();
         let mut assigned = Vec::new();
         for (m, info) in members.iter().zip(&players) {
@@ -284,6 +315,7 @@ impl MatchRoom {
                 last_heard: now,
                 next_ping: now,
                 pings: PingTable::default(),
+                rtt_hold_until: now,
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -320,7 +352,7 @@ impl MatchRoom {
         let Some(slot) = g.slots.get_mut(usize::from(player.0)) else {
             return;
         };
-        slot.last_heard = now;
+        slot.heard(now, config);
         match msg {
             ToRelay::Input { turn, commands } => g.on_input(player, turn, commands, config, out),
             ToRelay::Hash { turn, hash } => {
@@ -355,7 +387,9 @@ impl MatchRoom {
     /// Transport-measured link figures for a player (fed to the delay choice).
     pub(crate) fn link_stats(&mut self, player: PlayerId, rtt: Duration, jitter: Duration) {
         if let Phase::Running(g) = &mut self.phase
-            && g.slots.get(usize::from(player.0)).is_some_and(Slot::live)
+            && g.slots
+                .get(usize::from(player.0))
+                .is_some_and(|s| s.live() && s.last_heard >= s.rtt_hold_until)
         {
             g.delay
                 .sample(usize::from(player.0), rtt + jitter.saturating_mul(2));
@@ -439,7 +473,7 @@ impl MatchRoom {
         }
         if g.last.is_none_or(|l| g.next_close <= l) {
             let waiting_sent = g.open.get(&g.next_close).is_some_and(|o| o.waiting_sent);
-            if config.policy == crate::TurnPolicy::Deadline || !waiting_sent {
+            if config.policy != crate::TurnPolicy::Strict || !waiting_sent {
                 at(g.deadline(g.next_close, config));
             }
         }
