@@ -116,6 +116,11 @@ pub struct SessionStats {
     /// Under the relay's clock: bundle arrivals not taken as link samples
     /// (queued while this peer was not running, or a released backlog).
     pub backlog_samples: u32,
+    /// Median of the transport's RTT, sampled once a report interval over
+    /// the match (the latest figure alone may be a freeze's backlog).
+    pub rtt_p50: Duration,
+    /// The match's turn length (zero before the start).
+    pub turn_length: Duration,
 }
 
 /// Where the session is in its life.
@@ -244,6 +249,8 @@ pub struct Session {
     latencies: VecDeque<Duration>,
     /// Latencies of commands submitted after the warm-up.
     steady: VecDeque<Duration>,
+    /// The transport's RTT, sampled once a report interval.
+    rtts: VecDeque<Duration>,
 }
 
 impl Session {
@@ -257,6 +264,7 @@ impl Session {
             stats: SessionStats::default(),
             latencies: VecDeque::new(),
             steady: VecDeque::new(),
+            rtts: VecDeque::new(),
         };
         let join = ToRelay::Join(s.config.join.clone());
         s.send(&join);
@@ -552,6 +560,16 @@ impl Session {
             Phase::Running(r) => Some(r),
             _ => self.finished.as_ref(),
         };
+        if let Some(r) = r {
+            s.turn_length = r.turn_length;
+        }
+        let mut rtts: Vec<Duration> = self.rtts.iter().copied().collect();
+        rtts.sort_unstable();
+        s.rtt_p50 = if rtts.is_empty() {
+            s.link.rtt
+        } else {
+            percentile(&rtts, 50)
+        };
         if let Some(p) = r.and_then(|r| r.playout.as_ref()) {
             s.jitter_buffer = p.buffer();
             s.backlog_samples = p.discarded();
@@ -688,6 +706,12 @@ impl Session {
         if now >= r.next_report {
             r.next_report = now + self.config.report_interval;
             let link = self.stats.link;
+            if link.rtt > Duration::ZERO {
+                if self.rtts.len() >= LATENCY_SAMPLES {
+                    self.rtts.pop_front();
+                }
+                self.rtts.push_back(link.rtt);
+            }
             let report = PeerReport {
                 rtt_us: u32::try_from(link.rtt.as_micros()).unwrap_or(u32::MAX),
                 jitter_us: u32::try_from(link.jitter.as_micros()).unwrap_or(u32::MAX),

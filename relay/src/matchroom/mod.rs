@@ -506,3 +506,39 @@ fn derive_seed(name: &str, id: MatchId) -> u64 {
     h.update(&id.0.to_le_bytes());
     h.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(now: Instant) -> Slot {
+        Slot {
+            conn: Some(ConnId(0)),
+            dropped_at: None,
+            drop_pending: None,
+            last_heard: now,
+            next_ping: now,
+            pings: PingTable::default(),
+            rtt_hold_until: now,
+        }
+    }
+
+    #[test]
+    fn rtt_samples_are_held_after_a_silence_not_during_steady_play() {
+        let config = RelayConfig::default();
+        let t0 = Instant::from_millis(1000);
+        let mut s = slot(t0);
+        // A message every turn: no hold.
+        for i in 1..=20 {
+            s.heard(t0 + Duration::from_millis(100 * i), &config);
+        }
+        assert!(s.rtt_hold_until <= t0);
+        // Three seconds of silence (a frozen peer), then its queued answers:
+        // RTT samples of the next 2 s are the backlog's, not the link's.
+        let thaw = t0 + Duration::from_millis(5000);
+        s.heard(thaw, &config);
+        assert_eq!(s.rtt_hold_until, thaw + RTT_HOLD);
+        s.heard(thaw + Duration::from_millis(100), &config);
+        assert_eq!(s.rtt_hold_until, thaw + RTT_HOLD);
+    }
+}
