@@ -6,6 +6,7 @@ pub mod benchpeer;
 pub mod carrier;
 pub mod framing;
 pub mod internal;
+pub mod latency_bench;
 pub mod machine;
 pub mod net_bench;
 pub mod net_report;
