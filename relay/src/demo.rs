@@ -406,6 +406,10 @@ impl Seat {
         let opts = PlayOptions {
             timeout: self.timeout,
             vanish_after: c.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
+            // Orders at random instants within a turn, like a player's
+            // clicks: a bot answering each turn at once would wait a whole
+            // turn for the next, and report that as latency.
+            reaction: Some((c.relay.turn_length, bot_seed_of(c.seed, i))),
             ..PlayOptions::default()
         };
         let (bot_seed, apm) = (c.seed.wrapping_add(u64::from(i)), c.apm);
@@ -417,6 +421,11 @@ impl Seat {
             |peer, now: Instant| progress(lockstep::peer::progress_line(&peer.stats(now))),
         )
     }
+}
+
+/// The seed of peer `i`'s reaction times.
+const fn bot_seed_of(seed: u64, i: u8) -> u64 {
+    seed.wrapping_mul(7919).wrapping_add(i as u64) | 1
 }
 
 /// What the relay thread passes back.
