@@ -556,7 +556,8 @@ mod tests {
             }
             .to_bytes()
         };
-        let closed = |r: &mut Router| -> Vec<(Turn, Vec<(PlayerId, Vec<u8>)>)> {
+        type Closed = Vec<(Turn, Vec<(PlayerId, Vec<u8>)>)>;
+        let closed = |r: &mut Router| -> Closed {
             std::iter::from_fn(|| r.poll_event())
                 .filter_map(|e| match e {
                     RouterEvent::TurnClosed { turn, inputs, .. } => Some((turn, inputs)),
