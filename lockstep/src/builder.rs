@@ -25,6 +25,8 @@ pub struct SessionConfig {
     pub report_interval: Duration,
     /// How many recent turns' section hashes are kept to answer section requests.
     pub section_history: usize,
+    /// How the jitter buffer is sized under the relay's clock.
+    pub playout: crate::session::PlayoutConfig,
 }
 
 /// Builds a [`Session`].
@@ -56,6 +58,7 @@ impl SessionBuilder {
                 },
                 report_interval: Duration::from_secs(1),
                 section_history: 128,
+                playout: crate::session::PlayoutConfig::default(),
             },
         }
     }
@@ -108,6 +111,15 @@ impl SessionBuilder {
     #[must_use]
     pub fn with_section_history(mut self, turns: usize) -> Self {
         self.config.section_history = turns.max(1);
+        self
+    }
+
+    /// How the jitter buffer is sized when the relay is the clock (its
+    /// default `clock` policy): the arrival percentile turns are due at and
+    /// the most it may add. Lower plays with less latency, higher smoother.
+    #[must_use]
+    pub fn with_playout(mut self, playout: crate::session::PlayoutConfig) -> Self {
+        self.config.playout = playout;
         self
     }
 

@@ -26,9 +26,10 @@ pub enum DesyncPolicy {
 pub struct RelayConfig {
     /// Length of one turn (default 100 ms).
     pub turn_length: Duration,
-    /// When turns close (default `deadline`).
+    /// When turns close (default `clock`: by the relay's clock, no input delay).
     pub policy: TurnPolicy,
-    /// Input delay at the start of a match, in turns.
+    /// Input delay at the start of a match, in turns (`strict` and
+    /// `deadline`; `clock` has none).
     pub initial_delay: u8,
     /// How long before a turn is due at the peers its deadline falls, so a
     /// bundle closed by the deadline still arrives in time despite jitter
@@ -70,7 +71,7 @@ impl Default for RelayConfig {
     fn default() -> Self {
         Self {
             turn_length: Duration::from_millis(100),
-            policy: TurnPolicy::Deadline,
+            policy: TurnPolicy::Clock,
             initial_delay: 3,
             deadline_lead: Duration::from_millis(20),
             adaptive_delay: true,

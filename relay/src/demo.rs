@@ -247,12 +247,12 @@ impl DemoReport {
     pub fn table(&self) -> String {
         let mut s = String::new();
         s.push_str(
-            "peer player final_turn final_hash        stall_ms  lat_p50  lat_p99   rtt_ms  loss%  bytes/s  delay\n",
+            "peer player final_turn final_hash        stall_ms  lat_p50  lat_p99   rtt_ms floor_ms  loss%  bytes/s  delay\n",
         );
         for p in &self.peers {
             let m = &p.summary;
             s.push_str(&format!(
-                "{:>4} {:>6} {:>10} {:<16} {:>9.0} {:>8.0} {:>8.0} {:>8.1} {:>6.1} {:>8.0} {:>6}\n",
+                "{:>4} {:>6} {:>10} {:<16} {:>9.0} {:>8.0} {:>8.0} {:>8.1} {:>8.1} {:>6.1} {:>8.0} {:>6}\n",
                 p.peer,
                 m.player.map_or("-".to_owned(), |x| format!("P{x}")),
                 m.final_turn.map_or("-".to_owned(), |t| t.to_string()),
@@ -263,6 +263,7 @@ impl DemoReport {
                 m.turn_latency_ms.p50,
                 m.turn_latency_ms.p99,
                 m.rtt_ms,
+                m.floor_ms,
                 m.loss * 100.0,
                 m.bytes_per_s,
                 m.input_delay,
@@ -487,6 +488,10 @@ impl Seat {
         let opts = PlayOptions {
             timeout: self.timeout,
             vanish_after: c.vanish.filter(|(p, _)| *p == i).map(|(_, d)| d),
+            // Orders at random instants within a turn, like a player's
+            // clicks: a bot answering each turn at once would wait a whole
+            // turn for the next, and report that as latency.
+            reaction: Some((c.relay.turn_length, bot_seed_of(c.seed, i))),
             ..PlayOptions::default()
         };
         let (bot_seed, apm) = (c.seed.wrapping_add(u64::from(i)), c.apm);
@@ -498,6 +503,11 @@ impl Seat {
             |peer, now: Instant| progress(lockstep::peer::progress_line(&peer.stats(now))),
         )
     }
+}
+
+/// The seed of peer `i`'s reaction times.
+const fn bot_seed_of(seed: u64, i: u8) -> u64 {
+    seed.wrapping_mul(7919).wrapping_add(i as u64) | 1
 }
 
 /// What the relay thread passes back.

@@ -72,8 +72,11 @@ struct TokenArgs {
 
 #[derive(Args, Clone)]
 struct RelayArgs {
-    /// Turn closing policy: `deadline` (late inputs move to the next turn) or `strict`.
-    #[arg(long, default_value = "deadline")]
+    /// Turn closing policy: `clock` (the relay closes turns on its clock and
+    /// stamps each input into the next one: each player's latency is its own
+    /// RTT + half a turn), `deadline` (input delay; late inputs move to the
+    /// next turn) or `strict` (input delay; waits for everyone).
+    #[arg(long, default_value = "clock")]
     policy: TurnPolicy,
     /// Turn length in milliseconds.
     #[arg(long, default_value_t = 100)]

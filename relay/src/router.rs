@@ -509,7 +509,11 @@ mod tests {
     }
 
     fn started_router() -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {
-        let mut r = Router::new(RelayConfig::default());
+        started_router_with(RelayConfig::default())
+    }
+
+    fn started_router_with(config: RelayConfig) -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {
+        let mut r = Router::new(config);
         let now = Instant::from_millis(10);
         for c in 0..2 {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
@@ -536,6 +540,8 @@ mod tests {
             };
             r.handle_message(now, ConnId(c), &input.to_bytes());
         }
+        // The default `clock` policy closes turn 0 one turn after the start.
+        r.handle_timeout(now + Duration::from_millis(100));
         let closed = std::iter::from_fn(|| r.poll_event())
             .find_map(|e| match e {
                 RouterEvent::TurnClosed { turn, inputs, .. } => Some((turn, inputs)),
@@ -550,9 +556,70 @@ mod tests {
         assert_eq!(closed.1, want);
     }
 
+    /// Under the default `clock` policy the relay closes turns by its clock
+    /// only and stamps each input into the turn it closes next, whatever the
+    /// input's number (the peer's sequence), which `InputRefused` echoes.
+    #[test]
+    fn under_clock_inputs_land_in_the_next_turn_to_close_and_turns_close_by_the_clock() {
+        let (mut r, now, players) = started_router();
+        let ms = Duration::from_millis;
+        let input = |seq: u32, chunks: usize| {
+            ToRelay::Input {
+                turn: Turn(seq),
+                commands: vec![vec![seq as u8]; chunks],
+            }
+            .to_bytes()
+        };
+        type Closed = Vec<(Turn, Vec<(PlayerId, Vec<u8>)>)>;
+        let closed = |r: &mut Router| -> Closed {
+            std::iter::from_fn(|| r.poll_event())
+                .filter_map(|e| match e {
+                    RouterEvent::TurnClosed { turn, inputs, .. } => Some((turn, inputs)),
+                    _ => None,
+                })
+                .collect()
+        };
+        r.handle_message(now, ConnId(0), &input(7, 1));
+        r.handle_message(now + ms(50), ConnId(1), &input(0, 1));
+        // Every input is in, yet turn 0 closes only at its time.
+        r.handle_timeout(now + ms(99));
+        assert!(closed(&mut r).is_empty());
+        r.handle_timeout(now + ms(100));
+        let mut want = vec![
+            (players[&ConnId(0)], vec![7]),
+            (players[&ConnId(1)], vec![0]),
+        ];
+        want.sort();
+        assert_eq!(closed(&mut r), vec![(Turn(0), want)]);
+        // An input at 150 ms goes into turn 1, closed at 200 ms.
+        r.handle_message(now + ms(150), ConnId(0), &input(8, 1));
+        r.handle_timeout(now + ms(200));
+        assert_eq!(
+            closed(&mut r),
+            vec![(Turn(1), vec![(players[&ConnId(0)], vec![8])])]
+        );
+        // A player's budget per turn is two full inputs: the third is refused
+        // by its sequence number.
+        let _ = std::iter::from_fn(|| r.poll_outgoing()).count();
+        for seq in 9..12 {
+            r.handle_message(now + ms(210), ConnId(0), &input(seq, 16));
+        }
+        let refused: Vec<ToPeer> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(0))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .filter(|m| matches!(m, ToPeer::InputRefused { .. }))
+            .collect();
+        assert_eq!(refused, vec![ToPeer::InputRefused { turn: Turn(11) }]);
+    }
+
     #[test]
     fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
-        let (mut r, mut now, _) = started_router();
+        // `deadline`: it refuses input for a turn far ahead (`clock` stamps
+        // every input into the next turn, whatever its number).
+        let (mut r, mut now, _) = started_router_with(RelayConfig {
+            policy: crate::TurnPolicy::Deadline,
+            ..RelayConfig::default()
+        });
         let mut x = 12345u64;
         for _ in 0..2000 {
             // Spread over 2 s so the per-connection rate limit lets it all in.

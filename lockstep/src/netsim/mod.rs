@@ -8,6 +8,7 @@
 
 pub mod harness;
 pub mod proxy;
+pub mod skew;
 
 pub use harness::{Endpoint, Harness, Stopped, Traffic};
 

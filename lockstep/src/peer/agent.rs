@@ -3,8 +3,9 @@
 
 use super::{Peer, PeerEvent};
 use crate::netsim::Endpoint;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use sim::{PlayerId, Simulation};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 pub use sim::Agent;
@@ -21,6 +22,11 @@ pub struct Autopilot<S: Simulation, A> {
     make: MakeAgent<A>,
     agent: Option<A>,
     log: Option<Vec<PeerEvent<S::Command>>>,
+    /// Reaction time: orders are submitted up to this long after the turn
+    /// they answer, at a seeded random instant (`None`: at once).
+    reaction: Option<(Duration, u64)>,
+    /// Orders waiting for their reaction time, with their submit instant.
+    held: VecDeque<(Instant, Vec<S::Command>)>,
 }
 
 impl<S: Simulation, A> std::fmt::Debug for Autopilot<S, A> {
@@ -41,6 +47,29 @@ impl<S: Simulation, A: Agent<S>> Autopilot<S, A> {
             make: Box::new(make),
             agent: None,
             log: None,
+            reaction: None,
+            held: VecDeque::new(),
+        }
+    }
+
+    /// Submits each turn's orders at a seeded random instant up to `max`
+    /// after the turn, as a human's clicks fall anywhere in a turn, instead
+    /// of at once. A bot that answers every turn at once is in phase with
+    /// the turn clock, which makes its command latency a whole number of
+    /// turns; latency measurements use this to see what players see.
+    #[must_use]
+    pub fn with_reaction(mut self, max: Duration, seed: u64) -> Self {
+        self.reaction = Some((max, seed | 1));
+        self
+    }
+
+    /// Submits the held orders whose instant has come.
+    fn submit_due(&mut self, now: Instant) {
+        while self.held.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, orders)) = self.held.pop_front() {
+                // A full queue only delays the agent; nothing to do about it here.
+                let _ = self.peer.submit(now, &orders);
+            }
         }
     }
 
@@ -76,7 +105,21 @@ impl<S: Simulation, A: Agent<S>> Autopilot<S, A> {
                 PeerEvent::TurnReady { turn, .. } => {
                     if let (Some(agent), Some(world)) = (self.agent.as_mut(), self.peer.world()) {
                         let orders = agent.think(world, *turn);
-                        if !orders.is_empty() {
+                        if orders.is_empty() {
+                        } else if let Some((max, rng)) = &mut self.reaction {
+                            // xorshift64: a seeded, platform-independent draw.
+                            *rng ^= *rng << 13;
+                            *rng ^= *rng >> 7;
+                            *rng ^= *rng << 17;
+                            let wait = Duration::from_micros(*rng % max.as_micros().max(1));
+                            // Kept in submit order: a later turn's orders
+                            // never overtake an earlier turn's.
+                            let at = self
+                                .held
+                                .back()
+                                .map_or(now + wait, |(t, _)| (*t).max(now + wait));
+                            self.held.push_back((at, orders));
+                        } else {
                             // A full queue only delays the agent; nothing to do about it here.
                             let _ = self.peer.submit(now, &orders);
                         }
@@ -88,6 +131,7 @@ impl<S: Simulation, A: Agent<S>> Autopilot<S, A> {
                 log.push(ev);
             }
         }
+        self.submit_due(now);
     }
 }
 
@@ -104,12 +148,14 @@ impl<S: Simulation, A: Agent<S>> Endpoint for Autopilot<S, A> {
     }
     fn handle_timeout(&mut self, now: Instant) {
         self.peer.handle_timeout(now);
+        self.submit_due(now);
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
         self.peer.poll_transmit(now, buf)
     }
     fn poll_timeout(&mut self) -> Option<Instant> {
-        self.peer.poll_timeout()
+        let held = self.held.front().map(|(at, _)| *at);
+        [self.peer.poll_timeout(), held].into_iter().flatten().min()
     }
     fn is_done(&self) -> bool {
         self.peer.is_done()

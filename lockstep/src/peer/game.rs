@@ -165,11 +165,20 @@ impl<S: Simulation> GameSession<S> {
             final_hash: self.last.map(|(_, h)| h.to_hex()),
             turns: s.turns_executed,
             stall_ms: s.stall.as_millis_f64(),
-            turn_latency_ms: LatencyMs {
-                p50: s.latency_p50.as_millis_f64(),
-                p99: s.latency_p99.as_millis_f64(),
+            turn_latency_ms: if s.steady_latency_samples > 0 {
+                LatencyMs {
+                    p50: s.steady_latency_p50.as_millis_f64(),
+                    p99: s.steady_latency_p99.as_millis_f64(),
+                }
+            } else {
+                LatencyMs {
+                    p50: s.latency_p50.as_millis_f64(),
+                    p99: s.latency_p99.as_millis_f64(),
+                }
             },
-            rtt_ms: s.link.rtt.as_millis_f64(),
+            rtt_ms: s.rtt_p50.as_millis_f64(),
+            floor_ms: s.rtt_p50.as_millis_f64() + s.turn_length.as_millis_f64() / 2.0,
+            jitter_buffer_ms: s.jitter_buffer.as_millis_f64(),
             loss: s.link.loss,
             bytes_per_s: rate(s.bytes_sent + s.bytes_received),
             bytes_up_per_s: rate(s.bytes_sent),

@@ -90,6 +90,7 @@ pub struct PeerBuilder<S: Simulation> {
     forensics_history: usize,
     ticks_per_turn: u16,
     local_addr: SocketAddr,
+    playout: crate::session::PlayoutConfig,
 }
 
 impl<S: Simulation> PeerBuilder<S> {
@@ -110,7 +111,16 @@ impl<S: Simulation> PeerBuilder<S> {
             forensics_history: FORENSICS_HISTORY,
             ticks_per_turn: 1,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            playout: crate::session::PlayoutConfig::default(),
         }
+    }
+
+    /// How the jitter buffer is sized when the relay is the clock
+    /// ([`SessionBuilder::with_playout`]).
+    #[must_use]
+    pub const fn with_playout(mut self, playout: crate::session::PlayoutConfig) -> Self {
+        self.playout = playout;
+        self
     }
 
     /// The display name (the relay suffixes a name another player has).
@@ -234,6 +244,7 @@ impl<S: Simulation> PeerBuilder<S> {
             .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
             .with_name(&self.name)
             .with_turns(self.turns)
+            .with_playout(self.playout)
             .build(now)?;
         Ok(GameSession {
             session,

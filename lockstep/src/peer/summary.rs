@@ -56,10 +56,18 @@ pub struct PeerSummary {
     pub turns: u32,
     /// Total stall time.
     pub stall_ms: f64,
-    /// Command → execution latency.
+    /// Command → execution latency of the commands submitted after the
+    /// match's first 5 s (steady state); of all commands if there are none.
     pub turn_latency_ms: LatencyMs,
-    /// Transport RTT.
+    /// Transport RTT: the median of the figures sampled once a second over
+    /// the match.
     pub rtt_ms: f64,
+    /// This peer's latency floor: its RTT plus half a turn, the least a
+    /// command can take to be decided by the relay and come back, on average.
+    pub floor_ms: f64,
+    /// Under the relay's clock: how long the jitter buffer holds a bundle
+    /// that arrives as fast as the fastest recent one.
+    pub jitter_buffer_ms: f64,
     /// Transport loss fraction.
     pub loss: f64,
     /// Message bytes per second, up plus down, over the match.

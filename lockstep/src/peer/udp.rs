@@ -230,6 +230,12 @@ pub struct PlayOptions {
     pub vanish_after: Option<Duration>,
     /// Longest wait per frame.
     pub frame: Duration,
+    /// Submit each turn's orders at a seeded random instant up to this long
+    /// after the turn, as a human's clicks (`None`: at once). A bot
+    /// answering every turn at once is in phase with the relay's clock, so
+    /// its commands wait a whole turn; `relay demo` sets a turn length so
+    /// that its latency figures are what players see. (max, seed).
+    pub reaction: Option<(Duration, u64)>,
 }
 
 impl Default for PlayOptions {
@@ -239,6 +245,7 @@ impl Default for PlayOptions {
             linger: Duration::from_secs(2),
             vanish_after: None,
             frame: Duration::from_millis(20),
+            reaction: None,
         }
     }
 }
@@ -263,9 +270,11 @@ pub fn play<S: Simulation, A: Agent<S>>(
     let mut linger_until: Option<Instant> = None;
     let mut agent: Option<A> = None;
     let mut error = None;
+    let mut held = Held::new(opts.reaction);
     loop {
         let now = udp.now();
-        think(udp.peer_mut(), &mut agent, &mut make_agent, now);
+        think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
+        held.submit_due(udp.peer_mut(), now);
         udp.send_all(now);
         if stop.load(Ordering::Relaxed) {
             break;
@@ -282,7 +291,7 @@ pub fn play<S: Simulation, A: Agent<S>>(
             .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
         {
             // A crash: no Leave, no disconnect; the relay finds out by timeout.
-            think(udp.peer_mut(), &mut agent, &mut make_agent, now);
+            think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
             let mut summary = udp.peer().summary(now);
             summary.error = Some("vanished (fault switch)".into());
             return Ok(summary);
@@ -301,11 +310,14 @@ pub fn play<S: Simulation, A: Agent<S>>(
             progress(peer, now);
         }
         let wait = linger_until.map_or(opts.frame, |u| u.saturating_since(now).min(opts.frame));
+        let wait = held
+            .next()
+            .map_or(wait, |t| t.saturating_since(now).min(wait));
         udp.pump(wait)?;
     }
     udp.close();
     let now = udp.now();
-    think(udp.peer_mut(), &mut agent, &mut make_agent, now);
+    think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
     udp.peer_mut().close_recording();
     let mut summary = udp.peer().summary(now);
     if summary.error.is_none() {
@@ -321,6 +333,7 @@ fn think<S: Simulation, A: Agent<S>>(
     agent: &mut Option<A>,
     make_agent: &mut impl FnMut(PlayerId) -> A,
     now: Instant,
+    held: &mut Held<S::Command>,
 ) {
     while let Some(ev) = peer.poll_event() {
         match ev {
@@ -329,13 +342,61 @@ fn think<S: Simulation, A: Agent<S>>(
                 if let (Some(a), Some(world)) = (agent.as_mut(), peer.world()) {
                     let orders = a.think(world, turn);
                     if !orders.is_empty() {
-                        // A full queue only delays the agent; nothing to do about it here.
-                        let _ = peer.submit(now, &orders);
+                        held.push(peer, now, orders);
                     }
                 }
             }
             _ => {}
         }
+    }
+}
+
+/// Orders waiting for their reaction time ([`PlayOptions::reaction`]).
+struct Held<C> {
+    reaction: Option<(Duration, u64)>,
+    orders: std::collections::VecDeque<(Instant, Vec<C>)>,
+}
+
+impl<C> Held<C> {
+    const fn new(reaction: Option<(Duration, u64)>) -> Self {
+        Self {
+            reaction,
+            orders: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Submits `orders` now, or holds them for a random reaction time
+    /// (kept in order: a later turn's orders never overtake an earlier one's).
+    fn push<S: Simulation<Command = C>>(
+        &mut self,
+        peer: &mut Peer<S>,
+        now: Instant,
+        orders: Vec<C>,
+    ) {
+        let Some((max, rng)) = &mut self.reaction else {
+            // A full queue only delays the agent; nothing to do about it here.
+            let _ = peer.submit(now, &orders);
+            return;
+        };
+        // xorshift64: seeded, the same on every platform.
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        let at = now + Duration::from_micros(*rng % max.as_micros().max(1));
+        let at = self.orders.back().map_or(at, |(t, _)| (*t).max(at));
+        self.orders.push_back((at, orders));
+    }
+
+    fn submit_due<S: Simulation<Command = C>>(&mut self, peer: &mut Peer<S>, now: Instant) {
+        while self.orders.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, orders)) = self.orders.pop_front() {
+                let _ = peer.submit(now, &orders);
+            }
+        }
+    }
+
+    fn next(&self) -> Option<Instant> {
+        self.orders.front().map(|(at, _)| *at)
     }
 }
 

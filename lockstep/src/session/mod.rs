@@ -15,6 +15,11 @@
 //! used for scheduling is `min(clock turn, next turn to simulate)`, so a
 //! stalled peer stops issuing inputs for ever-further turns (Age of Empires'
 //! communications turn pauses too).
+//!
+//! Under the relay's clock (`input_delay` 0 in `Start`, the relay's default
+//! `clock` policy) there is no input delay: commands leave at once and the
+//! relay stamps them into the turn it closes next, and turns are due on a
+//! schedule kept in step with the relay's bundles ([`playout`]).
 
 use crate::builder::SessionConfig;
 use crate::event::Event;
@@ -26,11 +31,17 @@ use crate::proto::{
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
 pub use forensics::{ForensicsAnswer, ForensicsRequest};
+use playout::{Ledger, Playout};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
+pub mod playout;
+pub use playout::PlayoutConfig;
+
 /// How many turn-latency samples are kept for percentiles.
 const LATENCY_SAMPLES: usize = 4096;
+/// Commands submitted this long after the start count as steady state.
+const WARM_UP: Duration = Duration::from_secs(5);
 /// Most submitted command chunks waiting for their turn; more are refused.
 const MAX_PENDING_CHUNKS: usize = 256;
 
@@ -92,8 +103,25 @@ pub struct SessionStats {
     pub bytes_received: u64,
     /// The latest link figures from the transport.
     pub link: LinkFigures,
-    /// The input delay in force (latest announced).
+    /// The input delay in force (latest announced); 0 under the relay's clock.
     pub input_delay: u8,
+    /// Turn latency of commands submitted after the first 5 s, median.
+    pub steady_latency_p50: Duration,
+    /// Turn latency of commands submitted after the first 5 s, 99th percentile.
+    pub steady_latency_p99: Duration,
+    /// Number of those samples.
+    pub steady_latency_samples: usize,
+    /// Under the relay's clock: how long the jitter buffer holds a bundle
+    /// that arrives as fast as the fastest recent one.
+    pub jitter_buffer: Duration,
+    /// Under the relay's clock: bundle arrivals not taken as link samples
+    /// (queued while this peer was not running, or a released backlog).
+    pub backlog_samples: u32,
+    /// Median of the transport's RTT, sampled once a report interval over
+    /// the match (the latest figure alone may be a freeze's backlog).
+    pub rtt_p50: Duration,
+    /// The match's turn length (zero before the start).
+    pub turn_length: Duration,
 }
 
 /// Where the session is in its life.
@@ -144,10 +172,17 @@ struct Running {
     next_report: Instant,
     /// The relay's `MatchEnd`: the last turn (`None`: no turn closed) and why.
     end: Option<(Option<Turn>, EndReason)>,
+    /// Under the relay's clock: the playout schedule (`None`: input delay).
+    playout: Option<Playout>,
+    /// Under the relay's clock: our inputs on their way into bundles.
+    ledger: Ledger,
 }
 
 impl Running {
     fn due(&self, turn: Turn) -> Instant {
+        if let Some(p) = &self.playout {
+            return p.due(turn);
+        }
         let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
         self.epoch + self.turn_length.saturating_mul(n)
     }
@@ -213,6 +248,10 @@ pub struct Session {
     events: VecDeque<Event>,
     stats: SessionStats,
     latencies: VecDeque<Duration>,
+    /// Latencies of commands submitted after the warm-up.
+    steady: VecDeque<Duration>,
+    /// The transport's RTT, sampled once a report interval.
+    rtts: VecDeque<Duration>,
 }
 
 impl Session {
@@ -225,6 +264,8 @@ impl Session {
             events: VecDeque::new(),
             stats: SessionStats::default(),
             latencies: VecDeque::new(),
+            steady: VecDeque::new(),
+            rtts: VecDeque::new(),
         };
         let join = ToRelay::Join(s.config.join.clone());
         s.send(&join);
@@ -347,6 +388,7 @@ impl Session {
 
     /// Handles one message from the relay.
     pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
+        self.wake(now);
         self.stats.bytes_received += bytes.len() as u64;
         let Ok(msg) = ToPeer::decode(bytes) else {
             self.stats.bad_messages += 1;
@@ -414,6 +456,10 @@ impl Session {
                     self.stats.inputs_refused += 1;
                     // Its commands are never played: no latency sample.
                     r.awaiting_late.remove(&turn);
+                    if r.playout.is_some() {
+                        // Under the relay's clock `turn` is our input's sequence.
+                        r.ledger.refuse(turn.0);
+                    }
                     self.events.push_back(Event::InputRefused { turn });
                 }
             }
@@ -449,7 +495,20 @@ impl Session {
 
     /// Advances timers: due turns, input scheduling, stall notices, reports.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.wake(now);
         self.advance(now);
+    }
+
+    /// Control came back at `now`: under the relay's clock, a gap far longer
+    /// than any timer we asked for means this peer was not running (frozen,
+    /// descheduled), so what arrives now was queued, not timed by the link.
+    fn wake(&mut self, now: Instant) {
+        if let Phase::Running(r) = &mut self.phase
+            && let Some(p) = &mut r.playout
+        {
+            p.handle_wakeup(r.now, now);
+            r.now = r.now.max(now);
+        }
     }
 
     /// The next instant [`Session::handle_timeout`] has work to do.
@@ -458,6 +517,16 @@ impl Session {
         let Phase::Running(r) = &self.phase else {
             return None;
         };
+        if r.playout.is_some() {
+            // The next due turn, or its stall notice; at least once a turn
+            // so that a long gap means this peer was not running.
+            let due = r.due(r.next_exec);
+            let at = [due, due + r.turn_length]
+                .into_iter()
+                .find(|&t| t > r.now)
+                .unwrap_or(r.now + r.turn_length);
+            return Some(r.next_report.min(at).min(r.now + r.turn_length));
+        }
         // Turns become due, inputs get scheduled and stall notices fire only
         // on turn-length boundaries.
         Some(r.next_report.min(r.next_boundary(r.now)))
@@ -498,6 +567,29 @@ impl Session {
         s.latency_samples = sorted.len();
         s.latency_p50 = percentile(&sorted, 50);
         s.latency_p99 = percentile(&sorted, 99);
+        let mut steady: Vec<Duration> = self.steady.iter().copied().collect();
+        steady.sort_unstable();
+        s.steady_latency_samples = steady.len();
+        s.steady_latency_p50 = percentile(&steady, 50);
+        s.steady_latency_p99 = percentile(&steady, 99);
+        let r = match &self.phase {
+            Phase::Running(r) => Some(r),
+            _ => self.finished.as_ref(),
+        };
+        if let Some(r) = r {
+            s.turn_length = r.turn_length;
+        }
+        let mut rtts: Vec<Duration> = self.rtts.iter().copied().collect();
+        rtts.sort_unstable();
+        s.rtt_p50 = if rtts.is_empty() {
+            s.link.rtt
+        } else {
+            percentile(&rtts, 50)
+        };
+        if let Some(p) = r.and_then(|r| r.playout.as_ref()) {
+            s.jitter_buffer = p.buffer();
+            s.backlog_samples = p.discarded();
+        }
         s
     }
 
@@ -517,6 +609,10 @@ impl Session {
         // relay's deadline for it, so the empty inputs for the first `d0`
         // turns have that long to arrive.
         let epoch = now + turn_length.saturating_mul(u64::from(start.input_delay));
+        // `input_delay` 0: the relay is the clock and stamps our inputs.
+        let playout = (start.input_delay == 0)
+            .then(|| Playout::new(self.config.playout, now, start.first_turn, turn_length));
+        let stall_accounted = playout.as_ref().map_or(epoch, |p| p.due(start.first_turn));
         self.events.push_back(Event::Started {
             your_player: start.your_player,
             setup: start.setup,
@@ -546,11 +642,13 @@ impl Session {
             awaiting_late: BTreeMap::new(),
             sections: VecDeque::new(),
             last_hashed: None,
-            stall_accounted: epoch,
+            stall_accounted,
             stall_notified: None,
             waiting: None,
             next_report: now + self.config.report_interval,
             end: None,
+            playout,
+            ledger: Ledger::default(),
         }));
     }
 
@@ -568,6 +666,9 @@ impl Session {
             self.stats.duplicate_bundles += 1;
         } else {
             r.arrived.insert(turn, now);
+            if let Some(p) = &mut r.playout {
+                p.handle_arrival(now, turn);
+            }
         }
     }
 
@@ -621,6 +722,12 @@ impl Session {
         if now >= r.next_report {
             r.next_report = now + self.config.report_interval;
             let link = self.stats.link;
+            if link.rtt > Duration::ZERO {
+                if self.rtts.len() >= LATENCY_SAMPLES {
+                    self.rtts.pop_front();
+                }
+                self.rtts.push_back(link.rtt);
+            }
             let report = PeerReport {
                 rtt_us: u32::try_from(link.rtt.as_micros()).unwrap_or(u32::MAX),
                 jitter_us: u32::try_from(link.jitter.as_micros()).unwrap_or(u32::MAX),
@@ -639,6 +746,13 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
+        if r.playout.is_some() {
+            let msgs = clock_inputs(r);
+            for m in msgs {
+                self.send(&m);
+            }
+            return;
+        }
         // Local turn c: the turn the clock is in, counted so that the start
         // is turn `first - d0`; the input for turn T goes out d turns before
         // T is due. It never passes the last turn the game has taken: the
@@ -729,6 +843,19 @@ impl Session {
             self.stats.stalled_turns += 1;
         }
         r.stall_accounted = r.stall_accounted.max(arrived);
+        if r.playout.is_some() {
+            let ours = bundle
+                .inputs
+                .iter()
+                .filter(|(p, _)| *p == r.your_player)
+                .count();
+            let start = r.start;
+            let times = r.ledger.take(ours);
+            for at in times {
+                self.record_latency(start, at, now);
+            }
+            return self.finish_turn(turn, bundle.inputs);
+        }
         // Turn latency. Our chunks in this bundle are the ones we sent for it
         // (if they arrived in time) plus late ones the relay said landed here;
         // if ours are missing, they are late and wait for the relay's notice.
@@ -743,16 +870,21 @@ impl Session {
             .filter(|(p, _)| *p == r.your_player)
             .count();
         let all_arrived = ours_in_bundle >= due_here.len();
+        let mut played = Vec::new();
         for f in due_here {
             if f.own && !all_arrived {
                 r.awaiting_late.entry(turn).or_default().push(f.at);
                 continue;
             }
-            if self.latencies.len() >= LATENCY_SAMPLES {
-                self.latencies.pop_front();
-            }
-            self.latencies.push_back(now.saturating_since(f.at));
+            played.push(f.at);
         }
+        let start = r.start;
+        for at in played {
+            self.record_latency(start, at, now);
+        }
+        let Phase::Running(r) = &mut self.phase else {
+            return false;
+        };
         // A late notice comes within a few hundred turns or never (dropped);
         // forget older ones so the map stays bounded.
         let horizon = Turn(
@@ -760,15 +892,59 @@ impl Session {
                 .saturating_sub(crate::turn_buffer::MAX_BUFFERED_AHEAD),
         );
         r.awaiting_late = r.awaiting_late.split_off(&horizon);
-        r.next_exec = turn.next();
+        self.finish_turn(turn, bundle.inputs)
+    }
+
+    /// Counts `turn` as executed and yields it.
+    fn finish_turn(&mut self, turn: Turn, inputs: Vec<(PlayerId, Vec<u8>)>) -> bool {
+        if let Phase::Running(r) = &mut self.phase {
+            r.next_exec = turn.next();
+        }
         self.stats.turns_executed += 1;
         self.stats.last_turn = Some(turn);
-        self.events.push_back(Event::TurnReady {
-            turn,
-            inputs: bundle.inputs,
-        });
+        self.events.push_back(Event::TurnReady { turn, inputs });
         true
     }
+
+    /// One command's latency: submitted `at`, its turn yielded `now`.
+    fn record_latency(&mut self, start: Instant, at: Instant, now: Instant) {
+        let l = now.saturating_since(at);
+        if self.latencies.len() >= LATENCY_SAMPLES {
+            self.latencies.pop_front();
+        }
+        self.latencies.push_back(l);
+        if at >= start + WARM_UP {
+            if self.steady.len() >= LATENCY_SAMPLES {
+                self.steady.pop_front();
+            }
+            self.steady.push_back(l);
+        }
+    }
+}
+
+/// Under the relay's clock: every pending chunk leaves at once, in inputs
+/// within the per-input bounds, each numbered by the ledger.
+fn clock_inputs(r: &mut Running) -> Vec<ToRelay> {
+    let mut msgs = Vec::new();
+    while !r.pending.is_empty() {
+        let (mut commands, mut times, mut bytes) = (Vec::new(), VecDeque::new(), 0);
+        while let Some((_, c)) = r.pending.front() {
+            if commands.len() >= MAX_INPUT_CHUNKS || bytes + c.len() > MAX_INPUT_BYTES {
+                break;
+            }
+            bytes += c.len();
+            if let Some((at, c)) = r.pending.pop_front() {
+                times.push_back(at);
+                commands.push(c);
+            }
+        }
+        let seq = r.ledger.record(times);
+        msgs.push(ToRelay::Input {
+            turn: Turn(seq),
+            commands,
+        });
+    }
+    msgs
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {

@@ -1,9 +1,12 @@
 //! One match on the relay: its lobby and seating, then the running game, then
 //! its end. The running game's concerns live in submodules: `turns` (open
 //! turns, input budgets, turn closing), `hashes` (hash judging and the
-//! desync section probe), `pinger` (pings and RTT samples), `seats` (player
+//! desync section probe), `clock` (the `clock` policy: closing by the
+//! relay's clock, stamping inputs into the turn it closes next), `pinger`
+//! (pings and RTT samples), `seats` (player
 //! ids and sets of them) and `end` (end of match and shutdown).
 
+mod clock;
 mod end;
 mod forensics;
 mod hashes;
@@ -27,6 +30,10 @@ use sim::{MatchSetup, PlayerId, StateHash, Turn};
 use std::collections::BTreeMap;
 use turns::{Closing, OpenTurn};
 
+/// How long after a silence RTT samples are not taken (the transport's
+/// smoothed RTT needs about this long to forget the backlog).
+const RTT_HOLD: Duration = Duration::from_secs(2);
+
 /// A player waiting in the lobby.
 #[derive(Debug)]
 struct Member {
@@ -46,9 +53,27 @@ struct Slot {
     last_heard: Instant,
     next_ping: Instant,
     pings: PingTable,
+    /// RTT samples taken before this are not link RTT: the player had been
+    /// silent (frozen, or its path backlogged) and its answers queued.
+    rtt_hold_until: Instant,
 }
 
 impl Slot {
+    /// A message from the player at `now`. After a silence much longer than
+    /// its messages' usual spacing (a hash every turn, a pong every ping),
+    /// the RTT samples of the next 2 s measure the backlog, not the link:
+    /// a pong queued behind a freeze would otherwise read as seconds of RTT.
+    fn heard(&mut self, now: Instant, config: &RelayConfig) {
+        let gap = config
+            .ping_interval
+            .max(config.turn_length)
+            .saturating_mul(2);
+        if now.saturating_since(self.last_heard) > gap {
+            self.rtt_hold_until = now + RTT_HOLD;
+        }
+        self.last_heard = now;
+    }
+
     /// Still expected to send inputs.
     const fn live(&self) -> bool {
         self.conn.is_some() && self.drop_pending.is_none() && self.dropped_at.is_none()
@@ -249,7 +274,13 @@ impl MatchRoom {
                 name,
             })
             .collect();
-        let d0 = config.initial_delay;
+        // Under `clock` the relay stamps inputs into the turn it closes
+        // next: no input delay, which `Start` says with `input_delay` 0.
+        let d0 = if config.policy == crate::TurnPolicy::Clock {
+            0
+        } else {
+            config.initial_delay
+        };
         let turn_length_us = config.turn_length.as_micros();
         let mut assigned = Vec::new();
         for (m, info) in members.iter().zip(&players) {
@@ -291,6 +322,7 @@ impl MatchRoom {
                 last_heard: now,
                 next_ping: now,
                 pings: PingTable::default(),
+                rtt_hold_until: now,
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -330,7 +362,7 @@ impl MatchRoom {
         let Some(slot) = g.slots.get_mut(usize::from(player.0)) else {
             return;
         };
-        slot.last_heard = now;
+        slot.heard(now, config);
         match msg {
             ToRelay::Input { turn, commands } => g.on_input(player, turn, commands, config, out),
             ToRelay::Hash { turn, hash } => {
@@ -391,7 +423,9 @@ impl MatchRoom {
     /// Transport-measured link figures for a player (fed to the delay choice).
     pub(crate) fn link_stats(&mut self, player: PlayerId, rtt: Duration, jitter: Duration) {
         if let Phase::Running(g) = &mut self.phase
-            && g.slots.get(usize::from(player.0)).is_some_and(Slot::live)
+            && g.slots
+                .get(usize::from(player.0))
+                .is_some_and(|s| s.live() && s.last_heard >= s.rtt_hold_until)
         {
             g.delay
                 .sample(usize::from(player.0), rtt + jitter.saturating_mul(2));
@@ -494,7 +528,7 @@ impl MatchRoom {
         }
         if g.last.is_none_or(|l| g.next_close <= l) {
             let waiting_sent = g.open.get(&g.next_close).is_some_and(|o| o.waiting_sent);
-            if config.policy == crate::TurnPolicy::Deadline || !waiting_sent {
+            if config.policy != crate::TurnPolicy::Strict || !waiting_sent {
                 at(g.deadline(g.next_close, config));
             }
         }
@@ -532,4 +566,40 @@ fn derive_seed(name: &str, id: MatchId) -> u64 {
     h.update(name.as_bytes());
     h.update(&id.0.to_le_bytes());
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(now: Instant) -> Slot {
+        Slot {
+            conn: Some(ConnId(0)),
+            dropped_at: None,
+            drop_pending: None,
+            last_heard: now,
+            next_ping: now,
+            pings: PingTable::default(),
+            rtt_hold_until: now,
+        }
+    }
+
+    #[test]
+    fn rtt_samples_are_held_after_a_silence_not_during_steady_play() {
+        let config = RelayConfig::default();
+        let t0 = Instant::from_millis(1000);
+        let mut s = slot(t0);
+        // A message every turn: no hold.
+        for i in 1..=20 {
+            s.heard(t0 + Duration::from_millis(100 * i), &config);
+        }
+        assert!(s.rtt_hold_until <= t0);
+        // Three seconds of silence (a frozen peer), then its queued answers:
+        // RTT samples of the next 2 s are the backlog's, not the link's.
+        let thaw = t0 + Duration::from_millis(5000);
+        s.heard(thaw, &config);
+        assert_eq!(s.rtt_hold_until, thaw + RTT_HOLD);
+        s.heard(thaw + Duration::from_millis(100), &config);
+        assert_eq!(s.rtt_hold_until, thaw + RTT_HOLD);
+    }
 }

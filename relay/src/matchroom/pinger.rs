@@ -61,6 +61,10 @@ impl Game {
             return false;
         }
         let sent = Instant::from_micros(stamp_us);
+        // After a silence (a freeze), the answer measured the backlog.
+        if now < slot.rtt_hold_until {
+            return true;
+        }
         if sent <= now && now.saturating_since(sent) < Duration::from_secs(30) {
             self.delay
                 .sample(usize::from(player.0), now.saturating_since(sent));

@@ -6,6 +6,7 @@ use super::seats::{PlayerSet, Seat};
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
+use crate::turn_policy::TurnPolicy;
 use lockstep::proto::{
     Bundle, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS,
     MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, ToPeer,
@@ -82,6 +83,9 @@ impl Game {
     /// A little before turn `t` is due at the peers (they use the same
     /// schedule from the moment the Start arrived); under `deadline` it closes then.
     pub(super) fn deadline(&self, t: Turn, config: &RelayConfig) -> Instant {
+        if config.policy == TurnPolicy::Clock {
+            return self.clock_close_at(t, config);
+        }
         let n = u64::from(t.0.saturating_sub(self.first.0)) + u64::from(self.d0);
         let quarter = Duration::from_micros(config.turn_length.as_micros() / 4);
         let lead = config.deadline_lead.min(quarter);
@@ -96,6 +100,9 @@ impl Game {
         config: &RelayConfig,
         out: &mut Outbox,
     ) {
+        if config.policy == TurnPolicy::Clock {
+            return self.on_clock_input(player, turn, commands, out);
+        }
         let Some(seat) = Seat::new(player) else {
             return;
         };
@@ -187,9 +194,11 @@ impl Game {
             }
             let deadline = self.deadline(turn, config);
             let received = self.open.get(&turn).map(|o| o.received).unwrap_or_default();
+            // Under `clock` no input is expected for any turn: none is missing.
+            let expects = config.policy != TurnPolicy::Clock;
             let missing: Vec<PlayerId> = self
                 .seats()
-                .filter(|(seat, s)| s.live() && !received.contains(*seat))
+                .filter(|(seat, s)| expects && s.live() && !received.contains(*seat))
                 .map(|(seat, _)| seat.id())
                 .collect();
             let passed = closing == Closing::Clock && now >= deadline;
@@ -241,7 +250,9 @@ impl Game {
                 });
             }
         }
+        // Under `clock` there is no input delay to adapt.
         if config.adaptive_delay
+            && config.policy != TurnPolicy::Clock
             && let Some(delay) = self.delay.decide(now, config)
         {
             let from_turn = turn.next();

@@ -51,9 +51,10 @@ fn a_match_whose_players_all_left_ends_at_once_as_abandoned() {
         let mut r = Router::new(RelayConfig::default());
         let now = Instant::from_millis(10);
         start(&mut r, now, 1, turns);
-        let _ = turns_closed(&mut r);
         let later = now + Duration::from_millis(350);
         r.handle_timeout(later);
+        // The turns the clock closed while the player was there.
+        let _ = turns_closed(&mut r);
         r.handle_disconnected(later, ConnId(0));
         r.handle_timeout(later + Duration::from_millis(1));
         let events: Vec<RouterEvent> = std::iter::from_fn(|| r.poll_event()).collect();
@@ -89,7 +90,11 @@ fn a_match_whose_players_all_left_ends_at_once_as_abandoned() {
 /// `max_turns_ahead` turns before its deadline, so a step does bounded work.
 #[test]
 fn no_step_closes_more_turns_than_the_clock_allows() {
-    let config = RelayConfig::default();
+    // `deadline` closes turns early when every input is in (`clock` never does).
+    let config = RelayConfig {
+        policy: relay::TurnPolicy::Deadline,
+        ..RelayConfig::default()
+    };
     let turn = config.turn_length;
     let ahead = u64::from(config.limits.max_turns_ahead);
     let mut r = Router::new(config);
@@ -403,6 +408,7 @@ fn chunks(n: usize, len: usize, fill: u8) -> Vec<Vec<u8>> {
 fn the_worst_bundle_hostile_players_can_force_is_delivered() {
     use lockstep::proto::{MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_MESSAGE_LEN};
     let config = RelayConfig {
+        policy: relay::TurnPolicy::Deadline,
         adaptive_delay: false,
         initial_delay: 30,
         ..RelayConfig::default()

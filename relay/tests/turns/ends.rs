@@ -103,7 +103,7 @@ fn a_shutdown_mid_match_plays_the_closed_turns_then_ends_with_shutdown() {
     setup.config = RelayConfig {
         adaptive_delay: false,
         initial_delay: 10,
-        ..RelayConfig::default()
+        ..deadline_config()
     };
     let mut sim = Sim::new(setup);
     sim.run(Duration::from_secs(3));
@@ -142,6 +142,7 @@ fn a_shutdown_mid_match_plays_the_closed_turns_then_ends_with_shutdown() {
 #[test]
 fn after_the_delay_grew_past_2_s_every_final_hash_reaches_the_relay() {
     let mut setup = Setup::new(2, 80, 13);
+    setup.config = deadline_config();
     setup.shapes[1] = vec![(
         Instant::ZERO,
         LinkShape {

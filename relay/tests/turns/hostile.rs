@@ -70,9 +70,16 @@ fn missing_count(sim: &Sim, player: PlayerId) -> usize {
 #[test]
 fn a_flooding_forging_player_leaves_the_others_turn_rate_and_hashes_untouched() {
     let turns = 150;
-    let mut clean = Sim::new(Setup::new(4, turns, 21));
+    // `deadline`: the flood's late inputs are carried (the `clock` policy
+    // has no late inputs).
+    let setup = || {
+        let mut s = Setup::new(4, turns, 21);
+        s.config = deadline_config();
+        s
+    };
+    let mut clean = Sim::new(setup());
     clean.run(Duration::from_secs(60));
-    let mut sim = Sim::new(Setup::new(4, turns, 21));
+    let mut sim = Sim::new(setup());
     sim.flood = Some((0, flood));
     sim.run(Duration::from_secs(60));
 

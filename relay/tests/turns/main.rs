@@ -10,6 +10,7 @@
 //! through the generic `lockstep::peer` in `game_peers` and `netsim`).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+mod clock;
 mod decode;
 mod edges;
 mod ends;
@@ -210,6 +211,16 @@ struct Sim {
 
 /// Makes a hostile peer's extra messages for one step: (now, step counter).
 type Flood = fn(Instant, u64) -> Vec<Vec<u8>>;
+
+/// The relay's settings under the input-delay `deadline` policy (the
+/// default before the relay's `clock`): for tests of input delay, late
+/// inputs and deadlines.
+fn deadline_config() -> RelayConfig {
+    RelayConfig {
+        policy: TurnPolicy::Deadline,
+        ..RelayConfig::default()
+    }
+}
 
 struct Setup {
     peers: usize,

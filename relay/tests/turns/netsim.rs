@@ -264,7 +264,7 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
     let lag = LinkConfig::with_latency(Duration::from_millis(250));
     let config = RelayConfig {
         adaptive_delay: false,
-        ..RelayConfig::default()
+        ..deadline_config()
     };
     let (peers, _, now) = netsim_match_with(
         3,

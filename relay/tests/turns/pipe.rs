@@ -5,7 +5,9 @@ use super::*;
 
 #[test]
 fn four_peers_play_identically_to_the_end() {
-    let mut sim = Sim::new(Setup::new(4, 200, 7));
+    let mut setup = Setup::new(4, 200, 7);
+    setup.config = deadline_config();
+    let mut sim = Sim::new(setup);
     sim.run(Duration::from_secs(60));
     for i in 0..4 {
         assert!(sim.peers[i].ended, "peer {i} did not see the match end");
@@ -76,6 +78,7 @@ fn input_delay_changes_apply_at_the_same_turn_everywhere() {
             },
         ),
     ];
+    setup.config = deadline_config();
     setup.config.shrink_hold = Duration::from_secs(3);
     let mut sim = Sim::new(setup);
     sim.run(Duration::from_secs(120));

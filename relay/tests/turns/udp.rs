@@ -75,6 +75,18 @@ fn udp_demo_plays_records_and_verifies() {
     assert_eq!(ok.exit_code(), 0, "{}", ok.table());
     assert!(ok.peers.iter().all(|p| p.summary.final_turn == Some(59)));
     assert!(ok.replay.verified && ok.replay.turns == 60);
+    // `--json` names each peer's RTT, its floor (RTT + half a 20 ms turn)
+    // and its command latency.
+    for p in &ok.peers {
+        let j = serde_json::to_value(p).unwrap();
+        let (rtt, floor) = (
+            j["rtt_ms"].as_f64().unwrap(),
+            j["floor_ms"].as_f64().unwrap(),
+        );
+        assert!(rtt > 0.0 && (floor - rtt - 10.0).abs() < 1e-9, "{j}");
+        assert!(j["turn_latency_ms"]["p50"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["turn_latency_ms"]["p99"].is_number(), "{j}");
+    }
     let bad = quick_demo(Some((30, 1)), "bad");
     assert_eq!(bad.exit_code(), 3, "{}", bad.table());
     assert_eq!(bad.desyncs.len(), 1);

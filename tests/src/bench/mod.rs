@@ -8,6 +8,7 @@ pub mod carrier;
 pub mod framing;
 pub mod hotpath;
 pub mod internal;
+pub mod latency_bench;
 pub mod machine;
 pub mod net_bench;
 pub mod net_report;

@@ -479,7 +479,10 @@ pub fn measure(quick: bool) -> NetSection {
         }
         Some(why) => {
             replays::err_println!(
-                "[net] no network namespaces ({why}): in-process loss, our transport only"
+                "warning: [net] real kernel loss unavailable ({why}): the loss is made by the \
+                 UDP proxy in user space and the TCP baseline is not run; BENCHMARKS.md says so \
+                 at the top of the section. For real loss run as root with `ip` (iproute2) and \
+                 `iptables` installed (e.g. `apt-get install iproute2 iptables`)."
             );
             for r in 0..runs {
                 replays::err_println!(

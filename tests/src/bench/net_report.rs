@@ -24,6 +24,21 @@ pub fn ratio(a: Option<Summary>, b: Option<Summary>) -> String {
 #[must_use]
 pub fn markdown(n: &NetSection, svg_link: &str) -> String {
     let mut md = String::new();
+    // The mode first: a reader must not mistake proxy-made loss for kernel loss.
+    match &n.fallback {
+        None => md.push_str(
+            "**Mode: real sockets, real kernel loss** (iptables in network namespaces), \
+             TCP baseline included.\n\n",
+        ),
+        Some(why) => {
+            let _ = write!(
+                md,
+                "**Mode: real sockets, loss made in user space by the UDP proxy, no TCP \
+                 baseline** (real kernel loss unavailable: {why}; see the README's \
+                 Benchmarks chapter for the prerequisites).\n\n"
+            );
+        }
+    }
     let _ = write!(
         md,
         "{PLAYERS} peers of the reference game (bots at {APM} APM), 100 ms turns, one relay, \

@@ -8,9 +8,10 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 6] = [
+pub const SECTIONS: [(&str, &str); 7] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
+    ("latency", "Command latency against each player's own floor"),
     ("net", "Turn latency under loss: our transport vs TCP"),
     ("relay", "Relay capacity"),
     ("bandwidth", "Bandwidth against the Age of Empires budget"),

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, bulk_bench, net_bench, net_report, relay_bench, relay_report, replay_bench,
-    report, sim_bench,
+    bandwidth_bench, bulk_bench, latency_bench, net_bench, net_report, relay_bench, relay_report,
+    replay_bench, report, sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -26,8 +26,8 @@ struct Args {
     /// Where to write the report.
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
-    /// Run only these sections (comma-separated: sim, replay, net, relay,
-    /// bandwidth, bulk); the report's other sections are kept as they were.
+    /// Run only these sections (comma-separated: sim, replay, latency, net,
+    /// relay, bandwidth, bulk); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -109,11 +109,7 @@ fn main() -> ExitCode {
         }
         match replay_bench::seek_figures(args.quick) {
             Ok(figures) => {
-                md.push_str(
-                    "### Seek
-
-",
-                );
+                md.push_str("### Seek\n\n");
                 md.push_str(&replay_bench::seek_table(&figures));
                 md.push('\n');
             }
@@ -122,6 +118,36 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+    }
+
+    if wanted(&args, "latency") {
+        eprintln!("[latency] command latency against each player's floor, virtual time");
+        let svg_name = "latency-freeze.svg";
+        let (section, svg) = latency_bench::measure(args.quick, svg_name);
+        let svg_path = args
+            .out
+            .parent()
+            .unwrap_or_else(|| std::path::Path::new(""))
+            .join("tests/benchmarks")
+            .join(svg_name);
+        if let Some(dir) = svg_path.parent()
+            && let Err(e) = std::fs::create_dir_all(dir)
+        {
+            eprintln!("error: cannot create {}: {e}", dir.display());
+            return ExitCode::from(1);
+        }
+        if let Err(e) = std::fs::write(&svg_path, svg) {
+            eprintln!("error: cannot write {}: {e}", svg_path.display());
+            return ExitCode::from(1);
+        }
+        md.push_str(
+            "## Command latency against each player's own floor
+
+",
+        );
+        md.push_str(&section_stamp);
+        md.push_str(&section);
+        md.push('\n');
     }
 
     if wanted(&args, "net") {

@@ -1,0 +1,71 @@
+//! The `clock` policy: the relay is the match clock. It closes turn `T` at
+//! `start + (T - first + 1) * turn_length` on its own clock, whatever has
+//! arrived, and stamps every input into the turn it closes next. A command
+//! therefore waits only for its own trip to the relay and the next turn
+//! boundary (half a turn on average) before it is decided, and for the trip
+//! back before it is played: each player's latency is its own RTT plus half
+//! a turn, and nobody else's link enters into it. The peers learn the policy
+//! from `input_delay` 0 in `Start` ("no input delay: the relay stamps").
+//!
+//! In this mode `Input::turn` is the peer's input sequence number, not a
+//! turn: the relay echoes it in `InputRefused` so the peer can tell which
+//! input was refused.
+
+use super::Game;
+use super::seats::Seat;
+use crate::config::RelayConfig;
+use crate::outbox::Outbox;
+use lockstep::Instant;
+use lockstep::proto::ToPeer;
+use sim::{PlayerId, Turn};
+
+impl Game {
+    /// When the relay closes turn `t` under the `clock` policy: one turn
+    /// length after it opened (turn `first` opens at the start).
+    pub(super) fn clock_close_at(&self, t: Turn, config: &RelayConfig) -> Instant {
+        let n = u64::from(t.0.saturating_sub(self.first.0)) + 1;
+        self.start + config.turn_length.saturating_mul(n)
+    }
+
+    /// Stamps `player`'s input (sequence number `seq`) into the turn the
+    /// relay closes next, if it fits the player's budget there; otherwise
+    /// the player gets `InputRefused { turn: seq }`.
+    pub(super) fn on_clock_input(
+        &mut self,
+        player: PlayerId,
+        seq: Turn,
+        commands: Vec<Vec<u8>>,
+        out: &mut Outbox,
+    ) {
+        let Some(seat) = Seat::new(player) else {
+            return;
+        };
+        let Some(slot) = self.slots.get(seat.index()) else {
+            return;
+        };
+        if !slot.live() {
+            out.counters.inputs_refused += 1;
+            return;
+        }
+        let target = self.next_close;
+        if self.last.is_some_and(|l| target > l) {
+            // The match has no turn left to put it in.
+            out.counters.inputs_refused += 1;
+            return;
+        }
+        if commands.is_empty() {
+            return;
+        }
+        let open = self.open.entry(target).or_default();
+        open.received.insert(seat);
+        if !open.has_room(player, &commands, false) {
+            out.counters.inputs_over_budget += 1;
+            if let Some(conn) = slot.conn {
+                out.send(conn, &ToPeer::InputRefused { turn: seq });
+            }
+            return;
+        }
+        open.add(player, commands, false);
+        out.counters.inputs += 1;
+    }
+}
