@@ -82,9 +82,12 @@ impl Match {
     }
 
     fn desynced_with(behaviour: [Behaviour; 3], on_desync: relay::config::DesyncPolicy) -> Self {
+        // Turn 0 closes as soon as every input is in (the `clock` policy
+        // would wait for the clock this test does not advance).
         let config = RelayConfig {
             forensics_timeout: Duration::from_secs(2),
             on_desync,
+            policy: relay::TurnPolicy::Deadline,
             ..RelayConfig::default()
         };
         let mut router = Router::new(config);
