@@ -414,6 +414,16 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
             None => None,
         });
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    // SIGTERM (orchestrators) and SIGINT (Ctrl-C) both start a graceful
+    // drain. Installed before the first start-up line: whoever reacts to
+    // `listening` may signal at once.
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("relay: cannot install the handler for signal {sig}: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let addr = sockets
         .first()
         .and_then(|s| s.local_addr().ok())
@@ -449,14 +459,6 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         );
     } else {
         eprintln!("relay: token mode: only holders of a join token may connect");
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    // SIGTERM (orchestrators) and SIGINT (Ctrl-C) both start a graceful drain.
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
-            eprintln!("relay: cannot install the handler for signal {sig}: {e}");
-            return ExitCode::from(1);
-        }
     }
     let level = if a.verbose { Level::Debug } else { a.log_level };
     let metrics = match a.metrics {
