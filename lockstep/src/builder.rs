@@ -1,9 +1,9 @@
 //! Configuration for a [`Session`]: `SessionBuilder::new().with_*(..).build(now)?`.
 
-use crate::proto::{Join, MAX_NAME_LEN};
+use crate::proto::{Join, MAX_NAME_LEN, RejoinSecret};
 use crate::session::Session;
 use crate::time::{Duration, Instant};
-use sim::{MAX_PLAYERS, StateHash};
+use sim::{MAX_PLAYERS, PlayerId, StateHash};
 
 /// Why a session could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +25,12 @@ pub struct SessionConfig {
     pub report_interval: Duration,
     /// How many recent turns' section hashes are kept to answer section requests.
     pub section_history: usize,
+    /// Come back into this held slot of a running match with its secret,
+    /// instead of joining (see [`SessionBuilder::with_rejoin`]).
+    pub rejoin: Option<(PlayerId, RejoinSecret)>,
+    /// Time between two chunks of a snapshot upload (default 50 ms): the
+    /// upload is paced so it never crowds out the peer's turn traffic.
+    pub upload_interval: Duration,
 }
 
 /// Builds a [`Session`].
@@ -56,6 +62,8 @@ impl SessionBuilder {
                 },
                 report_interval: Duration::from_secs(1),
                 section_history: 128,
+                rejoin: None,
+                upload_interval: Duration::from_millis(50),
             },
         }
     }
@@ -101,6 +109,15 @@ impl SessionBuilder {
     #[must_use]
     pub fn with_report_interval(mut self, every: Duration) -> Self {
         self.config.report_interval = every;
+        self
+    }
+
+    /// Rejoin instead of join: come back into `player`'s held slot of the
+    /// running match with the secret the relay gave at the start (in token
+    /// mode the secret is not checked: the token must grant that slot).
+    #[must_use]
+    pub const fn with_rejoin(mut self, player: PlayerId, secret: RejoinSecret) -> Self {
+        self.config.rejoin = Some((player, secret));
         self
     }
 

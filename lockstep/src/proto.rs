@@ -13,7 +13,11 @@ use sim::{MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Stamped, StateHash, Tu
 use std::fmt;
 
 mod reject;
+mod rejoin;
 pub use reject::RejectReason;
+pub use rejoin::{
+    MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret, Resume, SnapshotChunk,
+};
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
 pub const PROTOCOL_VERSION: u8 = 1;
@@ -144,6 +148,13 @@ pub enum Notice {
         /// The first local turn that uses it (after the carrying bundle's turn).
         from_turn: Turn,
     },
+    /// From `turn` on the player, back after a drop, has inputs again.
+    PlayerRejoined {
+        /// Who came back.
+        player: PlayerId,
+        /// The first turn with them again (the turn of the carrying bundle).
+        turn: Turn,
+    },
 }
 
 /// Everything that happens in one turn, as the relay closed it.
@@ -233,6 +244,16 @@ pub enum ToRelay {
     Report(PeerReport),
     /// A clean leave.
     Leave,
+    /// A piece of the snapshot the relay asked for ([`ToPeer::SnapshotRequest`]).
+    SnapshotChunk(SnapshotChunk),
+    /// Come back into a held slot of a running match (instead of [`ToRelay::Join`]).
+    Rejoin(Rejoin),
+    /// A rejoining peer simulated every turn up to `turn` and plays live
+    /// from the next one: its inputs count again.
+    CaughtUp {
+        /// The last turn it simulated.
+        turn: Turn,
+    },
 }
 
 /// Messages from the relay to a peer.
@@ -309,6 +330,20 @@ pub enum ToPeer {
         /// The turn the input was meant for.
         turn: Turn,
     },
+    /// The secret this player needs to come back into its slot after a
+    /// drop (sent to that player only, right after [`ToPeer::Start`]).
+    RejoinSecret(RejoinSecret),
+    /// Upload your snapshot of the world after simulating `turn`, in
+    /// [`ToRelay::SnapshotChunk`]s (sent before that turn's bundle).
+    SnapshotRequest {
+        /// The turn to snapshot.
+        turn: Turn,
+    },
+    /// The rejoin was accepted: restore from here (snapshot chunks and the
+    /// tail of bundles follow).
+    Resume(Resume),
+    /// A piece of the snapshot named in [`ToPeer::Resume`].
+    SnapshotChunk(SnapshotChunk),
 }
 
 /// Why bytes are not a valid protocol message.
@@ -422,7 +457,16 @@ impl ToRelay {
             }
             Self::Input { commands, .. } => check_input(commands),
             Self::Sections { sections, .. } => check_sections(sections),
-            Self::Hash { .. } | Self::Pong { .. } | Self::Report(_) | Self::Leave => Ok(()),
+            Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
+            Self::Rejoin(r) => {
+                check_player(r.player)?;
+                Self::Join(r.join.clone()).validate()
+            }
+            Self::Hash { .. }
+            | Self::Pong { .. }
+            | Self::Report(_)
+            | Self::Leave
+            | Self::CaughtUp { .. } => Ok(()),
         }
     }
 
@@ -431,6 +475,7 @@ impl ToRelay {
     pub const fn delivery(&self) -> Delivery {
         match self {
             Self::Pong { .. } | Self::Report(_) => Delivery::Unreliable,
+            Self::SnapshotChunk(_) => Delivery::Bulk,
             _ => Delivery::Reliable,
         }
     }
@@ -502,6 +547,7 @@ impl ToPeer {
                     Notice::DelayChange { delay, .. } => {
                         check(*delay <= MAX_INPUT_DELAY, "input delay")
                     }
+                    Notice::PlayerRejoined { player, .. } => check_player(*player),
                 })
             }
             Self::Desync(d) => {
@@ -525,11 +571,22 @@ impl ToPeer {
             Self::Waiting { players, .. } => {
                 check(players.len() <= usize::from(MAX_PLAYERS), "players")
             }
+            Self::Resume(r) => {
+                Self::Start(r.start.clone()).validate()?;
+                check(r.delay <= MAX_INPUT_DELAY, "input delay")?;
+                check(
+                    r.snapshot.is_none_or(|(_, _, n)| n <= MAX_SNAPSHOT_TOTAL),
+                    "snapshot length",
+                )
+            }
+            Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }
             | Self::Ping { .. }
-            | Self::MatchEnd { .. } => Ok(()),
+            | Self::MatchEnd { .. }
+            | Self::RejoinSecret(_)
+            | Self::SnapshotRequest { .. } => Ok(()),
         }
     }
 
@@ -538,6 +595,7 @@ impl ToPeer {
     pub const fn delivery(&self) -> Delivery {
         match self {
             Self::Ping { .. } => Delivery::Unreliable,
+            Self::SnapshotChunk(_) => Delivery::Bulk,
             _ => Delivery::Reliable,
         }
     }

@@ -34,6 +34,12 @@ pub struct GameSession<S: Simulation> {
     pub(super) refused: Option<PeerRefusal>,
     /// The wall clock at one instant (`now`, Unix ms), given by the driver.
     pub(super) unix_anchor: Option<(Instant, u64)>,
+    /// Snapshot turns the relay asked for, not simulated yet.
+    pub(super) snapshot_wanted: Vec<Turn>,
+    /// When this session sent its rejoin (`None`: it joined).
+    pub(super) rejoin_sent: Option<Instant>,
+    /// From the rejoin to caught up.
+    pub(super) rejoin_took: Option<Duration>,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -92,8 +98,12 @@ impl<S: Simulation> GameSession<S> {
     /// polled (see [`Peer::poll_event`](super::Peer::poll_event)).
     #[must_use]
     pub fn poll_event(&mut self) -> Option<PeerEvent<S::Command>> {
-        let ev = self.session.poll_event()?;
-        Some(self.on_event(ev))
+        loop {
+            let ev = self.session.poll_event()?;
+            if let Some(ev) = self.on_event(ev) {
+                return Some(ev);
+            }
+        }
     }
 
     /// The world, once the match started.
@@ -180,6 +190,9 @@ impl<S: Simulation> GameSession<S> {
             ended: self.ended,
             error: self.error.clone(),
             refused: self.refused.clone(),
+            rejoins: u32::from(self.rejoin_took.is_some()),
+            rejoin_ms: self.rejoin_took.map(Duration::as_millis_f64),
+            snapshots_uploaded: s.snapshots_uploaded,
         }
     }
 
@@ -200,9 +213,11 @@ impl<S: Simulation> GameSession<S> {
         })
     }
 
-    fn on_event(&mut self, ev: Event) -> PeerEvent<S::Command> {
+    /// The game-facing event for a session event; `None` for one the game
+    /// session handles itself (a snapshot request).
+    fn on_event(&mut self, ev: Event) -> Option<PeerEvent<S::Command>> {
         let now = self.now;
-        match ev {
+        Some(match ev {
             Event::Lobby { joined, slots } => PeerEvent::Lobby { joined, slots },
             Event::Started {
                 your_player,
@@ -214,7 +229,11 @@ impl<S: Simulation> GameSession<S> {
                 let world = S::new(&setup);
                 self.player = Some(your_player);
                 self.started_at = Some(now);
-                self.start_recording(now, &world, &setup, &players, turn_length);
+                if self.rejoin_sent.is_none() {
+                    // A rejoined peer's recording would lack the turns it
+                    // missed: the relay's recording is the match's record.
+                    self.start_recording(now, &world, &setup, &players, turn_length);
+                }
                 self.world = Some(world);
                 PeerEvent::Started {
                     player: your_player,
@@ -279,6 +298,50 @@ impl<S: Simulation> GameSession<S> {
                 });
                 PeerEvent::Refused { reason, detail }
             }
+            Event::RejoinSecret { secret } => PeerEvent::RejoinSecret {
+                player: self.player()?,
+                secret,
+            },
+            Event::SnapshotWanted { turn } => {
+                self.snapshot_wanted.push(turn);
+                return None;
+            }
+            Event::Restored { snapshot } => return self.restored(snapshot),
+            Event::CaughtUp { turn } => {
+                self.rejoin_took = self.rejoin_sent.map(|t| now.saturating_since(t));
+                PeerEvent::CaughtUp { turn }
+            }
+            Event::PlayerRejoined { player, turn } => PeerEvent::PlayerRejoined { player, turn },
+        })
+    }
+
+    /// Rebuilds the world from the relay's agreed snapshot; one whose hash
+    /// is not the agreed one ends the session (nothing after it could agree).
+    fn restored(
+        &mut self,
+        snapshot: Option<(Turn, StateHash, Vec<u8>)>,
+    ) -> Option<PeerEvent<S::Command>> {
+        let Some((turn, hash, bytes)) = snapshot else {
+            return Some(PeerEvent::Restored { turn: None });
+        };
+        match S::restore(&bytes) {
+            Ok(world) if world.state_hash() == hash => {
+                self.last = Some((turn, hash));
+                self.world = Some(world);
+                Some(PeerEvent::Restored { turn: Some(turn) })
+            }
+            Ok(_) => {
+                self.note_error(format!(
+                    "the relay's snapshot of turn {turn} does not have the agreed hash"
+                ));
+                self.session.leave(self.now);
+                None
+            }
+            Err(e) => {
+                self.note_error(format!("the relay's snapshot of turn {turn}: {e}"));
+                self.session.leave(self.now);
+                None
+            }
         }
     }
 
@@ -342,6 +405,10 @@ impl<S: Simulation> GameSession<S> {
             .is_some_and(|r| r.keyframe_due(turn))
             .then(|| world.snapshot());
         self.last = Some((turn, hash));
+        if let Some(i) = self.snapshot_wanted.iter().position(|t| *t == turn) {
+            self.snapshot_wanted.swap_remove(i);
+            self.session.upload_snapshot(turn, hash, &world.snapshot());
+        }
         // Not reachable for a yielded turn; noted rather than fatal.
         if self.session.report_hash(turn, hash, sections).is_err() {
             self.note_error(format!("could not report hash of turn {turn}"));

@@ -87,6 +87,7 @@ pub struct PeerBuilder<S: Simulation> {
     fault: Option<(Turn, Fault<S>)>,
     ticks_per_turn: u16,
     local_addr: SocketAddr,
+    rejoin: Option<(PlayerId, crate::proto::RejoinSecret)>,
 }
 
 impl<S: Simulation> PeerBuilder<S> {
@@ -106,7 +107,23 @@ impl<S: Simulation> PeerBuilder<S> {
             fault: None,
             ticks_per_turn: 1,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            rejoin: None,
         }
+    }
+
+    /// Come back into `player`'s held slot of the running match instead of
+    /// joining: with the secret the relay gave that player
+    /// ([`PeerEvent::RejoinSecret`]) in open mode, with a token for that
+    /// match and slot in token mode. The peer restores the relay's agreed
+    /// snapshot, fast-forwards and plays on.
+    #[must_use]
+    pub const fn with_rejoin(
+        mut self,
+        player: PlayerId,
+        secret: crate::proto::RejoinSecret,
+    ) -> Self {
+        self.rejoin = Some((player, secret));
+        self
     }
 
     /// The display name (the relay suffixes a name another player has).
@@ -213,12 +230,15 @@ impl<S: Simulation> PeerBuilder<S> {
     /// # Errors
     /// Slots outside `1..=8` or a name longer than the protocol allows.
     pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
-        let session = SessionBuilder::new()
+        let mut builder = SessionBuilder::new()
             .with_match(&self.match_name, self.players)
             .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
             .with_name(&self.name)
-            .with_turns(self.turns)
-            .build(now)?;
+            .with_turns(self.turns);
+        if let Some((player, secret)) = self.rejoin {
+            builder = builder.with_rejoin(player, secret);
+        }
+        let session = builder.build(now)?;
         Ok(GameSession {
             session,
             match_name: self.match_name,
@@ -236,6 +256,9 @@ impl<S: Simulation> PeerBuilder<S> {
             error: None,
             refused: None,
             unix_anchor: None,
+            snapshot_wanted: Vec::new(),
+            rejoin_sent: self.rejoin.map(|_| now),
+            rejoin_took: None,
         })
     }
 }

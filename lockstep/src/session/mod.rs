@@ -28,6 +28,8 @@ use crate::turn_buffer::TurnBuffer;
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
+mod rejoin;
+
 /// How many turn-latency samples are kept for percentiles.
 const LATENCY_SAMPLES: usize = 4096;
 /// Most submitted command chunks waiting for their turn; more are refused.
@@ -93,6 +95,8 @@ pub struct SessionStats {
     pub link: LinkFigures,
     /// The input delay in force (latest announced).
     pub input_delay: u8,
+    /// Snapshots this peer was asked for and uploaded.
+    pub snapshots_uploaded: u32,
 }
 
 /// Where the session is in its life.
@@ -143,6 +147,10 @@ struct Running {
     next_report: Instant,
     /// The relay's `MatchEnd`: the last turn (`None`: no turn closed) and why.
     end: Option<(Option<Turn>, EndReason)>,
+    /// A rejoin between the relay's resume and catching up.
+    restoring: Option<rejoin::Restoring>,
+    /// A snapshot upload under way.
+    upload: rejoin::Upload,
 }
 
 impl Running {
@@ -160,7 +168,9 @@ impl Running {
 
     /// Whether `next_exec` is due and cannot run for want of its bundle.
     fn stalled(&self, now: Instant) -> bool {
-        now > self.due(self.next_exec)
+        // A rejoining peer fast-forwards through turns long due: not a stall.
+        !self.restoring()
+            && now > self.due(self.next_exec)
             && !self.buffer.has(self.next_exec)
             && self.end.is_none()
             && self.last_turn.is_none_or(|l| self.next_exec <= l)
@@ -225,8 +235,15 @@ impl Session {
             stats: SessionStats::default(),
             latencies: VecDeque::new(),
         };
-        let join = ToRelay::Join(s.config.join.clone());
-        s.send(&join);
+        let first = match s.config.rejoin {
+            Some((player, secret)) => ToRelay::Rejoin(crate::proto::Rejoin {
+                join: s.config.join.clone(),
+                player,
+                secret,
+            }),
+            None => ToRelay::Join(s.config.join.clone()),
+        };
+        s.send(&first);
         s
     }
 
@@ -427,6 +444,20 @@ impl Session {
                     r.end = Some((turn, reason));
                 }
             }
+            ToPeer::RejoinSecret(secret) => {
+                self.events.push_back(Event::RejoinSecret { secret });
+            }
+            ToPeer::SnapshotRequest { turn } => {
+                if let Phase::Running(r) = &self.phase
+                    && turn >= r.next_exec
+                {
+                    self.events.push_back(Event::SnapshotWanted { turn });
+                } else {
+                    self.stats.bad_messages += 1;
+                }
+            }
+            ToPeer::Resume(resume) => self.resume(now, resume),
+            ToPeer::SnapshotChunk(chunk) => self.on_snapshot_chunk(chunk),
         }
         self.advance(now);
     }
@@ -443,8 +474,9 @@ impl Session {
             return None;
         };
         // Turns become due, inputs get scheduled and stall notices fire only
-        // on turn-length boundaries.
-        Some(r.next_report.min(r.next_boundary(r.now)))
+        // on turn-length boundaries; upload chunks leave on their own pace.
+        let t = r.next_report.min(r.next_boundary(r.now));
+        Some(r.upload.next_at().map_or(t, |u| u.min(t)))
     }
 
     /// The next message to send to the relay.
@@ -535,6 +567,8 @@ impl Session {
             waiting: None,
             next_report: now + self.config.report_interval,
             end: None,
+            restoring: None,
+            upload: rejoin::Upload::default(),
         }));
     }
 
@@ -567,6 +601,8 @@ impl Session {
                 break;
             }
         }
+        self.check_caught_up();
+        self.pump_upload(now);
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
@@ -623,6 +659,10 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
+        if r.restoring() {
+            // A rejoining peer's inputs count only once it caught up.
+            return;
+        }
         // Local turn c: the turn the clock is in, counted so that the start
         // is turn `first - d0`; the input for turn T goes out d turns before
         // T is due. It never passes the last turn the game has taken: the
@@ -676,7 +716,8 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return false;
         };
-        if r.last_turn.is_some_and(|l| r.next_exec > l) || r.end_reached() {
+        if r.last_turn.is_some_and(|l| r.next_exec > l) || r.end_reached() || r.awaiting_snapshot()
+        {
             return false;
         }
         let due = r.due(r.next_exec);
@@ -701,6 +742,9 @@ impl Session {
                         self.events
                             .push_back(Event::InputDelayChanged { delay, from_turn });
                     }
+                }
+                Notice::PlayerRejoined { player, turn } => {
+                    self.events.push_back(Event::PlayerRejoined { player, turn });
                 }
             }
         }
