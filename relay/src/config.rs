@@ -47,6 +47,8 @@ pub struct RelayConfig {
     pub end_grace: Duration,
     /// Memory bounds.
     pub limits: Limits,
+    /// Agreed snapshots and held slots (rejoin).
+    pub rejoin: crate::rejoin::RejoinConfig,
 }
 
 impl Default for RelayConfig {
@@ -67,6 +69,7 @@ impl Default for RelayConfig {
             seed: None,
             end_grace: Duration::from_secs(2),
             limits: Limits::default(),
+            rejoin: crate::rejoin::RejoinConfig::default(),
         }
     }
 }

@@ -551,6 +551,8 @@ const fn event_level(e: &RouterEvent) -> Level {
         RouterEvent::Desync { .. } | RouterEvent::DesyncSections { .. } => Level::Error,
         RouterEvent::Dropped { .. } => Level::Warn,
         RouterEvent::MatchStarted { .. }
+        | RouterEvent::Rejoining { .. }
+        | RouterEvent::Rejoined { .. }
         | RouterEvent::DelayChanged { .. }
         | RouterEvent::MatchEnded { .. } => Level::Info,
     }
@@ -639,6 +641,14 @@ fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::Value> {
             from_turn,
         } => json!({
             "event": "delay_changed", "match": id.0, "delay": delay, "from_turn": from_turn.0 }),
+        RouterEvent::Rejoining {
+            id,
+            player,
+            snapshot,
+        } => json!({
+            "event": "rejoining", "match": id.0, "player": player.0, "snapshot_turn": snapshot.map(|t| t.0) }),
+        RouterEvent::Rejoined { id, player, turn } => json!({
+            "event": "rejoined", "match": id.0, "player": player.0, "turn": turn.0 }),
         RouterEvent::PeerReport { .. } => return None,
         RouterEvent::MatchEnded { id, turn, reason } => json!({
             "event": "match_ended", "match": id.0, "turn": turn.map(|t| t.0), "reason": reason.to_string() }),

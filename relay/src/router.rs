@@ -19,6 +19,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 pub use crate::outbox::RouterCounters;
+
+mod rejoin;
 /// A transport connection, as numbered by the transport `Server`.
 pub use lockstep::transport::ConnId;
 
@@ -266,6 +268,7 @@ impl Router {
         };
         match (c.room, msg) {
             (None, ToRelay::Join(join)) => self.join(now, conn, &join),
+            (None, ToRelay::Rejoin(rejoin)) => self.rejoin(now, conn, &rejoin),
             (Some((id, Some(player))), msg) => {
                 let leaving = msg == ToRelay::Leave;
                 if let Some(m) = self.matches.get_mut(&id) {

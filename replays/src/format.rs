@@ -228,6 +228,13 @@ pub enum Record {
         /// First turn without them.
         turn: Turn,
     },
+    /// A dropped player came back into its slot; from `turn` on its inputs count again.
+    Rejoin {
+        /// The player.
+        player: PlayerId,
+        /// First turn with them again.
+        turn: Turn,
+    },
     /// The input delay changed, effective from `from_turn`.
     DelayChange {
         /// New delay in turns.
@@ -289,6 +296,8 @@ pub mod kind {
     pub const START: u8 = 10;
     /// [`super::Record::Dispute`]
     pub const DISPUTE: u8 = 11;
+    /// [`super::Record::Rejoin`]
+    pub const REJOIN: u8 = 12;
 }
 
 /// Name of a record kind byte, for messages and `replay export`.
@@ -306,6 +315,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::TRAILER => "trailer",
         kind::START => "start",
         kind::DISPUTE => "dispute",
+        kind::REJOIN => "rejoin",
         _ => "unknown",
     }
 }
@@ -348,6 +358,7 @@ impl Record {
             Self::Trailer { .. } => kind::TRAILER,
             Self::Start { .. } => kind::START,
             Self::Dispute { .. } => kind::DISPUTE,
+            Self::Rejoin { .. } => kind::REJOIN,
         }
     }
 
@@ -360,6 +371,7 @@ impl Record {
             | Self::Desync { turn, .. }
             | Self::Dispute { turn, .. }
             | Self::Drop { turn, .. }
+            | Self::Rejoin { turn, .. }
             | Self::Keyframe { turn, .. } => Some(*turn),
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
             Self::Trailer { final_turn, .. } => Some(*final_turn),
@@ -399,7 +411,9 @@ impl Record {
                 majority,
                 dissent,
             } => postcard::to_io(&(turn, majority, dissent), &mut *out),
-            Self::Drop { player, turn } => postcard::to_io(&(player, turn), &mut *out),
+            Self::Drop { player, turn } | Self::Rejoin { player, turn } => {
+                postcard::to_io(&(player, turn), &mut *out)
+            }
             Self::DelayChange { delay, from_turn } => {
                 postcard::to_io(&(delay, from_turn), &mut *out)
             }
@@ -482,6 +496,10 @@ impl Record {
             kind::DROP => {
                 let (player, turn) = exact(payload).map_err(bad)?;
                 Self::Drop { player, turn }
+            }
+            kind::REJOIN => {
+                let (player, turn) = exact(payload).map_err(bad)?;
+                Self::Rejoin { player, turn }
             }
             kind::DELAY_CHANGE => {
                 let (delay, from_turn) = exact(payload).map_err(bad)?;

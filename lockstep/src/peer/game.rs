@@ -124,6 +124,13 @@ impl<S: Simulation> GameSession<S> {
         self.session.is_ended()
     }
 
+    /// Whether this peer rejoined and is still fast-forwarding to the live
+    /// turn (its commands would be late: an agent should not think yet).
+    #[must_use]
+    pub const fn is_catching_up(&self) -> bool {
+        self.rejoin_sent.is_some() && self.rejoin_took.is_none()
+    }
+
     /// Anchors the wall clock: `now` is `unix_ms` ms after the Unix epoch.
     /// Nothing here reads a clock; without this a recording's start time is
     /// 0 (unknown).
@@ -311,7 +318,10 @@ impl<S: Simulation> GameSession<S> {
                 self.rejoin_took = self.rejoin_sent.map(|t| now.saturating_since(t));
                 PeerEvent::CaughtUp { turn }
             }
-            Event::PlayerRejoined { player, turn } => PeerEvent::PlayerRejoined { player, turn },
+            Event::PlayerRejoined { player, turn } => {
+                self.record_with(|w| w.record_rejoin(player, turn));
+                PeerEvent::PlayerRejoined { player, turn }
+            }
         })
     }
 

@@ -364,6 +364,13 @@ impl<S: Simulation> Peer<S> {
         self.game.is_done()
     }
 
+    /// Whether this peer rejoined and is still fast-forwarding to the live
+    /// turn (see [`GameSession::is_catching_up`]).
+    #[must_use]
+    pub const fn is_catching_up(&self) -> bool {
+        self.game.is_catching_up()
+    }
+
     /// Why the transport connection ended, if it did.
     #[must_use]
     pub const fn disconnected(&self) -> Option<DisconnectReason> {

@@ -7,7 +7,9 @@
 mod end;
 mod hashes;
 mod pinger;
+mod rejoin;
 mod seats;
+mod snapshots;
 mod turns;
 
 use crate::config::RelayConfig;
@@ -45,6 +47,14 @@ struct Slot {
     last_heard: Instant,
     next_ping: Instant,
     pings: PingTable,
+    /// Since when the slot is held for a rejoin (its player dropped).
+    held_since: Option<Instant>,
+    /// Its player came back and is catching up (not live yet).
+    rejoining: bool,
+    /// The turn its player came back at: hashes are expected from there.
+    back_from: Option<Turn>,
+    /// A `PlayerRejoined` notice goes into the next bundle.
+    rejoin_pending: bool,
 }
 
 impl Slot {
@@ -69,6 +79,9 @@ struct Game {
     probe: Option<Probe>,
     desynced: bool,
     end_by: Option<Instant>,
+    /// The Start every player got (`your_player` aside): a rejoin's resume.
+    start_msg: Start,
+    snapshots: snapshots::SnapshotStore,
 }
 
 #[derive(Debug)]
@@ -245,19 +258,21 @@ impl MatchRoom {
         let d0 = config.initial_delay;
         let turn_length_us = config.turn_length.as_micros();
         let mut assigned = Vec::new();
+        let start_msg = Start {
+            your_player: PlayerId(0),
+            setup: setup.clone(),
+            turn_length_us,
+            players: players.clone(),
+            input_delay: d0,
+            first_turn: first,
+            last_turn: last,
+        };
         for (m, info) in members.iter().zip(&players) {
-            out.send(
-                m.conn,
-                &ToPeer::Start(Start {
-                    your_player: info.id,
-                    setup: setup.clone(),
-                    turn_length_us,
-                    players: players.clone(),
-                    input_delay: d0,
-                    first_turn: first,
-                    last_turn: last,
-                }),
-            );
+            let mut start = start_msg.clone();
+            start.your_player = info.id;
+            out.send(m.conn, &ToPeer::Start(start));
+            let secret = config.rejoin.secret(self.id, &self.name, info.id);
+            out.send(m.conn, &ToPeer::RejoinSecret(secret));
             assigned.push((m.conn, info.id));
         }
         out.events.push_back(RouterEvent::MatchStarted {
@@ -284,6 +299,10 @@ impl MatchRoom {
                 last_heard: now,
                 next_ping: now,
                 pings: PingTable::default(),
+                held_since: None,
+                rejoining: false,
+                back_from: None,
+                rejoin_pending: false,
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -299,6 +318,8 @@ impl MatchRoom {
             probe: None,
             desynced: false,
             end_by: None,
+            start_msg,
+            snapshots: snapshots::SnapshotStore::default(),
         }));
         self.tick(now, config, out);
         assigned
@@ -345,9 +366,11 @@ impl MatchRoom {
                     .push_back(RouterEvent::PeerReport { id, player, report })
             }
             ToRelay::Leave => {
-                g.drop_player(player, DropReason::Left);
+                g.drop_player(now, player, DropReason::Left);
             }
-            ToRelay::Join(_) => out.counters.bad_state += 1,
+            ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
+            ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
+            ToRelay::Join(_) | ToRelay::Rejoin(_) => out.counters.bad_state += 1,
         }
         self.tick_by(now, config, out, Closing::InputsOnly);
     }
@@ -371,7 +394,7 @@ impl MatchRoom {
         out: &mut Outbox,
     ) {
         if let Phase::Running(g) = &mut self.phase {
-            g.drop_player(player, DropReason::Disconnected);
+            g.drop_player(now, player, DropReason::Disconnected);
         }
         self.tick(now, config, out);
     }
@@ -401,7 +424,7 @@ impl MatchRoom {
             if let Some(conn) = conn {
                 out.detached.push(conn);
             }
-            g.drop_player(player, DropReason::Timeout);
+            g.drop_player(now, player, DropReason::Timeout);
         }
         // With nobody left, no turn is closed for no one: `finished` ends
         // the match as abandoned below, and the router frees it.
@@ -450,13 +473,18 @@ impl MatchRoom {
     }
 }
 impl Game {
-    fn drop_player(&mut self, player: PlayerId, reason: DropReason) {
+    fn drop_player(&mut self, now: Instant, player: PlayerId, reason: DropReason) {
         let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
             return;
         };
         // The connection is detached now; the drop takes effect at the next
         // turn to close, which every peer learns from that turn's bundle.
         slot.conn = None;
+        slot.rejoining = false;
+        // A clean leave gives the slot up; any other drop holds it.
+        if reason != DropReason::Left {
+            slot.held_since.get_or_insert(now);
+        }
         if slot.dropped_at.is_none() && slot.drop_pending.is_none() {
             slot.drop_pending = Some(reason);
         }

@@ -57,6 +57,8 @@ pub(super) struct PeerNode {
     pub(super) delay_changes: Vec<(u8, Turn)>,
     /// Every simulated turn's inputs and the hash after it, in order.
     pub(super) executed: Vec<(Vec<sim::Stamped<sim::game::Command>>, StateHash)>,
+    /// The relay's rejoin secret for this peer's slot, once given.
+    pub(super) secret: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
 }
 
 /// How to build a [`PeerNode`].
@@ -80,6 +82,17 @@ impl PeerNode {
         server: SocketAddr,
         addr: SocketAddr,
     ) -> Self {
+        Self::build(at, spec, server, addr, None)
+    }
+
+    /// A peer that comes back into `rejoin`'s held slot (player, secret).
+    pub(super) fn build(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+        rejoin: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
+    ) -> Self {
         let mut b = PeerBuilder::<World>::new(spec.match_name, spec.players)
             .with_name(&spec.name)
             .with_turns(spec.turns)
@@ -91,6 +104,9 @@ impl PeerNode {
         }
         if let Some(t) = spec.desync_at {
             b = b.with_fault(t, |w, t| w.perturb(t.0));
+        }
+        if let Some((player, secret)) = rejoin {
+            b = b.with_rejoin(player, secret);
         }
         let (seed, apm) = (spec.bot_seed, spec.apm);
         let pilot = Autopilot::new(b.build(at, server).unwrap(), move |p| {
@@ -104,6 +120,7 @@ impl PeerNode {
             turns: Vec::new(),
             delay_changes: Vec::new(),
             executed: Vec::new(),
+            secret: None,
         }
     }
 
@@ -124,6 +141,9 @@ impl PeerNode {
                 }
                 PeerEvent::DelayChanged { delay, from_turn } => {
                     self.delay_changes.push((delay, from_turn));
+                }
+                PeerEvent::RejoinSecret { player, secret } => {
+                    self.secret = Some((player, secret));
                 }
                 _ => {}
             }
