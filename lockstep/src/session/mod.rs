@@ -744,7 +744,8 @@ impl Session {
                     }
                 }
                 Notice::PlayerRejoined { player, turn } => {
-                    self.events.push_back(Event::PlayerRejoined { player, turn });
+                    self.events
+                        .push_back(Event::PlayerRejoined { player, turn });
                 }
             }
         }

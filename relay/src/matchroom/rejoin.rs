@@ -201,7 +201,12 @@ impl Game {
     }
 
     /// The relay judged `turn`: `agreed` is its majority hash, if one exists.
-    pub(super) fn snapshot_judged(&mut self, turn: Turn, agreed: Option<StateHash>, out: &mut Outbox) {
+    pub(super) fn snapshot_judged(
+        &mut self,
+        turn: Turn,
+        agreed: Option<StateHash>,
+        out: &mut Outbox,
+    ) {
         let outcome = match agreed {
             Some(h) => self.snapshots.on_agreed(turn, h),
             None => self.snapshots.on_unagreed(turn),

@@ -269,7 +269,9 @@ mod tests {
         assert!(matches!(s.base(), Base::Genesis));
         assert_eq!(s.on_agreed(Turn(10), StateHash([7; 32])), Outcome::Accepted);
         match s.base() {
-            Base::Agreed { turn, bytes, .. } => assert_eq!((*turn, bytes.as_slice()), (Turn(10), &[1, 2, 3, 4][..])),
+            Base::Agreed { turn, bytes, .. } => {
+                assert_eq!((*turn, bytes.as_slice()), (Turn(10), &[1, 2, 3, 4][..]))
+            }
             b => panic!("{b:?}"),
         }
         assert_eq!(s.tail_turns(), 4, "bundles 11..=14 stay");

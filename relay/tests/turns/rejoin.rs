@@ -68,7 +68,14 @@ fn run(
     let server = Server::new(TransportConfig::default(), [seed as u8; 32]);
     let mut relay = RelayNode::new(server, config(), SERVER);
     let mut peers: Vec<PeerNode> = (0..u64::from(players))
-        .map(|i| PeerNode::new(start, spec(players, turns, i, seed), SERVER, addr(7001 + i as u16)))
+        .map(|i| {
+            PeerNode::new(
+                start,
+                spec(players, turns, i, seed),
+                SERVER,
+                addr(7001 + i as u16),
+            )
+        })
         .collect();
     let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
     {
@@ -179,7 +186,9 @@ fn a_rejoined_peer_agrees_with_the_players_on_every_later_turn() {
         let rejoined = rejoined.expect("the relay saw the catch-up");
         assert!(rejoined.0 > first && rejoined.0 < turns, "{ctx}");
         assert!(
-            !events.iter().any(|e| matches!(e, RouterEvent::Desync { .. })),
+            !events
+                .iter()
+                .any(|e| matches!(e, RouterEvent::Desync { .. })),
             "{ctx}"
         );
         let c = r.relay.router.counters();
@@ -192,7 +201,10 @@ fn a_rejoined_peer_agrees_with_the_players_on_every_later_turn() {
         assert!(c.snapshots_agreed >= 1 && c.rejoins == 1, "{ctx}: {c:?}");
         // Hash checks resumed for the rejoined player: from its catch-up on
         // every turn was judged with three reports (none disputed).
-        assert!(c.hash_reports >= u64::from(turns) * 2 + u64::from(turns - rejoined.0), "{ctx}: {c:?} rejoined at {rejoined:?} first {first}");
+        assert!(
+            c.hash_reports >= u64::from(turns) * 2 + u64::from(turns - rejoined.0),
+            "{ctx}: {c:?} rejoined at {rejoined:?} first {first}"
+        );
     }
 }
 
