@@ -186,6 +186,26 @@ impl RelayConfig {
                 ),
             ));
         }
+        let r = &self.rejoin;
+        if r.max_tail_turns == 0 || r.max_tail_turns > crate::rejoin::MAX_TAIL_TURNS {
+            return Err(bad(
+                "rejoin.max_tail_turns",
+                r.max_tail_turns,
+                format!("1 ..= {}", crate::rejoin::MAX_TAIL_TURNS),
+            ));
+        }
+        // The tail must outlast one snapshot interval, or no snapshot is
+        // ever usable.
+        if r.snapshot_every >= r.max_tail_turns {
+            return Err(bad(
+                "--snapshot-every",
+                r.snapshot_every,
+                format!(
+                    "0 ..= {} turns (below the tail limit)",
+                    r.max_tail_turns - 1
+                ),
+            ));
+        }
         for (flag, v) in [
             ("limits.max_connections", l.max_connections),
             ("limits.max_matches", l.max_matches),
@@ -245,6 +265,8 @@ mod tests {
         check(|c| c.limits.max_turns_ahead = 10, "limits.max_turns_ahead");
         check(|c| c.limits.max_connections = 0, "limits.max_connections");
         check(|c| c.limits.messages_per_sec = 0, "limits.messages_per_sec");
+        check(|c| c.rejoin.snapshot_every = 400, "--snapshot-every");
+        check(|c| c.rejoin.max_tail_turns = 513, "rejoin.max_tail_turns");
         // A fixed delay of 25 (the clean-end example) is valid.
         let fixed = RelayConfig {
             adaptive_delay: false,

@@ -86,6 +86,13 @@ struct RelayArgs {
     /// Drop a player silent this long (ms).
     #[arg(long, default_value_t = 5000)]
     silence_timeout_ms: u64,
+    /// Ask a player for an agreed snapshot every this many turns (0: never;
+    /// a rejoin then needs the bundle tail to reach back to the first turn).
+    #[arg(long, default_value_t = relay::rejoin::DEFAULT_SNAPSHOT_EVERY)]
+    snapshot_every: u32,
+    /// Hold a dropped player's slot this long for its rejoin (ms).
+    #[arg(long, default_value_t = 120_000)]
+    rejoin_hold_ms: u64,
 }
 
 impl RelayArgs {
@@ -96,6 +103,11 @@ impl RelayArgs {
             initial_delay: self.input_delay,
             adaptive_delay: !self.fixed_delay,
             silence_timeout: Duration::from_millis(self.silence_timeout_ms),
+            rejoin: relay::rejoin::RejoinConfig {
+                snapshot_every: self.snapshot_every,
+                hold: Duration::from_millis(self.rejoin_hold_ms),
+                ..relay::rejoin::RejoinConfig::default()
+            },
             ..RelayConfig::default()
         }
     }
@@ -328,10 +340,16 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
 /// The relay settings of `serve`/`demo`, validated: a bad one is reported on
 /// stderr with its flag and allowed range (exit 2) before anything starts.
 fn valid_config(a: &RelayArgs) -> Result<RelayConfig, ExitCode> {
-    let config = a.config();
+    let mut config = a.config();
     config.validate().map_err(|e| {
         eprintln!("relay: {e}");
         ExitCode::from(2)
+    })?;
+    // Rejoin secrets are keyed with a fresh OS secret: nobody can compute
+    // another player's secret, and it dies with the process.
+    config.rejoin.key = relay::entropy::os_random("rejoin secrets").map_err(|e| {
+        eprintln!("relay: {e}");
+        ExitCode::from(1)
     })?;
     Ok(config)
 }

@@ -63,10 +63,18 @@ pub enum Metric {
     LoopStalled,
     WatchdogTrips,
     DropInputOverBudget,
+    SnapshotBytes,
+    SnapshotUploadBytes,
+    SnapshotTailBytes,
+    SnapshotTailTurns,
+    SnapshotsAgreed,
+    SnapshotsRefused,
+    Rejoins,
+    RejoinsRefused,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::DropInputOverBudget as usize + 1;
+const COUNT: usize = Metric::RejoinsRefused as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -172,6 +180,30 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "counter",
         "Inputs refused because they would exceed the player's byte budget for the turn",
     ),
+    (
+        "relay_snapshot_bytes{kind=\"agreed\"}",
+        "gauge",
+        "Bytes the snapshot stores of all matches hold: agreed snapshots, uploads under way, bundle tails",
+    ),
+    ("relay_snapshot_bytes{kind=\"upload\"}", "", ""),
+    ("relay_snapshot_bytes{kind=\"tail\"}", "", ""),
+    (
+        "relay_snapshot_tail_turns",
+        "gauge",
+        "Bundles held after the agreed snapshots, all matches",
+    ),
+    (
+        "relay_snapshots_total{outcome=\"agreed\"}",
+        "counter",
+        "Uploaded snapshots kept (hash agreed) or thrown away",
+    ),
+    ("relay_snapshots_total{outcome=\"refused\"}", "", ""),
+    (
+        "relay_rejoins_total{outcome=\"accepted\"}",
+        "counter",
+        "Rejoins into held slots, accepted or refused",
+    ),
+    ("relay_rejoins_total{outcome=\"refused\"}", "", ""),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

@@ -473,7 +473,7 @@ impl MatchRoom {
     }
 }
 impl Game {
-    fn drop_player(&mut self, now: Instant, player: PlayerId, reason: DropReason) {
+    pub(super) fn drop_player(&mut self, now: Instant, player: PlayerId, reason: DropReason) {
         let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
             return;
         };

@@ -8,7 +8,7 @@
 use super::snapshots::{Base, Outcome, SnapshotStore};
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
-use crate::event::{MatchId, RouterEvent};
+use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
 use lockstep::proto::{
@@ -51,21 +51,32 @@ impl MatchRoom {
             ));
         };
         let player = rejoin.player;
-        let Some(slot) = g.slots.get_mut(usize::from(player.0)) else {
+        if usize::from(player.0) >= g.slots.len() {
             return Err((
                 RejectReason::WrongSlot,
                 Some(format!("the match has {} slots", self.slots)),
-            ));
-        };
-        if slot.conn.is_some() {
-            return Err((
-                RejectReason::WrongSlot,
-                Some(format!("slot {} is in play", player.0)),
             ));
         }
         if !token_mode && rejoin.secret != secret {
             return Err((RejectReason::WrongSecret, None));
         }
+        let snapshot = match g.snapshots.base() {
+            Base::Genesis => None,
+            Base::Agreed { turn, hash, bytes } => {
+                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+            }
+            Base::Lost => return Err((RejectReason::NoSnapshot, None)),
+        };
+        // The slot's own player is back before the relay noticed it was
+        // gone (a restarted process): its old connection is dead to the
+        // match from now on.
+        if let Some(old) = g.slots.get(usize::from(player.0)).and_then(|s| s.conn) {
+            out.detached.push(old);
+            g.drop_player(now, player, DropReason::Disconnected);
+        }
+        let Some(slot) = g.slots.get_mut(usize::from(player.0)) else {
+            return Err((RejectReason::WrongSlot, None));
+        };
         let held = slot
             .held_since
             .is_some_and(|t| now.saturating_since(t) <= config.rejoin.hold);
@@ -76,13 +87,6 @@ impl MatchRoom {
             );
             return Err((RejectReason::HoldExpired, Some(d)));
         }
-        let snapshot = match g.snapshots.base() {
-            Base::Genesis => None,
-            Base::Agreed { turn, hash, bytes } => {
-                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
-            }
-            Base::Lost => return Err((RejectReason::NoSnapshot, None)),
-        };
         slot.conn = Some(conn);
         slot.rejoining = true;
         slot.last_heard = now;

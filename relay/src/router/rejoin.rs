@@ -66,6 +66,8 @@ impl Router {
             }
             Err((reason, detail)) => self.refuse_rejoin(conn, rejoin, reason, detail, None),
         }
+        // A taken-over slot's old connection leaves the match.
+        self.reap(id);
     }
 
     fn refuse_rejoin(
@@ -180,10 +182,10 @@ mod tests {
             Some(RejectReason::WrongSecret)
         );
         r.handle_disconnected(soon, ConnId(9));
-        // Slot 0 is in play, slot 5 does not exist: the secret does not matter.
+        // Slot 1's secret does not open slot 0 (in play); slot 5 does not exist.
         assert_eq!(
             refusal(&rejoin(&mut r, soon, 0, secret)),
-            Some(RejectReason::WrongSlot)
+            Some(RejectReason::WrongSecret)
         );
         r.handle_disconnected(soon, ConnId(9));
         assert_eq!(
@@ -248,6 +250,27 @@ mod tests {
             .flatten()
             .find(|n| matches!(n, Notice::PlayerRejoined { .. }));
         assert_eq!(notice, Some(Notice::PlayerRejoined { player, turn }));
+    }
+
+    /// A restarted player is back before the relay noticed its old
+    /// connection died: its secret takes the slot over, the old connection
+    /// no longer counts.
+    #[test]
+    fn the_right_secret_takes_over_a_slot_whose_old_connection_is_silent() {
+        let (mut r, _) = dropped(None);
+        let at = Instant::from_millis(1_500);
+        let mut secret0 = None;
+        // Player 0's secret, as its peer got it.
+        let config = r.config().rejoin.clone();
+        for m in r.matches.values() {
+            secret0 = Some(config.secret(m.id, &m.name, PlayerId(0)));
+        }
+        let got = rejoin(&mut r, at, 0, secret0.unwrap());
+        assert!(matches!(got.first(), Some(ToPeer::Resume(_))), "{got:?}");
+        // The old connection's messages no longer reach the match.
+        let before = r.counters().bad_state;
+        r.handle_message(at, ConnId(0), &ToRelay::Leave.to_bytes());
+        assert_eq!(r.counters().bad_state, before + 1);
     }
 
     #[test]
