@@ -16,6 +16,14 @@ pub enum BuildError {
     NameTooLong(&'static str),
 }
 
+/// Default snapshot upload chunk: small enough that a chunk message is one
+/// unfragmented transport message, so the peer's inputs queued behind it on
+/// the ordered reliable path never wait for a multi-fragment reassembly
+/// (they would arrive late, and turns close by the deadline for everyone).
+/// A transport whose bulk channel runs beside turn traffic can take
+/// [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK) pieces.
+pub const DEFAULT_UPLOAD_CHUNK: usize = 960;
+
 /// Options of a session.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -31,6 +39,9 @@ pub struct SessionConfig {
     /// Time between two chunks of a snapshot upload (default 50 ms): the
     /// upload is paced so it never crowds out the peer's turn traffic.
     pub upload_interval: Duration,
+    /// Largest chunk of a snapshot upload (default [`DEFAULT_UPLOAD_CHUNK`],
+    /// at most [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)).
+    pub upload_chunk: usize,
 }
 
 /// Builds a [`Session`].
@@ -64,6 +75,7 @@ impl SessionBuilder {
                 section_history: 128,
                 rejoin: None,
                 upload_interval: Duration::from_millis(50),
+                upload_chunk: DEFAULT_UPLOAD_CHUNK,
             },
         }
     }
@@ -118,6 +130,16 @@ impl SessionBuilder {
     #[must_use]
     pub const fn with_rejoin(mut self, player: PlayerId, secret: RejoinSecret) -> Self {
         self.config.rejoin = Some((player, secret));
+        self
+    }
+
+    /// Pacing of snapshot uploads: chunks of at most `chunk` bytes (capped
+    /// at [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)), one
+    /// every `interval`.
+    #[must_use]
+    pub fn with_upload_pacing(mut self, chunk: usize, interval: Duration) -> Self {
+        self.config.upload_chunk = chunk.clamp(1, crate::proto::MAX_SNAPSHOT_CHUNK);
+        self.config.upload_interval = interval;
         self
     }
 

@@ -98,6 +98,9 @@ pub struct DemoConfig {
     pub peer_impair: Vec<(u8, LinkConfig)>,
     /// Fault switch: (peer index, after how long) the peer crashes silently.
     pub vanish: Option<(u8, Duration)>,
+    /// Restart the crashed peer this long after it crashed: it rejoins its
+    /// held slot (with its secret) and plays on.
+    pub rejoin_after: Option<Duration>,
 }
 
 /// One peer's row of the result.
@@ -105,7 +108,8 @@ pub struct DemoConfig {
 pub struct DemoPeer {
     /// Peer index (0-based, in start order).
     pub peer: u8,
-    /// Crashed on purpose by the fault switch (left out of the hash agreement).
+    /// Crashed on purpose by the fault switch and not restarted (left out
+    /// of the hash agreement).
     pub killed: bool,
     /// Its summary (includes its slot, `player`).
     #[serde(flatten)]
@@ -212,6 +216,14 @@ impl DemoReport {
             s.push_str(&format!(
                 "player P{} dropped from turn {} ({})\n",
                 d.player, d.turn, d.reason
+            ));
+        }
+        for p in self.peers.iter().filter(|p| p.summary.rejoins > 0) {
+            s.push_str(&format!(
+                "peer {} rejoined {} time(s), caught up {:.0} ms after reconnecting\n",
+                p.peer,
+                p.summary.rejoins,
+                p.summary.rejoin_ms.unwrap_or(0.0)
             ));
         }
         for d in &self.desyncs {
@@ -339,7 +351,8 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         };
         peers.push(DemoPeer {
             peer: u8::try_from(i).unwrap_or(u8::MAX),
-            killed: config.vanish.is_some_and(|(p, _)| usize::from(p) == i),
+            killed: config.vanish.is_some_and(|(p, _)| usize::from(p) == i)
+                && config.rejoin_after.is_none(),
             summary,
         });
     }
@@ -408,6 +421,39 @@ impl Seat {
             ..PlayOptions::default()
         };
         let (bot_seed, apm) = (c.seed.wrapping_add(u64::from(i)), c.apm);
+        let summary = play(
+            &mut udp,
+            |player| bot(player, bot_seed, apm),
+            &opts,
+            stop,
+            |peer, now: Instant| progress(lockstep::peer::progress_line(&peer.stats(now))),
+        )?;
+        let (Some(after), Some(_)) = (c.rejoin_after, opts.vanish_after) else {
+            return Ok(summary);
+        };
+        let Some((player, secret)) = udp.peer().rejoin_secret() else {
+            return Ok(summary);
+        };
+        // The restart: a new socket and a new peer, as a new process would
+        // have; it knows only its match, slot and secret.
+        drop(udp);
+        std::thread::sleep(std::time::Duration::from_micros(after.as_micros()));
+        let builder = PeerBuilder::<S>::new("demo", c.peers)
+            .with_name(&format!("peer{i}"))
+            .with_turns(c.turns)
+            .with_seed(transport_seed ^ 0x7e57_a127)
+            .with_ticks_per_turn(c.game.ticks_per_turn())
+            .with_rejoin(player, secret);
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        let mut udp = UdpPeer::new(socket, self.relay, builder)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        if let Some(link) = impair {
+            udp = udp.with_impairment(link, transport_seed ^ 0x7e57_a127);
+        }
+        let opts = PlayOptions {
+            vanish_after: None,
+            ..opts
+        };
         play(
             &mut udp,
             |player| bot(player, bot_seed, apm),

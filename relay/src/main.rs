@@ -233,6 +233,11 @@ struct DemoArgs {
     /// See `--kill-peer`.
     #[arg(long, requires = "kill_peer")]
     kill_after_ms: Option<u64>,
+    /// Restart the killed peer this long (ms) after it crashed: it comes
+    /// back into its held slot with its rejoin secret, restores the relay's
+    /// agreed snapshot, fast-forwards and plays on.
+    #[arg(long, requires = "kill_peer")]
+    rejoin_after_ms: Option<u64>,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -722,6 +727,7 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
             .kill_peer
             .zip(a.kill_after_ms)
             .map(|(p, ms)| (p, Duration::from_millis(ms))),
+        rejoin_after: a.rejoin_after_ms.map(Duration::from_millis),
     };
     if [a.desync_peer, a.lag_peer, a.kill_peer]
         .into_iter()

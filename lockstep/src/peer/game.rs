@@ -40,6 +40,8 @@ pub struct GameSession<S: Simulation> {
     pub(super) rejoin_sent: Option<Instant>,
     /// From the rejoin to caught up.
     pub(super) rejoin_took: Option<Duration>,
+    /// The relay's rejoin secret for this slot, once given.
+    pub(super) secret: Option<(PlayerId, crate::proto::RejoinSecret)>,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -122,6 +124,13 @@ impl<S: Simulation> GameSession<S> {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.session.is_ended()
+    }
+
+    /// This slot's rejoin secret, once the relay gave it: what a restarted
+    /// peer needs for [`PeerBuilder::with_rejoin`](super::PeerBuilder::with_rejoin).
+    #[must_use]
+    pub const fn rejoin_secret(&self) -> Option<(PlayerId, crate::proto::RejoinSecret)> {
+        self.secret
     }
 
     /// Whether this peer rejoined and is still fast-forwarding to the live
@@ -305,10 +314,11 @@ impl<S: Simulation> GameSession<S> {
                 });
                 PeerEvent::Refused { reason, detail }
             }
-            Event::RejoinSecret { secret } => PeerEvent::RejoinSecret {
-                player: self.player()?,
-                secret,
-            },
+            Event::RejoinSecret { secret } => {
+                let player = self.player()?;
+                self.secret = Some((player, secret));
+                PeerEvent::RejoinSecret { player, secret }
+            }
             Event::SnapshotWanted { turn } => {
                 self.snapshot_wanted.push(turn);
                 return None;

@@ -259,6 +259,7 @@ impl<S: Simulation> PeerBuilder<S> {
             snapshot_wanted: Vec::new(),
             rejoin_sent: self.rejoin.map(|_| now),
             rejoin_took: None,
+            secret: None,
         })
     }
 }
@@ -362,6 +363,13 @@ impl<S: Simulation> Peer<S> {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.game.is_done()
+    }
+
+    /// This slot's rejoin secret, once the relay gave it (see
+    /// [`GameSession::rejoin_secret`]).
+    #[must_use]
+    pub const fn rejoin_secret(&self) -> Option<(PlayerId, crate::proto::RejoinSecret)> {
+        self.game.rejoin_secret()
     }
 
     /// Whether this peer rejoined and is still fast-forwarding to the live

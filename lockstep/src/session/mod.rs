@@ -121,8 +121,12 @@ struct Running {
     start: Instant,
     /// The latest time passed in.
     now: Instant,
-    /// When turn `first_turn` is due.
+    /// When turn `first_turn` is due (before subtracting `lead`).
     epoch: Instant,
+    /// How long the match had run at the relay when this session started
+    /// (a rejoin; zero otherwise): the schedule is this far ahead of the
+    /// session's clock, which cannot go below zero.
+    lead: Duration,
     next_exec: Turn,
     /// The last turn whose TurnReady the game has polled.
     consumed: Option<Turn>,
@@ -156,7 +160,7 @@ struct Running {
 impl Running {
     fn due(&self, turn: Turn) -> Instant {
         let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
-        self.epoch + self.turn_length.saturating_mul(n)
+        (self.epoch + self.turn_length.saturating_mul(n)) - self.lead
     }
 
     /// Whether the relay's `MatchEnd` came and every turn up to its last
@@ -187,16 +191,18 @@ impl Running {
 
     /// Whole turn lengths elapsed since the start message arrived.
     fn ticks(&self, now: Instant) -> u64 {
-        now.saturating_since(self.start).as_micros() / self.turn_length.as_micros().max(1)
+        (now.saturating_since(self.start) + self.lead).as_micros()
+            / self.turn_length.as_micros().max(1)
     }
 
     /// The next turn-length boundary after `now`: turns become due and
     /// inputs get scheduled only on these.
     fn next_boundary(&self, now: Instant) -> Instant {
         self.start
-            + self
+            + (self
                 .turn_length
                 .saturating_mul(self.ticks(now).saturating_add(1))
+                - self.lead)
     }
 }
 
@@ -551,6 +557,7 @@ impl Session {
             start: now,
             now,
             epoch,
+            lead: Duration::ZERO,
             next_exec: start.first_turn,
             consumed: None,
             buffer: TurnBuffer::default(),
@@ -752,7 +759,8 @@ impl Session {
         // Stall: from when the turn was due until its bundle arrived, not
         // counting time already counted for an earlier turn.
         let arrived = r.arrived.remove(&turn).unwrap_or(now);
-        if arrived > due {
+        // A rejoining peer fast-forwards through turns long due: not a stall.
+        if arrived > due && !r.restoring() {
             let from = due.max(r.stall_accounted);
             self.stats.stall += arrived.saturating_since(from);
             self.stats.stalled_turns += 1;

@@ -55,9 +55,10 @@ impl Running {
 impl Session {
     /// Uploads the snapshot of the world after `turn` (asked for by
     /// [`Event::SnapshotWanted`]) with the world's hash after it. The bytes
-    /// leave in chunks of at most [`MAX_SNAPSHOT_CHUNK`] on the bulk channel,
-    /// one every [`SessionConfig::upload_interval`](crate::builder::SessionConfig),
-    /// so the upload never crowds out this peer's own turn traffic.
+    /// leave on the bulk channel in chunks of at most
+    /// [`SessionConfig::upload_chunk`](crate::builder::SessionConfig) bytes,
+    /// one every `upload_interval`, so the upload never crowds out this
+    /// peer's own turn traffic.
     pub fn upload_snapshot(&mut self, turn: Turn, hash: StateHash, bytes: &[u8]) {
         let Phase::Running(r) = &mut self.phase else {
             return;
@@ -68,7 +69,8 @@ impl Session {
         // A newer request replaces an upload still under way.
         r.upload.chunks.clear();
         let mut offset = 0u32;
-        for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
+        let size = self.config.upload_chunk.clamp(1, MAX_SNAPSHOT_CHUNK);
+        for piece in bytes.chunks(size) {
             r.upload.chunks.push_back(SnapshotChunk {
                 turn,
                 hash,
@@ -119,7 +121,10 @@ impl Session {
         }
         let s = resume.start;
         let turn_length = Duration::from_micros(s.turn_length_us);
-        let start = now - Duration::from_micros(resume.elapsed_us);
+        // The match started `elapsed` ago: the schedule leads the session's
+        // clock by that much (its clock may have started after the match).
+        let start = now;
+        let lead = Duration::from_micros(resume.elapsed_us);
         let epoch = start + turn_length.saturating_mul(u64::from(s.input_delay));
         let next_exec = resume.snapshot.map_or(s.first_turn, |(t, _, _)| t.next());
         self.events.push_back(Event::Started {
@@ -148,6 +153,7 @@ impl Session {
             start,
             now,
             epoch,
+            lead,
             next_exec,
             consumed: next_exec.0.checked_sub(1).map(Turn),
             buffer: TurnBuffer::default(),
@@ -222,10 +228,225 @@ impl Session {
         }
         r.restoring = None;
         r.next_input = r.next_input.max(r.next_exec);
+        // Stall counts from here: the catch-up was no wait for a bundle.
+        r.stall_accounted = r.stall_accounted.max(r.now);
         let Some(turn) = r.next_exec.0.checked_sub(1).map(Turn) else {
             return;
         };
         self.events.push_back(Event::CaughtUp { turn });
         self.send(&ToRelay::CaughtUp { turn });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::*;
+    use crate::builder::SessionBuilder;
+    use crate::proto::{Bundle, PlayerInfo, RejoinSecret, Start, ToPeer};
+    use sim::{MatchSetup, PlayerId};
+
+    fn bundle(turn: u32) -> Vec<u8> {
+        ToPeer::Bundle(Bundle {
+            turn: Turn(turn),
+            inputs: vec![(PlayerId(0), vec![turn as u8])],
+            notices: Vec::new(),
+        })
+        .to_bytes()
+    }
+
+    fn resume(snapshot: Option<(Turn, StateHash, u32)>, elapsed_ms: u64, live: u32) -> Vec<u8> {
+        ToPeer::Resume(Resume {
+            start: Start {
+                your_player: PlayerId(1),
+                setup: MatchSetup {
+                    seed: 1,
+                    players: 2,
+                    ticks_per_turn: 1,
+                },
+                turn_length_us: 100_000,
+                players: (0..2)
+                    .map(|i| PlayerInfo {
+                        id: PlayerId(i),
+                        name: format!("p{i}"),
+                    })
+                    .collect(),
+                input_delay: 2,
+                first_turn: Turn(0),
+                last_turn: None,
+            },
+            elapsed_us: elapsed_ms * 1000,
+            delay: 3,
+            snapshot,
+            live: Turn(live),
+        })
+        .to_bytes()
+    }
+
+    fn rejoining(now: Instant) -> Session {
+        let mut s = SessionBuilder::new()
+            .with_match("m", 2)
+            .with_rejoin(PlayerId(1), RejoinSecret([1; 16]))
+            .build(now)
+            .unwrap();
+        let (_, first) = s.poll_outgoing().unwrap();
+        assert!(matches!(ToRelay::decode(&first), Ok(ToRelay::Rejoin(_))));
+        s
+    }
+
+    fn drain(s: &mut Session) -> (Vec<ToRelay>, Vec<Event>) {
+        let out = std::iter::from_fn(|| s.poll_outgoing())
+            .map(|(_, b)| ToRelay::decode(&b).unwrap())
+            .collect();
+        (out, std::iter::from_fn(|| s.poll_event()).collect())
+    }
+
+    /// A restarted peer's clock starts at zero while the match has run for
+    /// 10.2 s: the tail runs at once (no pacing, no stall), the peer reports
+    /// that it caught up, sends inputs only from then on, and the next live
+    /// turn is due on the relay's schedule, not 10 s later.
+    #[test]
+    fn a_rejoin_fast_forwards_the_tail_then_plays_on_the_relays_schedule() {
+        let t0 = Instant::ZERO;
+        let mut s = rejoining(t0);
+        // Turn T is due at (T + 2) * 100 ms of match time: 99 is due at 10.1 s.
+        s.handle_message(t0, &resume(None, 10_200, 100));
+        for t in 0..100 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let (out, ev) = drain(&mut s);
+        let turns: Vec<u32> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::TurnReady { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(turns, (0..100).collect::<Vec<_>>());
+        assert!(matches!(
+            ev[..2],
+            [Event::Started { .. }, Event::Restored { snapshot: None }]
+        ));
+        assert!(ev.contains(&Event::CaughtUp { turn: Turn(99) }));
+        let inputs: Vec<Turn> = out
+            .iter()
+            .filter_map(|m| match m {
+                ToRelay::Input { turn, .. } => Some(*turn),
+                _ => None,
+            })
+            .collect();
+        assert!(out.contains(&ToRelay::CaughtUp { turn: Turn(99) }));
+        assert!(inputs.iter().all(|t| t.0 >= 100), "{inputs:?}");
+        // Turn 100 is due at 10.2 s of match time: 0 s here. Its bundle
+        // arriving 50 ms late is a 50 ms stall, no more.
+        let late = t0 + Duration::from_millis(50);
+        s.handle_message(late, &bundle(100));
+        let (_, ev) = drain(&mut s);
+        assert!(ev.iter().any(|e| matches!(
+            e,
+            Event::TurnReady {
+                turn: Turn(100),
+                ..
+            }
+        )));
+        assert_eq!(s.stats(late).stall, Duration::from_millis(50));
+        // Turn 101 is due at 100 ms: not before.
+        s.handle_message(late, &bundle(101));
+        assert!(drain(&mut s).1.is_empty());
+        s.handle_timeout(t0 + Duration::from_millis(100));
+        let (_, ev) = drain(&mut s);
+        assert!(ev.iter().any(|e| matches!(
+            e,
+            Event::TurnReady {
+                turn: Turn(101),
+                ..
+            }
+        )));
+    }
+
+    /// The snapshot comes in chunks; no turn runs before the whole of it is
+    /// here, and a chunk out of order is refused.
+    #[test]
+    fn no_turn_runs_before_the_whole_snapshot_is_here() {
+        let t0 = Instant::from_millis(5);
+        let mut s = rejoining(t0);
+        let hash = StateHash([9; 32]);
+        s.handle_message(t0, &resume(Some((Turn(49), hash, 6)), 6_000, 55));
+        for t in 50..55 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let chunk = |offset: u32, bytes: &[u8]| {
+            ToPeer::SnapshotChunk(SnapshotChunk {
+                turn: Turn(49),
+                hash,
+                total: 6,
+                offset,
+                bytes: bytes.to_vec(),
+            })
+            .to_bytes()
+        };
+        s.handle_message(t0, &chunk(0, &[1, 2, 3]));
+        s.handle_message(t0, &chunk(4, &[5, 6]));
+        let (_, ev) = drain(&mut s);
+        assert!(matches!(ev[..], [Event::Started { .. }]), "{ev:?}");
+        assert_eq!(s.stats(t0).bad_messages, 1);
+        s.handle_message(t0, &chunk(3, &[4, 5, 6]));
+        let (_, ev) = drain(&mut s);
+        assert_eq!(
+            ev[0],
+            Event::Restored {
+                snapshot: Some((Turn(49), hash, vec![1, 2, 3, 4, 5, 6]))
+            }
+        );
+        let turns: Vec<u32> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::TurnReady { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(turns, (50..55).collect::<Vec<_>>());
+    }
+
+    /// An upload leaves in paced chunks of the configured size, in order.
+    #[test]
+    fn a_snapshot_upload_leaves_in_paced_chunks() {
+        let t0 = Instant::from_millis(0);
+        let mut s = SessionBuilder::new()
+            .with_match("m", 2)
+            .with_upload_pacing(4, Duration::from_millis(50))
+            .build(t0)
+            .unwrap();
+        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
+            Ok(ToPeer::Resume(r)) => r.start,
+            other => panic!("{other:?}"),
+        };
+        start.your_player = PlayerId(0);
+        s.handle_message(t0, &ToPeer::Start(start).to_bytes());
+        let _ = drain(&mut s);
+        s.upload_snapshot(
+            Turn(7),
+            StateHash([1; 32]),
+            &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        );
+        let chunks = |s: &mut Session| -> Vec<(u32, Vec<u8>)> {
+            drain(s)
+                .0
+                .into_iter()
+                .filter_map(|m| match m {
+                    ToRelay::SnapshotChunk(c) => Some((c.offset, c.bytes)),
+                    _ => None,
+                })
+                .collect()
+        };
+        s.handle_timeout(t0);
+        assert_eq!(chunks(&mut s), vec![(0, vec![1, 2, 3, 4])]);
+        s.handle_timeout(t0 + Duration::from_millis(49));
+        assert!(chunks(&mut s).is_empty());
+        assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_millis(50)));
+        s.handle_timeout(t0 + Duration::from_millis(50));
+        assert_eq!(chunks(&mut s), vec![(4, vec![5, 6, 7, 8])]);
+        s.handle_timeout(t0 + Duration::from_millis(100));
+        assert_eq!(chunks(&mut s), vec![(8, vec![9, 10])]);
     }
 }

@@ -481,6 +481,8 @@ impl Game {
         // turn to close, which every peer learns from that turn's bundle.
         slot.conn = None;
         slot.rejoining = false;
+        // Its upload will never complete: someone else is asked next time.
+        self.snapshots.uploader_gone(player);
         // A clean leave gives the slot up; any other drop holds it.
         if reason != DropReason::Left {
             slot.held_since.get_or_insert(now);

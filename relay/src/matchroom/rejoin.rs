@@ -5,7 +5,7 @@
 //! turn it caught up. Also the relay's side of agreed snapshots: whom to ask
 //! and what to do with the chunks.
 
-use super::snapshots::{Base, Outcome, SnapshotStore};
+use super::snapshots::{Base, Outcome};
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::event::{DropReason, MatchId, RouterEvent};
@@ -174,7 +174,7 @@ impl Game {
     /// time). The request precedes the bundle on the reliable channel, so
     /// the player has not simulated the turn yet when it arrives.
     pub(super) fn request_snapshot(&mut self, turn: Turn, config: &RelayConfig, out: &mut Outbox) {
-        if !SnapshotStore::due(turn, &config.rejoin) || self.desynced {
+        if !self.snapshots.due(turn, &config.rejoin) || self.desynced {
             return;
         }
         let live: Vec<(PlayerId, ConnId)> = self

@@ -105,9 +105,25 @@ impl SnapshotStore {
         self.tail.len()
     }
 
-    /// Whether the relay should ask for a snapshot of `turn`.
-    pub(super) const fn due(turn: Turn, config: &RejoinConfig) -> bool {
-        config.snapshot_every > 0 && turn.0 > 0 && turn.0 % config.snapshot_every == 0
+    /// Whether the relay should ask for a snapshot of `turn`: on every
+    /// `snapshot_every`-th turn, unless an upload asked for less than four
+    /// intervals ago is still under way (a large snapshot on a slow link
+    /// may take longer than one interval; a newer request would throw it
+    /// away every time).
+    pub(super) fn due(&self, turn: Turn, config: &RejoinConfig) -> bool {
+        let every = config.snapshot_every;
+        let busy = self
+            .upload
+            .as_ref()
+            .is_some_and(|u| turn.0.saturating_sub(u.turn.0) < every.saturating_mul(4));
+        every > 0 && turn.0 > 0 && turn.0 % every == 0 && !busy
+    }
+
+    /// Abandons the upload under way if `player` is its uploader (it left).
+    pub(super) fn uploader_gone(&mut self, player: PlayerId) {
+        if self.upload.as_ref().is_some_and(|u| u.from == player) {
+            self.upload = None;
+        }
     }
 
     /// The relay asked `from` for its snapshot of `turn`; an upload still

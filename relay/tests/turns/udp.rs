@@ -63,6 +63,7 @@ fn quick_demo_config(
         desync,
         peer_impair: Vec::new(),
         vanish,
+        rejoin_after: None,
     };
     let report = relay::demo::run(&config, |_| {}).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -121,6 +122,51 @@ fn udp_demo_survives_a_crashed_peer_and_records_the_drop() {
     assert!(r.replay.verified);
 }
 
+/// `relay demo --kill-peer 2 --kill-after-ms 900 --rejoin-after-ms 1200`:
+/// the crashed peer restarts with a new socket and its secret, rejoins its
+/// held slot from the agreed snapshot and ends with everyone's final hash;
+/// the recording holds the drop and the rejoin and verifies.
+#[test]
+fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
+    let dir = std::env::temp_dir().join(format!("turns-demo-{}-rejoin", std::process::id()));
+    let config = relay::demo::DemoConfig {
+        game: relay::demo::DemoGame::Rts,
+        peers: 3,
+        turns: 400,
+        relay: RelayConfig {
+            turn_length: Duration::from_millis(20),
+            silence_timeout: Duration::from_millis(1000),
+            rejoin: relay::rejoin::RejoinConfig {
+                snapshot_every: 100,
+                ..relay::rejoin::RejoinConfig::default()
+            },
+            ..RelayConfig::default()
+        },
+        impair: None,
+        record_dir: dir.clone(),
+        seed: 8,
+        apm: 600,
+        desync: None,
+        peer_impair: Vec::new(),
+        vanish: Some((2, Duration::from_millis(900))),
+        rejoin_after: Some(Duration::from_millis(1200)),
+    };
+    let r = relay::demo::run(&config, |_| {}).unwrap();
+    let path = r.replay.path.clone().unwrap();
+    let (_, read) = replays::Reader::open(&path).unwrap().scan().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!((read.drops, read.rejoins), (1, 1), "{}", r.table());
+    assert_eq!(r.exit_code(), 0, "{}", r.table());
+    let back = &r.peers[2];
+    assert!(!back.killed && back.summary.completed, "{}", r.table());
+    assert_eq!(back.summary.rejoins, 1);
+    assert!(back.summary.rejoin_ms.is_some());
+    assert!(r.hashes_agree, "{}", r.table());
+    assert_eq!(r.drops.len(), 1, "{}", r.table());
+    assert_eq!(r.drops[0].player, back.summary.player.unwrap());
+    assert!(r.replay.verified && r.replay.turns == 400, "{path}");
+}
+
 /// Two relays, one after the other, recording into one directory (the same
 /// match name and match number, as after a restart): both recordings survive
 /// intact and verify.
@@ -144,6 +190,7 @@ fn a_restarted_relay_keeps_the_previous_runs_recordings() {
         desync: None,
         peer_impair: Vec::new(),
         vanish: None,
+        rejoin_after: None,
     };
     let first = relay::demo::run(&config, |_| {}).unwrap();
     let first_path = first.replay.path.clone().unwrap();
