@@ -36,6 +36,8 @@ pub struct SessionConfig {
     /// Come back into this held slot of a running match with its secret,
     /// instead of joining (see [`SessionBuilder::with_rejoin`]).
     pub rejoin: Option<(PlayerId, RejoinSecret)>,
+    /// Watch a running match instead of joining (see [`SessionBuilder::with_spectate`]).
+    pub spectate: bool,
     /// Time between two chunks of a snapshot upload (default 50 ms): the
     /// upload is paced so it never crowds out the peer's turn traffic.
     pub upload_interval: Duration,
@@ -74,6 +76,7 @@ impl SessionBuilder {
                 report_interval: Duration::from_secs(1),
                 section_history: 128,
                 rejoin: None,
+                spectate: false,
                 upload_interval: Duration::from_millis(50),
                 upload_chunk: DEFAULT_UPLOAD_CHUNK,
             },
@@ -130,6 +133,15 @@ impl SessionBuilder {
     #[must_use]
     pub const fn with_rejoin(mut self, player: PlayerId, secret: RejoinSecret) -> Self {
         self.config.rejoin = Some((player, secret));
+        self
+    }
+
+    /// Watch the running match instead of joining: read-only, a few
+    /// seconds behind live (the relay's setting), from its agreed snapshot;
+    /// the session reports hashes (the relay checks them) and sends no input.
+    #[must_use]
+    pub const fn with_spectate(mut self) -> Self {
+        self.config.spectate = true;
         self
     }
 

@@ -254,6 +254,9 @@ pub enum ToRelay {
         /// The last turn it simulated.
         turn: Turn,
     },
+    /// Watch a running match (read-only), a few seconds behind: the join's
+    /// match, game and rules must match; slots and turns are ignored.
+    Spectate(Join),
 }
 
 /// Messages from the relay to a peer.
@@ -462,6 +465,7 @@ impl ToRelay {
                 check_player(r.player)?;
                 Self::Join(r.join.clone()).validate()
             }
+            Self::Spectate(j) => Self::Join(j.clone()).validate(),
             Self::Hash { .. }
             | Self::Pong { .. }
             | Self::Report(_)

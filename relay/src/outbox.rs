@@ -71,8 +71,16 @@ pub struct RouterCounters {
     pub snapshots_agreed: u64,
     /// Uploaded snapshots thrown away (hash not agreed, too large, out of order).
     pub snapshots_refused: u64,
-    /// Snapshot bytes sent to rejoining peers.
+    /// Snapshot bytes sent to rejoining peers and spectators.
     pub snapshot_bytes_out: u64,
+    /// Spectators admitted.
+    pub spectators_joined: u64,
+    /// Spectator hash reports equal to the turn's agreed hash.
+    pub spectator_hashes_verified: u64,
+    /// Spectator hash reports that differ from the turn's agreed hash.
+    pub spectator_hash_mismatches: u64,
+    /// Spectator hash reports for a turn not judged (yet) or forgotten.
+    pub spectator_hashes_unchecked: u64,
 }
 
 /// Messages and events produced while handling an input; the router drains

@@ -7,6 +7,8 @@
 //! `max_tail_turns`). A dropped player's slot is held for `hold`; the same
 //! player comes back with its slot's secret (open mode) or a token for that
 //! match and slot (token mode), restores the snapshot and fast-forwards.
+//! Spectators (at most `max_spectators` per match) start from the same
+//! snapshot and watch `spectator_delay` behind live.
 
 use crate::event::MatchId;
 use lockstep::Duration;
@@ -38,6 +40,10 @@ pub struct RejoinConfig {
     /// Key the rejoin secrets are derived from: keep it secret (`relay
     /// serve` and `relay demo` draw it from the OS at start-up).
     pub key: [u8; 32],
+    /// How far behind live spectators watch (default 3 s; zero for a LAN).
+    pub spectator_delay: Duration,
+    /// Most spectators per match (default 32).
+    pub max_spectators: usize,
 }
 
 impl std::fmt::Debug for RejoinConfig {
@@ -47,6 +53,8 @@ impl std::fmt::Debug for RejoinConfig {
             .field("hold", &self.hold)
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
             .field("max_tail_turns", &self.max_tail_turns)
+            .field("spectator_delay", &self.spectator_delay)
+            .field("max_spectators", &self.max_spectators)
             .finish_non_exhaustive()
     }
 }
@@ -59,6 +67,8 @@ impl Default for RejoinConfig {
             max_snapshot_bytes: 16 * 1024 * 1024,
             max_tail_turns: 400,
             key: [0; 32],
+            spectator_delay: Duration::from_secs(3),
+            max_spectators: 32,
         }
     }
 }

@@ -42,6 +42,8 @@ pub struct GameSession<S: Simulation> {
     pub(super) rejoin_took: Option<Duration>,
     /// The relay's rejoin secret for this slot, once given.
     pub(super) secret: Option<(PlayerId, crate::proto::RejoinSecret)>,
+    /// Watching, not playing.
+    pub(super) spectating: bool,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -134,10 +136,17 @@ impl<S: Simulation> GameSession<S> {
     }
 
     /// Whether this peer rejoined and is still fast-forwarding to the live
-    /// turn (its commands would be late: an agent should not think yet).
+    /// turn, or only watches (its commands would be late or refused: an
+    /// agent should not think).
     #[must_use]
     pub const fn is_catching_up(&self) -> bool {
-        self.rejoin_sent.is_some() && self.rejoin_took.is_none()
+        self.spectating || (self.rejoin_sent.is_some() && self.rejoin_took.is_none())
+    }
+
+    /// Whether this session watches the match instead of playing.
+    #[must_use]
+    pub const fn is_spectating(&self) -> bool {
+        self.spectating
     }
 
     /// Anchors the wall clock: `now` is `unix_ms` ms after the Unix epoch.
@@ -184,7 +193,7 @@ impl<S: Simulation> GameSession<S> {
         let secs = elapsed.as_secs_f64();
         let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         PeerSummary {
-            player: self.player().map(|p| p.0),
+            player: self.player().filter(|_| !self.spectating).map(|p| p.0),
             final_turn: self.last.map(|(t, _)| t.0),
             final_hash: self.last.map(|(_, h)| h.to_hex()),
             turns: s.turns_executed,
@@ -245,7 +254,7 @@ impl<S: Simulation> GameSession<S> {
                 let world = S::new(&setup);
                 self.player = Some(your_player);
                 self.started_at = Some(now);
-                if self.rejoin_sent.is_none() {
+                if self.rejoin_sent.is_none() && !self.spectating {
                     // A rejoined peer's recording would lack the turns it
                     // missed: the relay's recording is the match's record.
                     self.start_recording(now, &world, &setup, &players, turn_length);

@@ -88,6 +88,7 @@ pub struct PeerBuilder<S: Simulation> {
     ticks_per_turn: u16,
     local_addr: SocketAddr,
     rejoin: Option<(PlayerId, crate::proto::RejoinSecret)>,
+    spectate: bool,
 }
 
 impl<S: Simulation> PeerBuilder<S> {
@@ -108,7 +109,18 @@ impl<S: Simulation> PeerBuilder<S> {
             ticks_per_turn: 1,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             rejoin: None,
+            spectate: false,
         }
+    }
+
+    /// Watch the running match instead of playing: read-only, a few
+    /// seconds behind live, from the relay's agreed snapshot; the world
+    /// steps and its hashes are reported (the relay checks them against the
+    /// players'), the game submits nothing. `players` is ignored.
+    #[must_use]
+    pub const fn with_spectate(mut self) -> Self {
+        self.spectate = true;
+        self
     }
 
     /// Come back into `player`'s held slot of the running match instead of
@@ -238,6 +250,9 @@ impl<S: Simulation> PeerBuilder<S> {
         if let Some((player, secret)) = self.rejoin {
             builder = builder.with_rejoin(player, secret);
         }
+        if self.spectate {
+            builder = builder.with_spectate();
+        }
         let session = builder.build(now)?;
         Ok(GameSession {
             session,
@@ -260,6 +275,7 @@ impl<S: Simulation> PeerBuilder<S> {
             rejoin_sent: self.rejoin.map(|_| now),
             rejoin_took: None,
             secret: None,
+            spectating: self.spectate,
         })
     }
 }

@@ -51,6 +51,8 @@ pub enum RejectReason {
     /// The relay holds no snapshot to rejoin from right now (its bundle tail
     /// overflowed, or the latest upload failed): try again in a few seconds.
     NoSnapshot,
+    /// The match has as many spectators as the relay allows.
+    SpectatorsFull,
 }
 
 impl RejectReason {
@@ -75,11 +77,12 @@ impl RejectReason {
             Self::WrongSecret => "wrong_secret",
             Self::HoldExpired => "hold_expired",
             Self::NoSnapshot => "no_snapshot",
+            Self::SpectatorsFull => "spectators_full",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -97,6 +100,7 @@ impl RejectReason {
         Self::WrongSecret,
         Self::HoldExpired,
         Self::NoSnapshot,
+        Self::SpectatorsFull,
     ];
 }
 
@@ -122,6 +126,7 @@ impl fmt::Display for RejectReason {
             Self::WrongSecret => "the rejoin secret is wrong for that match and slot",
             Self::HoldExpired => "the slot is no longer held for a rejoin",
             Self::NoSnapshot => "the relay has no snapshot to rejoin from yet; try again shortly",
+            Self::SpectatorsFull => "the match has no room for another spectator",
         })
     }
 }

@@ -99,6 +99,9 @@ pub struct Resume {
     /// The next turn the relay will close: bundles before it come as the
     /// tail, later ones live.
     pub live: Turn,
+    /// A spectator's resume: `start.your_player` means nothing, the peer
+    /// never sends inputs and the relay feeds it bundles a few seconds late.
+    pub spectator: bool,
 }
 
 impl SnapshotChunk {

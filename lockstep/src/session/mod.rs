@@ -247,6 +247,7 @@ impl Session {
                 player,
                 secret,
             }),
+            None if s.config.spectate => ToRelay::Spectate(s.config.join.clone()),
             None => ToRelay::Join(s.config.join.clone()),
         };
         s.send(&first);

@@ -115,7 +115,11 @@ impl Session {
     /// The relay accepted our rejoin: set the schedule from its clock, wait
     /// for the snapshot, then fast-forward.
     pub(super) fn resume(&mut self, now: Instant, resume: Resume) {
-        if !matches!(self.phase, Phase::Joining) || self.config.rejoin.is_none() {
+        let expected = self.config.rejoin.is_some() || self.config.spectate;
+        if !matches!(self.phase, Phase::Joining)
+            || !expected
+            || resume.spectator != self.config.spectate
+        {
             self.stats.bad_messages += 1;
             return;
         }
@@ -174,7 +178,12 @@ impl Session {
                 snapshot: resume.snapshot,
                 buf: Vec::new(),
                 restored,
-                live: resume.live,
+                // A spectator never catches up: it sends no input, ever.
+                live: if resume.spectator {
+                    Turn(u32::MAX)
+                } else {
+                    resume.live
+                },
             }),
             upload: Upload::default(),
         }));
@@ -279,6 +288,7 @@ mod tests {
             delay: 3,
             snapshot,
             live: Turn(live),
+            spectator: false,
         })
         .to_bytes()
     }

@@ -48,6 +48,7 @@ impl Game {
         for (turn, verdict) in verdicts {
             match verdict {
                 Verdict::Agreed(hash) => {
+                    self.agreed.insert(turn, hash);
                     self.snapshot_judged(turn, Some(hash), out);
                     out.events
                         .push_back(RouterEvent::HashAgreed { id, turn, hash });
@@ -64,6 +65,9 @@ impl Game {
                         .and_then(|m| hashes.iter().find(|(p, _)| *p == m))
                         .map(|(_, h)| *h);
                     self.snapshot_judged(turn, majority, out);
+                    if let Some(h) = majority {
+                        self.agreed.insert(turn, h);
+                    }
                     let dissent = hashes
                         .iter()
                         .filter(|(_, h)| majority != Some(*h))

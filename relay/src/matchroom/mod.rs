@@ -10,6 +10,7 @@ mod pinger;
 mod rejoin;
 mod seats;
 mod snapshots;
+mod spectators;
 mod turns;
 
 use crate::config::RelayConfig;
@@ -82,6 +83,9 @@ struct Game {
     /// The Start every player got (`your_player` aside): a rejoin's resume.
     start_msg: Start,
     snapshots: snapshots::SnapshotStore,
+    spectators: Vec<spectators::Spectator>,
+    /// Agreed hashes of recent turns, for the spectators' late reports.
+    agreed: spectators::AgreedHashes,
 }
 
 #[derive(Debug)]
@@ -320,6 +324,8 @@ impl MatchRoom {
             end_by: None,
             start_msg,
             snapshots: snapshots::SnapshotStore::default(),
+            spectators: Vec::new(),
+            agreed: spectators::AgreedHashes::default(),
         }));
         self.tick(now, config, out);
         assigned
@@ -370,7 +376,9 @@ impl MatchRoom {
             }
             ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
             ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
-            ToRelay::Join(_) | ToRelay::Rejoin(_) => out.counters.bad_state += 1,
+            ToRelay::Join(_) | ToRelay::Rejoin(_) | ToRelay::Spectate(_) => {
+                out.counters.bad_state += 1;
+            }
         }
         self.tick_by(now, config, out, Closing::InputsOnly);
     }
@@ -433,6 +441,7 @@ impl MatchRoom {
             g.judge_hashes(id, config, out, false);
             g.prune_probe(id, out);
         }
+        g.feed_spectators(now, config, out);
         if let Some(reason) = g.finished(now) {
             if reason == EndReason::Completed {
                 // Judge whatever final reports arrived, so the replay gets them.
@@ -440,6 +449,8 @@ impl MatchRoom {
                     g.judge_hashes(id, config, out, true);
                 }
             }
+            // The match is over: spectators get the rest at once.
+            g.feed_spectators_by(now, config, out, true);
             g.end(id, reason, out);
             self.phase = Phase::Ended;
         }
@@ -468,6 +479,9 @@ impl MatchRoom {
         }
         if let Some(e) = g.end_by {
             at(e);
+        }
+        if let Some(s) = g.spectator_timeout(config) {
+            at(s);
         }
         t
     }

@@ -99,6 +99,7 @@ impl MatchRoom {
             delay: g.delay.current(),
             snapshot,
             live: g.next_close,
+            spectator: false,
         };
         out.send(conn, &ToPeer::Resume(resume));
         if let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =

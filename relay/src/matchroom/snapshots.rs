@@ -4,6 +4,7 @@
 //! most the same, and at most `max_tail_turns` bundles.
 
 use crate::rejoin::RejoinConfig;
+use lockstep::Instant;
 use lockstep::proto::SnapshotChunk;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::VecDeque;
@@ -62,8 +63,12 @@ pub(super) enum Outcome {
 #[derive(Debug)]
 pub(super) struct SnapshotStore {
     base: Base,
-    /// Encoded `ToPeer::Bundle` messages after the base, oldest first.
-    tail: VecDeque<(Turn, Vec<u8>)>,
+    /// Encoded `ToPeer::Bundle` messages after the base, oldest first,
+    /// with when they closed (spectators get them a set time later).
+    tail: VecDeque<(Turn, Instant, Vec<u8>)>,
+    /// Bundles after this turn stay in the tail when a newer snapshot is
+    /// agreed (a spectator has not been sent them yet).
+    floor: Option<Turn>,
     tail_bytes: usize,
     upload: Option<Upload>,
 }
@@ -73,6 +78,7 @@ impl Default for SnapshotStore {
         Self {
             base: Base::Genesis,
             tail: VecDeque::new(),
+            floor: None,
             tail_bytes: 0,
             upload: None,
         }
@@ -87,7 +93,23 @@ impl SnapshotStore {
 
     /// The bundles after the base, in turn order.
     pub(super) fn tail(&self) -> impl Iterator<Item = &[u8]> {
-        self.tail.iter().map(|(_, b)| b.as_slice())
+        self.tail
+            .iter()
+            .filter(|(t, _, _)| match &self.base {
+                Base::Agreed { turn, .. } => t > turn,
+                _ => true,
+            })
+            .map(|(_, _, b)| b.as_slice())
+    }
+
+    /// The tail with closing times, for feeding spectators.
+    pub(super) fn timed_tail(&self) -> impl Iterator<Item = (Turn, Instant, &[u8])> {
+        self.tail.iter().map(|(t, at, b)| (*t, *at, b.as_slice()))
+    }
+
+    /// Keeps bundles after `floor` when a newer snapshot is agreed.
+    pub(super) const fn set_floor(&mut self, floor: Option<Turn>) {
+        self.floor = floor;
     }
 
     /// Bytes held: the snapshot, the half-received upload and the tail.
@@ -144,12 +166,18 @@ impl SnapshotStore {
     }
 
     /// A closed turn's encoded bundle joins the tail.
-    pub(super) fn push_tail(&mut self, turn: Turn, bytes: Vec<u8>, config: &RejoinConfig) {
+    pub(super) fn push_tail(
+        &mut self,
+        turn: Turn,
+        at: Instant,
+        bytes: Vec<u8>,
+        config: &RejoinConfig,
+    ) {
         self.tail_bytes += bytes.len();
-        self.tail.push_back((turn, bytes));
+        self.tail.push_back((turn, at, bytes));
         let max = config.max_tail_turns.min(crate::rejoin::MAX_TAIL_TURNS) as usize;
         while self.tail.len() > max {
-            if let Some((_, b)) = self.tail.pop_front() {
+            if let Some((_, _, b)) = self.tail.pop_front() {
                 self.tail_bytes -= b.len();
             }
             self.base = Base::Lost;
@@ -222,14 +250,18 @@ impl SnapshotStore {
         // The tail must reach back to the snapshot's next turn, or the
         // snapshot cannot be played forward.
         let continuous = match &self.base {
-            Base::Lost => self.tail.front().is_some_and(|(t, _)| *t <= up.turn.next()),
+            Base::Lost => self
+                .tail
+                .front()
+                .is_some_and(|(t, _, _)| *t <= up.turn.next()),
             _ => true,
         };
         if !continuous {
             return Outcome::Refused;
         }
-        while self.tail.front().is_some_and(|(t, _)| *t <= up.turn) {
-            if let Some((_, b)) = self.tail.pop_front() {
+        let keep_after = self.floor.map_or(up.turn, |f| f.min(up.turn));
+        while self.tail.front().is_some_and(|(t, _, _)| *t <= keep_after) {
+            if let Some((_, _, b)) = self.tail.pop_front() {
                 self.tail_bytes -= b.len();
             }
         }
@@ -259,7 +291,7 @@ mod tests {
     fn filled(config: &RejoinConfig, turns: std::ops::Range<u32>) -> SnapshotStore {
         let mut s = SnapshotStore::default();
         for t in turns {
-            s.push_tail(Turn(t), vec![t as u8; 10], config);
+            s.push_tail(Turn(t), Instant::ZERO, vec![t as u8; 10], config);
         }
         s
     }

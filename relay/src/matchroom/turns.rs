@@ -280,7 +280,7 @@ impl Game {
         self.request_snapshot(turn, config, out);
         self.broadcast(out, &bundle);
         self.snapshots
-            .push_tail(turn, bundle.to_bytes(), &config.rejoin);
+            .push_tail(turn, now, bundle.to_bytes(), &config.rejoin);
         out.counters.turns_closed += 1;
         out.events.push_back(RouterEvent::TurnClosed {
             id,

@@ -70,6 +70,46 @@ impl Router {
         self.reap(id);
     }
 
+    /// A connection asks to watch a running match.
+    pub(super) fn spectate(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+        if self.draining {
+            self.reject(conn, join, RejectReason::ShuttingDown, None, None);
+            return;
+        }
+        // Token mode: a token for the match admits a spectator (slot aside).
+        let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
+        if let Some(c) = &claims
+            && c.match_name != join.match_name
+        {
+            self.out.counters.token_wrong_match += 1;
+            let d = format!("the token admits match {:?}", c.match_name);
+            self.reject(
+                conn,
+                join,
+                RejectReason::WrongMatch,
+                Some(d),
+                Some(Refusal::WrongMatch),
+            );
+            return;
+        }
+        let Some(&id) = self.names.get(&join.match_name) else {
+            let d = format!("no running match named {:?}", join.match_name);
+            self.reject(conn, join, RejectReason::HoldExpired, Some(d), None);
+            return;
+        };
+        let Some(m) = self.matches.get_mut(&id) else {
+            return;
+        };
+        match m.spectate(now, conn, join, &self.config, &mut self.out) {
+            Ok(()) => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.spectating = Some(id);
+                }
+            }
+            Err((reason, detail)) => self.reject(conn, join, reason, detail, None),
+        }
+    }
+
     fn refuse_rejoin(
         &mut self,
         conn: ConnId,

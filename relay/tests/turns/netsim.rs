@@ -85,6 +85,16 @@ impl PeerNode {
         Self::build(at, spec, server, addr, None)
     }
 
+    /// A spectator of the running match named in `spec`.
+    pub(super) fn spectator(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+    ) -> Self {
+        Self::with(at, spec, server, addr, PeerBuilder::with_spectate)
+    }
+
     /// A peer that comes back into `rejoin`'s held slot (player, secret).
     pub(super) fn build(
         at: Instant,
@@ -92,6 +102,19 @@ impl PeerNode {
         server: SocketAddr,
         addr: SocketAddr,
         rejoin: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
+    ) -> Self {
+        Self::with(at, spec, server, addr, move |b| match rejoin {
+            Some((player, secret)) => b.with_rejoin(player, secret),
+            None => b,
+        })
+    }
+
+    fn with(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+        tweak: impl FnOnce(PeerBuilder<World>) -> PeerBuilder<World>,
     ) -> Self {
         let mut b = PeerBuilder::<World>::new(spec.match_name, spec.players)
             .with_name(&spec.name)
@@ -105,9 +128,7 @@ impl PeerNode {
         if let Some(t) = spec.desync_at {
             b = b.with_fault(t, |w, t| w.perturb(t.0));
         }
-        if let Some((player, secret)) = rejoin {
-            b = b.with_rejoin(player, secret);
-        }
+        b = tweak(b);
         let (seed, apm) = (spec.bot_seed, spec.apm);
         let pilot = Autopilot::new(b.build(at, server).unwrap(), move |p| {
             sim::bot::Bot::new(p, seed, apm)

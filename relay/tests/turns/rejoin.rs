@@ -208,6 +208,97 @@ fn a_rejoined_peer_agrees_with_the_players_on_every_later_turn() {
     }
 }
 
+/// Spectators joining at seeded random times under loss: each restores the
+/// agreed snapshot, simulates every later turn with the players' hashes and
+/// ends on the final hash; the relay checked their reports (none differed);
+/// one over the cap is refused with `SpectatorsFull`.
+#[test]
+fn spectators_watch_from_the_snapshot_and_agree_on_every_turn() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(25),
+        jitter: Duration::from_millis(5),
+        loss: 0.05,
+        ..LinkConfig::default()
+    };
+    let start = Instant::from_millis(1);
+    let mut config = config();
+    config.rejoin.max_spectators = 2;
+    let mut relay = RelayNode::new(
+        Server::new(TransportConfig::default(), [3; 32]),
+        config,
+        SERVER,
+    );
+    let turns = 200;
+    let mut players: Vec<PeerNode> = (0..3)
+        .map(|i| PeerNode::new(start, spec(3, turns, i, 7), SERVER, addr(7001 + i as u16)))
+        .collect();
+    let mut harness = Harness::new(Network::new(7, link)).with_start(start);
+    let mut watchers: Vec<PeerNode> = Vec::new();
+    let mut rng = 0x9e37_79b9_u64;
+    for k in 0..3u16 {
+        rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let at = harness.now() + Duration::from_millis(2_000 + (rng >> 33) % 3_000);
+        let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+        nodes.extend(players.iter_mut().map(|p| p as &mut dyn Endpoint));
+        nodes.extend(watchers.iter_mut().map(|p| p as &mut dyn Endpoint));
+        harness.run(&mut nodes, at);
+        let mut w = PeerNode::spectator(
+            harness.now(),
+            spec(3, turns, 10 + u64::from(k), 7),
+            SERVER,
+            addr(7200 + k),
+        );
+        w.done_when = super::netsim::DoneWhen::Settled;
+        watchers.push(w);
+    }
+    {
+        let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+        nodes.extend(players.iter_mut().map(|p| p as &mut dyn Endpoint));
+        nodes.extend(watchers.iter_mut().map(|p| p as &mut dyn Endpoint));
+        harness.run(&mut nodes, Instant::from_millis(180_000));
+    }
+    let now = harness.now();
+    relay.settle(now);
+    for p in players.iter_mut().chain(watchers.iter_mut()) {
+        p.settle(now);
+    }
+    let reference = hashes(&players[0]);
+    assert_eq!(reference.len(), turns as usize);
+    for (k, w) in watchers.iter().take(2).enumerate() {
+        let seen = hashes(w);
+        let first = *seen.keys().next().expect("the spectator simulated turns");
+        assert_eq!(
+            seen.keys().copied().collect::<Vec<_>>(),
+            (first..turns).collect::<Vec<_>>(),
+            "spectator {k}"
+        );
+        for (t, h) in &seen {
+            assert_eq!(Some(h), reference.get(t), "spectator {k} turn {t}");
+        }
+        let s = w.peer().summary(now);
+        assert!(
+            s.completed && s.desyncs.is_empty() && s.player.is_none(),
+            "{s:?}"
+        );
+    }
+    let third = watchers[2].peer().summary(now);
+    assert_eq!(
+        third.refused.map(|r| r.reason),
+        Some(RejectReason::SpectatorsFull)
+    );
+    let c = relay.router.counters();
+    assert_eq!(c.spectators_joined, 2);
+    assert_eq!(c.spectator_hash_mismatches, 0);
+    assert!(c.spectator_hashes_verified > 100, "{c:?}");
+    // They never counted for the players: every turn agreed among three.
+    assert!(
+        !relay
+            .events
+            .iter()
+            .any(|e| matches!(e, RouterEvent::Desync { .. }))
+    );
+}
+
 /// On a clean link nobody else waits while a player rejoins: the players'
 /// stall stays zero through the drop, the snapshot transfer and the catch-up.
 #[test]
