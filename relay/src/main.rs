@@ -93,6 +93,12 @@ struct RelayArgs {
     /// Hold a dropped player's slot this long for its rejoin (ms).
     #[arg(long, default_value_t = 120_000)]
     rejoin_hold_ms: u64,
+    /// Spectators watch this far behind live (ms; 0 for a LAN).
+    #[arg(long, default_value_t = 3000)]
+    spectator_delay_ms: u64,
+    /// Most spectators per match.
+    #[arg(long, default_value_t = 32)]
+    max_spectators: usize,
 }
 
 impl RelayArgs {
@@ -106,6 +112,8 @@ impl RelayArgs {
             rejoin: relay::rejoin::RejoinConfig {
                 snapshot_every: self.snapshot_every,
                 hold: Duration::from_millis(self.rejoin_hold_ms),
+                spectator_delay: Duration::from_millis(self.spectator_delay_ms),
+                max_spectators: self.max_spectators,
                 ..relay::rejoin::RejoinConfig::default()
             },
             ..RelayConfig::default()
@@ -238,6 +246,10 @@ struct DemoArgs {
     /// agreed snapshot, fast-forwards and plays on.
     #[arg(long, requires = "kill_peer")]
     rejoin_after_ms: Option<u64>,
+    /// Spectators that join the running match (a third of the way in) and
+    /// watch it to the end; each one's final hash is in the report.
+    #[arg(long, default_value_t = 0)]
+    spectators: u8,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -728,6 +740,7 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
             .zip(a.kill_after_ms)
             .map(|(p, ms)| (p, Duration::from_millis(ms))),
         rejoin_after: a.rejoin_after_ms.map(Duration::from_millis),
+        spectators: a.spectators,
     };
     if [a.desync_peer, a.lag_peer, a.kill_peer]
         .into_iter()

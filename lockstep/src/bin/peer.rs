@@ -90,6 +90,11 @@ struct Cli {
     /// within a second of the start, so a restarted peer can rejoin.
     #[arg(long)]
     rejoin_file: Option<PathBuf>,
+    /// Watch the running match `--match` instead of playing: from the
+    /// relay's agreed snapshot, a few seconds behind live, checking hashes
+    /// (`--players` and `--turns` are not needed).
+    #[arg(long, conflicts_with_all = ["rejoin_file", "desync_at"])]
+    spectate: bool,
 }
 
 /// A held slot to come back into: what `--rejoin-file` holds (three lines:
@@ -166,6 +171,9 @@ fn run<S: Simulation, A: Agent<S>>(
     if let Some((player, secret)) = rejoin {
         eprintln!("peer: rejoining slot {} of {}", player.0, cli.match_name);
         builder = builder.with_rejoin(player, secret);
+    }
+    if cli.spectate {
+        builder = builder.with_spectate();
     }
     let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| e.to_string())?;
     let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;

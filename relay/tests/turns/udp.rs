@@ -64,6 +64,7 @@ fn quick_demo_config(
         peer_impair: Vec::new(),
         vanish,
         rejoin_after: None,
+        spectators: 0,
     };
     let report = relay::demo::run(&config, |_| {}).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -150,6 +151,7 @@ fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
         peer_impair: Vec::new(),
         vanish: Some((2, Duration::from_millis(900))),
         rejoin_after: Some(Duration::from_millis(1200)),
+        spectators: 2,
     };
     let r = relay::demo::run(&config, |_| {}).unwrap();
     let path = r.replay.path.clone().unwrap();
@@ -162,6 +164,13 @@ fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
     assert_eq!(back.summary.rejoins, 1);
     assert!(back.summary.rejoin_ms.is_some());
     assert!(r.hashes_agree, "{}", r.table());
+    // Two spectators watched from a third of the way in and ended on the
+    // players' final hash.
+    assert_eq!(r.spectators.len(), 2);
+    for w in &r.spectators {
+        assert!(w.completed && w.desyncs == 0, "{}", r.table());
+        assert_eq!(w.final_hash, r.peers[0].summary.final_hash, "{}", r.table());
+    }
     assert_eq!(r.drops.len(), 1, "{}", r.table());
     assert_eq!(r.drops[0].player, back.summary.player.unwrap());
     assert!(r.replay.verified && r.replay.turns == 400, "{path}");
@@ -191,6 +200,7 @@ fn a_restarted_relay_keeps_the_previous_runs_recordings() {
         peer_impair: Vec::new(),
         vanish: None,
         rejoin_after: None,
+        spectators: 0,
     };
     let first = relay::demo::run(&config, |_| {}).unwrap();
     let first_path = first.replay.path.clone().unwrap();
