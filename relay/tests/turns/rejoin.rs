@@ -54,16 +54,27 @@ struct Run {
     now: Instant,
 }
 
+/// Peer `victim` vanishes at `kill_ms`; its replacement comes at `rejoin_ms`.
+#[derive(Clone, Copy)]
+struct Kill {
+    victim: usize,
+    kill_ms: u64,
+    rejoin_ms: u64,
+}
+
 fn run(
     link: LinkConfig,
     seed: u64,
     players: u8,
     turns: u32,
-    victim: usize,
-    kill_ms: u64,
-    rejoin_ms: u64,
+    kill: Kill,
     wrong: Option<(PlayerId, RejoinSecret)>,
 ) -> Run {
+    let Kill {
+        victim,
+        kill_ms,
+        rejoin_ms,
+    } = kill;
     let start = Instant::from_millis(1);
     let server = Server::new(TransportConfig::default(), [seed as u8; 32]);
     let mut relay = RelayNode::new(server, config(), SERVER);
@@ -154,7 +165,18 @@ fn a_rejoined_peer_agrees_with_the_players_on_every_later_turn() {
         let kill_ms = 4_000 + rng % 4_000;
         let rejoin_ms = kill_ms + 2_000 + (rng >> 20) % 3_000;
         let turns = 200;
-        let r = run(link, seed, 3, turns, 1, kill_ms, rejoin_ms, None);
+        let r = run(
+            link,
+            seed,
+            3,
+            turns,
+            Kill {
+                victim: 1,
+                kill_ms,
+                rejoin_ms,
+            },
+            None,
+        );
         let ctx = format!("seed {seed} kill {kill_ms} rejoin {rejoin_ms}");
         let reference = hashes(&r.peers[0]);
         assert_eq!(reference.len(), turns as usize, "{ctx}");
@@ -304,7 +326,18 @@ fn spectators_watch_from_the_snapshot_and_agree_on_every_turn() {
 #[test]
 fn nobody_else_stalls_while_a_player_rejoins() {
     let link = LinkConfig::with_latency(Duration::from_millis(10));
-    let r = run(link, 9, 3, 150, 2, 5_000, 8_000, None);
+    let r = run(
+        link,
+        9,
+        3,
+        150,
+        Kill {
+            victim: 2,
+            kill_ms: 5_000,
+            rejoin_ms: 8_000,
+        },
+        None,
+    );
     for p in [&r.peers[0], &r.peers[1]] {
         let s = p.peer().summary(r.now);
         assert!(s.completed, "{s:?}");
@@ -325,9 +358,11 @@ fn a_rejoin_with_the_wrong_secret_is_refused() {
         4,
         2,
         80,
-        1,
-        3_000,
-        5_000,
+        Kill {
+            victim: 1,
+            kill_ms: 3_000,
+            rejoin_ms: 5_000,
+        },
         Some((PlayerId(1), RejoinSecret([0; 16]))),
     );
     let s = r.rejoiner.peer().summary(r.now);
