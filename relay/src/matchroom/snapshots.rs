@@ -66,8 +66,8 @@ pub(super) struct SnapshotStore {
     /// Encoded `ToPeer::Bundle` messages after the base, oldest first,
     /// with when they closed (spectators get them a set time later).
     tail: VecDeque<(Turn, Instant, Vec<u8>)>,
-    /// Bundles after this turn stay in the tail when a newer snapshot is
-    /// agreed (a spectator has not been sent them yet).
+    /// The first turn a spectator still needs: bundles from it on stay in
+    /// the tail when a newer snapshot is agreed.
     floor: Option<Turn>,
     tail_bytes: usize,
     upload: Option<Upload>,
@@ -107,7 +107,7 @@ impl SnapshotStore {
         self.tail.iter().map(|(t, at, b)| (*t, *at, b.as_slice()))
     }
 
-    /// Keeps bundles after `floor` when a newer snapshot is agreed.
+    /// Keeps bundles from turn `floor` on when a newer snapshot is agreed.
     pub(super) const fn set_floor(&mut self, floor: Option<Turn>) {
         self.floor = floor;
     }
@@ -259,8 +259,12 @@ impl SnapshotStore {
         if !continuous {
             return Outcome::Refused;
         }
-        let keep_after = self.floor.map_or(up.turn, |f| f.min(up.turn));
-        while self.tail.front().is_some_and(|(t, _, _)| *t <= keep_after) {
+        let floor = self.floor;
+        while self
+            .tail
+            .front()
+            .is_some_and(|(t, _, _)| *t <= up.turn && floor.is_none_or(|f| *t < f))
+        {
             if let Some((_, _, b)) = self.tail.pop_front() {
                 self.tail_bytes -= b.len();
             }
@@ -363,6 +367,26 @@ mod tests {
             s.on_chunk(PlayerId(0), chunk(30, 7, 1, 0, &[1]), &c),
             Outcome::Ignored
         );
+    }
+
+    /// A spectator that still needs turn 0 keeps the whole tail through a
+    /// newer snapshot (it was fed from the start, not from the snapshot).
+    #[test]
+    fn a_newer_snapshot_keeps_the_bundles_a_spectator_still_needs() {
+        let c = RejoinConfig::default();
+        let mut s = filled(&c, 0..15);
+        s.set_floor(Some(Turn(0)));
+        s.request(Turn(10), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(10, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(10), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(s.tail_turns(), 15);
+        // A rejoin still gets only the bundles after the snapshot.
+        assert_eq!(s.tail().count(), 4);
+        s.set_floor(Some(Turn(6)));
+        s.request(Turn(12), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(12, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(12), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(s.timed_tail().next().map(|(t, _, _)| t), Some(Turn(6)));
     }
 
     #[test]

@@ -132,11 +132,11 @@ impl MatchRoom {
 }
 
 impl Game {
-    /// The oldest bundle a spectator still needs (kept in the tail).
+    /// The first turn a spectator still needs (kept in the tail).
     fn spectator_floor(&self) -> Option<Turn> {
         self.spectators
             .iter()
-            .map(|s| s.sent_through.unwrap_or(Turn(0)))
+            .map(|s| s.sent_through.map_or(Turn(0), Turn::next))
             .min()
     }
 
@@ -175,10 +175,10 @@ impl Game {
 
     /// The next instant a bundle is due at a spectator.
     pub(super) fn spectator_timeout(&self, config: &RelayConfig) -> Option<Instant> {
-        let oldest_unsent = self.spectator_floor()?;
+        let needed = self.spectator_floor()?;
         self.snapshots
             .timed_tail()
-            .find(|(t, _, _)| *t > oldest_unsent)
+            .find(|(t, _, _)| *t >= needed)
             .map(|(_, at, _)| at + config.rejoin.spectator_delay)
     }
 

@@ -136,7 +136,10 @@ fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
         turns: 400,
         relay: RelayConfig {
             turn_length: Duration::from_millis(20),
-            silence_timeout: Duration::from_millis(1000),
+            // Long enough that a peer thread starved by a loaded machine is
+            // not dropped; the restarted peer comes back before it runs
+            // out, so its secret takes the slot over from the dead one.
+            silence_timeout: Duration::from_millis(3000),
             rejoin: relay::rejoin::RejoinConfig {
                 snapshot_every: 100,
                 ..relay::rejoin::RejoinConfig::default()
