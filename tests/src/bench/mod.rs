@@ -11,6 +11,7 @@ pub mod net_bench;
 pub mod net_report;
 pub mod netns;
 pub mod proxy;
+pub mod rejoin_bench;
 pub mod relay_bench;
 pub mod replay_bench;
 pub mod report;

@@ -8,12 +8,13 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 5] = [
+pub const SECTIONS: [(&str, &str); 6] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
     ("net", "Turn latency under loss: our transport vs TCP"),
     ("relay", "Relay capacity"),
     ("bandwidth", "Bandwidth against the Age of Empires budget"),
+    ("rejoin", "Rejoin and late spectators"),
 ];
 
 /// The heading of section `name`, or `None` for a name `bench` does not

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, net_bench, net_report, relay_bench, replay_bench, report, sim_bench,
+    bandwidth_bench, net_bench, net_report, rejoin_bench, relay_bench, replay_bench, report,
+    sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -26,7 +27,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, net, relay,
-    /// bandwidth); the report's other sections are kept as they were.
+    /// bandwidth, rejoin); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -148,6 +149,18 @@ fn main() -> ExitCode {
         md.push_str("## Bandwidth against the Age of Empires budget\n\n");
         md.push_str(&section_stamp);
         md.push_str(&bandwidth_bench::markdown(args.quick));
+        md.push('\n');
+    }
+
+    if wanted(&args, "rejoin") {
+        let mut figures = Vec::new();
+        for minutes in [5, 30] {
+            eprintln!("[rejoin] a rejoin after {minutes} minutes of play (virtual time)");
+            figures.push(rejoin_bench::measure(minutes));
+        }
+        md.push_str("## Rejoin and late spectators\n\n");
+        md.push_str(&section_stamp);
+        md.push_str(&rejoin_bench::markdown(&figures));
         md.push('\n');
     }
 
