@@ -1,9 +1,9 @@
 //! Configuration for a [`Session`]: `SessionBuilder::new().with_*(..).build(now)?`.
 
-use crate::proto::{Join, MAX_NAME_LEN};
+use crate::proto::{Join, MAX_NAME_LEN, RejoinSecret};
 use crate::session::Session;
 use crate::time::{Duration, Instant};
-use sim::{MAX_PLAYERS, StateHash};
+use sim::{MAX_PLAYERS, PlayerId, StateHash};
 
 /// Why a session could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -16,6 +16,14 @@ pub enum BuildError {
     NameTooLong(&'static str),
 }
 
+/// Default snapshot upload chunk: small enough that a chunk message is one
+/// unfragmented transport message, so the peer's inputs queued behind it on
+/// the ordered reliable path never wait for a multi-fragment reassembly
+/// (they would arrive late, and turns close by the deadline for everyone).
+/// A transport whose bulk channel runs beside turn traffic can take
+/// [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK) pieces.
+pub const DEFAULT_UPLOAD_CHUNK: usize = 960;
+
 /// Options of a session.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -27,6 +35,17 @@ pub struct SessionConfig {
     pub section_history: usize,
     /// How the jitter buffer is sized under the relay's clock.
     pub playout: crate::session::PlayoutConfig,
+    /// Come back into this held slot of a running match with its secret,
+    /// instead of joining (see [`SessionBuilder::with_rejoin`]).
+    pub rejoin: Option<(PlayerId, RejoinSecret)>,
+    /// Watch a running match instead of joining (see [`SessionBuilder::with_spectate`]).
+    pub spectate: bool,
+    /// Time between two chunks of a snapshot upload (default 50 ms): the
+    /// upload is paced so it never crowds out the peer's turn traffic.
+    pub upload_interval: Duration,
+    /// Largest chunk of a snapshot upload (default [`DEFAULT_UPLOAD_CHUNK`],
+    /// at most [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)).
+    pub upload_chunk: usize,
 }
 
 /// Builds a [`Session`].
@@ -59,6 +78,10 @@ impl SessionBuilder {
                 report_interval: Duration::from_secs(1),
                 section_history: 128,
                 playout: crate::session::PlayoutConfig::default(),
+                rejoin: None,
+                spectate: false,
+                upload_interval: Duration::from_millis(50),
+                upload_chunk: DEFAULT_UPLOAD_CHUNK,
             },
         }
     }
@@ -104,6 +127,34 @@ impl SessionBuilder {
     #[must_use]
     pub fn with_report_interval(mut self, every: Duration) -> Self {
         self.config.report_interval = every;
+        self
+    }
+
+    /// Rejoin instead of join: come back into `player`'s held slot of the
+    /// running match with the secret the relay gave at the start (in token
+    /// mode the secret is not checked: the token must grant that slot).
+    #[must_use]
+    pub const fn with_rejoin(mut self, player: PlayerId, secret: RejoinSecret) -> Self {
+        self.config.rejoin = Some((player, secret));
+        self
+    }
+
+    /// Watch the running match instead of joining: read-only, a few
+    /// seconds behind live (the relay's setting), from its agreed snapshot;
+    /// the session reports hashes (the relay checks them) and sends no input.
+    #[must_use]
+    pub const fn with_spectate(mut self) -> Self {
+        self.config.spectate = true;
+        self
+    }
+
+    /// Pacing of snapshot uploads: chunks of at most `chunk` bytes (capped
+    /// at [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)), one
+    /// every `interval`.
+    #[must_use]
+    pub fn with_upload_pacing(mut self, chunk: usize, interval: Duration) -> Self {
+        self.config.upload_chunk = chunk.clamp(1, crate::proto::MAX_SNAPSHOT_CHUNK);
+        self.config.upload_interval = interval;
         self
     }
 

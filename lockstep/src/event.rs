@@ -110,4 +110,37 @@ pub enum Event {
         /// Why.
         reason: EndReason,
     },
+    /// The relay's secret for coming back into this player's slot after a
+    /// drop (open mode): keep it where a restarted peer finds it.
+    RejoinSecret {
+        /// The secret.
+        secret: crate::proto::RejoinSecret,
+    },
+    /// The relay wants this peer's snapshot of the world after `turn`:
+    /// hand it to [`Session::upload_snapshot`](crate::session::Session::upload_snapshot)
+    /// once the turn is simulated.
+    SnapshotWanted {
+        /// The turn to snapshot.
+        turn: Turn,
+    },
+    /// A rejoin was accepted and its snapshot is here: rebuild the world
+    /// from it (`None`: from the setup of [`Event::Started`]) before the
+    /// next [`Event::TurnReady`].
+    Restored {
+        /// The turn the snapshot was taken after, its agreed hash and bytes.
+        snapshot: Option<(Turn, StateHash, Vec<u8>)>,
+    },
+    /// A rejoining peer simulated every turn the relay had closed and plays
+    /// live again from the next one.
+    CaughtUp {
+        /// The last turn simulated while catching up.
+        turn: Turn,
+    },
+    /// A dropped player is back from `turn` on (its inputs count again).
+    PlayerRejoined {
+        /// Who.
+        player: PlayerId,
+        /// The first turn with them again.
+        turn: Turn,
+    },
 }

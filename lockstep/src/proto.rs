@@ -18,7 +18,11 @@ pub use forensics::{
     EntityDump, MAX_DUMP_ENTITIES, MAX_DUMP_FIELDS, MAX_ENTITY_HASHES, MAX_FIELD_PATH,
     MAX_FIELD_VALUE, bounded_fields,
 };
+mod rejoin;
 pub use reject::RejectReason;
+pub use rejoin::{
+    MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret, Resume, SnapshotChunk,
+};
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
 pub const PROTOCOL_VERSION: u8 = 1;
@@ -149,6 +153,13 @@ pub enum Notice {
         /// The first local turn that uses it (after the carrying bundle's turn).
         from_turn: Turn,
     },
+    /// From `turn` on the player, back after a drop, has inputs again.
+    PlayerRejoined {
+        /// Who came back.
+        player: PlayerId,
+        /// The first turn with them again (the turn of the carrying bundle).
+        turn: Turn,
+    },
 }
 
 /// Everything that happens in one turn, as the relay closed it.
@@ -263,6 +274,19 @@ pub enum ToRelay {
         /// One per asked id that exists, at most [`MAX_DUMP_ENTITIES`].
         dumps: Vec<EntityDump>,
     },
+    /// A piece of the snapshot the relay asked for ([`ToPeer::SnapshotRequest`]).
+    SnapshotChunk(SnapshotChunk),
+    /// Come back into a held slot of a running match (instead of [`ToRelay::Join`]).
+    Rejoin(Rejoin),
+    /// A rejoining peer simulated every turn up to `turn` and plays live
+    /// from the next one: its inputs count again.
+    CaughtUp {
+        /// The last turn it simulated.
+        turn: Turn,
+    },
+    /// Watch a running match (read-only), a few seconds behind: the join's
+    /// match, game and rules must match; slots and turns are ignored.
+    Spectate(Join),
 }
 
 /// Messages from the relay to a peer.
@@ -356,6 +380,20 @@ pub enum ToPeer {
         /// Entity ids, at most [`MAX_DUMP_ENTITIES`].
         ids: Vec<u64>,
     },
+    /// The secret this player needs to come back into its slot after a
+    /// drop (sent to that player only, right after [`ToPeer::Start`]).
+    RejoinSecret(RejoinSecret),
+    /// Upload your snapshot of the world after simulating `turn`, in
+    /// [`ToRelay::SnapshotChunk`]s (sent before that turn's bundle).
+    SnapshotRequest {
+        /// The turn to snapshot.
+        turn: Turn,
+    },
+    /// The rejoin was accepted: restore from here (snapshot chunks and the
+    /// tail of bundles follow).
+    Resume(Resume),
+    /// A piece of the snapshot named in [`ToPeer::Resume`].
+    SnapshotChunk(SnapshotChunk),
 }
 
 /// Why bytes are not a valid protocol message.
@@ -469,11 +507,37 @@ impl ToRelay {
             }
             Self::Input { commands, .. } => check_input(commands),
             Self::Sections { sections, .. } => check_sections(sections),
-            Self::Hash { .. } | Self::Pong { .. } | Self::Report(_) | Self::Leave => Ok(()),
             Self::EntityHashes {
                 section, entities, ..
             } => forensics::check_entity_hashes(section, entities),
             Self::EntityDumps { section, dumps, .. } => forensics::check_dumps(section, dumps),
+            Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
+            Self::Rejoin(r) => {
+                check_player(r.player)?;
+                Self::Join(r.join.clone()).validate()
+            }
+            Self::Spectate(j) => Self::Join(j.clone()).validate(),
+            Self::Hash { .. }
+            | Self::Pong { .. }
+            | Self::Report(_)
+            | Self::Leave
+            | Self::CaughtUp { .. } => Ok(()),
+        }
+    }
+
+    /// The wire tags (variant index, after the version byte) of the
+    /// messages that name a match to enter: `Join`, `Rejoin`, `Spectate`. A
+    /// driver that hosts matches on several event loops decodes only these
+    /// to route a new connection (see [`ToRelay::match_to_enter`]).
+    pub const ENTERING_TAGS: [u8; 3] = [0, 10, 12];
+
+    /// The match this message asks to enter (`Join`, `Rejoin`, `Spectate`).
+    #[must_use]
+    pub fn match_to_enter(&self) -> Option<&str> {
+        match self {
+            Self::Join(j) | Self::Spectate(j) => Some(&j.match_name),
+            Self::Rejoin(r) => Some(&r.join.match_name),
+            _ => None,
         }
     }
 
@@ -482,6 +546,7 @@ impl ToRelay {
     pub const fn delivery(&self) -> Delivery {
         match self {
             Self::Pong { .. } | Self::Report(_) => Delivery::Unreliable,
+            Self::SnapshotChunk(_) => Delivery::Bulk,
             _ => Delivery::Reliable,
         }
     }
@@ -553,6 +618,7 @@ impl ToPeer {
                     Notice::DelayChange { delay, .. } => {
                         check(*delay <= MAX_INPUT_DELAY, "input delay")
                     }
+                    Notice::PlayerRejoined { player, .. } => check_player(*player),
                 })
             }
             Self::Desync(d) => {
@@ -580,11 +646,22 @@ impl ToPeer {
             Self::EntityDumpRequest { section, ids, .. } => {
                 forensics::check_dump_request(section, ids)
             }
+            Self::Resume(r) => {
+                Self::Start(r.start.clone()).validate()?;
+                check(r.delay <= MAX_INPUT_DELAY, "input delay")?;
+                check(
+                    r.snapshot.is_none_or(|(_, _, n)| n <= MAX_SNAPSHOT_TOTAL),
+                    "snapshot length",
+                )
+            }
+            Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }
             | Self::Ping { .. }
-            | Self::MatchEnd { .. } => Ok(()),
+            | Self::MatchEnd { .. }
+            | Self::RejoinSecret(_)
+            | Self::SnapshotRequest { .. } => Ok(()),
         }
     }
 
@@ -593,6 +670,7 @@ impl ToPeer {
     pub const fn delivery(&self) -> Delivery {
         match self {
             Self::Ping { .. } => Delivery::Unreliable,
+            Self::SnapshotChunk(_) => Delivery::Bulk,
             _ => Delivery::Reliable,
         }
     }
@@ -627,6 +705,46 @@ pub fn decode_turn<C: DeserializeOwned>(inputs: &[(PlayerId, Vec<u8>)]) -> Vec<S
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
+
+    /// `ENTERING_TAGS` are the tags `Join`, `Rejoin` and `Spectate` encode
+    /// to (a driver routes new connections by them), and no other message's.
+    #[test]
+    fn entering_tags_are_the_tags_of_join_rejoin_and_spectate() {
+        let join = Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: "n".into(),
+            turns: 0,
+        };
+        let entering = [
+            ToRelay::Join(join.clone()),
+            ToRelay::Rejoin(Rejoin {
+                join: join.clone(),
+                player: PlayerId(1),
+                secret: RejoinSecret([7; 16]),
+            }),
+            ToRelay::Spectate(join),
+        ];
+        for (m, tag) in entering.iter().zip(ToRelay::ENTERING_TAGS) {
+            assert_eq!(m.to_bytes()[1], tag);
+            assert_eq!(m.match_to_enter(), Some("m"));
+        }
+        let other = [
+            ToRelay::Input {
+                turn: Turn(0),
+                commands: vec![],
+            },
+            ToRelay::Leave,
+            ToRelay::CaughtUp { turn: Turn(1) },
+        ];
+        for m in other {
+            assert!(!ToRelay::ENTERING_TAGS.contains(&m.to_bytes()[1]));
+            assert_eq!(m.match_to_enter(), None);
+        }
+    }
 
     /// The budget arithmetic is right: the largest bundle the budgets allow
     /// (every player at its byte and entry budget, the longest turn number,

@@ -65,6 +65,8 @@ pub struct RelayConfig {
     /// How long desync forensics waits for the peers' answers before
     /// reporting what it has (default 10 s).
     pub forensics_timeout: Duration,
+    /// Agreed snapshots and held slots (rejoin).
+    pub rejoin: crate::rejoin::RejoinConfig,
 }
 
 impl Default for RelayConfig {
@@ -87,6 +89,7 @@ impl Default for RelayConfig {
             limits: Limits::default(),
             on_desync: DesyncPolicy::Continue,
             forensics_timeout: Duration::from_secs(10),
+            rejoin: crate::rejoin::RejoinConfig::default(),
         }
     }
 }
@@ -203,6 +206,26 @@ impl RelayConfig {
                 ),
             ));
         }
+        let r = &self.rejoin;
+        if r.max_tail_turns == 0 || r.max_tail_turns > crate::rejoin::MAX_TAIL_TURNS {
+            return Err(bad(
+                "rejoin.max_tail_turns",
+                r.max_tail_turns,
+                format!("1 ..= {}", crate::rejoin::MAX_TAIL_TURNS),
+            ));
+        }
+        // The tail must outlast one snapshot interval, or no snapshot is
+        // ever usable.
+        if r.snapshot_every >= r.max_tail_turns {
+            return Err(bad(
+                "--snapshot-every",
+                r.snapshot_every,
+                format!(
+                    "0 ..= {} turns (below the tail limit)",
+                    r.max_tail_turns - 1
+                ),
+            ));
+        }
         for (flag, v) in [
             ("limits.max_connections", l.max_connections),
             ("limits.max_matches", l.max_matches),
@@ -262,6 +285,8 @@ mod tests {
         check(|c| c.limits.max_turns_ahead = 10, "limits.max_turns_ahead");
         check(|c| c.limits.max_connections = 0, "limits.max_connections");
         check(|c| c.limits.messages_per_sec = 0, "limits.messages_per_sec");
+        check(|c| c.rejoin.snapshot_every = 400, "--snapshot-every");
+        check(|c| c.rejoin.max_tail_turns = 513, "rejoin.max_tail_turns");
         // A fixed delay of 25 (the clean-end example) is valid.
         let fixed = RelayConfig {
             adaptive_delay: false,

@@ -98,6 +98,28 @@ pub struct DemoConfig {
     pub peer_impair: Vec<(u8, LinkConfig)>,
     /// Fault switch: (peer index, after how long) the peer crashes silently.
     pub vanish: Option<(u8, Duration)>,
+    /// Restart the crashed peer this long after it crashed: it rejoins its
+    /// held slot (with its secret) and plays on.
+    pub rejoin_after: Option<Duration>,
+    /// Spectators that join a third of the way into the match.
+    pub spectators: u8,
+}
+
+/// One spectator's row of the result.
+#[derive(Clone, Debug, Serialize)]
+pub struct DemoSpectator {
+    /// Spectator index (0-based).
+    pub spectator: u8,
+    /// The last turn it simulated.
+    pub final_turn: Option<u32>,
+    /// Its hash after that turn (must be the players').
+    pub final_hash: Option<String>,
+    /// It watched to the end of the match.
+    pub completed: bool,
+    /// Hash mismatches the relay told it about.
+    pub desyncs: usize,
+    /// Why it stopped early, if it did (including a refusal).
+    pub error: Option<String>,
 }
 
 /// One peer's row of the result.
@@ -105,7 +127,8 @@ pub struct DemoConfig {
 pub struct DemoPeer {
     /// Peer index (0-based, in start order).
     pub peer: u8,
-    /// Crashed on purpose by the fault switch (left out of the hash agreement).
+    /// Crashed on purpose by the fault switch and not restarted (left out
+    /// of the hash agreement).
     pub killed: bool,
     /// Its summary (includes its slot, `player`).
     #[serde(flatten)]
@@ -217,6 +240,8 @@ pub struct DemoReplay {
 pub struct DemoReport {
     /// Per-peer rows.
     pub peers: Vec<DemoPeer>,
+    /// Spectators (`--spectators`), each with its final hash.
+    pub spectators: Vec<DemoSpectator>,
     /// Desyncs the relay detected.
     pub desyncs: Vec<DemoDesync>,
     /// Players the relay dropped: (player, first turn without them, reason).
@@ -276,6 +301,27 @@ impl DemoReport {
             s.push_str(&format!(
                 "player P{} dropped from turn {} ({})\n",
                 d.player, d.turn, d.reason
+            ));
+        }
+        for w in &self.spectators {
+            s.push_str(&format!(
+                "spectator {} final turn {} hash {}{}\n",
+                w.spectator,
+                w.final_turn.map_or("-".to_owned(), |t| t.to_string()),
+                w.final_hash
+                    .as_deref()
+                    .map_or("-", |h| &h[..16.min(h.len())]),
+                w.error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(" ({e})")),
+            ));
+        }
+        for p in self.peers.iter().filter(|p| p.summary.rejoins > 0) {
+            s.push_str(&format!(
+                "peer {} rejoined {} time(s), caught up {:.0} ms after reconnecting\n",
+                p.peer,
+                p.summary.rejoins,
+                p.summary.rejoin_ms.unwrap_or(0.0)
             ));
         }
         for d in &self.desyncs {
@@ -394,6 +440,12 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     drop(prog_tx);
+    let watchers: Vec<_> = (0..config.spectators)
+        .map(|k| {
+            let (config, stop) = (config.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || watch(&config, relay_addr, k, timeout, &stop))
+        })
+        .collect();
     let mut peers = Vec::new();
     let mut notes = Vec::new();
     for (i, h) in handles.into_iter().enumerate() {
@@ -421,11 +473,40 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         };
         peers.push(DemoPeer {
             peer: u8::try_from(i).unwrap_or(u8::MAX),
-            killed: config.vanish.is_some_and(|(p, _)| usize::from(p) == i),
+            killed: config.vanish.is_some_and(|(p, _)| usize::from(p) == i)
+                && config.rejoin_after.is_none(),
             summary,
         });
     }
+    let spectators = watchers
+        .into_iter()
+        .zip(0u8..)
+        .map(|(h, k)| {
+            let s = match h.join() {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => PeerSummary {
+                    error: Some(e.to_string()),
+                    ..PeerSummary::default()
+                },
+                Err(_) => PeerSummary {
+                    error: Some("spectator thread panicked".into()),
+                    ..PeerSummary::default()
+                },
+            };
+            DemoSpectator {
+                spectator: k,
+                final_turn: s.final_turn,
+                final_hash: s.final_hash,
+                completed: s.completed,
+                desyncs: s.desyncs.len(),
+                error: s
+                    .error
+                    .or_else(|| s.refused.map(|r| format!("refused by the relay: {r}"))),
+            }
+        })
+        .collect();
     // The relay closes the replay when the match ends; give it a moment.
+    notes.extend(note_rx.try_iter());
     let wait_until = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !notes.iter().any(|n| matches!(n, Note::Recorded(_)))
         && std::time::Instant::now() < wait_until
@@ -441,9 +522,63 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         config.game,
         config.desync.map(|(turn, _)| turn),
         peers,
+        spectators,
         &notes,
         started.elapsed().as_secs_f64(),
     ))
+}
+
+/// One demo spectator: joins a third of the way into the match (retrying
+/// while the match has not started yet) and watches it to the end.
+fn watch(
+    config: &DemoConfig,
+    relay: SocketAddr,
+    k: u8,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> std::io::Result<PeerSummary> {
+    let third = config
+        .relay
+        .turn_length
+        .saturating_mul(u64::from(config.turns) / 3);
+    std::thread::sleep(std::time::Duration::from_micros(third.as_micros()));
+    match config.game {
+        DemoGame::Rts => {
+            spectate::<sim::game::World, _>(config, relay, k, timeout, stop, sim::bot::Bot::new)
+        }
+        DemoGame::Arena => {
+            spectate::<sim::arena::Arena, _>(config, relay, k, timeout, stop, sim::arena::Bot::new)
+        }
+    }
+}
+
+fn spectate<S: Simulation, A: Agent<S>>(
+    config: &DemoConfig,
+    relay: SocketAddr,
+    k: u8,
+    timeout: Duration,
+    stop: &AtomicBool,
+    bot: fn(PlayerId, u64, u32) -> A,
+) -> std::io::Result<PeerSummary> {
+    let builder = PeerBuilder::<S>::new("demo", config.peers)
+        .with_name(&format!("spectator{k}"))
+        .with_seed(
+            config
+                .seed
+                .wrapping_mul(1000)
+                .wrapping_add(500 + u64::from(k)),
+        )
+        .with_ticks_per_turn(config.game.ticks_per_turn())
+        .with_spectate();
+    let socket = UdpSocket::bind("127.0.0.1:0")?;
+    let mut udp = UdpPeer::new(socket, relay, builder)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let opts = PlayOptions {
+        timeout,
+        ..PlayOptions::default()
+    };
+    // The agent never thinks: a spectator submits nothing.
+    play(&mut udp, |p| bot(p, 0, 0), &opts, stop, |_, _| {})
 }
 
 /// One demo peer: its index and what it needs to play.
@@ -495,6 +630,39 @@ impl Seat {
             ..PlayOptions::default()
         };
         let (bot_seed, apm) = (c.seed.wrapping_add(u64::from(i)), c.apm);
+        let summary = play(
+            &mut udp,
+            |player| bot(player, bot_seed, apm),
+            &opts,
+            stop,
+            |peer, now: Instant| progress(lockstep::peer::progress_line(&peer.stats(now))),
+        )?;
+        let (Some(after), Some(_)) = (c.rejoin_after, opts.vanish_after) else {
+            return Ok(summary);
+        };
+        let Some((player, secret)) = udp.peer().rejoin_secret() else {
+            return Ok(summary);
+        };
+        // The restart: a new socket and a new peer, as a new process would
+        // have; it knows only its match, slot and secret.
+        drop(udp);
+        std::thread::sleep(std::time::Duration::from_micros(after.as_micros()));
+        let builder = PeerBuilder::<S>::new("demo", c.peers)
+            .with_name(&format!("peer{i}"))
+            .with_turns(c.turns)
+            .with_seed(transport_seed ^ 0x7e57_a127)
+            .with_ticks_per_turn(c.game.ticks_per_turn())
+            .with_rejoin(player, secret);
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        let mut udp = UdpPeer::new(socket, self.relay, builder)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        if let Some(link) = impair {
+            udp = udp.with_impairment(link, transport_seed ^ 0x7e57_a127);
+        }
+        let opts = PlayOptions {
+            vanish_after: None,
+            ..opts
+        };
         play(
             &mut udp,
             |player| bot(player, bot_seed, apm),
@@ -522,6 +690,7 @@ fn report(
     game: DemoGame,
     fault_turn: Option<u32>,
     peers: Vec<DemoPeer>,
+    spectators: Vec<DemoSpectator>,
     notes: &[Note],
     seconds: f64,
 ) -> DemoReport {
@@ -617,9 +786,13 @@ fn report(
         && peers
             .iter()
             .filter(|p| !p.killed)
-            .all(|p| p.summary.completed && p.summary.final_hash == first);
+            .all(|p| p.summary.completed && p.summary.final_hash == first)
+        && spectators
+            .iter()
+            .all(|s| s.completed && s.final_hash == first);
     DemoReport {
         peers,
+        spectators,
         desyncs,
         drops,
         replay,

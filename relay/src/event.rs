@@ -175,4 +175,23 @@ pub enum RouterEvent {
         /// Why.
         reason: EndReason,
     },
+    /// A dropped player came back into its held slot and is catching up
+    /// (from the agreed snapshot of `snapshot`, `None`: from the first turn).
+    Rejoining {
+        /// Which match.
+        id: MatchId,
+        /// Who.
+        player: PlayerId,
+        /// The snapshot's turn.
+        snapshot: Option<Turn>,
+    },
+    /// A rejoined player caught up: its inputs and hashes count from `turn` on.
+    Rejoined {
+        /// Which match.
+        id: MatchId,
+        /// Who.
+        player: PlayerId,
+        /// First turn with them again.
+        turn: Turn,
+    },
 }

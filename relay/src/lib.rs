@@ -66,6 +66,7 @@ pub mod metrics;
 mod names;
 mod outbox;
 pub mod recorder;
+pub mod rejoin;
 pub mod router;
 pub mod serve;
 pub mod server;

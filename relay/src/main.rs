@@ -94,6 +94,19 @@ struct RelayArgs {
     /// it, then end the match with reason `desync`). `heal` is not built yet.
     #[arg(long, value_enum, default_value_t = OnDesyncArg::Continue)]
     on_desync: OnDesyncArg,
+    /// Ask a player for an agreed snapshot every this many turns (0: never;
+    /// a rejoin then needs the bundle tail to reach back to the first turn).
+    #[arg(long, default_value_t = relay::rejoin::DEFAULT_SNAPSHOT_EVERY)]
+    snapshot_every: u32,
+    /// Hold a dropped player's slot this long for its rejoin (ms).
+    #[arg(long, default_value_t = 120_000)]
+    rejoin_hold_ms: u64,
+    /// Spectators watch this far behind live (ms; 0 for a LAN).
+    #[arg(long, default_value_t = 3000)]
+    spectator_delay_ms: u64,
+    /// Most spectators per match.
+    #[arg(long, default_value_t = 32)]
+    max_spectators: usize,
 }
 
 /// `--on-desync` values.
@@ -116,6 +129,13 @@ impl RelayArgs {
             on_desync: match self.on_desync {
                 OnDesyncArg::Continue => DesyncPolicy::Continue,
                 OnDesyncArg::End => DesyncPolicy::End,
+            },
+            rejoin: relay::rejoin::RejoinConfig {
+                snapshot_every: self.snapshot_every,
+                hold: Duration::from_millis(self.rejoin_hold_ms),
+                spectator_delay: Duration::from_millis(self.spectator_delay_ms),
+                max_spectators: self.max_spectators,
+                ..relay::rejoin::RejoinConfig::default()
             },
             ..RelayConfig::default()
         }
@@ -246,6 +266,15 @@ struct DemoArgs {
     /// See `--kill-peer`.
     #[arg(long, requires = "kill_peer")]
     kill_after_ms: Option<u64>,
+    /// Restart the killed peer this long (ms) after it crashed: it comes
+    /// back into its held slot with its rejoin secret, restores the relay's
+    /// agreed snapshot, fast-forwards and plays on.
+    #[arg(long, requires = "kill_peer")]
+    rejoin_after_ms: Option<u64>,
+    /// Spectators that join the running match (a third of the way in) and
+    /// watch it to the end; each one's final hash is in the report.
+    #[arg(long, default_value_t = 0)]
+    spectators: u8,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -353,10 +382,16 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
 /// The relay settings of `serve`/`demo`, validated: a bad one is reported on
 /// stderr with its flag and allowed range (exit 2) before anything starts.
 fn valid_config(a: &RelayArgs) -> Result<RelayConfig, ExitCode> {
-    let config = a.config();
+    let mut config = a.config();
     config.validate().map_err(|e| {
         eprintln!("relay: {e}");
         ExitCode::from(2)
+    })?;
+    // Rejoin secrets are keyed with a fresh OS secret: nobody can compute
+    // another player's secret, and it dies with the process.
+    config.rejoin.key = relay::entropy::os_random("rejoin secrets").map_err(|e| {
+        eprintln!("relay: {e}");
+        ExitCode::from(1)
     })?;
     Ok(config)
 }
@@ -603,6 +638,8 @@ const fn event_level(e: &RouterEvent) -> Level {
         | RouterEvent::DesyncReport { .. } => Level::Error,
         RouterEvent::Dropped { .. } => Level::Warn,
         RouterEvent::MatchStarted { .. }
+        | RouterEvent::Rejoining { .. }
+        | RouterEvent::Rejoined { .. }
         | RouterEvent::DelayChanged { .. }
         | RouterEvent::MatchEnded { .. } => Level::Info,
     }
@@ -700,6 +737,14 @@ fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::Value> {
             from_turn,
         } => json!({
             "event": "delay_changed", "match": id.0, "delay": delay, "from_turn": from_turn.0 }),
+        RouterEvent::Rejoining {
+            id,
+            player,
+            snapshot,
+        } => json!({
+            "event": "rejoining", "match": id.0, "player": player.0, "snapshot_turn": snapshot.map(|t| t.0) }),
+        RouterEvent::Rejoined { id, player, turn } => json!({
+            "event": "rejoined", "match": id.0, "player": player.0, "turn": turn.0 }),
         RouterEvent::PeerReport { .. } => return None,
         RouterEvent::MatchEnded { id, turn, reason } => json!({
             "event": "match_ended", "match": id.0, "turn": turn.map(|t| t.0), "reason": reason.to_string() }),
@@ -755,6 +800,8 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
             .kill_peer
             .zip(a.kill_after_ms)
             .map(|(p, ms)| (p, Duration::from_millis(ms))),
+        rejoin_after: a.rejoin_after_ms.map(Duration::from_millis),
+        spectators: a.spectators,
     };
     if [a.desync_peer, a.lag_peer, a.kill_peer]
         .into_iter()

@@ -65,10 +65,18 @@ pub enum Metric {
     DropInputOverBudget,
     ConnectionsMoved,
     DatagramsForwarded,
+    SnapshotBytes,
+    SnapshotUploadBytes,
+    SnapshotTailBytes,
+    SnapshotTailTurns,
+    SnapshotsAgreed,
+    SnapshotsRefused,
+    Rejoins,
+    RejoinsRefused,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::DatagramsForwarded as usize + 1;
+const COUNT: usize = Metric::RejoinsRefused as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -184,6 +192,30 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "counter",
         "Datagrams received by one event loop and handed to the loop serving their sender",
     ),
+    (
+        "relay_snapshot_bytes{kind=\"agreed\"}",
+        "gauge",
+        "Bytes the snapshot stores of all matches hold: agreed snapshots, uploads under way, bundle tails",
+    ),
+    ("relay_snapshot_bytes{kind=\"upload\"}", "", ""),
+    ("relay_snapshot_bytes{kind=\"tail\"}", "", ""),
+    (
+        "relay_snapshot_tail_turns",
+        "gauge",
+        "Bundles held after the agreed snapshots, all matches",
+    ),
+    (
+        "relay_snapshots_total{outcome=\"agreed\"}",
+        "counter",
+        "Uploaded snapshots kept (hash agreed) or thrown away",
+    ),
+    ("relay_snapshots_total{outcome=\"refused\"}", "", ""),
+    (
+        "relay_rejoins_total{outcome=\"accepted\"}",
+        "counter",
+        "Rejoins into held slots, accepted or refused",
+    ),
+    ("relay_rejoins_total{outcome=\"refused\"}", "", ""),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

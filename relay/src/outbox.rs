@@ -65,6 +65,26 @@ pub struct RouterCounters {
     pub token_wrong_match: u64,
     /// Joins refused because the token's slot is outside the match or taken.
     pub token_wrong_slot: u64,
+    /// Rejoins accepted (the player got the snapshot and the tail).
+    pub rejoins: u64,
+    /// Rejoins refused (wrong secret or slot, hold expired, no snapshot).
+    pub rejoins_refused: u64,
+    /// Snapshots asked of a player.
+    pub snapshots_requested: u64,
+    /// Uploaded snapshots kept: their hash was the turn's agreed hash.
+    pub snapshots_agreed: u64,
+    /// Uploaded snapshots thrown away (hash not agreed, too large, out of order).
+    pub snapshots_refused: u64,
+    /// Snapshot bytes sent to rejoining peers and spectators.
+    pub snapshot_bytes_out: u64,
+    /// Spectators admitted.
+    pub spectators_joined: u64,
+    /// Spectator hash reports equal to the turn's agreed hash.
+    pub spectator_hashes_verified: u64,
+    /// Spectator hash reports that differ from the turn's agreed hash.
+    pub spectator_hash_mismatches: u64,
+    /// Spectator hash reports for a turn not judged (yet) or forgotten.
+    pub spectator_hashes_unchecked: u64,
 }
 
 /// Messages and events produced while handling an input; the router drains

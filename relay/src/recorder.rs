@@ -105,6 +105,8 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         | RouterEvent::Dropped { id, .. }
         | RouterEvent::DelayChanged { id, .. }
         | RouterEvent::PeerReport { id, .. }
+        | RouterEvent::Rejoining { id, .. }
+        | RouterEvent::Rejoined { id, .. }
         | RouterEvent::MatchEnded { id, .. } => *id,
     }
 }
@@ -433,6 +435,11 @@ impl Recorder {
                     r.writer.record_drop(*player, *turn)?;
                 }
             }
+            RouterEvent::Rejoined { id, player, turn } => {
+                if let Some(r) = self.live.get_mut(id) {
+                    r.writer.record_rejoin(*player, *turn)?;
+                }
+            }
             RouterEvent::DelayChanged {
                 id,
                 delay,
@@ -465,7 +472,7 @@ impl Recorder {
                     report: r.report,
                 }));
             }
-            RouterEvent::PeerReport { .. } => {}
+            RouterEvent::PeerReport { .. } | RouterEvent::Rejoining { .. } => {}
         }
         Ok(None)
     }

@@ -19,6 +19,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 pub use crate::outbox::RouterCounters;
+
+mod rejoin;
 /// A transport connection, as numbered by the transport `Server`.
 pub use lockstep::transport::ConnId;
 
@@ -51,6 +53,8 @@ struct Conn {
     bucket: TokenBucket,
     /// What the connection's join token grants (token mode); `None`: open.
     claims: Option<TokenClaims>,
+    /// The match this connection watches, if it is a spectator.
+    spectating: Option<MatchId>,
 }
 
 /// The relay's router; see the module docs.
@@ -217,6 +221,7 @@ impl Router {
                 room: None,
                 bucket,
                 claims,
+                spectating: None,
             },
         );
         true
@@ -227,6 +232,11 @@ impl Router {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        if let Some(id) = c.spectating
+            && let Some(m) = self.matches.get_mut(&id)
+        {
+            m.spectator_gone(conn);
+        }
         match c.room {
             Some((id, Some(player))) => {
                 if let Some(m) = self.matches.get_mut(&id) {
@@ -278,8 +288,21 @@ impl Router {
             self.out.counters.decode_errors += 1;
             return;
         };
+        if let Some(id) = c.spectating {
+            if msg == ToRelay::Leave {
+                c.spectating = None;
+                if let Some(m) = self.matches.get_mut(&id) {
+                    m.spectator_gone(conn);
+                }
+            } else if let Some(m) = self.matches.get_mut(&id) {
+                m.spectator_message(conn, msg, &mut self.out);
+            }
+            return;
+        }
         match (c.room, msg) {
             (None, ToRelay::Join(join)) => self.join(now, conn, &join),
+            (None, ToRelay::Spectate(join)) => self.spectate(now, conn, &join),
+            (None, ToRelay::Rejoin(rejoin)) => self.rejoin(now, conn, &rejoin),
             (Some((id, Some(player))), msg) => {
                 let leaving = msg == ToRelay::Leave;
                 if let Some(m) = self.matches.get_mut(&id) {

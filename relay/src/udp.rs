@@ -269,6 +269,15 @@ pub(crate) fn publish(
     set(Metric::StallTurnsWaiting, r.turns_waiting);
     set(Metric::TurnsClosed, r.turns_closed);
     set(Metric::PlayersDropped, r.drops);
+    let (snap, upload, tail, tail_turns) = router.snapshot_memory();
+    set(Metric::SnapshotBytes, snap as u64);
+    set(Metric::SnapshotUploadBytes, upload as u64);
+    set(Metric::SnapshotTailBytes, tail as u64);
+    set(Metric::SnapshotTailTurns, tail_turns as u64);
+    set(Metric::SnapshotsAgreed, r.snapshots_agreed);
+    set(Metric::SnapshotsRefused, r.snapshots_refused);
+    set(Metric::Rejoins, r.rejoins);
+    set(Metric::RejoinsRefused, r.rejoins_refused);
     set(Metric::DropTokenMissing, s.token_missing);
     set(Metric::DropTokenExpired, s.token_expired);
     set(Metric::DropTokenForged, s.token_forged);

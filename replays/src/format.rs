@@ -228,6 +228,13 @@ pub enum Record {
         /// First turn without them.
         turn: Turn,
     },
+    /// A dropped player came back into its slot; from `turn` on its inputs count again.
+    Rejoin {
+        /// The player.
+        player: PlayerId,
+        /// First turn with them again.
+        turn: Turn,
+    },
     /// The input delay changed, effective from `from_turn`.
     DelayChange {
         /// New delay in turns.
@@ -293,6 +300,8 @@ pub mod kind {
     pub const DISPUTE: u8 = 11;
     /// [`super::Record::Forensics`]
     pub const FORENSICS: u8 = 12;
+    /// [`super::Record::Rejoin`]
+    pub const REJOIN: u8 = 13;
 }
 
 /// Name of a record kind byte, for messages and `replay export`.
@@ -311,6 +320,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::START => "start",
         kind::DISPUTE => "dispute",
         kind::FORENSICS => "forensics",
+        kind::REJOIN => "rejoin",
         _ => "unknown",
     }
 }
@@ -354,6 +364,7 @@ impl Record {
             Self::Start { .. } => kind::START,
             Self::Dispute { .. } => kind::DISPUTE,
             Self::Forensics(_) => kind::FORENSICS,
+            Self::Rejoin { .. } => kind::REJOIN,
         }
     }
 
@@ -366,6 +377,7 @@ impl Record {
             | Self::Desync { turn, .. }
             | Self::Dispute { turn, .. }
             | Self::Drop { turn, .. }
+            | Self::Rejoin { turn, .. }
             | Self::Keyframe { turn, .. } => Some(*turn),
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
             Self::Trailer { final_turn, .. } => Some(*final_turn),
@@ -406,7 +418,9 @@ impl Record {
                 majority,
                 dissent,
             } => postcard::to_io(&(turn, majority, dissent), &mut *out),
-            Self::Drop { player, turn } => postcard::to_io(&(player, turn), &mut *out),
+            Self::Drop { player, turn } | Self::Rejoin { player, turn } => {
+                postcard::to_io(&(player, turn), &mut *out)
+            }
             Self::DelayChange { delay, from_turn } => {
                 postcard::to_io(&(delay, from_turn), &mut *out)
             }
@@ -490,6 +504,10 @@ impl Record {
             kind::DROP => {
                 let (player, turn) = exact(payload).map_err(bad)?;
                 Self::Drop { player, turn }
+            }
+            kind::REJOIN => {
+                let (player, turn) = exact(payload).map_err(bad)?;
+                Self::Rejoin { player, turn }
             }
             kind::DELAY_CHANGE => {
                 let (delay, from_turn) = exact(payload).map_err(bad)?;

@@ -63,6 +63,8 @@ pub struct ReadSummary {
     pub forensics: u32,
     /// Drop records read.
     pub drops: u32,
+    /// Rejoin records (players back after a drop).
+    pub rejoins: u32,
     /// Delay-change records read.
     pub delay_changes: u32,
     /// True when the file holds a start state (a scenario match).
@@ -90,6 +92,7 @@ impl ReadSummary {
             disputes: 0,
             forensics: 0,
             drops: 0,
+            rejoins: 0,
             delay_changes: 0,
             started: false,
             trailer: None,
@@ -451,6 +454,7 @@ impl<R: Read> Reader<R> {
             Record::Dispute { .. } => s.disputes += 1,
             Record::Forensics(_) => s.forensics += 1,
             Record::Drop { .. } => s.drops += 1,
+            Record::Rejoin { .. } => s.rejoins += 1,
             Record::DelayChange { .. } => s.delay_changes += 1,
             Record::KeyframeIndex(_) => {}
             Record::Start { .. } => {

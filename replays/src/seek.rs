@@ -246,6 +246,7 @@ pub fn reindex<S: Simulation, R: Read, W: Sink>(
             } => w.record_dispute(turn, majority, &dissent)?,
             Record::Drop { player, turn } => w.record_drop(player, turn)?,
             Record::Forensics(report) => w.record_forensics(&report)?,
+            Record::Rejoin { player, turn } => w.record_rejoin(player, turn)?,
             Record::DelayChange { delay, from_turn } => w.record_delay_change(delay, from_turn)?,
             Record::Trailer {
                 final_turn,

@@ -201,6 +201,11 @@ impl<W: Sink> Writer<W> {
         self.record(&Record::Drop { player, turn })
     }
 
+    /// Records that a dropped `player` came back; its inputs count from `turn` on.
+    pub fn record_rejoin(&mut self, player: PlayerId, turn: Turn) -> Result<(), ReplayError> {
+        self.record(&Record::Rejoin { player, turn })
+    }
+
     /// Records an input-delay change effective from `from_turn`.
     pub fn record_delay_change(&mut self, delay: u32, from_turn: Turn) -> Result<(), ReplayError> {
         self.record(&Record::DelayChange { delay, from_turn })

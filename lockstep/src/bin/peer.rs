@@ -12,7 +12,7 @@ use lockstep::Duration;
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
 use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
-use lockstep::proto::EndReason;
+use lockstep::proto::{EndReason, RejoinSecret};
 use lockstep::token::ConnectToken;
 use sim::{PlayerId, Simulation, Turn};
 use std::net::{SocketAddr, UdpSocket};
@@ -84,6 +84,48 @@ struct Cli {
     /// relay puts this peer in the token's match slot.
     #[arg(long)]
     token: Option<String>,
+    /// Rejoin file: if it holds a slot of this match (written by an earlier
+    /// run of this peer), come back into that slot instead of joining;
+    /// otherwise join and write the slot's rejoin secret there (mode 0600)
+    /// within a second of the start, so a restarted peer can rejoin.
+    #[arg(long)]
+    rejoin_file: Option<PathBuf>,
+    /// Watch the running match `--match` instead of playing: from the
+    /// relay's agreed snapshot, a few seconds behind live, checking hashes
+    /// (`--players` and `--turns` are not needed).
+    #[arg(long, conflicts_with_all = ["rejoin_file", "desync_at"])]
+    spectate: bool,
+}
+
+/// A held slot to come back into: what `--rejoin-file` holds (three lines:
+/// match name, slot, secret in hex).
+fn read_rejoin(path: &std::path::Path, match_name: &str) -> Option<(PlayerId, RejoinSecret)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != match_name {
+        return None;
+    }
+    let slot: u8 = lines.next()?.trim().parse().ok()?;
+    let secret = RejoinSecret::from_hex(lines.next()?)?;
+    Some((PlayerId(slot), secret))
+}
+
+/// Writes the rejoin file (owner-only: the secret takes over the slot).
+fn write_rejoin(
+    path: &std::path::Path,
+    match_name: &str,
+    (player, secret): (PlayerId, RejoinSecret),
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    let mut f = o.open(&tmp)?;
+    writeln!(f, "{match_name}\n{}\n{}", player.0, secret.to_hex())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// The shipped games.
@@ -122,6 +164,17 @@ fn run<S: Simulation, A: Agent<S>>(
     if let Some(turn) = cli.desync_at {
         builder = builder.with_fault(Turn(turn), fault);
     }
+    let rejoin = cli
+        .rejoin_file
+        .as_deref()
+        .and_then(|p| read_rejoin(p, &cli.match_name));
+    if let Some((player, secret)) = rejoin {
+        eprintln!("peer: rejoining slot {} of {}", player.0, cli.match_name);
+        builder = builder.with_rejoin(player, secret);
+    }
+    if cli.spectate {
+        builder = builder.with_spectate();
+    }
     let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| e.to_string())?;
     let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
     if impaired {
@@ -139,12 +192,21 @@ fn run<S: Simulation, A: Agent<S>>(
     };
     let (seed, apm) = (cli.seed, cli.apm);
     let stop = AtomicBool::new(false);
+    let mut saved = rejoin.is_some();
     play(
         &mut udp,
         |p| bot(p, seed, apm),
         &opts,
         &stop,
-        |peer, now| eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now))),
+        |peer, now| {
+            if !saved && let (Some(path), Some(slot)) = (&cli.rejoin_file, peer.rejoin_secret()) {
+                saved = true;
+                if let Err(e) = write_rejoin(path, &cli.match_name, slot) {
+                    eprintln!("peer: cannot write {}: {e}", path.display());
+                }
+            }
+            eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now)));
+        },
     )
     .map_err(|e| e.to_string())
 }
@@ -231,6 +293,9 @@ fn main() -> ExitCode {
         }
         for (p, t) in &summary.dropped {
             println!("player P{p} dropped at turn {t}");
+        }
+        if let Some(ms) = summary.rejoin_ms {
+            println!("rejoined: caught up {ms:.0} ms after reconnecting");
         }
         // An error is a diagnostic: stderr, like every other error.
         if let Some(e) = &summary.error {

@@ -102,7 +102,8 @@ impl<S: Simulation, A: Agent<S>> Autopilot<S, A> {
         while let Some(ev) = self.peer.poll_event() {
             match &ev {
                 PeerEvent::Started { player, .. } => self.agent = Some((self.make)(*player)),
-                PeerEvent::TurnReady { turn, .. } => {
+                // A rejoining peer's orders would come too late to matter.
+                PeerEvent::TurnReady { turn, .. } if !self.peer.is_catching_up() => {
                     if let (Some(agent), Some(world)) = (self.agent.as_mut(), self.peer.world()) {
                         let orders = agent.think(world, *turn);
                         if orders.is_empty() {

@@ -123,4 +123,31 @@ pub enum PeerEvent<C> {
         /// Why.
         reason: DisconnectReason,
     },
+    /// The relay's secret for coming back into this slot after a drop
+    /// (open mode): keep it where a restarted peer finds it (the `peer`
+    /// binary writes it to its `--rejoin-file`).
+    RejoinSecret {
+        /// This peer's slot.
+        player: PlayerId,
+        /// The secret.
+        secret: crate::proto::RejoinSecret,
+    },
+    /// A rejoin was accepted: the world is restored from the relay's agreed
+    /// snapshot of `turn` (`None`: rebuilt from the setup) and fast-forwards.
+    Restored {
+        /// The snapshot's turn.
+        turn: Option<Turn>,
+    },
+    /// The rejoined peer caught up with the live turn and plays again.
+    CaughtUp {
+        /// The last turn simulated while catching up.
+        turn: Turn,
+    },
+    /// A dropped player came back; its inputs count from `turn` on.
+    PlayerRejoined {
+        /// Who.
+        player: PlayerId,
+        /// The first turn with them again.
+        turn: Turn,
+    },
 }

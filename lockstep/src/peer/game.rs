@@ -36,6 +36,16 @@ pub struct GameSession<S: Simulation> {
     pub(super) refused: Option<PeerRefusal>,
     /// The wall clock at one instant (`now`, Unix ms), given by the driver.
     pub(super) unix_anchor: Option<(Instant, u64)>,
+    /// Snapshot turns the relay asked for, not simulated yet.
+    pub(super) snapshot_wanted: Vec<Turn>,
+    /// When this session sent its rejoin (`None`: it joined).
+    pub(super) rejoin_sent: Option<Instant>,
+    /// From the rejoin to caught up.
+    pub(super) rejoin_took: Option<Duration>,
+    /// The relay's rejoin secret for this slot, once given.
+    pub(super) secret: Option<(PlayerId, crate::proto::RejoinSecret)>,
+    /// Watching, not playing.
+    pub(super) spectating: bool,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -94,8 +104,12 @@ impl<S: Simulation> GameSession<S> {
     /// polled (see [`Peer::poll_event`](super::Peer::poll_event)).
     #[must_use]
     pub fn poll_event(&mut self) -> Option<PeerEvent<S::Command>> {
-        let ev = self.session.poll_event()?;
-        Some(self.on_event(ev))
+        loop {
+            let ev = self.session.poll_event()?;
+            if let Some(ev) = self.on_event(ev) {
+                return Some(ev);
+            }
+        }
     }
 
     /// The world, once the match started.
@@ -114,6 +128,27 @@ impl<S: Simulation> GameSession<S> {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.session.is_ended()
+    }
+
+    /// This slot's rejoin secret, once the relay gave it: what a restarted
+    /// peer needs for [`PeerBuilder::with_rejoin`](super::PeerBuilder::with_rejoin).
+    #[must_use]
+    pub const fn rejoin_secret(&self) -> Option<(PlayerId, crate::proto::RejoinSecret)> {
+        self.secret
+    }
+
+    /// Whether this peer rejoined and is still fast-forwarding to the live
+    /// turn, or only watches (its commands would be late or refused: an
+    /// agent should not think).
+    #[must_use]
+    pub const fn is_catching_up(&self) -> bool {
+        self.spectating || (self.rejoin_sent.is_some() && self.rejoin_took.is_none())
+    }
+
+    /// Whether this session watches the match instead of playing.
+    #[must_use]
+    pub const fn is_spectating(&self) -> bool {
+        self.spectating
     }
 
     /// Anchors the wall clock: `now` is `unix_ms` ms after the Unix epoch.
@@ -160,7 +195,7 @@ impl<S: Simulation> GameSession<S> {
         let secs = elapsed.as_secs_f64();
         let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         PeerSummary {
-            player: self.player().map(|p| p.0),
+            player: self.player().filter(|_| !self.spectating).map(|p| p.0),
             final_turn: self.last.map(|(t, _)| t.0),
             final_hash: self.last.map(|(_, h)| h.to_hex()),
             turns: s.turns_executed,
@@ -191,6 +226,9 @@ impl<S: Simulation> GameSession<S> {
             ended: self.ended,
             error: self.error.clone(),
             refused: self.refused.clone(),
+            rejoins: u32::from(self.rejoin_took.is_some()),
+            rejoin_ms: self.rejoin_took.map(Duration::as_millis_f64),
+            snapshots_uploaded: s.snapshots_uploaded,
         }
     }
 
@@ -211,9 +249,11 @@ impl<S: Simulation> GameSession<S> {
         })
     }
 
-    fn on_event(&mut self, ev: Event) -> PeerEvent<S::Command> {
+    /// The game-facing event for a session event; `None` for one the game
+    /// session handles itself (a snapshot request).
+    fn on_event(&mut self, ev: Event) -> Option<PeerEvent<S::Command>> {
         let now = self.now;
-        match ev {
+        Some(match ev {
             Event::Lobby { joined, slots } => PeerEvent::Lobby { joined, slots },
             Event::Started {
                 your_player,
@@ -225,7 +265,11 @@ impl<S: Simulation> GameSession<S> {
                 let world = S::new(&setup);
                 self.player = Some(your_player);
                 self.started_at = Some(now);
-                self.start_recording(now, &world, &setup, &players, turn_length);
+                if self.rejoin_sent.is_none() && !self.spectating {
+                    // A rejoined peer's recording would lack the turns it
+                    // missed: the relay's recording is the match's record.
+                    self.start_recording(now, &world, &setup, &players, turn_length);
+                }
                 self.world = Some(world);
                 PeerEvent::Started {
                     player: your_player,
@@ -302,6 +346,54 @@ impl<S: Simulation> GameSession<S> {
                 });
                 PeerEvent::Refused { reason, detail }
             }
+            Event::RejoinSecret { secret } => {
+                let player = self.player()?;
+                self.secret = Some((player, secret));
+                PeerEvent::RejoinSecret { player, secret }
+            }
+            Event::SnapshotWanted { turn } => {
+                self.snapshot_wanted.push(turn);
+                return None;
+            }
+            Event::Restored { snapshot } => return self.restored(snapshot),
+            Event::CaughtUp { turn } => {
+                self.rejoin_took = self.rejoin_sent.map(|t| now.saturating_since(t));
+                PeerEvent::CaughtUp { turn }
+            }
+            Event::PlayerRejoined { player, turn } => {
+                self.record_with(|w| w.record_rejoin(player, turn));
+                PeerEvent::PlayerRejoined { player, turn }
+            }
+        })
+    }
+
+    /// Rebuilds the world from the relay's agreed snapshot; one whose hash
+    /// is not the agreed one ends the session (nothing after it could agree).
+    fn restored(
+        &mut self,
+        snapshot: Option<(Turn, StateHash, Vec<u8>)>,
+    ) -> Option<PeerEvent<S::Command>> {
+        let Some((turn, hash, bytes)) = snapshot else {
+            return Some(PeerEvent::Restored { turn: None });
+        };
+        match S::restore(&bytes) {
+            Ok(world) if world.state_hash() == hash => {
+                self.last = Some((turn, hash));
+                self.world = Some(world);
+                Some(PeerEvent::Restored { turn: Some(turn) })
+            }
+            Ok(_) => {
+                self.note_error(format!(
+                    "the relay's snapshot of turn {turn} does not have the agreed hash"
+                ));
+                self.session.leave(self.now);
+                None
+            }
+            Err(e) => {
+                self.note_error(format!("the relay's snapshot of turn {turn}: {e}"));
+                self.session.leave(self.now);
+                None
+            }
         }
     }
 
@@ -366,6 +458,10 @@ impl<S: Simulation> GameSession<S> {
             .is_some_and(|r| r.keyframe_due(turn))
             .then(|| world.snapshot());
         self.last = Some((turn, hash));
+        if let Some(i) = self.snapshot_wanted.iter().position(|t| *t == turn) {
+            self.snapshot_wanted.swap_remove(i);
+            self.session.upload_snapshot(turn, hash, &world.snapshot());
+        }
         // Not reachable for a yielded turn; noted rather than fatal.
         if self.session.report_hash(turn, hash, sections).is_err() {
             self.note_error(format!("could not report hash of turn {turn}"));

@@ -91,6 +91,8 @@ pub struct PeerBuilder<S: Simulation> {
     ticks_per_turn: u16,
     local_addr: SocketAddr,
     playout: crate::session::PlayoutConfig,
+    rejoin: Option<(PlayerId, crate::proto::RejoinSecret)>,
+    spectate: bool,
 }
 
 impl<S: Simulation> PeerBuilder<S> {
@@ -112,6 +114,8 @@ impl<S: Simulation> PeerBuilder<S> {
             ticks_per_turn: 1,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             playout: crate::session::PlayoutConfig::default(),
+            rejoin: None,
+            spectate: false,
         }
     }
 
@@ -120,6 +124,31 @@ impl<S: Simulation> PeerBuilder<S> {
     #[must_use]
     pub const fn with_playout(mut self, playout: crate::session::PlayoutConfig) -> Self {
         self.playout = playout;
+        self
+    }
+
+    /// Watch the running match instead of playing: read-only, a few
+    /// seconds behind live, from the relay's agreed snapshot; the world
+    /// steps and its hashes are reported (the relay checks them against the
+    /// players'), the game submits nothing. `players` is ignored.
+    #[must_use]
+    pub const fn with_spectate(mut self) -> Self {
+        self.spectate = true;
+        self
+    }
+
+    /// Come back into `player`'s held slot of the running match instead of
+    /// joining: with the secret the relay gave that player
+    /// ([`PeerEvent::RejoinSecret`]) in open mode, with a token for that
+    /// match and slot in token mode. The peer restores the relay's agreed
+    /// snapshot, fast-forwards and plays on.
+    #[must_use]
+    pub const fn with_rejoin(
+        mut self,
+        player: PlayerId,
+        secret: crate::proto::RejoinSecret,
+    ) -> Self {
+        self.rejoin = Some((player, secret));
         self
     }
 
@@ -239,13 +268,19 @@ impl<S: Simulation> PeerBuilder<S> {
     /// # Errors
     /// Slots outside `1..=8` or a name longer than the protocol allows.
     pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
-        let session = SessionBuilder::new()
+        let mut builder = SessionBuilder::new()
             .with_match(&self.match_name, self.players)
             .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
             .with_name(&self.name)
             .with_turns(self.turns)
-            .with_playout(self.playout)
-            .build(now)?;
+            .with_playout(self.playout);
+        if let Some((player, secret)) = self.rejoin {
+            builder = builder.with_rejoin(player, secret);
+        }
+        if self.spectate {
+            builder = builder.with_spectate();
+        }
+        let session = builder.build(now)?;
         Ok(GameSession {
             session,
             match_name: self.match_name,
@@ -264,6 +299,11 @@ impl<S: Simulation> PeerBuilder<S> {
             error: None,
             refused: None,
             unix_anchor: None,
+            snapshot_wanted: Vec::new(),
+            rejoin_sent: self.rejoin.map(|_| now),
+            rejoin_took: None,
+            secret: None,
+            spectating: self.spectate,
         })
     }
 }
@@ -367,6 +407,20 @@ impl<S: Simulation> Peer<S> {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.game.is_done()
+    }
+
+    /// This slot's rejoin secret, once the relay gave it (see
+    /// [`GameSession::rejoin_secret`]).
+    #[must_use]
+    pub const fn rejoin_secret(&self) -> Option<(PlayerId, crate::proto::RejoinSecret)> {
+        self.game.rejoin_secret()
+    }
+
+    /// Whether this peer rejoined and is still fast-forwarding to the live
+    /// turn (see [`GameSession::is_catching_up`]).
+    #[must_use]
+    pub const fn is_catching_up(&self) -> bool {
+        self.game.is_catching_up()
     }
 
     /// Why the transport connection ended, if it did.

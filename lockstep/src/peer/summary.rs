@@ -93,6 +93,12 @@ pub struct PeerSummary {
     pub error: Option<String>,
     /// Why the relay refused this peer, if it did (`peer` then exits 5).
     pub refused: Option<PeerRefusal>,
+    /// Times this peer came back into its held slot (0 or 1 per process).
+    pub rejoins: u32,
+    /// From sending the rejoin to caught up with the live turn, in ms.
+    pub rejoin_ms: Option<f64>,
+    /// Snapshots the relay asked this peer for and it uploaded.
+    pub snapshots_uploaded: u32,
 }
 
 /// One human progress line from a peer's figures (turn, RTT, loss, stall,

@@ -338,7 +338,8 @@ fn think<S: Simulation, A: Agent<S>>(
     while let Some(ev) = peer.poll_event() {
         match ev {
             PeerEvent::Started { player, .. } => *agent = Some(make_agent(player)),
-            PeerEvent::TurnReady { turn, .. } => {
+            // A rejoining peer's orders would come too late to matter.
+            PeerEvent::TurnReady { turn, .. } if !peer.is_catching_up() => {
                 if let (Some(a), Some(world)) = (agent.as_mut(), peer.world()) {
                     let orders = a.think(world, turn);
                     if !orders.is_empty() {

@@ -43,6 +43,16 @@ pub enum RejectReason {
     RelayFull,
     /// The relay is shutting down and accepts no new joins.
     ShuttingDown,
+    /// A rejoin gave the wrong secret for that match and slot.
+    WrongSecret,
+    /// A rejoin came after its slot's hold time ran out (or for a slot
+    /// never dropped in that match).
+    HoldExpired,
+    /// The relay holds no snapshot to rejoin from right now (its bundle tail
+    /// overflowed, or the latest upload failed): try again in a few seconds.
+    NoSnapshot,
+    /// The match has as many spectators as the relay allows.
+    SpectatorsFull,
 }
 
 impl RejectReason {
@@ -64,11 +74,15 @@ impl RejectReason {
             Self::RulesDiffer => "rules_differ",
             Self::RelayFull => "relay_full",
             Self::ShuttingDown => "shutting_down",
+            Self::WrongSecret => "wrong_secret",
+            Self::HoldExpired => "hold_expired",
+            Self::NoSnapshot => "no_snapshot",
+            Self::SpectatorsFull => "spectators_full",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 18] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -83,6 +97,10 @@ impl RejectReason {
         Self::RulesDiffer,
         Self::RelayFull,
         Self::ShuttingDown,
+        Self::WrongSecret,
+        Self::HoldExpired,
+        Self::NoSnapshot,
+        Self::SpectatorsFull,
     ];
 }
 
@@ -105,6 +123,10 @@ impl fmt::Display for RejectReason {
             Self::RulesDiffer => "the match plays other rules",
             Self::RelayFull => "the relay is full",
             Self::ShuttingDown => "the relay is shutting down",
+            Self::WrongSecret => "the rejoin secret is wrong for that match and slot",
+            Self::HoldExpired => "the slot is no longer held for a rejoin",
+            Self::NoSnapshot => "the relay has no snapshot to rejoin from yet; try again shortly",
+            Self::SpectatorsFull => "the match has no room for another spectator",
         })
     }
 }

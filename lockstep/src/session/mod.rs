@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 pub mod playout;
 pub use playout::PlayoutConfig;
+mod rejoin;
 
 /// How many turn-latency samples are kept for percentiles.
 const LATENCY_SAMPLES: usize = 4096;
@@ -122,6 +123,8 @@ pub struct SessionStats {
     pub rtt_p50: Duration,
     /// The match's turn length (zero before the start).
     pub turn_length: Duration,
+    /// Snapshots this peer was asked for and uploaded.
+    pub snapshots_uploaded: u32,
 }
 
 /// Where the session is in its life.
@@ -146,8 +149,12 @@ struct Running {
     start: Instant,
     /// The latest time passed in.
     now: Instant,
-    /// When turn `first_turn` is due.
+    /// When turn `first_turn` is due (before subtracting `lead`).
     epoch: Instant,
+    /// How long the match had run at the relay when this session started
+    /// (a rejoin; zero otherwise): the schedule is this far ahead of the
+    /// session's clock, which cannot go below zero.
+    lead: Duration,
     next_exec: Turn,
     /// The last turn whose TurnReady the game has polled.
     consumed: Option<Turn>,
@@ -176,6 +183,10 @@ struct Running {
     playout: Option<Playout>,
     /// Under the relay's clock: our inputs on their way into bundles.
     ledger: Ledger,
+    /// A rejoin between the relay's resume and catching up.
+    restoring: Option<rejoin::Restoring>,
+    /// A snapshot upload under way.
+    upload: rejoin::Upload,
 }
 
 impl Running {
@@ -184,7 +195,7 @@ impl Running {
             return p.due(turn);
         }
         let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
-        self.epoch + self.turn_length.saturating_mul(n)
+        (self.epoch + self.turn_length.saturating_mul(n)) - self.lead
     }
 
     /// Whether the relay's `MatchEnd` came and every turn up to its last
@@ -196,7 +207,9 @@ impl Running {
 
     /// Whether `next_exec` is due and cannot run for want of its bundle.
     fn stalled(&self, now: Instant) -> bool {
-        now > self.due(self.next_exec)
+        // A rejoining peer fast-forwards through turns long due: not a stall.
+        !self.restoring()
+            && now > self.due(self.next_exec)
             && !self.buffer.has(self.next_exec)
             && self.end.is_none()
             && self.last_turn.is_none_or(|l| self.next_exec <= l)
@@ -213,16 +226,18 @@ impl Running {
 
     /// Whole turn lengths elapsed since the start message arrived.
     fn ticks(&self, now: Instant) -> u64 {
-        now.saturating_since(self.start).as_micros() / self.turn_length.as_micros().max(1)
+        (now.saturating_since(self.start) + self.lead).as_micros()
+            / self.turn_length.as_micros().max(1)
     }
 
     /// The next turn-length boundary after `now`: turns become due and
     /// inputs get scheduled only on these.
     fn next_boundary(&self, now: Instant) -> Instant {
         self.start
-            + self
+            + (self
                 .turn_length
                 .saturating_mul(self.ticks(now).saturating_add(1))
+                - self.lead)
     }
 }
 
@@ -267,8 +282,16 @@ impl Session {
             steady: VecDeque::new(),
             rtts: VecDeque::new(),
         };
-        let join = ToRelay::Join(s.config.join.clone());
-        s.send(&join);
+        let first = match s.config.rejoin {
+            Some((player, secret)) => ToRelay::Rejoin(crate::proto::Rejoin {
+                join: s.config.join.clone(),
+                player,
+                secret,
+            }),
+            None if s.config.spectate => ToRelay::Spectate(s.config.join.clone()),
+            None => ToRelay::Join(s.config.join.clone()),
+        };
+        s.send(&first);
         s
     }
 
@@ -489,6 +512,20 @@ impl Session {
                         ids,
                     }))
             }
+            ToPeer::RejoinSecret(secret) => {
+                self.events.push_back(Event::RejoinSecret { secret });
+            }
+            ToPeer::SnapshotRequest { turn } => {
+                if let Phase::Running(r) = &self.phase
+                    && turn >= r.next_exec
+                {
+                    self.events.push_back(Event::SnapshotWanted { turn });
+                } else {
+                    self.stats.bad_messages += 1;
+                }
+            }
+            ToPeer::Resume(resume) => self.resume(now, resume),
+            ToPeer::SnapshotChunk(chunk) => self.on_snapshot_chunk(chunk),
         }
         self.advance(now);
     }
@@ -528,8 +565,9 @@ impl Session {
             return Some(r.next_report.min(at).min(r.now + r.turn_length));
         }
         // Turns become due, inputs get scheduled and stall notices fire only
-        // on turn-length boundaries.
-        Some(r.next_report.min(r.next_boundary(r.now)))
+        // on turn-length boundaries; upload chunks leave on their own pace.
+        let t = r.next_report.min(r.next_boundary(r.now));
+        Some(r.upload.next_at().map_or(t, |u| u.min(t)))
     }
 
     /// The next message to send to the relay.
@@ -631,6 +669,7 @@ impl Session {
             start: now,
             now,
             epoch,
+            lead: Duration::ZERO,
             next_exec: start.first_turn,
             consumed: None,
             buffer: TurnBuffer::default(),
@@ -649,6 +688,8 @@ impl Session {
             end: None,
             playout,
             ledger: Ledger::default(),
+            restoring: None,
+            upload: rejoin::Upload::default(),
         }));
     }
 
@@ -684,6 +725,8 @@ impl Session {
                 break;
             }
         }
+        self.check_caught_up();
+        self.pump_upload(now);
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
@@ -746,6 +789,10 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
+        if r.restoring() {
+            // A rejoining peer's inputs count only once it caught up.
+            return;
+        }
         if r.playout.is_some() {
             let msgs = clock_inputs(r);
             for m in msgs {
@@ -806,7 +853,8 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return false;
         };
-        if r.last_turn.is_some_and(|l| r.next_exec > l) || r.end_reached() {
+        if r.last_turn.is_some_and(|l| r.next_exec > l) || r.end_reached() || r.awaiting_snapshot()
+        {
             return false;
         }
         let due = r.due(r.next_exec);
@@ -832,12 +880,17 @@ impl Session {
                             .push_back(Event::InputDelayChanged { delay, from_turn });
                     }
                 }
+                Notice::PlayerRejoined { player, turn } => {
+                    self.events
+                        .push_back(Event::PlayerRejoined { player, turn });
+                }
             }
         }
         // Stall: from when the turn was due until its bundle arrived, not
         // counting time already counted for an earlier turn.
         let arrived = r.arrived.remove(&turn).unwrap_or(now);
-        if arrived > due {
+        // A rejoining peer fast-forwards through turns long due: not a stall.
+        if arrived > due && !r.restoring() {
             let from = due.max(r.stall_accounted);
             self.stats.stall += arrived.saturating_since(from);
             self.stats.stalled_turns += 1;

@@ -48,6 +48,9 @@ impl Game {
     pub(super) fn end(&self, id: MatchId, reason: EndReason, out: &mut Outbox) {
         let turn = self.next_close.0.checked_sub(1).map(Turn);
         self.broadcast(out, &ToPeer::MatchEnd { turn, reason });
+        for s in &self.spectators {
+            out.send(s.conn, &ToPeer::MatchEnd { turn, reason });
+        }
         out.events
             .push_back(RouterEvent::MatchEnded { id, turn, reason });
     }

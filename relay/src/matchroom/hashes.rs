@@ -27,7 +27,12 @@ impl Game {
     /// Players expected to report `hash(turn)`: present at that turn and still connected.
     pub(super) fn expected(&self, turn: Turn) -> Vec<PlayerId> {
         self.seats()
-            .filter(|(_, s)| s.conn.is_some() && s.dropped_at.is_none_or(|d| d > turn))
+            .filter(|(_, s)| {
+                s.conn.is_some()
+                    && !s.rejoining
+                    && s.dropped_at.is_none_or(|d| d > turn)
+                    && s.back_from.is_none_or(|b| b <= turn)
+            })
             .map(|(seat, _)| seat.id())
             .collect()
     }
@@ -49,6 +54,8 @@ impl Game {
         for (turn, verdict) in verdicts {
             match verdict {
                 Verdict::Agreed(hash) => {
+                    self.agreed.insert(turn, hash);
+                    self.snapshot_judged(turn, Some(hash), out);
                     out.events
                         .push_back(RouterEvent::HashAgreed { id, turn, hash });
                 }
@@ -63,6 +70,10 @@ impl Game {
                     let majority = majority_member
                         .and_then(|m| hashes.iter().find(|(p, _)| *p == m))
                         .map(|(_, h)| *h);
+                    self.snapshot_judged(turn, majority, out);
+                    if let Some(h) = majority {
+                        self.agreed.insert(turn, h);
+                    }
                     let dissent = hashes
                         .iter()
                         .filter(|(_, h)| majority != Some(*h))

@@ -11,7 +11,10 @@ mod end;
 mod forensics;
 mod hashes;
 mod pinger;
+mod rejoin;
 mod seats;
+mod snapshots;
+mod spectators;
 mod turns;
 
 use crate::config::RelayConfig;
@@ -56,6 +59,14 @@ struct Slot {
     /// RTT samples taken before this are not link RTT: the player had been
     /// silent (frozen, or its path backlogged) and its answers queued.
     rtt_hold_until: Instant,
+    /// Since when the slot is held for a rejoin (its player dropped).
+    held_since: Option<Instant>,
+    /// Its player came back and is catching up (not live yet).
+    rejoining: bool,
+    /// The turn its player came back at: hashes are expected from there.
+    back_from: Option<Turn>,
+    /// A `PlayerRejoined` notice goes into the next bundle.
+    rejoin_pending: bool,
 }
 
 impl Slot {
@@ -101,6 +112,12 @@ struct Game {
     /// When a `desync_end` match ends at the latest (the report's deadline).
     desync_end_by: Option<Instant>,
     end_by: Option<Instant>,
+    /// The Start every player got (`your_player` aside): a rejoin's resume.
+    start_msg: Start,
+    snapshots: snapshots::SnapshotStore,
+    spectators: Vec<spectators::Spectator>,
+    /// Agreed hashes of recent turns, for the spectators' late reports.
+    agreed: spectators::AgreedHashes,
 }
 
 #[derive(Debug)]
@@ -283,19 +300,21 @@ impl MatchRoom {
         };
         let turn_length_us = config.turn_length.as_micros();
         let mut assigned = Vec::new();
+        let start_msg = Start {
+            your_player: PlayerId(0),
+            setup: setup.clone(),
+            turn_length_us,
+            players: players.clone(),
+            input_delay: d0,
+            first_turn: first,
+            last_turn: last,
+        };
         for (m, info) in members.iter().zip(&players) {
-            out.send(
-                m.conn,
-                &ToPeer::Start(Start {
-                    your_player: info.id,
-                    setup: setup.clone(),
-                    turn_length_us,
-                    players: players.clone(),
-                    input_delay: d0,
-                    first_turn: first,
-                    last_turn: last,
-                }),
-            );
+            let mut start = start_msg.clone();
+            start.your_player = info.id;
+            out.send(m.conn, &ToPeer::Start(start));
+            let secret = config.rejoin.secret(self.id, &self.name, info.id);
+            out.send(m.conn, &ToPeer::RejoinSecret(secret));
             assigned.push((m.conn, info.id));
         }
         out.events.push_back(RouterEvent::MatchStarted {
@@ -323,6 +342,10 @@ impl MatchRoom {
                 next_ping: now,
                 pings: PingTable::default(),
                 rtt_hold_until: now,
+                held_since: None,
+                rejoining: false,
+                back_from: None,
+                rejoin_pending: false,
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -341,6 +364,10 @@ impl MatchRoom {
             desync_end: false,
             desync_end_by: None,
             end_by: None,
+            start_msg,
+            snapshots: snapshots::SnapshotStore::default(),
+            spectators: Vec::new(),
+            agreed: spectators::AgreedHashes::default(),
         }));
         self.tick(now, config, out);
         assigned
@@ -413,9 +440,13 @@ impl MatchRoom {
                     .push_back(RouterEvent::PeerReport { id, player, report })
             }
             ToRelay::Leave => {
-                g.drop_player(player, DropReason::Left);
+                g.drop_player(now, player, DropReason::Left);
             }
-            ToRelay::Join(_) => out.counters.bad_state += 1,
+            ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
+            ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
+            ToRelay::Join(_) | ToRelay::Rejoin(_) | ToRelay::Spectate(_) => {
+                out.counters.bad_state += 1;
+            }
         }
         self.tick_by(now, config, out, Closing::InputsOnly);
     }
@@ -441,7 +472,7 @@ impl MatchRoom {
         out: &mut Outbox,
     ) {
         if let Phase::Running(g) = &mut self.phase {
-            g.drop_player(player, DropReason::Disconnected);
+            g.drop_player(now, player, DropReason::Disconnected);
         }
         self.tick(now, config, out);
     }
@@ -471,7 +502,7 @@ impl MatchRoom {
             if let Some(conn) = conn {
                 out.detached.push(conn);
             }
-            g.drop_player(player, DropReason::Timeout);
+            g.drop_player(now, player, DropReason::Timeout);
         }
         // With nobody left, no turn is closed for no one: `finished` ends
         // the match as abandoned below, and the router frees it.
@@ -499,6 +530,7 @@ impl MatchRoom {
                 return;
             }
         }
+        g.feed_spectators(now, config, out);
         if let Some(reason) = g.finished(now) {
             if reason == EndReason::Completed {
                 // Judge whatever final reports arrived, so the replay gets them.
@@ -506,6 +538,8 @@ impl MatchRoom {
                     g.judge_hashes(id, config, out, true);
                 }
             }
+            // The match is over: spectators get the rest at once.
+            g.feed_spectators_by(now, config, out, true);
             g.end(id, reason, out);
             self.phase = Phase::Ended;
         }
@@ -541,17 +575,27 @@ impl MatchRoom {
         if let Some(e) = g.desync_end_by {
             at(e);
         }
+        if let Some(s) = g.spectator_timeout(config) {
+            at(s);
+        }
         t
     }
 }
 impl Game {
-    fn drop_player(&mut self, player: PlayerId, reason: DropReason) {
+    pub(super) fn drop_player(&mut self, now: Instant, player: PlayerId, reason: DropReason) {
         let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
             return;
         };
         // The connection is detached now; the drop takes effect at the next
         // turn to close, which every peer learns from that turn's bundle.
         slot.conn = None;
+        slot.rejoining = false;
+        // Its upload will never complete: someone else is asked next time.
+        self.snapshots.uploader_gone(player);
+        // A clean leave gives the slot up; any other drop holds it.
+        if reason != DropReason::Left {
+            slot.held_since.get_or_insert(now);
+        }
         if slot.dropped_at.is_none() && slot.drop_pending.is_none() {
             slot.drop_pending = Some(reason);
         }
@@ -581,6 +625,10 @@ mod tests {
             next_ping: now,
             pings: PingTable::default(),
             rtt_hold_until: now,
+            held_since: None,
+            rejoining: false,
+            back_from: None,
+            rejoin_pending: false,
         }
     }
 

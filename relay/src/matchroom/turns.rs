@@ -237,6 +237,12 @@ impl Game {
     ) {
         let mut notices = Vec::new();
         for (seat, slot) in Seat::all().zip(self.slots.iter_mut()) {
+            if std::mem::take(&mut slot.rejoin_pending) {
+                notices.push(Notice::PlayerRejoined {
+                    player: seat.id(),
+                    turn,
+                });
+            }
             if let Some(reason) = slot.drop_pending.take() {
                 slot.dropped_at = Some(turn);
                 let player = seat.id();
@@ -282,7 +288,10 @@ impl Game {
             inputs: inputs.clone(),
             notices,
         });
+        self.request_snapshot(turn, config, out);
         self.broadcast(out, &bundle);
+        self.snapshots
+            .push_tail(turn, now, bundle.to_bytes(), &config.rejoin);
         out.counters.turns_closed += 1;
         out.events.push_back(RouterEvent::TurnClosed {
             id,

@@ -353,14 +353,22 @@ impl<'a> EventLoop<'a> {
         } = self;
         let index = *index;
         let mut place = |server: &mut lockstep::transport::Server, conn: ConnId, bytes: Vec<u8>| {
-            // Only a `Join` (variant 0, after the version byte) can move a
+            // Only a message that enters a match (`Join`, `Rejoin`,
+            // `Spectate`: told by the tag after the version byte) can move a
             // connection: every other message is peeked at and passed on.
-            if loops == 1 || bytes.get(1) != Some(&0) {
+            if loops == 1
+                || !bytes
+                    .get(1)
+                    .is_some_and(|t| ToRelay::ENTERING_TAGS.contains(t))
+            {
                 return Placement::Here(bytes);
             }
             let home = match ToRelay::decode(&bytes) {
-                Ok(ToRelay::Join(j)) => home_of(&j.match_name, loops),
-                _ => return Placement::Here(bytes),
+                Ok(m) => match m.match_to_enter() {
+                    Some(name) => home_of(name, loops),
+                    None => return Placement::Here(bytes),
+                },
+                Err(_) => return Placement::Here(bytes),
             };
             if home == index {
                 return Placement::Here(bytes);

@@ -83,8 +83,10 @@ fn a_shutdown_before_the_first_turn_ends_every_peer_at_once() {
         assert!(sim.peers[i].executed.is_empty());
         assert_eq!(end_of(&sim, i), Some((None, EndReason::Shutdown)));
     }
-    // Ended as soon as the message arrived (one pipe delay, at most 35 ms).
-    assert!(sim.now.saturating_since(shut_at) <= Duration::from_millis(35));
+    // Ended as soon as the message arrived: one pipe delay (at most 35 ms),
+    // or a little more when the pipe keeps it in order behind a message
+    // sent a few 1 ms steps earlier (the start's rejoin secret, a ping).
+    assert!(sim.now.saturating_since(shut_at) <= Duration::from_millis(40));
     assert!(sim.router_events.iter().any(|e| matches!(
         e,
         RouterEvent::MatchEnded {

@@ -21,6 +21,7 @@ mod hostile;
 mod netsim;
 mod pipe;
 mod refusals;
+mod rejoin;
 mod token_cli;
 mod tokens;
 mod udp;

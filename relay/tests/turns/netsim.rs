@@ -57,6 +57,8 @@ pub(super) struct PeerNode {
     pub(super) delay_changes: Vec<(u8, Turn)>,
     /// Every simulated turn's inputs and the hash after it, in order.
     pub(super) executed: Vec<(Vec<sim::Stamped<sim::game::Command>>, StateHash)>,
+    /// The relay's rejoin secret for this peer's slot, once given.
+    pub(super) secret: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
 }
 
 /// How to build a [`PeerNode`].
@@ -80,6 +82,40 @@ impl PeerNode {
         server: SocketAddr,
         addr: SocketAddr,
     ) -> Self {
+        Self::build(at, spec, server, addr, None)
+    }
+
+    /// A spectator of the running match named in `spec`.
+    pub(super) fn spectator(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+    ) -> Self {
+        Self::with(at, spec, server, addr, PeerBuilder::with_spectate)
+    }
+
+    /// A peer that comes back into `rejoin`'s held slot (player, secret).
+    pub(super) fn build(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+        rejoin: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
+    ) -> Self {
+        Self::with(at, spec, server, addr, move |b| match rejoin {
+            Some((player, secret)) => b.with_rejoin(player, secret),
+            None => b,
+        })
+    }
+
+    fn with(
+        at: Instant,
+        spec: PeerSpec<'_>,
+        server: SocketAddr,
+        addr: SocketAddr,
+        tweak: impl FnOnce(PeerBuilder<World>) -> PeerBuilder<World>,
+    ) -> Self {
         let mut b = PeerBuilder::<World>::new(spec.match_name, spec.players)
             .with_name(&spec.name)
             .with_turns(spec.turns)
@@ -92,6 +128,7 @@ impl PeerNode {
         if let Some(t) = spec.desync_at {
             b = b.with_fault(t, |w, t| w.perturb(t.0));
         }
+        b = tweak(b);
         let (seed, apm) = (spec.bot_seed, spec.apm);
         let pilot = Autopilot::new(b.build(at, server).unwrap(), move |p| {
             sim::bot::Bot::new(p, seed, apm)
@@ -104,6 +141,7 @@ impl PeerNode {
             turns: Vec::new(),
             delay_changes: Vec::new(),
             executed: Vec::new(),
+            secret: None,
         }
     }
 
@@ -124,6 +162,9 @@ impl PeerNode {
                 }
                 PeerEvent::DelayChanged { delay, from_turn } => {
                     self.delay_changes.push((delay, from_turn));
+                }
+                PeerEvent::RejoinSecret { player, secret } => {
+                    self.secret = Some((player, secret));
                 }
                 _ => {}
             }

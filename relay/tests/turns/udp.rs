@@ -63,6 +63,8 @@ fn quick_demo_config(
         desync,
         peer_impair: Vec::new(),
         vanish,
+        rejoin_after: None,
+        spectators: 0,
     };
     let report = relay::demo::run(&config, |_| {}).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -133,6 +135,62 @@ fn udp_demo_survives_a_crashed_peer_and_records_the_drop() {
     assert!(r.replay.verified);
 }
 
+/// `relay demo --kill-peer 2 --kill-after-ms 900 --rejoin-after-ms 1200`:
+/// the crashed peer restarts with a new socket and its secret, rejoins its
+/// held slot from the agreed snapshot and ends with everyone's final hash;
+/// the recording holds the drop and the rejoin and verifies.
+#[test]
+fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
+    let dir = std::env::temp_dir().join(format!("turns-demo-{}-rejoin", std::process::id()));
+    let config = relay::demo::DemoConfig {
+        game: relay::demo::DemoGame::Rts,
+        peers: 3,
+        turns: 400,
+        relay: RelayConfig {
+            turn_length: Duration::from_millis(20),
+            // Long enough that a peer thread starved by a loaded machine is
+            // not dropped; the restarted peer comes back before it runs
+            // out, so its secret takes the slot over from the dead one.
+            silence_timeout: Duration::from_millis(3000),
+            rejoin: relay::rejoin::RejoinConfig {
+                snapshot_every: 100,
+                ..relay::rejoin::RejoinConfig::default()
+            },
+            ..RelayConfig::default()
+        },
+        impair: None,
+        record_dir: dir.clone(),
+        seed: 8,
+        apm: 600,
+        desync: None,
+        peer_impair: Vec::new(),
+        vanish: Some((2, Duration::from_millis(900))),
+        rejoin_after: Some(Duration::from_millis(1200)),
+        spectators: 2,
+    };
+    let r = relay::demo::run(&config, |_| {}).unwrap();
+    let path = r.replay.path.clone().unwrap();
+    let (_, read) = replays::Reader::open(&path).unwrap().scan().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!((read.drops, read.rejoins), (1, 1), "{}", r.table());
+    assert_eq!(r.exit_code(), 0, "{}", r.table());
+    let back = &r.peers[2];
+    assert!(!back.killed && back.summary.completed, "{}", r.table());
+    assert_eq!(back.summary.rejoins, 1);
+    assert!(back.summary.rejoin_ms.is_some());
+    assert!(r.hashes_agree, "{}", r.table());
+    // Two spectators watched from a third of the way in and ended on the
+    // players' final hash.
+    assert_eq!(r.spectators.len(), 2);
+    for w in &r.spectators {
+        assert!(w.completed && w.desyncs == 0, "{}", r.table());
+        assert_eq!(w.final_hash, r.peers[0].summary.final_hash, "{}", r.table());
+    }
+    assert_eq!(r.drops.len(), 1, "{}", r.table());
+    assert_eq!(r.drops[0].player, back.summary.player.unwrap());
+    assert!(r.replay.verified && r.replay.turns == 400, "{path}");
+}
+
 /// Two relays, one after the other, recording into one directory (the same
 /// match name and match number, as after a restart): both recordings survive
 /// intact and verify.
@@ -156,6 +214,8 @@ fn a_restarted_relay_keeps_the_previous_runs_recordings() {
         desync: None,
         peer_impair: Vec::new(),
         vanish: None,
+        rejoin_after: None,
+        spectators: 0,
     };
     let first = relay::demo::run(&config, |_| {}).unwrap();
     let first_path = first.replay.path.clone().unwrap();

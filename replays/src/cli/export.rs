@@ -66,7 +66,9 @@ fn record_json(game: &dyn Registered, offset: u64, r: &Record) -> Value {
             "majority": hash_opt(*majority),
             "dissent": dissent.iter().map(|(p, h)| json!({"player": p.0, "hash": h.to_hex()})).collect::<Vec<_>>(),
         }),
-        Record::Drop { player, turn } => json!({"player": player.0, "turn": turn.0}),
+        Record::Drop { player, turn } | Record::Rejoin { player, turn } => {
+            json!({"player": player.0, "turn": turn.0})
+        }
         Record::Forensics(report) => serde_json::to_value(report).unwrap_or(Value::Null),
         Record::DelayChange { delay, from_turn } => {
             json!({"delay": delay, "from_turn": from_turn.0})

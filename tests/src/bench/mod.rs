@@ -14,6 +14,7 @@ pub mod net_bench;
 pub mod net_report;
 pub mod netns;
 pub mod proxy;
+pub mod rejoin_bench;
 pub mod relay_bench;
 pub mod relay_load;
 pub mod relay_report;

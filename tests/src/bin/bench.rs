@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, bulk_bench, latency_bench, net_bench, net_report, relay_bench, relay_report,
-    replay_bench, report, sim_bench,
+    bandwidth_bench, bulk_bench, latency_bench, net_bench, net_report, rejoin_bench, relay_bench,
+    relay_report, replay_bench, report, sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -27,7 +27,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, bandwidth, bulk); the report's other sections are kept as they were.
+    /// relay, bandwidth, bulk, rejoin); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -199,6 +199,18 @@ fn main() -> ExitCode {
         md.push_str("## Bulk transfer and message size (transport)\n\n");
         md.push_str(&section_stamp);
         md.push_str(&bulk_bench::markdown(args.quick));
+        md.push('\n');
+    }
+
+    if wanted(&args, "rejoin") {
+        let mut figures = Vec::new();
+        for minutes in [5, 30] {
+            eprintln!("[rejoin] a rejoin after {minutes} minutes of play (virtual time)");
+            figures.push(rejoin_bench::measure(minutes));
+        }
+        md.push_str("## Rejoin and late spectators\n\n");
+        md.push_str(&section_stamp);
+        md.push_str(&rejoin_bench::markdown(&figures));
         md.push('\n');
     }
 

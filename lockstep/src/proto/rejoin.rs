@@ -1,0 +1,114 @@
+//! Wire types of rejoining, snapshot upload and late joining: the secret a
+//! player comes back with, the snapshot chunks a peer uploads and the relay
+//! hands on, and the resume message a rejoining peer starts from.
+
+use super::{Join, Start};
+use serde::{Deserialize, Serialize};
+use sim::{PlayerId, StateHash, Turn};
+use std::fmt;
+
+/// Largest snapshot chunk, in bytes: snapshots travel in pieces of at most
+/// this size so that one piece fits the transport's message limit with room
+/// to spare, bounds the memory of a half-received upload and lets the relay
+/// forward while it still receives.
+pub const MAX_SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+/// Largest snapshot the protocol can announce (64 MiB); a relay's own limit
+/// is usually much lower.
+pub const MAX_SNAPSHOT_TOTAL: u32 = 64 * 1024 * 1024;
+
+/// What a player needs to come back into its held slot in open mode: given
+/// by the relay at the start of the match, shown only to that player.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejoinSecret(pub [u8; 16]);
+
+impl RejoinSecret {
+    /// The secret as 32 lowercase hex digits (for a rejoin file or a flag).
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits.
+    #[must_use]
+    pub fn from_hex(s: &str) -> Option<Self> {
+        let s = s.trim();
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut out = [0u8; 16];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Self(out))
+    }
+}
+
+impl fmt::Debug for RejoinSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A secret does not belong in logs.
+        f.write_str("RejoinSecret(..)")
+    }
+}
+
+/// A peer asks to come back into its held slot of a running match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejoin {
+    /// The match, game and rules, as in the first join (they must match).
+    pub join: Join,
+    /// The slot to come back into.
+    pub player: PlayerId,
+    /// The slot's secret (open mode); ignored in token mode, where the
+    /// connection's token must grant this match and slot.
+    pub secret: RejoinSecret,
+}
+
+/// One piece of a snapshot: uploaded by a peer the relay asked
+/// ([`super::ToRelay::SnapshotChunk`]) and handed on by the relay to a
+/// rejoining peer ([`super::ToPeer::SnapshotChunk`]). Pieces of one snapshot
+/// travel in order on the bulk channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotChunk {
+    /// The snapshot is of the world after simulating this turn.
+    pub turn: Turn,
+    /// The world's hash after that turn (the uploader's own report).
+    pub hash: StateHash,
+    /// The whole snapshot's length in bytes.
+    pub total: u32,
+    /// Where this piece starts.
+    pub offset: u32,
+    /// The piece, at most [`MAX_SNAPSHOT_CHUNK`] bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// Where a rejoining peer starts: the relay accepted its rejoin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    /// The match as a Start describes it (`your_player` is the rejoined slot,
+    /// `input_delay` the delay the schedule started with).
+    pub start: Start,
+    /// Time since the match started at the relay, in microseconds: the peer
+    /// sets its turn schedule from it.
+    pub elapsed_us: u64,
+    /// The input delay in force now.
+    pub delay: u8,
+    /// The agreed snapshot to restore (its chunks follow) and its hash;
+    /// `None`: build the world from the setup and play every turn from
+    /// `start.first_turn`.
+    pub snapshot: Option<(Turn, StateHash, u32)>,
+    /// The next turn the relay will close: bundles before it come as the
+    /// tail, later ones live.
+    pub live: Turn,
+    /// A spectator's resume: `start.your_player` means nothing, the peer
+    /// never sends inputs and the relay feeds it bundles a few seconds late.
+    pub spectator: bool,
+}
+
+impl SnapshotChunk {
+    /// Checks the chunk's own bounds.
+    pub(super) fn valid(&self) -> bool {
+        self.bytes.len() <= MAX_SNAPSHOT_CHUNK
+            && self.total <= MAX_SNAPSHOT_TOTAL
+            && u64::from(self.offset) + self.bytes.len() as u64 <= u64::from(self.total)
+    }
+}

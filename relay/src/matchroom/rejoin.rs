@@ -1,0 +1,230 @@
+//! Held slots and rejoining: a dropped player's slot stays held for the
+//! configured time; the same player comes back (its secret, or a token for
+//! that slot), gets the agreed snapshot and the bundle tail, fast-forwards
+//! while the match goes on, and its inputs and hashes count again from the
+//! turn it caught up. Also the relay's side of agreed snapshots: whom to ask
+//! and what to do with the chunks.
+
+use super::snapshots::{Base, Outcome};
+use super::{Game, MatchRoom, Phase};
+use crate::config::RelayConfig;
+use crate::event::{DropReason, MatchId, RouterEvent};
+use crate::outbox::Outbox;
+use lockstep::Instant;
+use lockstep::proto::{
+    Delivery, MAX_SNAPSHOT_CHUNK, RejectReason, Rejoin, Resume, SnapshotChunk, ToPeer,
+};
+use lockstep::transport::ConnId;
+use sim::{PlayerId, StateHash, Turn};
+
+/// Why a rejoin was refused: the typed reason and a detail for humans.
+pub(crate) type Refused = (RejectReason, Option<String>);
+
+impl MatchRoom {
+    /// Takes `conn` back into `rejoin.player`'s held slot, or says why not.
+    /// `token_mode`: the connection's token already granted this match and
+    /// slot, so the secret is not checked. On success the peer gets the
+    /// resume, the snapshot chunks and the tail; its inputs count once it
+    /// reports that it caught up.
+    pub(crate) fn rejoin(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        rejoin: &Rejoin,
+        token_mode: bool,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) -> Result<PlayerId, Refused> {
+        let join = &rejoin.join;
+        if join.game_id != self.game_id || join.game_version != self.game_version {
+            let d = format!("the match plays {} v{}", self.game_id, self.game_version);
+            return Err((RejectReason::GameDiffers, Some(d)));
+        }
+        if join.rules_hash != self.rules_hash {
+            return Err((RejectReason::RulesDiffer, None));
+        }
+        let secret = config.rejoin.secret(self.id, &self.name, rejoin.player);
+        let Phase::Running(g) = &mut self.phase else {
+            return Err((
+                RejectReason::HoldExpired,
+                Some("the match is not running".into()),
+            ));
+        };
+        let player = rejoin.player;
+        if usize::from(player.0) >= g.slots.len() {
+            return Err((
+                RejectReason::WrongSlot,
+                Some(format!("the match has {} slots", self.slots)),
+            ));
+        }
+        if !token_mode && rejoin.secret != secret {
+            return Err((RejectReason::WrongSecret, None));
+        }
+        let snapshot = match g.snapshots.base() {
+            Base::Genesis => None,
+            Base::Agreed { turn, hash, bytes } => {
+                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+            }
+            Base::Lost => return Err((RejectReason::NoSnapshot, None)),
+        };
+        // The slot's own player is back before the relay noticed it was
+        // gone (a restarted process): its old connection is dead to the
+        // match from now on.
+        if let Some(old) = g.slots.get(usize::from(player.0)).and_then(|s| s.conn) {
+            out.detached.push(old);
+            g.drop_player(now, player, DropReason::Disconnected);
+        }
+        let Some(slot) = g.slots.get_mut(usize::from(player.0)) else {
+            return Err((RejectReason::WrongSlot, None));
+        };
+        let held = slot
+            .held_since
+            .is_some_and(|t| now.saturating_since(t) <= config.rejoin.hold);
+        if !held {
+            let d = format!(
+                "slots are held for {} s after a drop",
+                config.rejoin.hold.as_millis() / 1000
+            );
+            return Err((RejectReason::HoldExpired, Some(d)));
+        }
+        slot.conn = Some(conn);
+        slot.rejoining = true;
+        slot.last_heard = now;
+        slot.next_ping = now;
+        let mut start = g.start_msg.clone();
+        start.your_player = player;
+        let resume = Resume {
+            start,
+            elapsed_us: now.saturating_since(g.start).as_micros(),
+            delay: g.delay.current(),
+            snapshot,
+            live: g.next_close,
+            spectator: false,
+        };
+        out.send(conn, &ToPeer::Resume(resume));
+        if let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
+            (snapshot, g.snapshots.base())
+        {
+            let mut offset = 0u32;
+            for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
+                let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
+                    turn,
+                    hash,
+                    total,
+                    offset,
+                    bytes: piece.to_vec(),
+                });
+                out.counters.snapshot_bytes_out += piece.len() as u64;
+                out.send(conn, &chunk);
+                offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
+            }
+        }
+        for bundle in g.snapshots.tail() {
+            out.push(conn, Delivery::Reliable, bundle.to_vec());
+        }
+        out.counters.rejoins += 1;
+        out.events.push_back(RouterEvent::Rejoining {
+            id: self.id,
+            player,
+            snapshot: snapshot.map(|(t, _, _)| t),
+        });
+        Ok(player)
+    }
+
+    /// Memory the match's snapshot store holds: (snapshot bytes, upload
+    /// bytes, tail bytes, tail turns).
+    pub(crate) fn snapshot_memory(&self) -> (usize, usize, usize, usize) {
+        match &self.phase {
+            Phase::Running(g) => {
+                let (s, u, t) = g.snapshots.bytes();
+                (s, u, t, g.snapshots.tail_turns())
+            }
+            _ => (0, 0, 0, 0),
+        }
+    }
+}
+
+impl Game {
+    /// A rejoining player simulated every turn up to `turn` and plays live:
+    /// its inputs and hashes count from the next turn to close, which
+    /// every peer learns from a `PlayerRejoined` notice in that bundle.
+    pub(super) fn caught_up(&mut self, id: MatchId, player: PlayerId, out: &mut Outbox) {
+        let next = self.next_close;
+        let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
+            return;
+        };
+        if !slot.rejoining {
+            out.counters.bad_state += 1;
+            return;
+        }
+        slot.rejoining = false;
+        slot.dropped_at = None;
+        slot.drop_pending = None;
+        slot.held_since = None;
+        slot.back_from = Some(next);
+        slot.rejoin_pending = true;
+        out.events.push_back(RouterEvent::Rejoined {
+            id,
+            player,
+            turn: next,
+        });
+    }
+
+    /// Before turn `turn`'s bundle goes out: if a snapshot of it is due, ask
+    /// one live player for it (taking turns, so no one player uploads every
+    /// time). The request precedes the bundle on the reliable channel, so
+    /// the player has not simulated the turn yet when it arrives.
+    pub(super) fn request_snapshot(&mut self, turn: Turn, config: &RelayConfig, out: &mut Outbox) {
+        if !self.snapshots.due(turn, &config.rejoin) || self.desynced {
+            return;
+        }
+        let live: Vec<(PlayerId, ConnId)> = self
+            .seats()
+            .filter(|(_, s)| s.live())
+            .filter_map(|(seat, s)| s.conn.map(|c| (seat.id(), c)))
+            .collect();
+        let round = (turn.0 / config.rejoin.snapshot_every.max(1)) as usize;
+        let Some(&(player, conn)) = live.get(round % live.len().max(1)) else {
+            return;
+        };
+        let outcome = self.snapshots.request(turn, player);
+        self.count(outcome, out);
+        out.counters.snapshots_requested += 1;
+        out.send(conn, &ToPeer::SnapshotRequest { turn });
+    }
+
+    /// A snapshot chunk from `player`.
+    pub(super) fn on_snapshot_chunk(
+        &mut self,
+        player: PlayerId,
+        chunk: SnapshotChunk,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        let outcome = self.snapshots.on_chunk(player, chunk, &config.rejoin);
+        self.count(outcome, out);
+    }
+
+    /// The relay judged `turn`: `agreed` is its majority hash, if one exists.
+    pub(super) fn snapshot_judged(
+        &mut self,
+        turn: Turn,
+        agreed: Option<StateHash>,
+        out: &mut Outbox,
+    ) {
+        let outcome = match agreed {
+            Some(h) => self.snapshots.on_agreed(turn, h),
+            None => self.snapshots.on_unagreed(turn),
+        };
+        self.count(outcome, out);
+    }
+
+    fn count(&self, outcome: Outcome, out: &mut Outbox) {
+        match outcome {
+            Outcome::Pending => {}
+            Outcome::Accepted => out.counters.snapshots_agreed += 1,
+            Outcome::Refused => out.counters.snapshots_refused += 1,
+            Outcome::Ignored => out.counters.bad_state += 1,
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! The agreed snapshot of a running match and the bundle tail since it: what
+//! a rejoining player or a late spectator starts from. Bounded: one
+//! snapshot of at most `max_snapshot_bytes`, one upload in progress of at
+//! most the same, and at most `max_tail_turns` bundles.
+
+use crate::rejoin::RejoinConfig;
+use lockstep::Instant;
+use lockstep::proto::SnapshotChunk;
+use sim::{PlayerId, StateHash, Turn};
+use std::collections::VecDeque;
+
+/// What a rejoining peer restores from.
+#[derive(Debug)]
+pub(super) enum Base {
+    /// The world as the setup builds it: the tail starts at the first turn.
+    Genesis,
+    /// The latest snapshot whose hash equals its turn's agreed hash.
+    Agreed {
+        turn: Turn,
+        hash: StateHash,
+        bytes: Vec<u8>,
+    },
+    /// The tail overflowed before a newer snapshot was agreed: nothing to
+    /// restore from until the next one.
+    Lost,
+}
+
+/// A snapshot being uploaded by the player the relay asked.
+#[derive(Debug)]
+struct Upload {
+    turn: Turn,
+    from: PlayerId,
+    /// The uploader's hash and the snapshot's length, from its first chunk.
+    declared: Option<(StateHash, u32)>,
+    buf: Vec<u8>,
+    /// The agreed hash of `turn`, once judged.
+    agreed: Option<StateHash>,
+}
+
+impl Upload {
+    fn complete(&self) -> bool {
+        self.declared
+            .is_some_and(|(_, total)| self.buf.len() as u64 == u64::from(total))
+    }
+}
+
+/// What happened to an upload, for the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Nothing decided yet.
+    Pending,
+    /// The snapshot is the new base.
+    Accepted,
+    /// Its hash is not the agreed one, or it broke the rules (out of
+    /// order, too large, another declared hash): thrown away.
+    Refused,
+    /// A chunk nobody asked for (another player, a stale turn): ignored,
+    /// the upload under way stays.
+    Ignored,
+}
+
+/// The store; see the module docs.
+#[derive(Debug)]
+pub(super) struct SnapshotStore {
+    base: Base,
+    /// Encoded `ToPeer::Bundle` messages after the base, oldest first,
+    /// with when they closed (spectators get them a set time later).
+    tail: VecDeque<(Turn, Instant, Vec<u8>)>,
+    /// The first turn a spectator still needs: bundles from it on stay in
+    /// the tail when a newer snapshot is agreed.
+    floor: Option<Turn>,
+    tail_bytes: usize,
+    upload: Option<Upload>,
+}
+
+impl Default for SnapshotStore {
+    fn default() -> Self {
+        Self {
+            base: Base::Genesis,
+            tail: VecDeque::new(),
+            floor: None,
+            tail_bytes: 0,
+            upload: None,
+        }
+    }
+}
+
+impl SnapshotStore {
+    /// The base to restore from, if there is one.
+    pub(super) const fn base(&self) -> &Base {
+        &self.base
+    }
+
+    /// The bundles after the base, in turn order.
+    pub(super) fn tail(&self) -> impl Iterator<Item = &[u8]> {
+        self.tail
+            .iter()
+            .filter(|(t, _, _)| match &self.base {
+                Base::Agreed { turn, .. } => t > turn,
+                _ => true,
+            })
+            .map(|(_, _, b)| b.as_slice())
+    }
+
+    /// The tail with closing times, for feeding spectators.
+    pub(super) fn timed_tail(&self) -> impl Iterator<Item = (Turn, Instant, &[u8])> {
+        self.tail.iter().map(|(t, at, b)| (*t, *at, b.as_slice()))
+    }
+
+    /// Keeps bundles from turn `floor` on when a newer snapshot is agreed.
+    pub(super) const fn set_floor(&mut self, floor: Option<Turn>) {
+        self.floor = floor;
+    }
+
+    /// Bytes held: the snapshot, the half-received upload and the tail.
+    pub(super) fn bytes(&self) -> (usize, usize, usize) {
+        let snap = match &self.base {
+            Base::Agreed { bytes, .. } => bytes.len(),
+            _ => 0,
+        };
+        let up = self.upload.as_ref().map_or(0, |u| u.buf.len());
+        (snap, up, self.tail_bytes)
+    }
+
+    /// Bundles in the tail.
+    pub(super) fn tail_turns(&self) -> usize {
+        self.tail.len()
+    }
+
+    /// Whether the relay should ask for a snapshot of `turn`: on every
+    /// `snapshot_every`-th turn, unless an upload asked for less than four
+    /// intervals ago is still under way (a large snapshot on a slow link
+    /// may take longer than one interval; a newer request would throw it
+    /// away every time).
+    pub(super) fn due(&self, turn: Turn, config: &RejoinConfig) -> bool {
+        let every = config.snapshot_every;
+        let busy = self
+            .upload
+            .as_ref()
+            .is_some_and(|u| turn.0.saturating_sub(u.turn.0) < every.saturating_mul(4));
+        every > 0 && turn.0 > 0 && turn.0 % every == 0 && !busy
+    }
+
+    /// Abandons the upload under way if `player` is its uploader (it left).
+    pub(super) fn uploader_gone(&mut self, player: PlayerId) {
+        if self.upload.as_ref().is_some_and(|u| u.from == player) {
+            self.upload = None;
+        }
+    }
+
+    /// The relay asked `from` for its snapshot of `turn`; an upload still
+    /// under way is abandoned (refused, if it was).
+    pub(super) fn request(&mut self, turn: Turn, from: PlayerId) -> Outcome {
+        let old = self.upload.replace(Upload {
+            turn,
+            from,
+            declared: None,
+            buf: Vec::new(),
+            agreed: None,
+        });
+        if old.is_some() {
+            Outcome::Refused
+        } else {
+            Outcome::Pending
+        }
+    }
+
+    /// A closed turn's encoded bundle joins the tail.
+    pub(super) fn push_tail(
+        &mut self,
+        turn: Turn,
+        at: Instant,
+        bytes: Vec<u8>,
+        config: &RejoinConfig,
+    ) {
+        self.tail_bytes += bytes.len();
+        self.tail.push_back((turn, at, bytes));
+        let max = config.max_tail_turns.min(crate::rejoin::MAX_TAIL_TURNS) as usize;
+        while self.tail.len() > max {
+            if let Some((_, _, b)) = self.tail.pop_front() {
+                self.tail_bytes -= b.len();
+            }
+            self.base = Base::Lost;
+        }
+    }
+
+    /// A chunk from `player`: appended if it is the next piece of the
+    /// upload the relay asked that player for.
+    pub(super) fn on_chunk(
+        &mut self,
+        player: PlayerId,
+        chunk: SnapshotChunk,
+        config: &RejoinConfig,
+    ) -> Outcome {
+        let Some(up) = self.upload.as_mut() else {
+            return Outcome::Ignored;
+        };
+        if up.from != player || up.turn != chunk.turn {
+            return Outcome::Ignored;
+        }
+        let declared = *up.declared.get_or_insert((chunk.hash, chunk.total));
+        let fits = chunk.total <= config.max_snapshot_bytes;
+        if declared != (chunk.hash, chunk.total)
+            || !fits
+            || u64::from(chunk.offset) != up.buf.len() as u64
+        {
+            self.upload = None;
+            return Outcome::Refused;
+        }
+        up.buf.extend_from_slice(&chunk.bytes);
+        self.try_accept()
+    }
+
+    /// The relay judged `turn`: `hash` is its agreed (majority) hash.
+    pub(super) fn on_agreed(&mut self, turn: Turn, hash: StateHash) -> Outcome {
+        match self.upload.as_mut() {
+            Some(up) if up.turn == turn => {
+                up.agreed = Some(hash);
+                self.try_accept()
+            }
+            _ => Outcome::Pending,
+        }
+    }
+
+    /// The relay judged `turn` without a majority: its upload cannot be trusted.
+    pub(super) fn on_unagreed(&mut self, turn: Turn) -> Outcome {
+        if self.upload.as_ref().is_some_and(|u| u.turn == turn) {
+            self.upload = None;
+            return Outcome::Refused;
+        }
+        Outcome::Pending
+    }
+
+    fn try_accept(&mut self) -> Outcome {
+        let Some(up) = &self.upload else {
+            return Outcome::Pending;
+        };
+        let (Some((hash, _)), Some(agreed)) = (up.declared, up.agreed) else {
+            return Outcome::Pending;
+        };
+        if !up.complete() {
+            return Outcome::Pending;
+        }
+        let Some(up) = self.upload.take() else {
+            return Outcome::Pending;
+        };
+        if hash != agreed {
+            return Outcome::Refused;
+        }
+        // The tail must reach back to the snapshot's next turn, or the
+        // snapshot cannot be played forward.
+        let continuous = match &self.base {
+            Base::Lost => self
+                .tail
+                .front()
+                .is_some_and(|(t, _, _)| *t <= up.turn.next()),
+            _ => true,
+        };
+        if !continuous {
+            return Outcome::Refused;
+        }
+        let floor = self.floor;
+        while self
+            .tail
+            .front()
+            .is_some_and(|(t, _, _)| *t <= up.turn && floor.is_none_or(|f| *t < f))
+        {
+            if let Some((_, _, b)) = self.tail.pop_front() {
+                self.tail_bytes -= b.len();
+            }
+        }
+        self.base = Base::Agreed {
+            turn: up.turn,
+            hash,
+            bytes: up.buf,
+        };
+        Outcome::Accepted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(turn: u32, hash: u8, total: u32, offset: u32, bytes: &[u8]) -> SnapshotChunk {
+        SnapshotChunk {
+            turn: Turn(turn),
+            hash: StateHash([hash; 32]),
+            total,
+            offset,
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    fn filled(config: &RejoinConfig, turns: std::ops::Range<u32>) -> SnapshotStore {
+        let mut s = SnapshotStore::default();
+        for t in turns {
+            s.push_tail(Turn(t), Instant::ZERO, vec![t as u8; 10], config);
+        }
+        s
+    }
+
+    #[test]
+    fn an_upload_with_the_agreed_hash_becomes_the_base_and_trims_the_tail() {
+        let c = RejoinConfig::default();
+        let mut s = filled(&c, 0..15);
+        assert_eq!(s.request(Turn(10), PlayerId(1)), Outcome::Pending);
+        // Chunks in order, from the asked player only.
+        assert_eq!(
+            s.on_chunk(PlayerId(0), chunk(10, 7, 4, 0, &[1, 2]), &c),
+            Outcome::Ignored
+        );
+        assert_eq!(
+            s.on_chunk(PlayerId(1), chunk(10, 7, 4, 0, &[1, 2]), &c),
+            Outcome::Pending
+        );
+        assert_eq!(
+            s.on_chunk(PlayerId(1), chunk(10, 7, 4, 2, &[3, 4]), &c),
+            Outcome::Pending
+        );
+        assert!(matches!(s.base(), Base::Genesis));
+        assert_eq!(s.on_agreed(Turn(10), StateHash([7; 32])), Outcome::Accepted);
+        match s.base() {
+            Base::Agreed { turn, bytes, .. } => {
+                assert_eq!((*turn, bytes.as_slice()), (Turn(10), &[1, 2, 3, 4][..]))
+            }
+            b => panic!("{b:?}"),
+        }
+        assert_eq!(s.tail_turns(), 4, "bundles 11..=14 stay");
+        assert_eq!(s.bytes(), (4, 0, 40));
+    }
+
+    #[test]
+    fn an_upload_whose_hash_is_not_the_agreed_one_is_refused() {
+        let c = RejoinConfig::default();
+        let mut s = filled(&c, 0..12);
+        s.request(Turn(10), PlayerId(0));
+        assert_eq!(s.on_agreed(Turn(10), StateHash([8; 32])), Outcome::Pending);
+        assert_eq!(
+            s.on_chunk(PlayerId(0), chunk(10, 7, 2, 0, &[1, 2]), &c),
+            Outcome::Refused
+        );
+        assert!(matches!(s.base(), Base::Genesis));
+        assert_eq!(s.tail_turns(), 12);
+    }
+
+    #[test]
+    fn oversized_gapped_and_unagreed_uploads_are_refused() {
+        let c = RejoinConfig {
+            max_snapshot_bytes: 3,
+            ..RejoinConfig::default()
+        };
+        let mut s = SnapshotStore::default();
+        s.request(Turn(10), PlayerId(0));
+        assert_eq!(
+            s.on_chunk(PlayerId(0), chunk(10, 7, 4, 0, &[1]), &c),
+            Outcome::Refused
+        );
+        s.request(Turn(20), PlayerId(0));
+        assert_eq!(
+            s.on_chunk(PlayerId(0), chunk(20, 7, 3, 1, &[1]), &c),
+            Outcome::Refused
+        );
+        s.request(Turn(30), PlayerId(0));
+        assert_eq!(s.on_unagreed(Turn(30)), Outcome::Refused);
+        assert_eq!(
+            s.on_chunk(PlayerId(0), chunk(30, 7, 1, 0, &[1]), &c),
+            Outcome::Ignored
+        );
+    }
+
+    /// A spectator that still needs turn 0 keeps the whole tail through a
+    /// newer snapshot (it was fed from the start, not from the snapshot).
+    #[test]
+    fn a_newer_snapshot_keeps_the_bundles_a_spectator_still_needs() {
+        let c = RejoinConfig::default();
+        let mut s = filled(&c, 0..15);
+        s.set_floor(Some(Turn(0)));
+        s.request(Turn(10), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(10, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(10), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(s.tail_turns(), 15);
+        // A rejoin still gets only the bundles after the snapshot.
+        assert_eq!(s.tail().count(), 4);
+        s.set_floor(Some(Turn(6)));
+        s.request(Turn(12), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(12, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(12), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(s.timed_tail().next().map(|(t, _, _)| t), Some(Turn(6)));
+    }
+
+    #[test]
+    fn a_tail_past_its_limit_loses_the_base_until_the_next_snapshot() {
+        let c = RejoinConfig {
+            max_tail_turns: 5,
+            ..RejoinConfig::default()
+        };
+        let mut s = filled(&c, 0..7);
+        assert!(matches!(s.base(), Base::Lost));
+        assert_eq!(s.tail_turns(), 5);
+        // Tail 2..=6; a snapshot of turn 4 continues into bundle 5.
+        s.request(Turn(4), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(4, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(4), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(s.tail_turns(), 2);
+    }
+}

@@ -1,0 +1,219 @@
+//! Spectators: read-only connections that join a running match at any time
+//! from the agreed snapshot and watch `spectator_delay` behind live. They
+//! never count for turn closing or the desync majority; their hash reports
+//! are checked against the turns' agreed hashes, so each one is a free
+//! extra verifier.
+
+use super::snapshots::Base;
+use super::{Game, MatchRoom, Phase};
+use crate::config::RelayConfig;
+use crate::outbox::Outbox;
+use crate::rejoin::MAX_TAIL_TURNS;
+use lockstep::Instant;
+use lockstep::proto::{
+    DesyncReport, Join, MAX_SNAPSHOT_CHUNK, RejectReason, Resume, SnapshotChunk, ToPeer, ToRelay,
+};
+use lockstep::transport::ConnId;
+use sim::{PlayerId, StateHash, Turn};
+use std::collections::BTreeMap;
+
+/// One spectator of a match.
+#[derive(Debug)]
+pub(super) struct Spectator {
+    pub(super) conn: ConnId,
+    /// The last turn whose bundle it was sent (`None`: none yet).
+    sent_through: Option<Turn>,
+    /// Its first hash that differed from the agreed one, once reported.
+    desynced: bool,
+}
+
+/// Agreed hashes of recent turns, to check spectators' late reports.
+#[derive(Debug, Default)]
+pub(super) struct AgreedHashes(BTreeMap<Turn, StateHash>);
+
+impl AgreedHashes {
+    pub(super) fn insert(&mut self, turn: Turn, hash: StateHash) {
+        self.0.insert(turn, hash);
+        while self.0.len() > MAX_TAIL_TURNS as usize * 2 {
+            self.0.pop_first();
+        }
+    }
+}
+
+impl MatchRoom {
+    /// Adds `conn` as a spectator of this running match, or says why not.
+    pub(crate) fn spectate(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        join: &Join,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) -> Result<(), (RejectReason, Option<String>)> {
+        // Rules are not compared: the spectator's world comes from the
+        // snapshot, whose hash it checks; the join's rules fingerprint
+        // depends on a player count a spectator need not know.
+        if join.game_id != self.game_id || join.game_version != self.game_version {
+            let d = format!("the match plays {} v{}", self.game_id, self.game_version);
+            return Err((RejectReason::GameDiffers, Some(d)));
+        }
+        let Phase::Running(g) = &mut self.phase else {
+            return Err((
+                RejectReason::HoldExpired,
+                Some("the match is not running".into()),
+            ));
+        };
+        if g.spectators.len() >= config.rejoin.max_spectators {
+            let d = format!("{} spectators", config.rejoin.max_spectators);
+            return Err((RejectReason::SpectatorsFull, Some(d)));
+        }
+        let snapshot = match g.snapshots.base() {
+            Base::Genesis => None,
+            Base::Agreed { turn, hash, bytes } => {
+                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+            }
+            Base::Lost => return Err((RejectReason::NoSnapshot, None)),
+        };
+        let resume = Resume {
+            start: g.start_msg.clone(),
+            elapsed_us: now.saturating_since(g.start).as_micros(),
+            delay: g.delay.current(),
+            snapshot,
+            live: g.next_close,
+            spectator: true,
+        };
+        out.send(conn, &ToPeer::Resume(resume));
+        if let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
+            (snapshot, g.snapshots.base())
+        {
+            let mut offset = 0u32;
+            for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
+                out.counters.snapshot_bytes_out += piece.len() as u64;
+                let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
+                    turn,
+                    hash,
+                    total,
+                    offset,
+                    bytes: piece.to_vec(),
+                });
+                out.send(conn, &chunk);
+                offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
+            }
+        }
+        g.spectators.push(Spectator {
+            conn,
+            sent_through: snapshot.map(|(t, _, _)| t),
+            desynced: false,
+        });
+        out.counters.spectators_joined += 1;
+        g.feed_spectators(now, config, out);
+        Ok(())
+    }
+
+    /// A message from spectator `conn`: only hash reports mean something.
+    pub(crate) fn spectator_message(&mut self, conn: ConnId, msg: ToRelay, out: &mut Outbox) {
+        let Phase::Running(g) = &mut self.phase else {
+            return;
+        };
+        match msg {
+            ToRelay::Hash { turn, hash } => g.check_spectator_hash(conn, turn, hash, out),
+            ToRelay::Pong { .. } | ToRelay::Report(_) | ToRelay::Sections { .. } => {}
+            _ => out.counters.bad_state += 1,
+        }
+    }
+
+    /// Spectator `conn` left or its connection closed.
+    pub(crate) fn spectator_gone(&mut self, conn: ConnId) {
+        if let Phase::Running(g) = &mut self.phase {
+            g.spectators.retain(|s| s.conn != conn);
+            g.snapshots.set_floor(g.spectator_floor());
+        }
+    }
+}
+
+impl Game {
+    /// The first turn a spectator still needs (kept in the tail).
+    fn spectator_floor(&self) -> Option<Turn> {
+        self.spectators
+            .iter()
+            .map(|s| s.sent_through.map_or(Turn(0), Turn::next))
+            .min()
+    }
+
+    /// Sends every spectator the bundles that closed at least
+    /// `spectator_delay` ago (all of them when `all`, at the match's end).
+    pub(super) fn feed_spectators_by(
+        &mut self,
+        now: Instant,
+        config: &RelayConfig,
+        out: &mut Outbox,
+        all: bool,
+    ) {
+        if self.spectators.is_empty() {
+            return;
+        }
+        let delay = config.rejoin.spectator_delay;
+        for s in &mut self.spectators {
+            for (turn, at, bytes) in self.snapshots.timed_tail() {
+                if s.sent_through.is_some_and(|t| turn <= t) {
+                    continue;
+                }
+                if !all && now.saturating_since(at) < delay {
+                    break;
+                }
+                out.push(s.conn, lockstep::proto::Delivery::Reliable, bytes.to_vec());
+                s.sent_through = Some(turn);
+            }
+        }
+        self.snapshots.set_floor(self.spectator_floor());
+    }
+
+    /// [`Game::feed_spectators_by`] the delay.
+    pub(super) fn feed_spectators(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox) {
+        self.feed_spectators_by(now, config, out, false);
+    }
+
+    /// The next instant a bundle is due at a spectator.
+    pub(super) fn spectator_timeout(&self, config: &RelayConfig) -> Option<Instant> {
+        let needed = self.spectator_floor()?;
+        self.snapshots
+            .timed_tail()
+            .find(|(t, _, _)| *t >= needed)
+            .map(|(_, at, _)| at + config.rejoin.spectator_delay)
+    }
+
+    /// A spectator's hash for `turn`, checked against the agreed one.
+    fn check_spectator_hash(
+        &mut self,
+        conn: ConnId,
+        turn: Turn,
+        hash: StateHash,
+        out: &mut Outbox,
+    ) {
+        let Some(agreed) = self.agreed.0.get(&turn).copied() else {
+            // Not judged yet (a spectator at delay 0) or long forgotten.
+            out.counters.spectator_hashes_unchecked += 1;
+            return;
+        };
+        let Some(s) = self.spectators.iter_mut().find(|s| s.conn == conn) else {
+            return;
+        };
+        if agreed == hash {
+            out.counters.spectator_hashes_verified += 1;
+            return;
+        }
+        out.counters.spectator_hash_mismatches += 1;
+        if !s.desynced {
+            s.desynced = true;
+            // The spectator is the odd one out: tell it, and only it.
+            out.send(
+                conn,
+                &ToPeer::Desync(DesyncReport {
+                    turn,
+                    hashes: vec![(PlayerId(0), agreed)],
+                    odd_players: Vec::new(),
+                }),
+            );
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! Routing a rejoin: the connection's token (token mode) must grant that
+//! match and slot; the match room checks the hold and the secret and, if it
+//! takes the player back, the connection is seated in its old slot.
+
+use super::Router;
+use lockstep::Instant;
+use lockstep::proto::{RejectReason, Rejoin};
+use lockstep::token::Refusal;
+use lockstep::transport::ConnId;
+
+impl Router {
+    /// A connection asks to come back into a held slot.
+    pub(super) fn rejoin(&mut self, now: Instant, conn: ConnId, rejoin: &Rejoin) {
+        let join = &rejoin.join;
+        if self.draining {
+            self.refuse_rejoin(conn, rejoin, RejectReason::ShuttingDown, None, None);
+            return;
+        }
+        let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
+        if let Some(c) = &claims {
+            if c.match_name != join.match_name {
+                self.out.counters.token_wrong_match += 1;
+                let d = format!("the token admits match {:?}", c.match_name);
+                self.refuse_rejoin(
+                    conn,
+                    rejoin,
+                    RejectReason::WrongMatch,
+                    Some(d),
+                    Some(Refusal::WrongMatch),
+                );
+                return;
+            }
+            if c.slot != rejoin.player.0 {
+                self.out.counters.token_wrong_slot += 1;
+                let d = format!("the token admits slot {}", c.slot);
+                self.refuse_rejoin(
+                    conn,
+                    rejoin,
+                    RejectReason::WrongSlot,
+                    Some(d),
+                    Some(Refusal::WrongSlot),
+                );
+                return;
+            }
+        }
+        let Some(&id) = self.names.get(&join.match_name) else {
+            let d = format!("no running match named {:?}", join.match_name);
+            self.refuse_rejoin(conn, rejoin, RejectReason::HoldExpired, Some(d), None);
+            return;
+        };
+        let Some(m) = self.matches.get_mut(&id) else {
+            return;
+        };
+        match m.rejoin(
+            now,
+            conn,
+            rejoin,
+            claims.is_some(),
+            &self.config,
+            &mut self.out,
+        ) {
+            Ok(player) => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.room = Some((id, Some(player)));
+                }
+            }
+            Err((reason, detail)) => self.refuse_rejoin(conn, rejoin, reason, detail, None),
+        }
+        // A taken-over slot's old connection leaves the match.
+        self.reap(id);
+    }
+
+    /// A connection asks to watch a running match.
+    pub(super) fn spectate(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+        if self.draining {
+            self.reject(conn, join, RejectReason::ShuttingDown, None, None);
+            return;
+        }
+        // Token mode: a token for the match admits a spectator (slot aside).
+        let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
+        if let Some(c) = &claims
+            && c.match_name != join.match_name
+        {
+            self.out.counters.token_wrong_match += 1;
+            let d = format!("the token admits match {:?}", c.match_name);
+            self.reject(
+                conn,
+                join,
+                RejectReason::WrongMatch,
+                Some(d),
+                Some(Refusal::WrongMatch),
+            );
+            return;
+        }
+        let Some(&id) = self.names.get(&join.match_name) else {
+            let d = format!("no running match named {:?}", join.match_name);
+            self.reject(conn, join, RejectReason::HoldExpired, Some(d), None);
+            return;
+        };
+        let Some(m) = self.matches.get_mut(&id) else {
+            return;
+        };
+        match m.spectate(now, conn, join, &self.config, &mut self.out) {
+            Ok(()) => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.spectating = Some(id);
+                }
+            }
+            Err((reason, detail)) => self.reject(conn, join, reason, detail, None),
+        }
+    }
+
+    fn refuse_rejoin(
+        &mut self,
+        conn: ConnId,
+        rejoin: &Rejoin,
+        reason: RejectReason,
+        detail: Option<String>,
+        token: Option<Refusal>,
+    ) {
+        self.out.counters.rejoins_refused += 1;
+        self.reject(conn, &rejoin.join, reason, detail, token);
+    }
+
+    /// Memory held by snapshot stores of all matches: (snapshot bytes,
+    /// upload bytes, tail bytes, tail turns), for the metrics.
+    #[must_use]
+    pub fn snapshot_memory(&self) -> (usize, usize, usize, usize) {
+        self.matches
+            .values()
+            .map(|m| m.snapshot_memory())
+            .fold((0, 0, 0, 0), |a, b| {
+                (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use crate::rejoin::RejoinConfig;
+    use lockstep::proto::{Join, Notice, Rejoin, RejoinSecret, ToPeer, ToRelay};
+    use sim::{PlayerId, StateHash, Turn};
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    fn join() -> Join {
+        Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: "p".into(),
+            turns: 0,
+        }
+    }
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    }
+
+    /// A started 2-player match whose player 1 (connection 1) disconnected
+    /// at 1 s; returns its secret.
+    fn dropped(claims: Option<TokenClaims>) -> (Router, RejoinSecret) {
+        let config = RelayConfig {
+            rejoin: RejoinConfig {
+                key: [3; 32],
+                ..RejoinConfig::default()
+            },
+            ..RelayConfig::default()
+        };
+        let mut r = Router::new(config);
+        let now = Instant::from_millis(10);
+        for c in 0..2u32 {
+            let claims = claims.clone().map(|mut k| {
+                k.slot = c as u8;
+                k
+            });
+            r.handle_connected_with_claims(now, ConnId(c), addr(5000 + c as u16), claims);
+            r.handle_message(now, ConnId(c), &ToRelay::Join(join()).to_bytes());
+        }
+        let mut secret = None;
+        while let Some((conn, _, bytes)) = r.poll_outgoing() {
+            if let (ConnId(1), Ok(ToPeer::RejoinSecret(s))) = (conn, ToPeer::decode(&bytes)) {
+                secret = Some(s);
+            }
+        }
+        r.handle_disconnected(Instant::from_millis(1_000), ConnId(1));
+        (r, secret.unwrap())
+    }
+
+    /// Connection 9 sends a rejoin at `at`; what it got back.
+    fn rejoin(r: &mut Router, at: Instant, player: u8, secret: RejoinSecret) -> Vec<ToPeer> {
+        while r.poll_outgoing().is_some() {}
+        r.handle_connected(at, ConnId(9), addr(6000));
+        let msg = ToRelay::Rejoin(Rejoin {
+            join: join(),
+            player: PlayerId(player),
+            secret,
+        });
+        r.handle_message(at, ConnId(9), &msg.to_bytes());
+        std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(9))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .collect()
+    }
+
+    fn refusal(got: &[ToPeer]) -> Option<RejectReason> {
+        got.iter().find_map(|m| match m {
+            ToPeer::Rejected { reason, .. } => Some(*reason),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn a_wrong_secret_a_wrong_slot_and_an_expired_hold_are_refused_by_reason() {
+        let (mut r, secret) = dropped(None);
+        let soon = Instant::from_millis(2_000);
+        let other = RejoinSecret([0xAA; 16]);
+        assert_eq!(
+            refusal(&rejoin(&mut r, soon, 1, other)),
+            Some(RejectReason::WrongSecret)
+        );
+        r.handle_disconnected(soon, ConnId(9));
+        // Slot 1's secret does not open slot 0 (in play); slot 5 does not exist.
+        assert_eq!(
+            refusal(&rejoin(&mut r, soon, 0, secret)),
+            Some(RejectReason::WrongSecret)
+        );
+        r.handle_disconnected(soon, ConnId(9));
+        assert_eq!(
+            refusal(&rejoin(&mut r, soon, 5, secret)),
+            Some(RejectReason::WrongSlot)
+        );
+        r.handle_disconnected(soon, ConnId(9));
+        // Held 120 s from the drop at 1 s.
+        let late = Instant::from_millis(1_000 + 120_001);
+        assert_eq!(
+            refusal(&rejoin(&mut r, late, 1, secret)),
+            Some(RejectReason::HoldExpired)
+        );
+        assert_eq!(r.counters().rejoins_refused, 4);
+        assert_eq!(r.counters().rejoins, 0);
+    }
+
+    #[test]
+    fn the_right_secret_resumes_and_the_catch_up_is_announced_in_a_bundle() {
+        let (mut r, secret) = dropped(None);
+        let at = Instant::from_millis(2_000);
+        let got = rejoin(&mut r, at, 1, secret);
+        let Some(ToPeer::Resume(resume)) = got.first() else {
+            panic!("{got:?}");
+        };
+        assert_eq!(resume.start.your_player, PlayerId(1));
+        // No snapshot agreed yet: the tail reaches back to the first turn.
+        assert_eq!(resume.snapshot, None);
+        let tail: Vec<Turn> = got
+            .iter()
+            .filter_map(|m| match m {
+                ToPeer::Bundle(b) => Some(b.turn),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tail, (0..resume.live.0).map(Turn).collect::<Vec<_>>());
+        assert_eq!(r.counters().rejoins, 1);
+        // The rejoiner's input does not count before it caught up.
+        let before = r.counters().inputs_refused;
+        let input = ToRelay::Input {
+            turn: resume.live,
+            commands: vec![],
+        };
+        r.handle_message(at, ConnId(9), &input.to_bytes());
+        assert_eq!(r.counters().inputs_refused, before + 1);
+        let caught = ToRelay::CaughtUp {
+            turn: Turn(resume.live.0 - 1),
+        };
+        r.handle_message(at, ConnId(9), &caught.to_bytes());
+        let back = std::iter::from_fn(|| r.poll_event()).find_map(|e| match e {
+            RouterEvent::Rejoined { player, turn, .. } => Some((player, turn)),
+            _ => None,
+        });
+        let (player, turn) = back.unwrap();
+        assert_eq!(player, PlayerId(1));
+        r.handle_timeout(Instant::from_millis(2_500));
+        let notice = std::iter::from_fn(|| r.poll_outgoing())
+            .filter_map(|(_, _, b)| match ToPeer::decode(&b) {
+                Ok(ToPeer::Bundle(b)) => Some(b.notices),
+                _ => None,
+            })
+            .flatten()
+            .find(|n| matches!(n, Notice::PlayerRejoined { .. }));
+        assert_eq!(notice, Some(Notice::PlayerRejoined { player, turn }));
+    }
+
+    /// A restarted player is back before the relay noticed its old
+    /// connection died: its secret takes the slot over, the old connection
+    /// no longer counts.
+    #[test]
+    fn the_right_secret_takes_over_a_slot_whose_old_connection_is_silent() {
+        let (mut r, _) = dropped(None);
+        let at = Instant::from_millis(1_500);
+        let mut secret0 = None;
+        // Player 0's secret, as its peer got it.
+        let config = r.config().rejoin.clone();
+        for m in r.matches.values() {
+            secret0 = Some(config.secret(m.id, &m.name, PlayerId(0)));
+        }
+        let got = rejoin(&mut r, at, 0, secret0.unwrap());
+        assert!(matches!(got.first(), Some(ToPeer::Resume(_))), "{got:?}");
+        // The old connection's messages no longer reach the match.
+        let before = r.counters().bad_state;
+        r.handle_message(at, ConnId(0), &ToRelay::Leave.to_bytes());
+        assert_eq!(r.counters().bad_state, before + 1);
+    }
+
+    #[test]
+    fn in_token_mode_the_token_must_grant_the_slot_not_the_secret() {
+        let claims = TokenClaims::new(1, "m", 0, 0, 60);
+        let (mut r, _) = dropped(Some(claims.clone()));
+        let at = Instant::from_millis(2_000);
+        // A token for slot 0 cannot take slot 1 back.
+        let mut wrong = claims.clone();
+        wrong.slot = 0;
+        while r.poll_outgoing().is_some() {}
+        r.handle_connected_with_claims(at, ConnId(8), addr(6001), Some(wrong));
+        let msg = ToRelay::Rejoin(Rejoin {
+            join: join(),
+            player: PlayerId(1),
+            secret: RejoinSecret([0; 16]),
+        });
+        r.handle_message(at, ConnId(8), &msg.to_bytes());
+        let refused = r.poll_refusal().unwrap();
+        assert_eq!(refused.reason, RejectReason::WrongSlot);
+        // A token for slot 1 can, whatever the secret.
+        let mut right = claims;
+        right.slot = 1;
+        r.handle_connected_with_claims(at, ConnId(7), addr(6002), Some(right));
+        r.handle_message(at, ConnId(7), &msg.to_bytes());
+        let resumed = std::iter::from_fn(|| r.poll_outgoing())
+            .any(|(c, _, b)| c == ConnId(7) && matches!(ToPeer::decode(&b), Ok(ToPeer::Resume(_))));
+        assert!(resumed);
+    }
+}

@@ -1,0 +1,87 @@
+//! End-to-end rejoin: a `peer` process SIGKILLed mid-match is restarted with
+//! the same `--rejoin-file`, comes back into its slot, restores the relay's
+//! agreed snapshot, fast-forwards and finishes the match with everyone's
+//! final hash; the relay's recording holds the drop and the rejoin and
+//! `replay verify` passes through them.
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use std::time::{Duration, Instant};
+use tests::harness::{PeerSpec, Relay, SplitMix, finish_peer, peer, replay_verify, scratch_dir};
+
+const MATCH: Duration = Duration::from_secs(120);
+
+#[test]
+fn a_sigkilled_peer_restarts_rejoins_its_slot_and_agrees() {
+    let dir = scratch_dir("rejoin");
+    let mut rng = SplitMix(0x5e70_1e5e);
+    let kill_turn = rng.range(100, 180);
+    let victim = usize::try_from(rng.range(0, 3)).unwrap();
+    eprintln!("rejoin: peer {victim} killed at turn {kill_turn}");
+    let turns = 400;
+    let mut relay = Relay::start(
+        &dir,
+        &[
+            "--turn-ms",
+            "25",
+            "--silence-timeout-ms",
+            "2500",
+            "--snapshot-every",
+            "40",
+        ],
+    );
+    let rejoin_file = |i: usize| dir.join(format!("peer{i}.rejoin"));
+    let relay_addr = relay.addr;
+    let spec = |i: usize| PeerSpec {
+        relay: relay_addr,
+        match_name: "rejoin".to_owned(),
+        players: 3,
+        turns,
+        seed: i as u64 + 1,
+        extra: vec!["--rejoin-file".into(), rejoin_file(i).display().to_string()],
+    };
+    let mut procs: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
+    relay.wait_event("the kill turn", MATCH, |v| {
+        v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_turn))
+    });
+    // The peer writes its secret within a second of the start; the kill turn
+    // is seconds later. Polling a file, bounded, not waiting on time.
+    let deadline = Instant::now() + MATCH;
+    while !rejoin_file(victim).exists() {
+        assert!(Instant::now() < deadline, "no rejoin file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    procs[victim].kill();
+    // The same command again: it finds the rejoin file and comes back.
+    procs[victim] = peer(&spec(victim));
+    let results: Vec<_> = procs.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
+    let hash = results[0].summary["final_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for r in &results {
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["final_turn"], turns - 1, "{}", r.summary);
+        assert_eq!(r.summary["final_hash"], hash.as_str(), "{}", r.summary);
+        assert_eq!(r.summary["desyncs"], serde_json::json!([]), "{}", r.summary);
+    }
+    let back = &results[victim].summary;
+    assert_eq!(back["rejoins"], 1, "{back}");
+    assert!(back["rejoin_ms"].as_f64().is_some(), "{back}");
+    let path = relay.wait_recorded(MATCH);
+    let rejoined = relay.events_of("rejoined");
+    assert_eq!(rejoined.len(), 1, "{:?}", relay.events_of("rejoining"));
+    let (mut drops, mut rejoins) = (0, 0);
+    for r in replays::Reader::open(&path).unwrap() {
+        match r.unwrap() {
+            replays::Record::Drop { .. } => drops += 1,
+            replays::Record::Rejoin { .. } => rejoins += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((drops, rejoins), (1, 1));
+    let (code, report) = replay_verify(&path);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["verified"], true, "{report:#}");
+    assert_eq!(report["final_hash"], hash.as_str(), "{report:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
