@@ -25,8 +25,8 @@ use crate::builder::SessionConfig;
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
-    Bundle, Delivery, EndReason, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport,
-    RejectReason, Start, ToPeer, ToRelay,
+    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, RejectReason, Start,
+    ToPeer, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -38,6 +38,10 @@ use std::collections::{BTreeMap, VecDeque};
 pub mod playout;
 pub use playout::PlayoutConfig;
 mod rejoin;
+mod running;
+mod stats;
+use running::{InFlight, Running, clock_inputs};
+pub use stats::{LinkFigures, SessionError, SessionStats};
 
 /// How many turn-latency samples are kept for percentiles.
 const LATENCY_SAMPLES: usize = 4096;
@@ -45,87 +49,6 @@ const LATENCY_SAMPLES: usize = 4096;
 const WARM_UP: Duration = Duration::from_secs(5);
 /// Most submitted command chunks waiting for their turn; more are refused.
 const MAX_PENDING_CHUNKS: usize = 256;
-
-/// Why a call was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SessionError {
-    /// The match has not started or is over.
-    #[error("the match is not running")]
-    NotRunning,
-    /// Too many commands queued, or one chunk above the per-turn byte cap.
-    #[error("command queue full or chunk too large ({0} bytes)")]
-    Overloaded(usize),
-    /// A hash for a turn that was not yielded, or reported twice.
-    #[error("turn {0} was not simulated yet or already reported")]
-    BadTurn(Turn),
-}
-
-/// Link figures measured by the transport, passed in by the driver.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LinkFigures {
-    /// Smoothed round-trip time.
-    pub rtt: Duration,
-    /// Round-trip jitter.
-    pub jitter: Duration,
-    /// Loss fraction 0..1.
-    pub loss: f64,
-}
-
-/// The session's figures, from [`Session::stats`].
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SessionStats {
-    /// Turns yielded so far.
-    pub turns_executed: u32,
-    /// Last turn yielded.
-    pub last_turn: Option<Turn>,
-    /// Total time some due turn could not run because its bundle was
-    /// missing, counted as it passes (so a wait that never ends, e.g. until
-    /// the peer gives up, is counted too).
-    pub stall: Duration,
-    /// Number of turns that were late (executed after their due time).
-    pub stalled_turns: u32,
-    /// Turn latency (command submitted → its turn yielded), median.
-    pub latency_p50: Duration,
-    /// Turn latency, 99th percentile.
-    pub latency_p99: Duration,
-    /// Number of latency samples.
-    pub latency_samples: usize,
-    /// Inputs of ours that arrived late at the relay.
-    pub late_inputs: u32,
-    /// Inputs of ours the relay refused (over our byte budget for a turn).
-    pub inputs_refused: u32,
-    /// Messages that did not decode or made no sense now.
-    pub bad_messages: u32,
-    /// Bundles dropped as duplicates or stale.
-    pub duplicate_bundles: u32,
-    /// Message bytes sent.
-    pub bytes_sent: u64,
-    /// Message bytes received.
-    pub bytes_received: u64,
-    /// The latest link figures from the transport.
-    pub link: LinkFigures,
-    /// The input delay in force (latest announced); 0 under the relay's clock.
-    pub input_delay: u8,
-    /// Turn latency of commands submitted after the first 5 s, median.
-    pub steady_latency_p50: Duration,
-    /// Turn latency of commands submitted after the first 5 s, 99th percentile.
-    pub steady_latency_p99: Duration,
-    /// Number of those samples.
-    pub steady_latency_samples: usize,
-    /// Under the relay's clock: how long the jitter buffer holds a bundle
-    /// that arrives as fast as the fastest recent one.
-    pub jitter_buffer: Duration,
-    /// Under the relay's clock: bundle arrivals not taken as link samples
-    /// (queued while this peer was not running, or a released backlog).
-    pub backlog_samples: u32,
-    /// Median of the transport's RTT, sampled once a report interval over
-    /// the match (the latest figure alone may be a freeze's backlog).
-    pub rtt_p50: Duration,
-    /// The match's turn length (zero before the start).
-    pub turn_length: Duration,
-    /// Snapshots this peer was asked for and uploaded.
-    pub snapshots_uploaded: u32,
-}
 
 /// Where the session is in its life.
 #[derive(Debug)]
@@ -136,118 +59,6 @@ enum Phase {
     Running(Box<Running>),
     /// Rejected, left, or the match ended.
     Ended,
-}
-
-/// State of a started match.
-#[derive(Debug)]
-struct Running {
-    your_player: PlayerId,
-    first_turn: Turn,
-    last_turn: Option<Turn>,
-    turn_length: Duration,
-    /// When the Start message arrived.
-    start: Instant,
-    /// The latest time passed in.
-    now: Instant,
-    /// When turn `first_turn` is due (before subtracting `lead`).
-    epoch: Instant,
-    /// How long the match had run at the relay when this session started
-    /// (a rejoin; zero otherwise): the schedule is this far ahead of the
-    /// session's clock, which cannot go below zero.
-    lead: Duration,
-    next_exec: Turn,
-    /// The last turn whose TurnReady the game has polled.
-    consumed: Option<Turn>,
-    buffer: TurnBuffer,
-    /// When each buffered bundle arrived (stall time ends there, not when the driver polls).
-    arrived: BTreeMap<Turn, Instant>,
-    delay: DelaySchedule,
-    next_input: Turn,
-    /// Submitted chunks not yet sent, with their submit time.
-    pending: VecDeque<(Instant, Vec<u8>)>,
-    /// Submit times of our chunks, by the turn they will be simulated in.
-    in_flight: BTreeMap<Turn, Vec<InFlight>>,
-    /// Our chunks that were missing from their turn's bundle: the relay will
-    /// say where they landed. By intended turn.
-    awaiting_late: BTreeMap<Turn, Vec<Instant>>,
-    /// Section hashes of recent turns, oldest first.
-    sections: VecDeque<(Turn, Vec<SectionHash>)>,
-    last_hashed: Option<Turn>,
-    stall_accounted: Instant,
-    stall_notified: Option<Turn>,
-    waiting: Option<(Turn, Vec<PlayerId>)>,
-    next_report: Instant,
-    /// The relay's `MatchEnd`: the last turn (`None`: no turn closed) and why.
-    end: Option<(Option<Turn>, EndReason)>,
-    /// Under the relay's clock: the playout schedule (`None`: input delay).
-    playout: Option<Playout>,
-    /// Under the relay's clock: our inputs on their way into bundles.
-    ledger: Ledger,
-    /// A rejoin between the relay's resume and catching up.
-    restoring: Option<rejoin::Restoring>,
-    /// A snapshot upload under way.
-    upload: rejoin::Upload,
-}
-
-impl Running {
-    fn due(&self, turn: Turn) -> Instant {
-        if let Some(p) = &self.playout {
-            return p.due(turn);
-        }
-        let n = u64::from(turn.0.saturating_sub(self.first_turn.0));
-        (self.epoch + self.turn_length.saturating_mul(n)) - self.lead
-    }
-
-    /// Whether the relay's `MatchEnd` came and every turn up to its last
-    /// one has been yielded.
-    fn end_reached(&self) -> bool {
-        self.end
-            .is_some_and(|(last, _)| last.is_none_or(|l| self.next_exec > l))
-    }
-
-    /// Whether `next_exec` is due and cannot run for want of its bundle.
-    fn stalled(&self, now: Instant) -> bool {
-        // A rejoining peer fast-forwards through turns long due: not a stall.
-        !self.restoring()
-            && now > self.due(self.next_exec)
-            && !self.buffer.has(self.next_exec)
-            && self.end.is_none()
-            && self.last_turn.is_none_or(|l| self.next_exec <= l)
-    }
-
-    /// Stall time from the last accounting to `now`, if the due turn is stalled.
-    fn stall_since_accounted(&self, now: Instant) -> Duration {
-        if self.stalled(now) {
-            now.saturating_since(self.due(self.next_exec).max(self.stall_accounted))
-        } else {
-            Duration::ZERO
-        }
-    }
-
-    /// Whole turn lengths elapsed since the start message arrived.
-    fn ticks(&self, now: Instant) -> u64 {
-        (now.saturating_since(self.start) + self.lead).as_micros()
-            / self.turn_length.as_micros().max(1)
-    }
-
-    /// The next turn-length boundary after `now`: turns become due and
-    /// inputs get scheduled only on these.
-    fn next_boundary(&self, now: Instant) -> Instant {
-        self.start
-            + (self
-                .turn_length
-                .saturating_mul(self.ticks(now).saturating_add(1))
-                - self.lead)
-    }
-}
-
-/// One of our command chunks on its way to being simulated.
-#[derive(Clone, Copy, Debug)]
-struct InFlight {
-    /// When the game submitted it.
-    at: Instant,
-    /// Sent for this turn (false: a late chunk the relay moved here).
-    own: bool,
 }
 
 /// A peer's lockstep session; see the module docs.
@@ -973,31 +784,6 @@ impl Session {
             self.steady.push_back(l);
         }
     }
-}
-
-/// Under the relay's clock: every pending chunk leaves at once, in inputs
-/// within the per-input bounds, each numbered by the ledger.
-fn clock_inputs(r: &mut Running) -> Vec<ToRelay> {
-    let mut msgs = Vec::new();
-    while !r.pending.is_empty() {
-        let (mut commands, mut times, mut bytes) = (Vec::new(), VecDeque::new(), 0);
-        while let Some((_, c)) = r.pending.front() {
-            if commands.len() >= MAX_INPUT_CHUNKS || bytes + c.len() > MAX_INPUT_BYTES {
-                break;
-            }
-            bytes += c.len();
-            if let Some((at, c)) = r.pending.pop_front() {
-                times.push_back(at);
-                commands.push(c);
-            }
-        }
-        let seq = r.ledger.record(times);
-        msgs.push(ToRelay::Input {
-            turn: Turn(seq),
-            commands,
-        });
-    }
-    msgs
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {

@@ -1,0 +1,290 @@
+//! The protocol's encoding, limits and validation.
+
+use super::*;
+
+/// `ENTERING_TAGS` are the tags `Join`, `Rejoin` and `Spectate` encode
+/// to (a driver routes new connections by them), and no other message's.
+#[test]
+fn entering_tags_are_the_tags_of_join_rejoin_and_spectate() {
+    let join = Join {
+        match_name: "m".into(),
+        slots: 2,
+        game_id: "g".into(),
+        game_version: 1,
+        rules_hash: StateHash([0; 32]),
+        name: "n".into(),
+        turns: 0,
+    };
+    let entering = [
+        ToRelay::Join(join.clone()),
+        ToRelay::Rejoin(Rejoin {
+            join: join.clone(),
+            player: PlayerId(1),
+            secret: RejoinSecret([7; 16]),
+        }),
+        ToRelay::Spectate(join),
+    ];
+    for (m, tag) in entering.iter().zip(ToRelay::ENTERING_TAGS) {
+        assert_eq!(m.to_bytes()[1], tag);
+        assert_eq!(m.match_to_enter(), Some("m"));
+    }
+    let other = [
+        ToRelay::Input {
+            turn: Turn(0),
+            commands: vec![],
+        },
+        ToRelay::Leave,
+        ToRelay::CaughtUp { turn: Turn(1) },
+    ];
+    for m in other {
+        assert!(!ToRelay::ENTERING_TAGS.contains(&m.to_bytes()[1]));
+        assert_eq!(m.match_to_enter(), None);
+    }
+}
+
+/// The budget arithmetic is right: the largest bundle the budgets allow
+/// (every player at its byte and entry budget, the longest turn number,
+/// every notice slot) encodes within `MAX_BUNDLE_LEN`, and decodes.
+#[test]
+fn the_largest_bundle_the_budgets_allow_fits_its_bound() {
+    let chunk = MAX_PLAYER_TURN_BYTES / MAX_PLAYER_TURN_ENTRIES;
+    let inputs = (0..MAX_PLAYERS)
+        .flat_map(|p| (0..MAX_PLAYER_TURN_ENTRIES).map(move |_| (PlayerId(p), vec![0xAB; chunk])))
+        .collect::<Vec<_>>();
+    let notices = (0..MAX_NOTICES)
+        .map(|i| Notice::PlayerDropped {
+            player: PlayerId(u8::try_from(i % 8).unwrap()),
+            turn: Turn(u32::MAX),
+        })
+        .collect();
+    let b = ToPeer::Bundle(Bundle {
+        turn: Turn(u32::MAX),
+        inputs,
+        notices,
+    });
+    let bytes = b.to_bytes();
+    assert!(
+        bytes.len() <= MAX_BUNDLE_LEN,
+        "{} > {MAX_BUNDLE_LEN}",
+        bytes.len()
+    );
+    assert!(
+        bytes.len() + 512 > MAX_BUNDLE_LEN,
+        "the bound is loose: {}",
+        bytes.len()
+    );
+    assert_eq!(ToPeer::decode(&bytes), Ok(b));
+}
+
+fn samples() -> (Vec<ToRelay>, Vec<ToPeer>) {
+    let h = StateHash([7; 32]);
+    let to_relay = vec![
+        ToRelay::Join(Join {
+            match_name: "m".into(),
+            slots: 4,
+            game_id: "rts".into(),
+            game_version: 3,
+            rules_hash: h,
+            name: "bob".into(),
+            turns: 300,
+        }),
+        ToRelay::Input {
+            turn: Turn(5),
+            commands: vec![vec![1, 2, 3], vec![]],
+        },
+        ToRelay::Hash {
+            turn: Turn(9),
+            hash: h,
+        },
+        ToRelay::Sections {
+            turn: Turn(9),
+            sections: vec![SectionHash {
+                name: "units 0..64".into(),
+                hash: h,
+            }],
+        },
+        ToRelay::Pong { stamp_us: 77 },
+        ToRelay::Report(PeerReport {
+            rtt_us: 1,
+            jitter_us: 2,
+            loss_permille: 3,
+            stall_us: 4,
+            executed: Some(Turn(3)),
+        }),
+        ToRelay::Leave,
+    ];
+    let to_peer = vec![
+        ToPeer::Lobby {
+            match_name: "m".into(),
+            joined: 1,
+            slots: 2,
+        },
+        ToPeer::Rejected {
+            reason: RejectReason::RelayFull,
+            detail: Some("64 matches".into()),
+        },
+        ToPeer::Start(Start {
+            your_player: PlayerId(1),
+            setup: MatchSetup {
+                seed: 9,
+                players: 2,
+                ticks_per_turn: 4,
+            },
+            turn_length_us: 100_000,
+            players: vec![
+                PlayerInfo {
+                    id: PlayerId(0),
+                    name: "a".into(),
+                },
+                PlayerInfo {
+                    id: PlayerId(1),
+                    name: "b".into(),
+                },
+            ],
+            input_delay: 3,
+            first_turn: Turn(0),
+            last_turn: Some(Turn(99)),
+        }),
+        ToPeer::Bundle(Bundle {
+            turn: Turn(4),
+            inputs: vec![(PlayerId(0), vec![1]), (PlayerId(1), vec![2, 3])],
+            notices: vec![
+                Notice::PlayerDropped {
+                    player: PlayerId(1),
+                    turn: Turn(4),
+                },
+                Notice::DelayChange {
+                    delay: 5,
+                    from_turn: Turn(5),
+                },
+            ],
+        }),
+        ToPeer::Desync(DesyncReport {
+            turn: Turn(3),
+            hashes: vec![(PlayerId(0), h)],
+            odd_players: vec![PlayerId(0)],
+        }),
+        ToPeer::SectionRequest { turn: Turn(3) },
+        ToPeer::SectionDiff {
+            turn: Turn(3),
+            players: vec![PlayerId(0), PlayerId(1)],
+            sections: vec!["units".into()],
+        },
+        ToPeer::LateInput {
+            turn: Turn(3),
+            landed_in: Turn(6),
+        },
+        ToPeer::InputRefused { turn: Turn(4) },
+        ToPeer::Waiting {
+            turn: Turn(3),
+            players: vec![PlayerId(2)],
+        },
+        ToPeer::Ping { stamp_us: 5 },
+        ToPeer::MatchEnd {
+            turn: Some(Turn(99)),
+            reason: EndReason::Completed,
+        },
+        ToPeer::MatchEnd {
+            turn: None,
+            reason: EndReason::Shutdown,
+        },
+    ];
+    (to_relay, to_peer)
+}
+
+#[test]
+fn every_message_round_trips() {
+    let (a, b) = samples();
+    for m in a {
+        assert_eq!(ToRelay::decode(&m.to_bytes()).unwrap(), m);
+    }
+    for m in b {
+        assert_eq!(ToPeer::decode(&m.to_bytes()).unwrap(), m);
+    }
+}
+
+#[test]
+fn rejects_version_trailing_and_bounds() {
+    let mut bytes = ToRelay::Leave.to_bytes();
+    bytes[0] = 9;
+    assert_eq!(
+        ToRelay::decode(&bytes),
+        Err(DecodeError::Version { got: 9 })
+    );
+    let mut bytes = ToRelay::Leave.to_bytes();
+    bytes.push(0);
+    assert_eq!(ToRelay::decode(&bytes), Err(DecodeError::Trailing(1)));
+    assert_eq!(ToRelay::decode(&[]), Err(DecodeError::Empty));
+    let big = ToRelay::Input {
+        turn: Turn(1),
+        commands: vec![vec![0; 10]; MAX_INPUT_CHUNKS + 1],
+    };
+    assert_eq!(
+        ToRelay::decode(&big.to_bytes()),
+        Err(DecodeError::Bounds("input chunks"))
+    );
+    let huge = vec![PROTOCOL_VERSION; MAX_MESSAGE_LEN + 1];
+    assert!(matches!(
+        ToPeer::decode(&huge),
+        Err(DecodeError::TooLong(_))
+    ));
+}
+
+/// Seeded random and mutated bytes never panic the decoders.
+#[test]
+fn random_bytes_never_panic() {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (a, b) = samples();
+    let valid: Vec<Vec<u8>> = a
+        .iter()
+        .map(ToRelay::to_bytes)
+        .chain(b.iter().map(ToPeer::to_bytes))
+        .collect();
+    for i in 0..20_000u32 {
+        let mut bytes = if i % 2 == 0 {
+            let len = (next() % 200) as usize;
+            let mut v: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if let Some(first) = v.first_mut() {
+                *first = PROTOCOL_VERSION;
+            }
+            v
+        } else {
+            valid[(next() % valid.len() as u64) as usize].clone()
+        };
+        if !bytes.is_empty() {
+            for _ in 0..(next() % 4) {
+                let at = (next() % bytes.len() as u64) as usize;
+                bytes[at] = next() as u8;
+            }
+            if next() % 3 == 0 {
+                bytes.truncate((next() % bytes.len() as u64) as usize);
+            }
+        }
+        let _ = ToRelay::decode(&bytes);
+        let _ = ToPeer::decode(&bytes);
+    }
+}
+
+#[test]
+fn decode_turn_decodes_each_entry_then_orders() {
+    let mut a = Vec::new();
+    sim::encode_commands(&[10u32, 11], &mut a);
+    let mut b = Vec::new();
+    sim::encode_commands(&[12u32], &mut b);
+    let inputs = vec![
+        (PlayerId(1), a.clone()),
+        (PlayerId(0), b.clone()),
+        (PlayerId(1), b),
+        (PlayerId(0), vec![0xff, 0xff]),
+    ];
+    let out = decode_turn::<u32>(&inputs);
+    let got: Vec<(u8, u16, u32)> = out.iter().map(|s| (s.player.0, s.seq, s.command)).collect();
+    // Player 1's two entries tie at seq 0: ordered by entry bytes, not arrival.
+    assert_eq!(got, vec![(0, 0, 12), (1, 0, 12), (1, 0, 10), (1, 1, 11)]);
+}

@@ -1,0 +1,86 @@
+//! What a session reports: its error type and its counters (turns, stalls,
+//! latency, link figures), readable at any time through `Session::stats`.
+
+use crate::time::Duration;
+use sim::Turn;
+
+/// Why a call was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The match has not started or is over.
+    #[error("the match is not running")]
+    NotRunning,
+    /// Too many commands queued, or one chunk above the per-turn byte cap.
+    #[error("command queue full or chunk too large ({0} bytes)")]
+    Overloaded(usize),
+    /// A hash for a turn that was not yielded, or reported twice.
+    #[error("turn {0} was not simulated yet or already reported")]
+    BadTurn(Turn),
+}
+
+/// Link figures measured by the transport, passed in by the driver.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkFigures {
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Round-trip jitter.
+    pub jitter: Duration,
+    /// Loss fraction 0..1.
+    pub loss: f64,
+}
+
+/// The session's figures, from [`Session::stats`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SessionStats {
+    /// Turns yielded so far.
+    pub turns_executed: u32,
+    /// Last turn yielded.
+    pub last_turn: Option<Turn>,
+    /// Total time some due turn could not run because its bundle was
+    /// missing, counted as it passes (so a wait that never ends, e.g. until
+    /// the peer gives up, is counted too).
+    pub stall: Duration,
+    /// Number of turns that were late (executed after their due time).
+    pub stalled_turns: u32,
+    /// Turn latency (command submitted → its turn yielded), median.
+    pub latency_p50: Duration,
+    /// Turn latency, 99th percentile.
+    pub latency_p99: Duration,
+    /// Number of latency samples.
+    pub latency_samples: usize,
+    /// Inputs of ours that arrived late at the relay.
+    pub late_inputs: u32,
+    /// Inputs of ours the relay refused (over our byte budget for a turn).
+    pub inputs_refused: u32,
+    /// Messages that did not decode or made no sense now.
+    pub bad_messages: u32,
+    /// Bundles dropped as duplicates or stale.
+    pub duplicate_bundles: u32,
+    /// Message bytes sent.
+    pub bytes_sent: u64,
+    /// Message bytes received.
+    pub bytes_received: u64,
+    /// The latest link figures from the transport.
+    pub link: LinkFigures,
+    /// The input delay in force (latest announced); 0 under the relay's clock.
+    pub input_delay: u8,
+    /// Turn latency of commands submitted after the first 5 s, median.
+    pub steady_latency_p50: Duration,
+    /// Turn latency of commands submitted after the first 5 s, 99th percentile.
+    pub steady_latency_p99: Duration,
+    /// Number of those samples.
+    pub steady_latency_samples: usize,
+    /// Under the relay's clock: how long the jitter buffer holds a bundle
+    /// that arrives as fast as the fastest recent one.
+    pub jitter_buffer: Duration,
+    /// Under the relay's clock: bundle arrivals not taken as link samples
+    /// (queued while this peer was not running, or a released backlog).
+    pub backlog_samples: u32,
+    /// Median of the transport's RTT, sampled once a report interval over
+    /// the match (the latest figure alone may be a freeze's backlog).
+    pub rtt_p50: Duration,
+    /// The match's turn length (zero before the start).
+    pub turn_length: Duration,
+    /// Snapshots this peer was asked for and uploaded.
+    pub snapshots_uploaded: u32,
+}
