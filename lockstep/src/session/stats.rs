@@ -29,7 +29,7 @@ pub struct LinkFigures {
     pub loss: f64,
 }
 
-/// The session's figures, from [`Session::stats`].
+/// The session's figures, from [`Session::stats`](super::Session::stats).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SessionStats {
     /// Turns yielded so far.

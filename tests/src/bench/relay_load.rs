@@ -4,7 +4,7 @@
 //! generator never to be the bottleneck:
 //!
 //! - `bench relay-load --relay ADDR --matches M --turns T --seed S`: plays
-//!   M fake 4-player matches against a relay, prints [`LoadFigures`];
+//!   M fake 4-player matches against a relay, prints [`LoadFigures`](super::relay_bench::LoadFigures);
 //! - `bench echo-load --target ADDR --sockets K --pps P --secs S --size B`:
 //!   sends P datagrams/s of B bytes from K sockets to an echo server and
 //!   counts the echoes, prints [`EchoLoad`];
