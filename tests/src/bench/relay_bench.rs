@@ -12,9 +12,9 @@
 //! from `/proc`.
 
 use super::benchpeer::{BenchPeerConfig, PeerFigures, Play};
-use super::carrier::run_udp_peers;
 use super::relay_load::{EchoLoad, WorkerCounters};
 use super::stats::percentile;
+use super::udp_loop::run_peers_on_one_loop;
 use lockstep::transport::TransportConfig;
 #[cfg(test)]
 use relay::RelayConfig;
@@ -97,7 +97,8 @@ impl LoadFigures {
     }
 }
 
-/// Runs `matches` fake 4-player matches against `relay` in this thread.
+/// Runs `matches` fake 4-player matches against `relay` in this thread,
+/// on one event loop (`udp_loop`).
 pub fn loadgen(
     relay: SocketAddr,
     matches: usize,
@@ -121,7 +122,7 @@ pub fn loadgen(
         })
         .collect();
     let timeout = std::time::Duration::from_millis(u64::from(turns) * 100 + 30_000);
-    let figures = run_udp_peers(peers, transport(), timeout)?;
+    let figures = run_peers_on_one_loop(peers, transport(), timeout)?;
     Ok(summarise(&figures))
 }
 
