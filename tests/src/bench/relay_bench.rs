@@ -520,15 +520,24 @@ pub fn saturated(step: &Step, cores: usize) -> Option<String> {
             "the machine's {cores} cores saturated (relay {:.0} % + load generators {:.0} %), so the relay's own limit is higher",
             step.relay_cpu, step.loadgen_cpu
         ))
-    } else if step.machine_cpu >= full(cores) {
-        Some(format!(
-            "the machine's {cores} cores saturated with other work (relay {:.0} % + load \
-             generators {:.0} % of {:.0} % busy), so neither side reached its own limit",
-            step.relay_cpu, step.loadgen_cpu, step.machine_cpu
-        ))
     } else {
         None
     }
+}
+
+/// Whether other work filled the machine's cores during `step` (neither
+/// side did): said beside a step that did not hold, since its late turns
+/// then tell nothing about the relay's own limit. A step that held under
+/// such load simply held.
+#[must_use]
+pub fn busy_with_other_work(step: &Step, cores: usize) -> Option<String> {
+    (step.machine_cpu >= CPU_SATURATED * cores.max(1) as f64).then(|| {
+        format!(
+            "the machine's {cores} cores were saturated by other work (relay {:.0} % + load \
+             generators {:.0} % of {:.0} % busy), so neither side reached its own limit",
+            step.relay_cpu, step.loadgen_cpu, step.machine_cpu
+        )
+    })
 }
 
 fn ladder(
@@ -581,10 +590,11 @@ fn ladder(
             Err(why) => {
                 // Say also when the cores were busy: a late turn then
                 // tells nothing about the relay's own limit.
-                lad.stopped = match saturated(&step, cores) {
-                    Some(side) => format!("stopped at {m} matches: {why}; {side}"),
-                    None => format!("stopped at {m} matches: {why}"),
-                };
+                lad.stopped =
+                    match saturated(&step, cores).or_else(|| busy_with_other_work(&step, cores)) {
+                        Some(side) => format!("stopped at {m} matches: {why}; {side}"),
+                        None => format!("stopped at {m} matches: {why}"),
+                    };
                 break;
             }
         }
@@ -764,7 +774,13 @@ mod tests {
             machine_cpu: 195.0,
             ..s(30.0, 35.0)
         };
-        assert!(saturated(&busy, 2).unwrap().contains("other work"));
+        assert_eq!(saturated(&busy, 2), None, "a step that held goes on");
+        assert!(
+            busy_with_other_work(&busy, 2)
+                .unwrap()
+                .contains("other work")
+        );
+        assert_eq!(busy_with_other_work(&s(30.0, 35.0), 2), None);
     }
 
     #[test]
