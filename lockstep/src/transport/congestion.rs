@@ -119,6 +119,19 @@ impl Congestion {
         Duration::from_micros(1_000_000 / u64::from(pps))
     }
 
+    /// When [`Congestion::update`] would change the mode with no new RTT
+    /// sample: back to Good once conditions have been good for `t`. (The
+    /// other changes follow a new sample, or are caught up by the next
+    /// update whenever it comes.) Lets a driver that only wakes a
+    /// connection at its deadline switch at the same instant.
+    #[must_use]
+    pub fn next_change(&self) -> Option<Instant> {
+        match self.mode {
+            CongestionMode::Good => None,
+            CongestionMode::Bad => self.good_since.map(|s| s + self.recovery),
+        }
+    }
+
     /// Re-evaluates the mode given the current smoothed RTT.
     pub fn update(&mut self, now: Instant, rtt: Duration) {
         let bad = rtt > self.cfg.rtt_threshold;
@@ -182,6 +195,21 @@ mod tests {
         assert_eq!((c.mode(), c.pps()), (CongestionMode::Bad, 10));
         assert_eq!(c.interval(), Duration::from_millis(100));
         assert_eq!(c.bulk_interval(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn next_change_is_when_t_of_good_conditions_is_over() {
+        let mut c = machine();
+        assert_eq!(c.next_change(), None, "Good changes only on a sample");
+        c.update(at(1_000), BAD);
+        assert_eq!(c.next_change(), None, "Bad with bad samples stays");
+        c.update(at(2_000), GOOD);
+        let due = c.next_change().unwrap();
+        assert_eq!(due, at(2_000) + c.recovery());
+        c.update(due - Duration::from_micros(1), GOOD);
+        assert_eq!(c.mode(), CongestionMode::Bad);
+        c.update(due, GOOD);
+        assert_eq!((c.mode(), c.next_change()), (CongestionMode::Good, None));
     }
 
     #[test]

@@ -603,6 +603,19 @@ impl Connection {
                 if let State::Flushing { until, .. } = self.state {
                     t = t.min(until);
                 }
+                // What `handle_timeout` would change with no packet in
+                // between, so a server that wakes only connections whose
+                // deadline came (its schedule) misses nothing: the return
+                // to Good mode, and the start of the back-pressure clock
+                // for a window that filled without a refused send.
+                if self.rtt.srtt().is_some()
+                    && let Some(c) = self.congestion.next_change()
+                {
+                    t = t.min(c);
+                }
+                if self.full_since.is_none() && self.out.is_full() {
+                    t = t.min(self.now);
+                }
                 Some(t)
             }
         }

@@ -17,11 +17,12 @@ use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 mod handoff;
+mod schedule;
 pub use handoff::Detached;
+use schedule::Schedule;
 
 /// Identifies one connection on a [`Server`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -149,8 +150,13 @@ pub struct Server {
     /// is used for all.
     used_tokens: Arc<Mutex<UsedTokens>>,
     denials: VecDeque<(SocketAddr, DenyReason)>,
-    /// Connection ids, reused by `handle_timeout` on every wake-up.
+    /// Ids of the connections due, reused by `handle_timeout` on every wake-up.
     scratch: Vec<ConnId>,
+    /// Each connection's next deadline, and which are due: a wake-up
+    /// touches only those, not every connection.
+    schedule: Schedule,
+    /// Connections `handle_timeout` and `poll_transmit` looked at, ever.
+    visits: u64,
 }
 
 impl Server {
@@ -172,6 +178,8 @@ impl Server {
             used_tokens: Arc::default(),
             denials: VecDeque::new(),
             scratch: Vec::new(),
+            schedule: Schedule::default(),
+            visits: 0,
         }
     }
 
@@ -312,7 +320,7 @@ impl Server {
 
     /// Processes one datagram from `from`.
     pub fn handle_datagram(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
-        self.now = self.now.max(now);
+        self.set_now(now);
         let Some(&prefix) = bytes.first() else {
             self.counters.malformed += 1;
             return;
@@ -509,6 +517,7 @@ impl Server {
                 if slot.cookie == c.mac {
                     // Our Accepted was lost: say it again.
                     slot.conn.resend_accepted();
+                    self.pump(old);
                     return;
                 }
             }
@@ -559,11 +568,13 @@ impl Server {
             conn: id,
             addr: from,
         });
+        self.pump(id);
     }
 
     fn remove(&mut self, id: ConnId, reason: DisconnectReason) {
         if let Some(slot) = self.conns.remove(&id) {
             self.by_addr.remove(&slot.addr);
+            self.schedule.remove(id);
             self.events
                 .push_back(ServerEvent::Disconnected { conn: id, reason });
         }
@@ -589,21 +600,34 @@ impl Server {
         }
         if let Some(reason) = closed {
             self.remove(id, reason);
+        } else {
+            // Every call into a connection ends here: its deadline is
+            // recomputed while its state is known to have changed.
+            self.schedule.set(id, slot.conn.poll_timeout());
         }
     }
 
-    /// Advances every connection's timers.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    /// Moves this server's clock (never back), and its schedule's with it.
+    fn set_now(&mut self, now: Instant) {
         self.now = self.now.max(now);
+        self.schedule.advance(self.now);
+    }
+
+    /// Advances the timers of the connections that have something due (the
+    /// others would do nothing: the cost follows the work, not the number
+    /// of connections).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.set_now(now);
         let unix = self.unix_now(now);
         self.ledger().prune(unix);
         // A reused list (this runs on every wake-up): `pump` may remove
         // connections, so the ids are taken first.
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
-        ids.extend(self.conns.keys().copied());
+        ids.extend(self.schedule.due());
         for &id in &ids {
             if let Some(slot) = self.conns.get_mut(&id) {
+                self.visits += 1;
                 slot.conn.handle_timeout(now);
             }
             self.pump(id);
@@ -614,34 +638,30 @@ impl Server {
     /// Fills `buf` with the next datagram to send (stateless replies first, then
     /// connections in round-robin order) and returns its destination.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        self.now = self.now.max(now);
+        self.set_now(now);
         buf.clear();
         if let Some((to, bytes)) = self.replies.pop_front() {
             buf.extend_from_slice(&bytes);
             return Some(to);
         }
-        // Round robin from strictly after the cursor (it may name a
-        // connection that is gone, and skipping "the first of c.." would
-        // then skip a live one forever), wrapping around, each connection
-        // at most once. Walked in place: this runs once per datagram sent,
-        // so it must not copy the connection list each time.
+        // Round robin over the connections that are due (only they can
+        // have a datagram ready), from strictly after the cursor (it may
+        // name a connection that is gone, and skipping "the first of c.."
+        // would then skip a live one forever), wrapping around, each at
+        // most once. Walked in place: this runs once per datagram sent.
         let mut at = self.cursor;
-        for _ in 0..self.conns.len() {
-            let next = at
-                .and_then(|c| {
-                    self.conns
-                        .range((Bound::Excluded(c), Bound::Unbounded))
-                        .next()
-                })
-                .or_else(|| self.conns.iter().next())
-                .map(|(k, _)| *k);
-            let Some(id) = next else {
+        for _ in 0..self.schedule.due_len() {
+            let Some(id) = self.schedule.due_after(at) else {
                 break;
             };
             at = Some(id);
             let Some(slot) = self.conns.get_mut(&id) else {
+                // Not reachable (a removed connection leaves the schedule);
+                // dropping the stale entry keeps the walk finite anyway.
+                self.schedule.remove(id);
                 continue;
             };
+            self.visits += 1;
             let addr = slot.addr;
             let sent = slot.conn.poll_transmit(now, buf);
             self.pump(id);
@@ -656,11 +676,7 @@ impl Server {
     /// When `handle_timeout` (or `poll_transmit`) next has work.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let conns = self
-            .conns
-            .values()
-            .filter_map(|s| s.conn.poll_timeout())
-            .min();
+        let conns = self.schedule.first();
         if self.replies.is_empty() {
             conns
         } else {
@@ -707,7 +723,7 @@ impl Server {
     /// disconnect packets, then `Disconnected`. So a last message, such as
     /// a refusal with its reason, always precedes the close.
     pub fn disconnect(&mut self, conn: ConnId, now: Instant) {
-        self.now = self.now.max(now);
+        self.set_now(now);
         if let Some(slot) = self.conns.get_mut(&conn) {
             slot.conn.close_after_flush(DisconnectReason::Local, now);
         }
@@ -720,6 +736,15 @@ impl Server {
     #[must_use]
     pub fn poll_denied(&mut self) -> Option<(SocketAddr, DenyReason)> {
         self.denials.pop_front()
+    }
+
+    /// How many times `handle_timeout` and `poll_transmit` have looked at
+    /// a connection since this server was made: for tests and benchmarks
+    /// showing that a wake-up's cost follows the connections with work
+    /// due, not the number of connections.
+    #[must_use]
+    pub fn connections_visited(&self) -> u64 {
+        self.visits
     }
 
     /// Drops and refusals by reason.

@@ -15,6 +15,13 @@ const SLOT: usize = 64 * 1024;
 /// Most datagrams handed to the kernel in one `sendmmsg`.
 const SEND_BATCH: usize = 64;
 
+/// Socket buffer size asked of the kernel, each way. Thousands of peers
+/// send at each turn's boundary together: the usual default (208 KiB,
+/// about 250 small datagrams counting the kernel's per-datagram overhead)
+/// overflows and the kernel drops the rest, which costs the peers a resend
+/// each. The kernel caps it at `net.core.rmem_max` / `wmem_max`.
+pub(crate) const SOCKET_BUFFER: usize = 4 << 20;
+
 /// Datagrams waiting to be sent: one buffer for all of them, reused.
 #[derive(Debug, Default)]
 pub(crate) struct Outgoing {
@@ -73,6 +80,11 @@ impl BatchSocket {
     /// Takes `socket` over (it becomes non-blocking).
     pub(crate) fn new(socket: UdpSocket) -> io::Result<Self> {
         let state = UdpSocketState::new((&socket).into())?;
+        // Best effort: a smaller buffer than asked still works, it only
+        // drops sooner under bursts (the transport resends).
+        let sock = socket2::SockRef::from(&socket);
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
         Ok(Self {
             socket: MioSocket::from_std(socket),
             state,
@@ -197,5 +209,31 @@ impl BatchSocket {
             src_ip: None,
         };
         self.state.try_send((&self.socket).into(), &t).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_socket_buffers_are_raised_as_far_as_the_kernel_allows() {
+        let max = |name: &str| -> usize {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let socket = UdpSocket::bind(("127.0.0.1", 0)).unwrap();
+        let before = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
+        let b = BatchSocket::new(socket).unwrap();
+        let sock = socket2::SockRef::from(&b.socket);
+        // Linux reports twice what it grants (its bookkeeping overhead).
+        let want = |cap: usize| SOCKET_BUFFER.min(cap) * 2;
+        let (rmem, wmem) = (max("rmem_max"), max("wmem_max"));
+        assert!(sock.recv_buffer_size().unwrap() >= want(rmem).max(before));
+        assert!(sock.send_buffer_size().unwrap() >= want(wmem));
     }
 }

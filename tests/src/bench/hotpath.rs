@@ -71,6 +71,9 @@ pub struct Stages {
     pub route_ns: u64,
     /// `Server::poll_transmit`: packing messages, encoding, MAC.
     pub transmit_ns: u64,
+    /// `poll_timeout` of the server and the router: when to wake next
+    /// (once asked of every connection and match on every wake-up).
+    pub timeout_ns: u64,
     /// Datagrams into the relay.
     pub datagrams_in: u64,
     /// Datagrams out of the relay.
@@ -97,7 +100,7 @@ impl Stages {
     /// All stages, ns per datagram moved.
     #[must_use]
     pub fn total_per_datagram(&self) -> f64 {
-        self.per_datagram(self.receive_ns + self.route_ns + self.transmit_ns)
+        self.per_datagram(self.receive_ns + self.route_ns + self.transmit_ns + self.timeout_ns)
     }
 }
 
@@ -138,7 +141,8 @@ impl Endpoint for Timed {
         to
     }
     fn poll_timeout(&mut self) -> Option<Instant> {
-        self.relay.poll_timeout()
+        let relay = &mut self.relay;
+        timed(&mut self.stages.timeout_ns, || relay.poll_timeout())
     }
     fn is_done(&self) -> bool {
         true
@@ -206,14 +210,14 @@ pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
 }
 
 /// `--internal-hotpath <matches> <turns>`: prints the stages as one line
-/// of ns per datagram (receive, route, transmit, total) and the datagram count.
+/// of ns per datagram (receive, route, transmit, timeout, total) and the datagram count.
 #[must_use]
 pub fn hotpath_main(args: &[String]) -> std::process::ExitCode {
     let matches = args.first().and_then(|a| a.parse().ok()).unwrap_or(256);
     let turns = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(40);
     let s = measure(matches, turns, 7);
     replays::out_println!(
-        "matches {matches} completed {}/{} datagrams {} in {} out | ns/datagram: receive {:.0} route {:.0} transmit {:.0} total {:.0}",
+        "matches {matches} completed {}/{} datagrams {} in {} out | ns/datagram: receive {:.0} route {:.0} transmit {:.0} timeout {:.0} total {:.0}",
         s.completed,
         matches * 4,
         s.datagrams_in,
@@ -221,6 +225,7 @@ pub fn hotpath_main(args: &[String]) -> std::process::ExitCode {
         s.per_datagram(s.receive_ns),
         s.per_datagram(s.route_ns),
         s.per_datagram(s.transmit_ns),
+        s.per_datagram(s.timeout_ns),
         s.total_per_datagram()
     );
     std::process::ExitCode::SUCCESS
@@ -235,6 +240,6 @@ mod tests {
         let s = measure(2, 10, 1);
         assert_eq!(s.completed, 8);
         assert!(s.datagrams_in > 0 && s.datagrams_out > 0);
-        assert!(s.receive_ns > 0 && s.route_ns > 0 && s.transmit_ns > 0);
+        assert!(s.receive_ns > 0 && s.route_ns > 0 && s.transmit_ns > 0 && s.timeout_ns > 0);
     }
 }

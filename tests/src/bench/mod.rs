@@ -23,3 +23,4 @@ pub mod report;
 pub mod sim_bench;
 pub mod stats;
 pub mod svg;
+pub mod udp_loop;

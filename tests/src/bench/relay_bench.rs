@@ -12,9 +12,9 @@
 //! from `/proc`.
 
 use super::benchpeer::{BenchPeerConfig, PeerFigures, Play};
-use super::carrier::run_udp_peers;
 use super::relay_load::{EchoLoad, WorkerCounters};
 use super::stats::percentile;
+use super::udp_loop::run_peers_on_one_loop;
 use lockstep::transport::TransportConfig;
 #[cfg(test)]
 use relay::RelayConfig;
@@ -97,7 +97,8 @@ impl LoadFigures {
     }
 }
 
-/// Runs `matches` fake 4-player matches against `relay` in this thread.
+/// Runs `matches` fake 4-player matches against `relay` in this thread,
+/// on one event loop (`udp_loop`).
 pub fn loadgen(
     relay: SocketAddr,
     matches: usize,
@@ -121,7 +122,7 @@ pub fn loadgen(
         })
         .collect();
     let timeout = std::time::Duration::from_millis(u64::from(turns) * 100 + 30_000);
-    let figures = run_udp_peers(peers, transport(), timeout)?;
+    let figures = run_peers_on_one_loop(peers, transport(), timeout)?;
     Ok(summarise(&figures))
 }
 
@@ -164,6 +165,26 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// Busy and total ticks of the whole machine, all cores, from the text of `/proc/stat`.
+#[must_use]
+pub fn machine_ticks(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal (guest time is in user).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+fn read_machine_ticks() -> Option<(u64, u64)> {
+    machine_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
 fn process_ticks(pid: u32) -> Option<u64> {
     cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
@@ -193,6 +214,9 @@ pub struct Step {
     pub relay_cpu: f64,
     /// Load generator CPU, percent of one core, all processes together.
     pub loadgen_cpu: f64,
+    /// The whole machine's CPU over the run, percent of one core (up to
+    /// 100 × cores): the relay, the load generators and any other work.
+    pub machine_cpu: f64,
     /// Datagrams per second into the relay.
     pub pps_in: f64,
     /// Datagrams per second out of the relay.
@@ -296,6 +320,7 @@ fn run_step(
     let result = (|| {
         let t0 = std::time::Instant::now();
         let r0 = process_ticks(relay.pid).ok_or("cannot read the relay's /proc stat")?;
+        let m0 = read_machine_ticks();
         let mut children = Vec::with_capacity(procs);
         for i in 0..procs {
             let share = matches / procs + usize::from(i < matches % procs);
@@ -319,6 +344,13 @@ fn run_step(
         let (outs, g_ticks) = wait_sampling(children)?;
         let secs = t0.elapsed().as_secs_f64();
         let r1 = process_ticks(relay.pid).ok_or("cannot read the relay's /proc stat")?;
+        let machine = match (m0, read_machine_ticks()) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+                let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+                (b1 - b0) as f64 / (t1 - t0) as f64 * 100.0 * cores as f64
+            }
+            _ => 0.0,
+        };
         let mut parts = Vec::with_capacity(outs.len());
         for out in outs {
             if !out.status.success() {
@@ -337,11 +369,12 @@ fn run_step(
             LoadFigures::merge(&parts),
             (r1 - r0) as f64 / hz / secs * 100.0,
             g_ticks as f64 / hz / secs * 100.0,
+            machine,
             secs,
         ))
     })();
     let counters = stop_worker(relay);
-    let (load, relay_cpu, loadgen_cpu, secs) = result?;
+    let (load, relay_cpu, loadgen_cpu, machine_cpu, secs) = result?;
     let counters = counters?;
     Ok(Step {
         threads,
@@ -350,6 +383,7 @@ fn run_step(
         load,
         relay_cpu,
         loadgen_cpu,
+        machine_cpu,
         pps_in: counters.packets_in as f64 / secs,
         pps_out: counters.packets_out as f64 / secs,
         peak_rss_kib: counters.peak_rss_kib,
@@ -440,6 +474,9 @@ pub struct Capacity {
     pub cores: usize,
     /// The 1-minute load average when the section started (other work on the machine).
     pub load_average: Option<f64>,
+    /// The relay's CPU per datagram by stage, in process (`hotpath`), at a
+    /// few match counts: what the protocol costs without the kernel's part.
+    pub stages: Vec<super::hotpath::Stages>,
 }
 
 /// Whether `step` holds against the unloaded p99.
@@ -486,6 +523,21 @@ pub fn saturated(step: &Step, cores: usize) -> Option<String> {
     } else {
         None
     }
+}
+
+/// Whether other work filled the machine's cores during `step` (neither
+/// side did): said beside a step that did not hold, since its late turns
+/// then tell nothing about the relay's own limit. A step that held under
+/// such load simply held.
+#[must_use]
+pub fn busy_with_other_work(step: &Step, cores: usize) -> Option<String> {
+    (step.machine_cpu >= CPU_SATURATED * cores.max(1) as f64).then(|| {
+        format!(
+            "the machine's {cores} cores were saturated by other work (relay {:.0} % + load \
+             generators {:.0} % of {:.0} % busy), so neither side reached its own limit",
+            step.relay_cpu, step.loadgen_cpu, step.machine_cpu
+        )
+    })
 }
 
 fn ladder(
@@ -536,7 +588,13 @@ fn ladder(
                 }
             }
             Err(why) => {
-                lad.stopped = format!("stopped at {m} matches: {why}");
+                // Say also when the cores were busy: a late turn then
+                // tells nothing about the relay's own limit.
+                lad.stopped =
+                    match saturated(&step, cores).or_else(|| busy_with_other_work(&step, cores)) {
+                        Some(side) => format!("stopped at {m} matches: {why}; {side}"),
+                        None => format!("stopped at {m} matches: {why}"),
+                    };
                 break;
             }
         }
@@ -586,6 +644,10 @@ pub fn measure(quick: bool) -> Capacity {
             return cap;
         }
     };
+    for m in [64, 512] {
+        replays::err_println!("[relay] CPU per datagram by stage, in process: {m} matches");
+        cap.stages.push(super::hotpath::measure(m, turns, 7));
+    }
     for threads in [1, 2] {
         cap.ladders
             .push(ladder(&exe, threads, turns, rungs, cores, cores));
@@ -708,5 +770,23 @@ mod tests {
         );
         assert!(saturated(&s(100.0, 90.0), 2).unwrap().contains("machine"));
         assert_eq!(saturated(&s(100.0, 40.0), 2), None);
+        let busy = Step {
+            machine_cpu: 195.0,
+            ..s(30.0, 35.0)
+        };
+        assert_eq!(saturated(&busy, 2), None, "a step that held goes on");
+        assert!(
+            busy_with_other_work(&busy, 2)
+                .unwrap()
+                .contains("other work")
+        );
+        assert_eq!(busy_with_other_work(&s(30.0, 35.0), 2), None);
+    }
+
+    #[test]
+    fn machine_cpu_is_busy_over_total_ticks_of_every_core() {
+        let stat = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n";
+        assert_eq!(machine_ticks(stat), Some((160, 1000)));
+        assert_eq!(machine_ticks("intr 1 2 3"), None);
     }
 }

@@ -19,7 +19,9 @@ pub fn markdown(cap: &Capacity) -> String {
          turns/s. M steps up until p99 turn latency exceeds the unloaded p99 by more than one \
          turn (100 ms), a peer fails, or a side saturates its cores ({CPU_SATURATED:.0} % each); \
          each side's CPU is from `/proc/<pid>/stat` over the whole run (joins included), in \
-         percent of one core. The echo baseline is the same socket code doing nothing but \
+         percent of one core, and the machine's (every process, other work included) from \
+         `/proc/stat`. Each load generator runs all its peers on one event loop (one socket \
+         each, one `mio` poller, `recvmmsg` batches, a timer heap). The echo baseline is the same socket code doing nothing but \
          sending each datagram back (`relay::serve::serve_echo`), fed by `bench echo-load` at the \
          rate (datagrams in + out per second) of the ladder's largest step that held, 60-byte \
          datagrams from up to 1024 sockets.",
@@ -34,13 +36,13 @@ pub fn markdown(cap: &Capacity) -> String {
             cap.cores
         );
     }
-    md.push_str("\n| threads | matches | peers | p50 ms | p99 ms | stall ms/min | relay CPU % | relay µs/datagram | load gen CPU % | pkts/s in | pkts/s out | relay peak RSS MiB |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("\n| threads | matches | peers | p50 ms | p99 ms | stall ms/min | relay CPU % | relay µs/datagram | load gen CPU % | machine CPU % | pkts/s in | pkts/s out | relay peak RSS MiB |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for lad in &cap.ladders {
         for s in &lad.steps {
             let _ = writeln!(
                 md,
-                "| {} | {} | {}/{} completed | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} |",
+                "| {} | {} | {}/{} completed | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
                 s.threads,
                 s.matches,
                 s.load.completed,
@@ -51,6 +53,7 @@ pub fn markdown(cap: &Capacity) -> String {
                 s.relay_cpu,
                 s.relay_ns_per_datagram() / 1000.0,
                 s.loadgen_cpu,
+                s.machine_cpu,
                 s.pps_in,
                 s.pps_out,
                 s.peak_rss_kib as f64 / 1024.0
@@ -58,6 +61,7 @@ pub fn markdown(cap: &Capacity) -> String {
         }
     }
     md.push('\n');
+    stages(&mut md, cap);
     for lad in &cap.ladders {
         let Some(h) = &lad.held else {
             let _ = writeln!(
@@ -73,7 +77,7 @@ pub fn markdown(cap: &Capacity) -> String {
         let _ = write!(
             md,
             "- **--threads {}: held {} concurrent matches** ({} peers) at {:.0} datagrams/s in, \
-             {:.0} out, relay CPU {:.0} % of one core ({:.1} µs per datagram moved), i.e. \
+             {:.0} out, relay CPU {:.0} % of one core ({:.0} % per loop; {:.1} µs per datagram moved), i.e. \
              **{:.0} matches per fully used relay core** at this load (linear extrapolation of \
              matches / relay CPU); peak RSS {:.1} MiB, {:.1} KiB per match above the one-match \
              step. {}.",
@@ -83,6 +87,7 @@ pub fn markdown(cap: &Capacity) -> String {
             h.pps_in,
             h.pps_out,
             h.relay_cpu,
+            h.relay_cpu / lad.threads.max(1) as f64,
             h.relay_ns_per_datagram() / 1000.0,
             per_core,
             h.peak_rss_kib as f64 / 1024.0,
@@ -104,4 +109,34 @@ pub fn markdown(cap: &Capacity) -> String {
         md.push('\n');
     }
     md
+}
+
+/// The in-process table: the relay's CPU per datagram by stage.
+fn stages(md: &mut String, cap: &Capacity) {
+    if cap.stages.is_empty() {
+        return;
+    }
+    md.push_str(
+        "Where the relay's CPU goes, per datagram moved (in + out), by stage: the same relay \
+         (transport `Server`, glue, `Router`) in process on the deterministic netsim with a \
+         virtual clock and no socket (`bench --internal-hotpath M T`), each entry point timed \
+         with the real clock. The protocol's own cost, to which the serve loop adds the \
+         kernel's.\n\n| matches | peers completed | receive ns | route ns | transmit ns | \
+         poll_timeout ns | total ns |\n|---|---|---|---|---|---|---|\n",
+    );
+    for s in &cap.stages {
+        let _ = writeln!(
+            md,
+            "| {} | {}/{} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            s.matches,
+            s.completed,
+            s.matches * 4,
+            s.per_datagram(s.receive_ns),
+            s.per_datagram(s.route_ns),
+            s.per_datagram(s.transmit_ns),
+            s.per_datagram(s.timeout_ns),
+            s.total_per_datagram()
+        );
+    }
+    md.push('\n');
 }

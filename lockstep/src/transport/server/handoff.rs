@@ -52,6 +52,7 @@ impl Server {
     pub fn detach(&mut self, conn: ConnId, first: Option<Vec<u8>>) -> Option<Detached> {
         let slot = self.conns.remove(&conn)?;
         self.by_addr.remove(&slot.addr);
+        self.schedule.remove(conn);
         let mut pending: Vec<Vec<u8>> = first.into_iter().collect();
         let mut rest = std::collections::VecDeque::with_capacity(self.events.len());
         for ev in self.events.drain(..) {
@@ -78,7 +79,7 @@ impl Server {
     /// # Errors
     /// The connection, when this server is full.
     pub fn attach(&mut self, moved: Detached, now: Instant) -> Result<ConnId, Detached> {
-        self.now = self.now.max(now);
+        self.set_now(now);
         let addr = moved.slot.addr;
         if let Some(&old) = self.by_addr.get(&addr) {
             self.remove(old, super::DisconnectReason::Replaced);

@@ -5,6 +5,7 @@ mod bulk;
 mod connection;
 mod latency;
 mod reliability;
+mod schedule;
 mod tokens;
 
 use super::*;
@@ -67,7 +68,9 @@ impl Harness {
 
     fn flush(&mut self) {
         let mut buf = Vec::new();
+        self.server.check_schedule();
         while let Some(to) = self.server.poll_transmit(self.now, &mut buf) {
+            self.server.check_schedule();
             assert!(buf.len() <= wire::MAX_PACKET);
             self.sizes.push((addr(SERVER), to, buf.len()));
             self.net.send(self.now, addr(SERVER), to, &buf);
@@ -122,6 +125,7 @@ impl Harness {
                 }
             }
             self.server.handle_timeout(self.now);
+            self.server.check_schedule();
             for c in &mut self.clients {
                 c.handle_timeout(self.now);
             }
