@@ -48,7 +48,10 @@ pub struct TransportConfig {
     pub congestion: CongestionConfig,
     /// Send tokens the bucket can hold (burst size).
     pub burst: u32,
-    /// How long an owed ack may wait for data to ride on (5 ms); once
+    /// How long an owed ack may wait for data to ride on (25 ms: a peer's
+    /// ack of a bundle rides on the hash it sends once it has played the
+    /// turn, and the relay's on a bundle due soon; longer coalesces more
+    /// but postpones the resend of a message nothing else follows); once
     /// four ack-eliciting packets are unanswered it is due at once.
     pub ack_delay: Duration,
     /// Handshake packet resend interval (250 ms).
@@ -75,7 +78,7 @@ impl Default for TransportConfig {
             redundancy: true,
             congestion: CongestionConfig::default(),
             burst: 3,
-            ack_delay: Duration::from_millis(5),
+            ack_delay: Duration::from_millis(25),
             handshake_resend: Duration::from_millis(250),
             disconnect_copies: 3,
             backpressure_timeout: Duration::from_secs(5),

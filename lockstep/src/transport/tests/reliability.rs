@@ -211,32 +211,6 @@ fn small_messages_above_the_packet_rate_are_not_held_by_pacing() {
 }
 
 #[test]
-fn full_packets_are_still_paced_at_the_packet_rate() {
-    // 200-byte messages every 10 ms: packets fill up (new data and
-    // ride-along copies), so each
-    // costs about a whole token and the good-mode rate (30/s, burst 3) holds.
-    let link = LinkConfig::with_latency(Duration::from_millis(30));
-    let mut h = Harness::new(1, link, TransportConfig::default(), 16);
-    h.connect();
-    let before = h.net.counters(client_addr(0), addr(SERVER)).sent;
-    let start = h.now;
-    let mut next = start;
-    let stop = start + Duration::from_secs(2);
-    let mut k = 0u32;
-    h.run_until(stop, |h| {
-        while h.now >= next {
-            let _ = h.clients[0].send(Channel::Reliable, &numbered(b'L', k, 200));
-            k += 1;
-            next += Duration::from_millis(10);
-        }
-    });
-    let sent = h.net.counters(client_addr(0), addr(SERVER)).sent - before;
-    // 30/s for 2 s, the burst, and the first packets that are not full yet;
-    // unpaced, the 200 messages would take about 200 packets.
-    assert!((55..=72).contains(&sent), "{sent} packets in 2 s");
-}
-
-#[test]
 fn redundancy_buys_unreliable_delivery_under_loss() {
     let run = |redundancy: bool| {
         let link = LinkConfig {
