@@ -42,7 +42,7 @@ pub struct PlayoutConfig {
 impl Default for PlayoutConfig {
     fn default() -> Self {
         Self {
-            percentile: 60,
+            percentile: 50,
             max_buffer_permille: 500,
         }
     }

@@ -527,6 +527,22 @@ impl Connection {
         };
     }
 
+    /// What a packet of `len` bytes costs from the turn bucket (µs of
+    /// credit): a full-size packet one whole token (one packet interval), a
+    /// smaller one its share of that, IP/UDP headers counted. The congestion
+    /// mode's packet rate is thus a byte budget of that many full packets a
+    /// second: an input or a bundle of a few dozen bytes does not wait behind
+    /// the hashes and acks of the turn before (which a pure packet count made
+    /// it do once turns came as fast as the packet rate), while large packets
+    /// (full of ride-along copies, as on a congested link) are paced as before.
+    /// A packet still needs a whole token in the bucket to leave.
+    fn charge(&self, len: usize) -> u64 {
+        const IP_UDP: u64 = 28;
+        let token = self.congestion.interval().as_micros();
+        let len = (len as u64).min(MAX_PACKET as u64) + IP_UDP;
+        token * len / (MAX_PACKET as u64 + IP_UDP)
+    }
+
     fn tokens_at(&self, tokens: u64) -> Instant {
         let need = tokens * self.congestion.interval().as_micros();
         if self.credit >= need {
@@ -645,9 +661,7 @@ impl Connection {
             std::mem::take(&mut self.bulk_serials),
         );
         self.send_counter += 1;
-        self.credit = self
-            .credit
-            .saturating_sub(self.congestion.interval().as_micros());
+        self.credit = self.credit.saturating_sub(self.charge(buf.len()));
         self.last_send = now;
         self.packets_sent += 1;
         self.bytes_sent += buf.len() as u64;

@@ -217,7 +217,11 @@ fn redundancy_repeats_new_reliable_messages_early() {
 #[test]
 fn unreliable_copies_go_in_distinct_packets_and_are_deduplicated() {
     assert_eq!(copies_for_loss(0.0), 0);
+    assert_eq!(copies_for_loss(0.05), 0);
+    assert_eq!(copies_for_loss(0.07), 0);
+    assert_eq!(copies_for_loss(0.08), 1);
     assert_eq!(copies_for_loss(0.1), 1);
+    assert_eq!(copies_for_loss(0.15), 2);
     assert_eq!(copies_for_loss(0.2), 2);
     assert_eq!(copies_for_loss(0.9), 3);
     let mut o = Outgoing::new(8, 1 << 16);

@@ -74,11 +74,20 @@ impl Game {
 
     /// Pings every connected player whose ping is due.
     pub(super) fn send_pings(&mut self, now: Instant, config: &RelayConfig, out: &mut Outbox) {
+        // Under the clock policy no input delay is chosen from these
+        // samples (they are figures for stats), and the turn traffic keeps
+        // the link alive: one ping per four intervals, so a busy match does
+        // not spend a datagram each way on every ping (bandwidth, #13).
+        let every = if config.policy == crate::TurnPolicy::Clock {
+            config.ping_interval.saturating_mul(4)
+        } else {
+            config.ping_interval
+        };
         for slot in &mut self.slots {
             if let Some(conn) = slot.conn
                 && now >= slot.next_ping
             {
-                slot.next_ping = now + config.ping_interval;
+                slot.next_ping = now + every;
                 slot.pings.record(now.as_micros());
                 out.send(
                     conn,
@@ -101,7 +110,11 @@ mod tests {
 
     /// A router with a started two-player match; the pings each connection got.
     fn started() -> (Router, Instant, Vec<(ConnId, u64)>) {
-        let mut r = Router::new(RelayConfig::default());
+        started_with(RelayConfig::default())
+    }
+
+    fn started_with(config: RelayConfig) -> (Router, Instant, Vec<(ConnId, u64)>) {
+        let mut r = Router::new(config);
         let now = Instant::from_millis(10);
         for c in 0..2u32 {
             let addr = SocketAddr::from(([127, 0, 0, 1], 5000 + c as u16));
@@ -144,6 +157,33 @@ mod tests {
         assert_eq!(r.counters().bad_state, before, "a real ping's pong");
         r.handle_message(now, conn, &pong(stamp));
         assert_eq!(r.counters().bad_state, before + 1, "answered twice");
+    }
+
+    /// Pings to connection 0 in the first 4 s of a match, a millisecond
+    /// step at a time, everything else (bundles) drained.
+    fn pings_in_4_s(policy: crate::TurnPolicy) -> usize {
+        let (mut r, start, pings) = started_with(RelayConfig {
+            policy,
+            ..RelayConfig::default()
+        });
+        let mut n = pings.iter().filter(|(c, _)| *c == ConnId(0)).count();
+        for ms in 1..=4000 {
+            r.handle_timeout(start + Duration::from_millis(ms));
+            while let Some((c, _, b)) = r.poll_outgoing() {
+                if c == ConnId(0) && matches!(ToPeer::decode(&b), Ok(ToPeer::Ping { .. })) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    #[test]
+    fn under_the_clock_policy_pings_go_every_four_intervals() {
+        // 250 ms interval: 1 + 16 pings in 4 s under deadline, 1 + 4 under
+        // clock (bandwidth: no input delay is chosen from them).
+        assert_eq!(pings_in_4_s(crate::TurnPolicy::Deadline), 17);
+        assert_eq!(pings_in_4_s(crate::TurnPolicy::Clock), 5);
     }
 
     #[test]

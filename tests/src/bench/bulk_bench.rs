@@ -413,7 +413,7 @@ pub fn markdown(quick: bool) -> String {
     let _ = writeln!(
         md,
         "\n**Datagrams per second** (5 % loss). A packet goes when there is new data, a resend or \
-         an owed ack (coalesced for `ack_delay`, 5 ms), or a keep-alive after 250 ms of silence; \
+         an owed ack (coalesced for `ack_delay`, 25 ms), or a keep-alive after 250 ms of silence; \
          never at every pacing tick.\n\n\
          | link | datagrams/s client → server | server → client |\n|---|---|---|\n\
          | lockstep-like: 30 B up and 120 B down every 100 ms | {:.1} | {:.1} |\n\

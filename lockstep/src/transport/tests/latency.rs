@@ -181,7 +181,13 @@ fn packets_go_only_when_there_is_something_to_say() {
 #[test]
 fn an_ack_rides_on_data_sent_within_the_ack_delay() {
     let link = LinkConfig::with_latency(Duration::from_millis(25));
-    let mut h = Harness::new(1, link, TransportConfig::default(), 61);
+    // A 5 ms delay: the 2 ms rule under test, with the keep-alives of the
+    // settling second out of the measured window.
+    let cfg = TransportConfig {
+        ack_delay: Duration::from_millis(5),
+        ..TransportConfig::default()
+    };
+    let mut h = Harness::new(1, link, cfg, 61);
     h.connect();
     let conn = h.conn_of(0);
     let settle = h.now + Duration::from_secs(1);

@@ -184,6 +184,33 @@ fn new_reliable_data_leaves_on_the_next_poll() {
 }
 
 #[test]
+fn small_messages_above_the_packet_rate_are_not_held_by_pacing() {
+    // 33 ms turns: a hash every turn (30/s, the good-mode packet rate) and
+    // the player's commands between them, 40 small messages a second. The
+    // bucket is charged by size, so none waits for a token; a pure packet
+    // count held every message past the thirtieth of each second.
+    let link = LinkConfig::with_latency(Duration::from_millis(30));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 15);
+    h.connect();
+    let conn = h.conn_of(0);
+    let mut buf = Vec::new();
+    for k in 0..80u32 {
+        let t = h.now + Duration::from_millis(25);
+        h.run_until(t, |_| {});
+        h.flush();
+        h.clients[0]
+            .send(Channel::Reliable, &numbered(b's', k, 20))
+            .unwrap();
+        let to = h.clients[0].poll_transmit(h.now, &mut buf);
+        assert_eq!(to, Some(addr(SERVER)), "message {k} left at once");
+        h.net.send(h.now, client_addr(0), addr(SERVER), &buf);
+    }
+    let t = h.now + Duration::from_secs(1);
+    h.run_until(t, |_| {});
+    assert_eq!(h.server_messages(conn).len(), 80);
+}
+
+#[test]
 fn redundancy_buys_unreliable_delivery_under_loss() {
     let run = |redundancy: bool| {
         let link = LinkConfig {
