@@ -337,6 +337,7 @@ impl Session {
             }
             ToPeer::Resume(resume) => self.resume(now, resume),
             ToPeer::SnapshotChunk(chunk) => self.on_snapshot_chunk(chunk),
+            ToPeer::Heal(heal) => self.heal(heal),
         }
         self.advance(now);
     }

@@ -7,7 +7,7 @@ use super::playout::{Ledger, Playout};
 use super::{Phase, Running, Session};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
-use crate::proto::{MAX_SNAPSHOT_CHUNK, Resume, SnapshotChunk, ToRelay};
+use crate::proto::{Heal, MAX_SNAPSHOT_CHUNK, Resume, SnapshotChunk, ToRelay};
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
 use sim::{StateHash, Turn};
@@ -194,6 +194,46 @@ impl Session {
             }),
             upload: Upload::default(),
         }));
+    }
+
+    /// `--on-desync heal`: the relay re-synchronises this running peer.
+    /// Like a rejoin's resume without a new schedule: the world is dropped,
+    /// every turn after the snapshot runs again from the tail that follows
+    /// (turns already buffered are dropped: the tail holds them), own inputs
+    /// pause until the peer caught up.
+    pub(super) fn heal(&mut self, heal: Heal) {
+        let Phase::Running(r) = &mut self.phase else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        if r.restoring.is_some() {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let next_exec = heal.snapshot.map_or(r.first_turn, |(t, _, _)| t.next());
+        let restored = heal.snapshot.is_none();
+        r.next_exec = next_exec;
+        r.consumed = next_exec.0.checked_sub(1).map(Turn);
+        r.last_hashed = r.consumed;
+        r.buffer = TurnBuffer::default();
+        r.arrived.clear();
+        r.sections.clear();
+        r.waiting = None;
+        r.stall_notified = None;
+        r.upload = Upload::default();
+        r.restoring = Some(Restoring {
+            snapshot: heal.snapshot,
+            buf: Vec::new(),
+            restored,
+            live: heal.live,
+        });
+        self.stats.heals += 1;
+        self.events.push_back(Event::Healing {
+            desync_turn: heal.desync_turn,
+        });
+        if restored {
+            self.events.push_back(Event::Restored { snapshot: None });
+        }
     }
 
     /// A piece of the rejoin snapshot: appended in order; the whole, once
