@@ -494,7 +494,12 @@ mod tests {
             s.handle_message(late, &bundle(t));
         }
         let (out, ev) = drain(&mut s);
-        assert_eq!(ev, vec![Event::Healing { desync_turn: Turn(7) }]);
+        assert_eq!(
+            ev,
+            vec![Event::Healing {
+                desync_turn: Turn(7)
+            }]
+        );
         assert!(!out.iter().any(|m| matches!(m, ToRelay::Input { .. })));
         let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
             turn: Turn(4),

@@ -10,8 +10,8 @@
 //! The heal waits for the desync report: the narrowing asks the odd peer
 //! about its diverged world, which a heal would replace.
 
+use super::Game;
 use super::snapshots::Base;
-use super::{Game, MatchRoom, Phase};
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
@@ -68,9 +68,10 @@ impl Game {
             Base::Lost => {
                 // Nothing to restore from: the match plays on as with `continue`.
                 self.healing = None;
-                return vec![format!(
+                return vec![
                     "heal refused: no agreed snapshot to restore from (the bundle tail outgrew its limit); the match continues"
-                )];
+                        .into(),
+                ];
             }
         };
         let live = self.next_close;
@@ -113,7 +114,10 @@ impl Game {
             }
             healed.push(p);
         }
-        let from = snapshot.map_or_else(|| "the setup".to_string(), |(t, _, _)| format!("the agreed snapshot of turn {t}"));
+        let from = snapshot.map_or_else(
+            || "the setup".to_string(),
+            |(t, _, _)| format!("the agreed snapshot of turn {t}"),
+        );
         let names: Vec<String> = healed.iter().map(|p| format!("P{}", p.0)).collect();
         if let Some(h) = self.healing.as_mut() {
             h.pending.clone_from(&healed);
@@ -198,13 +202,5 @@ impl Game {
             took_us: took.as_micros(),
         });
         self.healing = None;
-    }
-}
-
-impl MatchRoom {
-    /// Whether a heal is under way (for tests and metrics).
-    #[allow(dead_code)] // read by tests
-    pub(crate) fn healing(&self) -> bool {
-        matches!(&self.phase, Phase::Running(g) if g.healing.is_some())
     }
 }

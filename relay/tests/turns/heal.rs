@@ -31,7 +31,13 @@ fn verdicts_from(events: &[RouterEvent], from: Turn) -> (Vec<u32>, Vec<u32>) {
     (agreed, disputed)
 }
 
-fn rts(players: u8, turns: u32, desync_at: u32, loss: f64, config: RelayConfig) -> super::forensics::Run {
+fn rts(
+    players: u8,
+    turns: u32,
+    desync_at: u32,
+    loss: f64,
+    config: RelayConfig,
+) -> super::forensics::Run {
     run::<sim::game::World, sim::bot::Bot>(
         players,
         turns,
@@ -57,7 +63,9 @@ fn a_perturbed_peer_is_healed_and_agrees_on_every_later_turn_under_loss() {
     let rep = report(&r.events);
     assert_eq!(rep.odd_players, vec![odd.0]);
     assert!(
-        rep.notes.iter().any(|n| n.starts_with(&format!("healed: P{}", odd.0))),
+        rep.notes
+            .iter()
+            .any(|n| n.starts_with(&format!("healed: P{}", odd.0))),
         "{:?}",
         rep.notes
     );
@@ -101,7 +109,10 @@ fn a_perturbed_peer_is_healed_and_agrees_on_every_later_turn_under_loss() {
         "{:?}",
         r.finals
     );
-    eprintln!("heal: desync at 40, healed from snapshot {base:?}, agreeing from {from:?}; stall {:?} ms", r.stall_ms);
+    eprintln!(
+        "heal: desync at 40, healed from snapshot {base:?}, agreeing from {from:?}; stall {:?} ms",
+        r.stall_ms
+    );
 }
 
 /// A desync before the first agreed snapshot heals from the setup's world
@@ -137,7 +148,9 @@ fn two_players_refuse_the_heal_and_play_on() {
     let rep = report(&r.events);
     assert!(rep.no_majority);
     assert!(
-        rep.notes.iter().any(|n| n.starts_with("heal refused: no majority")),
+        rep.notes
+            .iter()
+            .any(|n| n.starts_with("heal refused: no majority")),
         "{:?}",
         rep.notes
     );
