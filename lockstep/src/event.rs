@@ -143,4 +143,13 @@ pub enum Event {
         /// The first turn with them again.
         turn: Turn,
     },
+    /// `--on-desync heal`: this peer's world diverged at `desync_turn` and
+    /// the relay re-synchronises it. Drop the world and rebuild it from the
+    /// setup; an [`Event::Restored`] (the agreed snapshot, or `None`: keep
+    /// the setup's world) follows, then the turns after it, then
+    /// [`Event::CaughtUp`].
+    Healing {
+        /// The desync being healed.
+        desync_turn: Turn,
+    },
 }

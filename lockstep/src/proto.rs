@@ -21,7 +21,7 @@ pub use forensics::{
 mod rejoin;
 pub use reject::RejectReason;
 pub use rejoin::{
-    MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret, Resume, SnapshotChunk,
+    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret, Resume, SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -392,8 +392,11 @@ pub enum ToPeer {
     /// The rejoin was accepted: restore from here (snapshot chunks and the
     /// tail of bundles follow).
     Resume(Resume),
-    /// A piece of the snapshot named in [`ToPeer::Resume`].
+    /// A piece of the snapshot named in [`ToPeer::Resume`] or [`ToPeer::Heal`].
     SnapshotChunk(SnapshotChunk),
+    /// `--on-desync heal`: drop your world and restore the agreed one
+    /// (snapshot chunks and the tail of bundles follow).
+    Heal(Heal),
 }
 
 /// Why bytes are not a valid protocol message.
@@ -655,6 +658,10 @@ impl ToPeer {
                 )
             }
             Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
+            Self::Heal(h) => check(
+                h.snapshot.is_none_or(|(_, _, n)| n <= MAX_SNAPSHOT_TOTAL),
+                "snapshot length",
+            ),
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }

@@ -19,6 +19,12 @@ pub enum DesyncPolicy {
     /// `EndReason::Desync` once its forensics report is done (at most
     /// `forensics_timeout` later).
     End,
+    /// Report the desync, then re-synchronise the odd players from the
+    /// latest agreed snapshot and the bundle tail on their live connections
+    /// (the rejoin path, without a reconnect) while the others play on.
+    /// Refused, with a note in the report, when there is no majority (two
+    /// players): the match then continues as with `Continue`.
+    Heal,
 }
 
 /// How the relay runs matches.

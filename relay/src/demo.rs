@@ -8,6 +8,10 @@
 //! This module and the relay binary's `main.rs` are the only places of the
 //! relay crate that know a game: the server modules host any game.
 
+mod heal;
+
+pub use heal::DemoHeal;
+
 use crate::config::RelayConfig;
 use crate::event::{MatchInfo, RouterEvent};
 use crate::recorder::{Recorded, Recorder};
@@ -244,6 +248,8 @@ pub struct DemoReport {
     pub spectators: Vec<DemoSpectator>,
     /// Desyncs the relay detected.
     pub desyncs: Vec<DemoDesync>,
+    /// Heals (`--on-desync heal`): turn, players, time to agreement.
+    pub heals: Vec<DemoHeal>,
     /// Players the relay dropped: (player, first turn without them, reason).
     pub drops: Vec<DemoDrop>,
     /// The replay.
@@ -255,10 +261,12 @@ pub struct DemoReport {
 }
 
 impl DemoReport {
-    /// Process exit code: 0 all good, 3 desync detected, 1 anything else.
+    /// Process exit code: 0 all good (with `--on-desync heal`: every
+    /// desync healed and the hashes agree at the end), 3 desync detected,
+    /// 1 anything else.
     #[must_use]
     pub fn exit_code(&self) -> i32 {
-        if !self.desyncs.is_empty() {
+        if !self.desyncs.is_empty() && !self.all_healed() {
             3
         } else if self.hashes_agree && self.replay.verified {
             0
@@ -324,6 +332,7 @@ impl DemoReport {
                 p.summary.rejoin_ms.unwrap_or(0.0)
             ));
         }
+        s.push_str(&self.heal_lines());
         for d in &self.desyncs {
             s.push_str(&format!(
                 "DESYNC at turn {}: odd players {:?} (peers {:?}), differing sections {:?}\n",
@@ -793,6 +802,7 @@ fn report(
     DemoReport {
         peers,
         spectators,
+        heals: heal::heals(notes),
         desyncs,
         drops,
         replay,

@@ -194,4 +194,32 @@ pub enum RouterEvent {
         /// First turn with them again.
         turn: Turn,
     },
+    /// `--on-desync heal`: the odd `players` of the desync of `desync_turn`
+    /// are being re-synchronised from the agreed snapshot of turn
+    /// `snapshot` (`None`: from the setup) and the bundles after it.
+    Healing {
+        /// Which match.
+        id: MatchId,
+        /// The desync being healed.
+        desync_turn: Turn,
+        /// Who is healed.
+        players: Vec<PlayerId>,
+        /// The snapshot they restore.
+        snapshot: Option<Turn>,
+    },
+    /// A heal is done: every player's hash agrees again at `turn`, the
+    /// first judged turn the healed players count in; `took_us` from the
+    /// relay judging the desync to that agreement.
+    Healed {
+        /// Which match.
+        id: MatchId,
+        /// The desync healed.
+        desync_turn: Turn,
+        /// Who was healed.
+        players: Vec<PlayerId>,
+        /// The first agreeing turn with them.
+        turn: Turn,
+        /// Microseconds from the desync's verdict to that agreement.
+        took_us: u64,
+    },
 }

@@ -94,8 +94,9 @@ struct RelayArgs {
     /// Drop a player silent this long (ms).
     #[arg(long, default_value_t = 5000)]
     silence_timeout_ms: u64,
-    /// What a desync does: `continue` (report it, play on) or `end` (report
-    /// it, then end the match with reason `desync`). `heal` is not built yet.
+    /// What a desync does: `continue` (report it, play on), `end` (report
+    /// it, then end the match with reason `desync`) or `heal` (report it,
+    /// then re-synchronise the odd players from the agreed snapshot).
     #[arg(long, value_enum, default_value_t = OnDesyncArg::Continue)]
     on_desync: OnDesyncArg,
     /// Ask a player for an agreed snapshot every this many turns (0: never;
@@ -120,6 +121,8 @@ enum OnDesyncArg {
     Continue,
     /// Report the desync, then end the match for everyone.
     End,
+    /// Report the desync, then re-synchronise the odd players.
+    Heal,
 }
 
 impl RelayArgs {
@@ -133,6 +136,7 @@ impl RelayArgs {
             on_desync: match self.on_desync {
                 OnDesyncArg::Continue => DesyncPolicy::Continue,
                 OnDesyncArg::End => DesyncPolicy::End,
+                OnDesyncArg::Heal => DesyncPolicy::Heal,
             },
             rejoin: relay::rejoin::RejoinConfig {
                 snapshot_every: self.snapshot_every,

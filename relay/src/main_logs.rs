@@ -102,6 +102,8 @@ const fn event_level(e: &RouterEvent) -> Level {
         RouterEvent::MatchStarted { .. }
         | RouterEvent::Rejoining { .. }
         | RouterEvent::Rejoined { .. }
+        | RouterEvent::Healing { .. }
+        | RouterEvent::Healed { .. }
         | RouterEvent::DelayChanged { .. }
         | RouterEvent::MatchEnded { .. } => Level::Info,
     }
@@ -207,6 +209,23 @@ pub(crate) fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::V
             "event": "rejoining", "match": id.0, "player": player.0, "snapshot_turn": snapshot.map(|t| t.0) }),
         RouterEvent::Rejoined { id, player, turn } => json!({
             "event": "rejoined", "match": id.0, "player": player.0, "turn": turn.0 }),
+        RouterEvent::Healing {
+            id,
+            desync_turn,
+            players,
+            snapshot,
+        } => json!({
+            "event": "healing", "match": id.0, "desync_turn": desync_turn.0,
+            "players": players.iter().map(|p| p.0).collect::<Vec<_>>(), "snapshot_turn": snapshot.map(|t| t.0) }),
+        RouterEvent::Healed {
+            id,
+            desync_turn,
+            players,
+            turn,
+            took_us,
+        } => json!({
+            "event": "healed", "match": id.0, "desync_turn": desync_turn.0,
+            "players": players.iter().map(|p| p.0).collect::<Vec<_>>(), "turn": turn.0, "took_ms": took_us / 1000 }),
         RouterEvent::PeerReport { .. } => return None,
         RouterEvent::MatchEnded { id, turn, reason } => json!({
             "event": "match_ended", "match": id.0, "turn": turn.map(|t| t.0), "reason": reason.to_string() }),

@@ -107,6 +107,8 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         | RouterEvent::PeerReport { id, .. }
         | RouterEvent::Rejoining { id, .. }
         | RouterEvent::Rejoined { id, .. }
+        | RouterEvent::Healing { id, .. }
+        | RouterEvent::Healed { id, .. }
         | RouterEvent::MatchEnded { id, .. } => *id,
     }
 }
@@ -472,7 +474,11 @@ impl Recorder {
                     report: r.report,
                 }));
             }
-            RouterEvent::PeerReport { .. } | RouterEvent::Rejoining { .. } => {}
+            // A heal is recorded as the desync report's note.
+            RouterEvent::PeerReport { .. }
+            | RouterEvent::Rejoining { .. }
+            | RouterEvent::Healing { .. }
+            | RouterEvent::Healed { .. } => {}
         }
         Ok(None)
     }

@@ -46,6 +46,12 @@ pub struct GameSession<S: Simulation> {
     pub(super) secret: Option<(PlayerId, crate::proto::RejoinSecret)>,
     /// Watching, not playing.
     pub(super) spectating: bool,
+    /// The match's setup, once started: a heal without a snapshot rebuilds
+    /// the world from it.
+    pub(super) setup: Option<MatchSetup>,
+    /// After a heal: the last turn already recorded (turns up to it run
+    /// again and are not written twice).
+    pub(super) recorded_through: Option<Turn>,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -263,6 +269,7 @@ impl<S: Simulation> GameSession<S> {
                 ..
             } => {
                 let world = S::new(&setup);
+                self.setup = Some(setup.clone());
                 self.player = Some(your_player);
                 self.started_at = Some(now);
                 if self.rejoin_sent.is_none() && !self.spectating {
@@ -364,6 +371,15 @@ impl<S: Simulation> GameSession<S> {
                 self.record_with(|w| w.record_rejoin(player, turn));
                 PeerEvent::PlayerRejoined { player, turn }
             }
+            Event::Healing { .. } => {
+                // The diverged world goes; the setup's world stands in until
+                // the snapshot (if any) replaces it.
+                let recorded = self.last.map(|(t, _)| t);
+                self.recorded_through = self.recorded_through.max(recorded);
+                self.world = self.setup.as_ref().map(S::new);
+                self.last = None;
+                return None;
+            }
         })
     }
 
@@ -447,6 +463,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some((at, fault)) = self.fault
             && at == turn
         {
+            // Once: a healed peer runs the turn again and must agree then.
+            self.fault = None;
             fault(world, turn);
         }
         let hash = world.state_hash();
@@ -466,7 +484,8 @@ impl<S: Simulation> GameSession<S> {
         if self.session.report_hash(turn, hash, sections).is_err() {
             self.note_error(format!("could not report hash of turn {turn}"));
         }
-        if let Some(rec) = self.record.as_mut()
+        let rerun = self.recorded_through.is_some_and(|r| turn <= r);
+        if let Some(rec) = self.record.as_mut().filter(|_| !rerun)
             && let Err(e) = rec.turn(turn, raw, hash, keyframe.as_deref())
         {
             self.note_error(format!("recording: {e}"));

@@ -304,6 +304,8 @@ impl<S: Simulation> PeerBuilder<S> {
             rejoin_took: None,
             secret: None,
             spectating: self.spectate,
+            setup: None,
+            recorded_through: None,
         })
     }
 }

@@ -104,6 +104,21 @@ pub struct Resume {
     pub spectator: bool,
 }
 
+/// `--on-desync heal`: the relay re-synchronises this peer, whose world
+/// diverged from the majority's, on its live connection. The peer drops its
+/// world, restores the snapshot (chunks follow) or the setup's world, plays
+/// the tail of bundles that follows at full speed and plays on; its inputs
+/// and hashes count again once it reports [`super::ToRelay::CaughtUp`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heal {
+    /// The desync being healed.
+    pub desync_turn: Turn,
+    /// The agreed snapshot to restore, as in [`Resume::snapshot`].
+    pub snapshot: Option<(Turn, StateHash, u32)>,
+    /// The next turn the relay will close, as in [`Resume::live`].
+    pub live: Turn,
+}
+
 impl SnapshotChunk {
     /// Checks the chunk's own bounds.
     pub(super) fn valid(&self) -> bool {

@@ -337,6 +337,7 @@ impl Session {
             }
             ToPeer::Resume(resume) => self.resume(now, resume),
             ToPeer::SnapshotChunk(chunk) => self.on_snapshot_chunk(chunk),
+            ToPeer::Heal(heal) => self.heal(heal),
         }
         self.advance(now);
     }
@@ -547,8 +548,9 @@ impl Session {
         if r.stalled(now) {
             r.stall_accounted = r.stall_accounted.max(now);
         }
-        // Stall notice: the due turn has been missing for a whole turn length.
+        // Stall notice: the due turn missing a turn length (restoring: the tail is coming).
         if !r.buffer.has(r.next_exec)
+            && !r.restoring()
             && r.end.is_none()
             && r.stall_notified != Some(r.next_exec)
             && now >= r.due(r.next_exec) + r.turn_length

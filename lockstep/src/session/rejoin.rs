@@ -7,7 +7,7 @@ use super::playout::{Ledger, Playout};
 use super::{Phase, Running, Session};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
-use crate::proto::{MAX_SNAPSHOT_CHUNK, Resume, SnapshotChunk, ToRelay};
+use crate::proto::{Heal, MAX_SNAPSHOT_CHUNK, Resume, SnapshotChunk, ToRelay};
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
 use sim::{StateHash, Turn};
@@ -194,6 +194,46 @@ impl Session {
             }),
             upload: Upload::default(),
         }));
+    }
+
+    /// `--on-desync heal`: the relay re-synchronises this running peer.
+    /// Like a rejoin's resume without a new schedule: the world is dropped,
+    /// every turn after the snapshot runs again from the tail that follows
+    /// (turns already buffered are dropped: the tail holds them), own inputs
+    /// pause until the peer caught up.
+    pub(super) fn heal(&mut self, heal: Heal) {
+        let Phase::Running(r) = &mut self.phase else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        if r.restoring.is_some() {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let next_exec = heal.snapshot.map_or(r.first_turn, |(t, _, _)| t.next());
+        let restored = heal.snapshot.is_none();
+        r.next_exec = next_exec;
+        r.consumed = next_exec.0.checked_sub(1).map(Turn);
+        r.last_hashed = r.consumed;
+        r.buffer = TurnBuffer::default();
+        r.arrived.clear();
+        r.sections.clear();
+        r.waiting = None;
+        r.stall_notified = None;
+        r.upload = Upload::default();
+        r.restoring = Some(Restoring {
+            snapshot: heal.snapshot,
+            buf: Vec::new(),
+            restored,
+            live: heal.live,
+        });
+        self.stats.heals += 1;
+        self.events.push_back(Event::Healing {
+            desync_turn: heal.desync_turn,
+        });
+        if restored {
+            self.events.push_back(Event::Restored { snapshot: None });
+        }
     }
 
     /// A piece of the rejoin snapshot: appended in order; the whole, once
@@ -423,6 +463,76 @@ mod tests {
             })
             .collect();
         assert_eq!(turns, (50..55).collect::<Vec<_>>());
+    }
+
+    /// `--on-desync heal` on a running peer: the relay's `Heal` drops the
+    /// turns after the snapshot, the tail runs again after the snapshot is
+    /// here, no input leaves before the peer caught up, then play goes on.
+    #[test]
+    fn a_heal_restores_and_replays_the_tail_on_the_live_session() {
+        let t0 = Instant::from_millis(0);
+        let mut s = SessionBuilder::new().with_match("m", 2).build(t0).unwrap();
+        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
+            Ok(ToPeer::Resume(r)) => r.start,
+            other => panic!("{other:?}"),
+        };
+        start.your_player = PlayerId(0);
+        s.handle_message(t0, &ToPeer::Start(start).to_bytes());
+        let late = t0 + Duration::from_millis(1500);
+        for t in 0..10 {
+            s.handle_message(late, &bundle(t));
+        }
+        let _ = drain(&mut s);
+        let hash = StateHash([4; 32]);
+        let heal = ToPeer::Heal(Heal {
+            desync_turn: Turn(7),
+            snapshot: Some((Turn(4), hash, 2)),
+            live: Turn(10),
+        });
+        s.handle_message(late, &heal.to_bytes());
+        for t in 5..10 {
+            s.handle_message(late, &bundle(t));
+        }
+        let (out, ev) = drain(&mut s);
+        assert_eq!(
+            ev,
+            vec![Event::Healing {
+                desync_turn: Turn(7)
+            }]
+        );
+        assert!(!out.iter().any(|m| matches!(m, ToRelay::Input { .. })));
+        let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
+            turn: Turn(4),
+            hash,
+            total: 2,
+            offset: 0,
+            bytes: vec![1, 2],
+        });
+        s.handle_message(late, &chunk.to_bytes());
+        let (out, ev) = drain(&mut s);
+        assert_eq!(
+            ev[0],
+            Event::Restored {
+                snapshot: Some((Turn(4), hash, vec![1, 2]))
+            }
+        );
+        let turns: Vec<u32> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::TurnReady { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(turns, (5..10).collect::<Vec<_>>());
+        assert!(ev.contains(&Event::CaughtUp { turn: Turn(9) }));
+        assert!(out.contains(&ToRelay::CaughtUp { turn: Turn(9) }));
+        // Turns before the snapshot's next one are not hashed twice over:
+        // the replayed turns report again, the relay ignores judged ones.
+        assert!(s.report_hash(Turn(5), hash, Vec::new()).is_ok());
+        assert_eq!(s.stats(late).heals, 1);
+        // A second heal while restoring would be refused; here it is
+        // accepted again once caught up.
+        assert_eq!(s.stats(late).bad_messages, 0);
     }
 
     /// An upload leaves in paced chunks of the configured size, in order.

@@ -83,4 +83,6 @@ pub struct SessionStats {
     pub turn_length: Duration,
     /// Snapshots this peer was asked for and uploaded.
     pub snapshots_uploaded: u32,
+    /// Times the relay re-synchronised this peer (`--on-desync heal`).
+    pub heals: u32,
 }

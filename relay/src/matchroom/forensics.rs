@@ -126,6 +126,11 @@ impl Game {
             complete: true,
             ..DesyncReport::default()
         };
+        if majority_member.is_none() && config.on_desync == crate::config::DesyncPolicy::Heal {
+            report.notes.push(
+                "heal refused: no majority (two players or a tie), the relay cannot tell who is odd; the match continues".into(),
+            );
+        }
         // The reference side: the majority, or with none the lowest player's hash.
         let mut sorted = hashes.to_vec();
         sorted.sort();
@@ -471,7 +476,9 @@ impl Game {
         if !done {
             return;
         }
-        if let Some(f) = self.forensics.take() {
+        if let Some(mut f) = self.forensics.take() {
+            let heal = self.send_heal(id, out);
+            f.report.notes.extend(heal);
             out.events.push_back(RouterEvent::DesyncReport {
                 id,
                 report: Box::new(f.report),

@@ -52,6 +52,7 @@ impl Game {
             v
         };
         for (turn, verdict) in verdicts {
+            self.heal_judged(turn, matches!(verdict, Verdict::Agreed(_)));
             match verdict {
                 Verdict::Agreed(hash) => {
                     self.agreed.insert(turn, hash);
@@ -91,6 +92,11 @@ impl Game {
                     self.desynced = true;
                     if config.on_desync == crate::config::DesyncPolicy::End {
                         self.desync_end = true;
+                    }
+                    if config.on_desync == crate::config::DesyncPolicy::Heal
+                        && majority_member.is_some()
+                    {
+                        self.plan_heal(turn, &odd);
                     }
                     self.broadcast(
                         out,

@@ -10,6 +10,7 @@ mod clock;
 mod end;
 mod forensics;
 mod hashes;
+mod heal;
 mod pinger;
 mod rejoin;
 mod seats;
@@ -109,6 +110,8 @@ struct Game {
     desynced: bool,
     /// `--on-desync end`: end the match once the desync's report is done.
     desync_end: bool,
+    /// `--on-desync heal`: the heal of the first desync, while it runs.
+    healing: Option<heal::Healing>,
     /// When a `desync_end` match ends at the latest (the report's deadline).
     desync_end_by: Option<Instant>,
     end_by: Option<Instant>,
@@ -362,6 +365,7 @@ impl MatchRoom {
             forensics: None,
             desynced: false,
             desync_end: false,
+            healing: None,
             desync_end_by: None,
             end_by: None,
             start_msg,
@@ -509,6 +513,7 @@ impl MatchRoom {
         if g.slots.iter().any(|s| s.conn.is_some()) {
             g.close_turns(id, now, config, out, closing);
             g.judge_hashes(id, config, out, false);
+            g.heal_tick(now, id, out);
             g.prune_probe(now, id, config, out);
             g.probe_timeout(now, id, config, out);
             g.forensics_timeout(now, id, out);

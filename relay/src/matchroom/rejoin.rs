@@ -157,12 +157,20 @@ impl Game {
             out.counters.bad_state += 1;
             return;
         }
+        // A healed player never left: no rejoin notice, no rejoin event.
+        let healed = self.heal_caught_up(player, next);
+        let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
+            return;
+        };
         slot.rejoining = false;
         slot.dropped_at = None;
         slot.drop_pending = None;
         slot.held_since = None;
         slot.back_from = Some(next);
-        slot.rejoin_pending = true;
+        slot.rejoin_pending = !healed;
+        if healed {
+            return;
+        }
         out.events.push_back(RouterEvent::Rejoined {
             id,
             player,

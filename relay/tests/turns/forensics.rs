@@ -21,25 +21,27 @@ type PerturbTarget<S> = fn(&S, u32) -> Option<(String, u64, &'static str)>;
 /// The truth: (section, id, field, majority value, odd value).
 type Truth = (String, u64, String, Option<String>, Option<String>);
 
-/// What a run of one game gives back.
-struct Run {
-    events: Vec<RouterEvent>,
+/// What a run of one game gives back (also for the heal tests).
+pub(super) struct Run {
+    pub(super) events: Vec<RouterEvent>,
     /// Every peer's (setup, executed turns' inputs) from its event log.
     logs: Vec<Vec<PeerEvent<()>>>,
     /// The truth: what the fault switch changed at the desync turn
     /// (section, id, field, majority value, odd value), from re-simulating a
     /// majority peer's inputs and perturbing a copy.
     truth: Option<Truth>,
-    ends: Vec<Option<EndReason>>,
-    stall_ms: Vec<f64>,
+    pub(super) ends: Vec<Option<EndReason>>,
+    pub(super) stall_ms: Vec<f64>,
+    /// Every peer's (last turn, hash) at the end.
+    pub(super) finals: Vec<(Option<u32>, Option<String>)>,
     /// The perturbed peer's player id (seats follow join order).
-    perturbed: u8,
+    pub(super) perturbed: u8,
 }
 
 /// Runs `players` peers of game `S` (bots from `bot`), the last one
 /// perturbed at `desync_at` by `perturb`, over links with `loss` each way.
 #[allow(clippy::too_many_arguments)] // a test driver: every knob is used
-fn run<S, A>(
+pub(super) fn run<S, A>(
     players: u8,
     turns: u32,
     desync_at: u32,
@@ -138,10 +140,17 @@ where
             .iter()
             .map(|p| p.peer().summary(now).stall_ms)
             .collect(),
+        finals: pilots
+            .iter()
+            .map(|p| {
+                let s = p.peer().summary(now);
+                (s.final_turn, s.final_hash)
+            })
+            .collect(),
     }
 }
 
-fn report(events: &[RouterEvent]) -> &DesyncReport {
+pub(super) fn report(events: &[RouterEvent]) -> &DesyncReport {
     events
         .iter()
         .find_map(|e| match e {

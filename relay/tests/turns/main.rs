@@ -17,6 +17,7 @@ mod ends;
 mod forensics;
 mod forensics_hostile;
 mod game_peers;
+mod heal;
 mod hostile;
 mod netsim;
 mod pipe;
