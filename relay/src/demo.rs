@@ -9,6 +9,8 @@
 //! relay crate that know a game: the server modules host any game.
 
 mod heal;
+mod spectate;
+use spectate::watch;
 
 pub use heal::DemoHeal;
 
@@ -535,59 +537,6 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         &notes,
         started.elapsed().as_secs_f64(),
     ))
-}
-
-/// One demo spectator: joins a third of the way into the match (retrying
-/// while the match has not started yet) and watches it to the end.
-fn watch(
-    config: &DemoConfig,
-    relay: SocketAddr,
-    k: u8,
-    timeout: Duration,
-    stop: &AtomicBool,
-) -> std::io::Result<PeerSummary> {
-    let third = config
-        .relay
-        .turn_length
-        .saturating_mul(u64::from(config.turns) / 3);
-    std::thread::sleep(std::time::Duration::from_micros(third.as_micros()));
-    match config.game {
-        DemoGame::Rts => {
-            spectate::<sim::game::World, _>(config, relay, k, timeout, stop, sim::bot::Bot::new)
-        }
-        DemoGame::Arena => {
-            spectate::<sim::arena::Arena, _>(config, relay, k, timeout, stop, sim::arena::Bot::new)
-        }
-    }
-}
-
-fn spectate<S: Simulation, A: Agent<S>>(
-    config: &DemoConfig,
-    relay: SocketAddr,
-    k: u8,
-    timeout: Duration,
-    stop: &AtomicBool,
-    bot: fn(PlayerId, u64, u32) -> A,
-) -> std::io::Result<PeerSummary> {
-    let builder = PeerBuilder::<S>::new("demo", config.peers)
-        .with_name(&format!("spectator{k}"))
-        .with_seed(
-            config
-                .seed
-                .wrapping_mul(1000)
-                .wrapping_add(500 + u64::from(k)),
-        )
-        .with_ticks_per_turn(config.game.ticks_per_turn())
-        .with_spectate();
-    let socket = UdpSocket::bind("127.0.0.1:0")?;
-    let mut udp = UdpPeer::new(socket, relay, builder)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let opts = PlayOptions {
-        timeout,
-        ..PlayOptions::default()
-    };
-    // The agent never thinks: a spectator submits nothing.
-    play(&mut udp, |p| bot(p, 0, 0), &opts, stop, |_, _| {})
 }
 
 /// One demo peer: its index and what it needs to play.

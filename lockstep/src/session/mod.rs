@@ -41,6 +41,7 @@ mod rejoin;
 mod running;
 mod stats;
 use running::{InFlight, Running, clock_inputs};
+use stats::percentile;
 pub use stats::{LinkFigures, SessionError, SessionStats};
 
 /// How many turn-latency samples are kept for percentiles.
@@ -786,14 +787,6 @@ impl Session {
             self.steady.push_back(l);
         }
     }
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = (sorted.len() - 1) * p / 100;
-    sorted[idx]
 }
 
 #[cfg(test)]

@@ -86,3 +86,12 @@ pub struct SessionStats {
     /// Times the relay re-synchronised this peer (`--on-desync heal`).
     pub heals: u32,
 }
+
+/// The `p`th percentile of `sorted` (zero when empty).
+pub(super) fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = (sorted.len() - 1) * p / 100;
+    sorted[idx]
+}
