@@ -528,7 +528,8 @@ pub fn markdown(figures: &[RejoinFigures], uploads: &[UploadFigures], played: Du
 
 /// `median (min–max)` of signed milliseconds.
 fn spread(v: &[f64]) -> String {
-    let mut v = v.to_vec();
+    // `+ 0.0` turns a negative zero into zero ("-0 ms" reads as a loss).
+    let mut v: Vec<f64> = v.iter().map(|x| x.round() + 0.0).collect();
     v.sort_by(f64::total_cmp);
     match (v.first(), v.get(v.len() / 2), v.last()) {
         (Some(lo), Some(mid), Some(hi)) => format!("{mid:+.0} ms ({lo:+.0}–{hi:+.0})"),
