@@ -16,13 +16,13 @@ pub enum BuildError {
     NameTooLong(&'static str),
 }
 
-/// Default snapshot upload chunk: small enough that a chunk message is one
-/// unfragmented transport message, so the peer's inputs queued behind it on
-/// the ordered reliable path never wait for a multi-fragment reassembly
-/// (they would arrive late, and turns close by the deadline for everyone).
-/// A transport whose bulk channel runs beside turn traffic can take
-/// [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK) pieces.
-pub const DEFAULT_UPLOAD_CHUNK: usize = 960;
+/// Default snapshot upload chunk: the largest a chunk message may carry
+/// ([`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)). Chunks travel
+/// on the transport's bulk path, which sends turn traffic first and paces
+/// itself with its own budget, so nothing is gained by cutting the upload
+/// finer or spacing it out (an upload used to be 960-byte chunks every 50 ms
+/// when it shared the ordered reliable path with inputs).
+pub const DEFAULT_UPLOAD_CHUNK: usize = crate::proto::MAX_SNAPSHOT_CHUNK;
 
 /// Options of a session.
 #[derive(Clone, Debug)]
@@ -40,8 +40,9 @@ pub struct SessionConfig {
     pub rejoin: Option<(PlayerId, RejoinSecret)>,
     /// Watch a running match instead of joining (see [`SessionBuilder::with_spectate`]).
     pub spectate: bool,
-    /// Time between two chunks of a snapshot upload (default 50 ms): the
-    /// upload is paced so it never crowds out the peer's turn traffic.
+    /// Time between two chunks of a snapshot upload (default zero: every
+    /// chunk is handed to the transport's bulk path at once, which paces it
+    /// behind turn traffic). A pause only makes the upload slower.
     pub upload_interval: Duration,
     /// Largest chunk of a snapshot upload (default [`DEFAULT_UPLOAD_CHUNK`],
     /// at most [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)).
@@ -80,7 +81,7 @@ impl SessionBuilder {
                 playout: crate::session::PlayoutConfig::default(),
                 rejoin: None,
                 spectate: false,
-                upload_interval: Duration::from_millis(50),
+                upload_interval: Duration::ZERO,
                 upload_chunk: DEFAULT_UPLOAD_CHUNK,
             },
         }
@@ -150,7 +151,8 @@ impl SessionBuilder {
 
     /// Pacing of snapshot uploads: chunks of at most `chunk` bytes (capped
     /// at [`MAX_SNAPSHOT_CHUNK`](crate::proto::MAX_SNAPSHOT_CHUNK)), one
-    /// every `interval`.
+    /// every `interval` (defaults: [`DEFAULT_UPLOAD_CHUNK`], zero: all at once,
+    /// paced by the transport's bulk path).
     #[must_use]
     pub fn with_upload_pacing(mut self, chunk: usize, interval: Duration) -> Self {
         self.config.upload_chunk = chunk.clamp(1, crate::proto::MAX_SNAPSHOT_CHUNK);

@@ -7,6 +7,11 @@
 //! cross the wire in the clear, so an on-path observer of the handshake cannot
 //! forge packets (unlike open mode, where the keys come from the cookie).
 //!
+//! A token is of one [`TokenKind`]: a player token joins (and rejoins) only
+//! its slot and cannot watch; a spectator token watches its match and can
+//! never take a slot. The kind is sealed with the rest, so it cannot be
+//! flipped without the key.
+//!
 //! Times are Unix seconds passed in by the caller; nothing here reads a clock.
 //! Randomness is passed in too: [`issue_token`] takes 32 bytes of entropy and
 //! derives the nonce and keys from it under the relay key, so even a weak
@@ -20,8 +25,9 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use thiserror::Error;
 
-/// Version of the token layout, authenticated with every sealed part.
-pub const TOKEN_VERSION: u8 = 1;
+/// Version of the token layout, authenticated with every sealed part
+/// (2: the private part carries a [`TokenKind`] byte).
+pub const TOKEN_VERSION: u8 = 2;
 /// Longest match name a token can carry, in UTF-8 bytes.
 pub const MAX_MATCH_NAME: usize = 64;
 /// Length of the XChaCha20 nonce; it doubles as the token id.
@@ -30,8 +36,8 @@ pub const NONCE_LEN: usize = 24;
 pub const KEY_LEN: usize = 32;
 /// Length of the Poly1305 tag on the sealed part.
 pub const AEAD_TAG_LEN: usize = 16;
-/// Plaintext length of the private part: slot, name length, name (zero padded), two keys.
-pub const PRIVATE_LEN: usize = 1 + 1 + MAX_MATCH_NAME + 2 * KEY_LEN;
+/// Plaintext length of the private part: slot, kind, name length, name (zero padded), two keys.
+pub const PRIVATE_LEN: usize = 1 + 1 + 1 + MAX_MATCH_NAME + 2 * KEY_LEN;
 /// Length of the sealed private part (ciphertext and tag).
 pub const SEALED_LEN: usize = PRIVATE_LEN + AEAD_TAG_LEN;
 /// Bytes the sealed token occupies in a handshake packet (times, nonce, sealed part).
@@ -40,6 +46,8 @@ pub const SEALED_TOKEN_WIRE_LEN: usize = 8 + 8 + NONCE_LEN + SEALED_LEN;
 pub const MAX_SERVERS: usize = 8;
 
 const MAGIC: &[u8; 4] = b"LSJT";
+/// Where the match name starts in the private part (after slot, kind, name length).
+const NAME_AT: usize = 3;
 const AAD_CONTEXT: &[u8] = b"lockstep join token";
 const SEAL_KEY_CONTEXT: &str = "lockstep join token v1 seal key";
 const ISSUE_KEY_CONTEXT: &str = "lockstep join token v1 issue key";
@@ -103,6 +111,9 @@ pub enum Refusal {
     WrongSlot,
     /// The used-token table is full of unexpired tokens.
     TableFull,
+    /// The token is of the other [`TokenKind`]: a spectator token asked to
+    /// play (join or rejoin a slot), or a player token asked to spectate.
+    WrongKind,
 }
 
 /// The relay's secret token key. `Debug` does not print it.
@@ -149,6 +160,35 @@ impl TokenKey {
     }
 }
 
+/// What a token lets its holder do in its match. Issue a spectator token to
+/// someone who should watch (a caster, a friend, a referee): it can never take
+/// a player's slot, and a player's token cannot be used to watch another view.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TokenKind {
+    /// Join (and rejoin) the match in the token's slot; never spectate.
+    #[default]
+    Player,
+    /// Watch the match as a spectator (the slot is ignored); never play.
+    Spectator,
+}
+
+impl TokenKind {
+    const fn to_byte(self) -> u8 {
+        match self {
+            Self::Player => 0,
+            Self::Spectator => 1,
+        }
+    }
+
+    const fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            0 => Some(Self::Player),
+            1 => Some(Self::Spectator),
+            _ => None,
+        }
+    }
+}
+
 /// What a token asserts about its holder, readable only by the relay (and the issuer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenClaims {
@@ -156,8 +196,10 @@ pub struct TokenClaims {
     pub protocol_id: u64,
     /// The match the holder may join (at most [`MAX_MATCH_NAME`] bytes).
     pub match_name: String,
-    /// The slot (player position) the holder may take.
+    /// The slot (player position) the holder may take (0 and ignored for a spectator token).
     pub slot: u8,
+    /// Whether the holder plays in `slot` or spectates.
+    pub kind: TokenKind,
     /// When the token was issued (Unix seconds).
     pub create_unix: u64,
     /// First Unix second at which the token is no longer accepted.
@@ -165,7 +207,7 @@ pub struct TokenClaims {
 }
 
 impl TokenClaims {
-    /// Claims issued at `now_unix`, valid for `valid_for_secs` seconds.
+    /// Player claims issued at `now_unix`, valid for `valid_for_secs` seconds.
     #[must_use]
     pub fn new(
         protocol_id: u64,
@@ -178,18 +220,49 @@ impl TokenClaims {
             protocol_id,
             match_name: match_name.into(),
             slot,
+            kind: TokenKind::Player,
             create_unix: now_unix,
             expire_unix: now_unix.saturating_add(valid_for_secs),
         }
     }
 
-    /// Whether these claims allow joining `match_name` in `slot`; the refusal says which differs.
+    /// Spectator claims for `match_name`, issued at `now_unix`, valid for
+    /// `valid_for_secs` seconds: the holder may watch that match, never play.
+    #[must_use]
+    pub fn spectator(
+        protocol_id: u64,
+        match_name: impl Into<String>,
+        now_unix: u64,
+        valid_for_secs: u64,
+    ) -> Self {
+        Self {
+            kind: TokenKind::Spectator,
+            ..Self::new(protocol_id, match_name, 0, now_unix, valid_for_secs)
+        }
+    }
+
+    /// Whether these claims allow playing `match_name` in `slot`; the refusal
+    /// says which differs (match first, then kind, then slot).
     pub fn admits(&self, match_name: &str, slot: u8) -> Result<(), Refusal> {
         if self.match_name != match_name {
             return Err(Refusal::WrongMatch);
         }
+        if self.kind != TokenKind::Player {
+            return Err(Refusal::WrongKind);
+        }
         if self.slot != slot {
             return Err(Refusal::WrongSlot);
+        }
+        Ok(())
+    }
+
+    /// Whether these claims allow watching `match_name` as a spectator.
+    pub fn admits_spectator(&self, match_name: &str) -> Result<(), Refusal> {
+        if self.match_name != match_name {
+            return Err(Refusal::WrongMatch);
+        }
+        if self.kind != TokenKind::Spectator {
+            return Err(Refusal::WrongKind);
         }
         Ok(())
     }
@@ -289,27 +362,31 @@ impl SealedToken {
             )
             .map_err(|_| TokenError::Forged)?;
         let slot = plain[0];
-        let name_len = usize::from(plain[1]);
+        let kind = TokenKind::from_byte(plain[1]).ok_or(TokenError::Malformed {
+            what: "token kind",
+            at: 1,
+        })?;
+        let name_len = usize::from(plain[2]);
         if name_len > MAX_MATCH_NAME {
             return Err(TokenError::Malformed {
                 what: "match name length",
-                at: 1,
+                at: 2,
             });
         }
-        let name_field = &plain[2..2 + MAX_MATCH_NAME];
+        let name_field = &plain[NAME_AT..NAME_AT + MAX_MATCH_NAME];
         if name_field[name_len..].iter().any(|&b| b != 0) {
             return Err(TokenError::Malformed {
                 what: "match name padding",
-                at: 2 + name_len,
+                at: NAME_AT + name_len,
             });
         }
         let match_name = std::str::from_utf8(&name_field[..name_len])
             .map_err(|_| TokenError::Malformed {
                 what: "match name (not UTF-8)",
-                at: 2,
+                at: NAME_AT,
             })?
             .to_owned();
-        let keys_at = 2 + MAX_MATCH_NAME;
+        let keys_at = NAME_AT + MAX_MATCH_NAME;
         let mut c2s = [0u8; KEY_LEN];
         let mut s2c = [0u8; KEY_LEN];
         c2s.copy_from_slice(&plain[keys_at..keys_at + KEY_LEN]);
@@ -318,6 +395,7 @@ impl SealedToken {
             protocol_id: self.protocol_id,
             match_name,
             slot,
+            kind,
             create_unix: self.create_unix,
             expire_unix: self.expire_unix,
         };
@@ -363,15 +441,16 @@ pub fn issue_token(
     }
     let mut plain = [0u8; PRIVATE_LEN];
     plain[0] = claims.slot;
-    plain[1] = name.len() as u8; // checked against MAX_MATCH_NAME (< 256) above
-    plain[2..2 + name.len()].copy_from_slice(name);
+    plain[1] = claims.kind.to_byte();
+    plain[2] = name.len() as u8; // checked against MAX_MATCH_NAME (< 256) above
+    plain[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
 
     let mut h = blake3::Hasher::new_keyed(&blake3::derive_key(ISSUE_KEY_CONTEXT, &key.0));
     h.update(entropy);
     h.update(&claims.protocol_id.to_le_bytes());
     h.update(&claims.create_unix.to_le_bytes());
     h.update(&claims.expire_unix.to_le_bytes());
-    h.update(&plain[..2 + MAX_MATCH_NAME]);
+    h.update(&plain[..NAME_AT + MAX_MATCH_NAME]);
     let mut material = [0u8; NONCE_LEN + 2 * KEY_LEN];
     h.finalize_xof().fill(&mut material);
     let mut nonce = [0u8; NONCE_LEN];
@@ -383,7 +462,7 @@ pub fn issue_token(
     keys.c2s
         .copy_from_slice(&material[NONCE_LEN..NONCE_LEN + KEY_LEN]);
     keys.s2c.copy_from_slice(&material[NONCE_LEN + KEY_LEN..]);
-    let keys_at = 2 + MAX_MATCH_NAME;
+    let keys_at = NAME_AT + MAX_MATCH_NAME;
     plain[keys_at..keys_at + KEY_LEN].copy_from_slice(&keys.c2s);
     plain[keys_at + KEY_LEN..].copy_from_slice(&keys.s2c);
 
@@ -401,7 +480,7 @@ pub fn issue_token(
             &private.aad(),
             plain.as_mut_slice().into(),
         )
-        // A 130-byte message is far below the cipher's length limit.
+        // A 131-byte message is far below the cipher's length limit.
         .map_err(|_| TokenError::Forged)?;
     private.sealed[..PRIVATE_LEN].copy_from_slice(&plain);
     private.sealed[PRIVATE_LEN..].copy_from_slice(&tag);

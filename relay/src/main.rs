@@ -45,7 +45,8 @@ enum Command {
     Serve(ServeArgs),
     /// Run a whole match locally: a relay and N headless peers over loopback UDP.
     Demo(DemoArgs),
-    /// Issue a join token (hex) admitting one player to one match and slot.
+    /// Issue a join token (hex) admitting one player to one match and slot,
+    /// or (`--spectator`) one spectator to one match.
     Token(TokenArgs),
 }
 
@@ -54,9 +55,17 @@ struct TokenArgs {
     /// Match the token admits.
     #[arg(long = "match")]
     match_name: String,
-    /// Slot (player position) the token admits.
+    /// Slot (player position) the token admits (required unless `--spectator`).
+    #[arg(
+        long,
+        required_unless_present = "spectator",
+        conflicts_with = "spectator"
+    )]
+    slot: Option<u8>,
+    /// A spectator token: it admits watching the match (`peer --spectate`),
+    /// never playing in it; a player token cannot spectate.
     #[arg(long)]
-    slot: u8,
+    spectator: bool,
     /// Lifetime: `60s`, `5m`, `1h` or plain seconds.
     #[arg(long, default_value = "60s", value_parser = parse_lifetime)]
     expires_in: u64,
@@ -69,7 +78,7 @@ struct TokenArgs {
     /// Relay address written into the token (repeat for several).
     #[arg(long = "relay", default_value = "127.0.0.1:7777")]
     relays: Vec<SocketAddr>,
-    /// Print a JSON object (token, match, slot, expiry) instead of the bare hex token.
+    /// Print a JSON object (token, match, kind, slot, expiry) instead of the bare hex token.
     #[arg(long)]
     json: bool,
 }
@@ -330,13 +339,17 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
         }
     };
     let now_unix = replays::format::unix_now_ms() / 1000;
-    let claims = TokenClaims::new(
-        TransportConfig::default().protocol_id,
-        a.match_name.clone(),
-        a.slot,
-        now_unix,
-        a.expires_in,
-    );
+    let protocol_id = TransportConfig::default().protocol_id;
+    let claims = match a.slot {
+        Some(slot) if !a.spectator => TokenClaims::new(
+            protocol_id,
+            a.match_name.clone(),
+            slot,
+            now_unix,
+            a.expires_in,
+        ),
+        _ => TokenClaims::spectator(protocol_id, a.match_name.clone(), now_unix, a.expires_in),
+    };
     let entropy = match relay::entropy::os_random("the token's entropy") {
         Ok(b) => b,
         Err(e) => {
@@ -356,7 +369,9 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
         println!(
             "{}",
             serde_json::json!({
-                "token": token.to_hex(), "match": claims.match_name, "slot": claims.slot,
+                "token": token.to_hex(), "match": claims.match_name,
+                "kind": if a.spectator { "spectator" } else { "player" },
+                "slot": if a.spectator { None } else { Some(claims.slot) },
                 "create_unix": claims.create_unix, "expire_unix": claims.expire_unix,
                 "relays": relays,
             })

@@ -53,6 +53,7 @@ pub enum Metric {
     DropTokenTableFull,
     DropTokenWrongMatch,
     DropTokenWrongSlot,
+    DropTokenWrongKind,
     Desyncs,
     StallTurnsDeadline,
     StallTurnsWaiting,
@@ -148,6 +149,7 @@ const DEFS: [(&str, &str, &str); COUNT] = [
     ("relay_drops_total{reason=\"token_table_full\"}", "", ""),
     ("relay_drops_total{reason=\"token_wrong_match\"}", "", ""),
     ("relay_drops_total{reason=\"token_wrong_slot\"}", "", ""),
+    ("relay_drops_total{reason=\"token_wrong_kind\"}", "", ""),
     (
         "relay_desyncs_total",
         "counter",

@@ -65,6 +65,9 @@ pub struct RouterCounters {
     pub token_wrong_match: u64,
     /// Joins refused because the token's slot is outside the match or taken.
     pub token_wrong_slot: u64,
+    /// Joins, rejoins or spectate requests refused because the token is of
+    /// the other kind (spectator token to play, player token to watch).
+    pub token_wrong_kind: u64,
     /// Rejoins accepted (the player got the snapshot and the tail).
     pub rejoins: u64,
     /// Rejoins refused (wrong secret or slot, hold expired, no snapshot).

@@ -12,7 +12,7 @@ use crate::limits::TokenBucket;
 use crate::matchroom::MatchRoom;
 use crate::outbox::Outbox;
 use lockstep::proto::{Delivery, MAX_REASON_LEN, RejectReason, ToPeer, ToRelay};
-use lockstep::token::{Refusal, TokenClaims};
+use lockstep::token::{Refusal, TokenClaims, TokenKind};
 use lockstep::{Duration, Instant};
 use sim::PlayerId;
 use std::collections::{BTreeMap, VecDeque};
@@ -416,6 +416,14 @@ impl Router {
                 let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
                 granted.map(|c| format!("the token admits match {:?}", c.match_name))
             }
+            Refusal::WrongKind => {
+                self.out.counters.token_wrong_kind += 1;
+                let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
+                granted.map(|c| match c.kind {
+                    TokenKind::Spectator => "a spectator token cannot play".to_owned(),
+                    TokenKind::Player => "a player token cannot spectate".to_owned(),
+                })
+            }
             _ => {
                 self.out.counters.token_wrong_slot += 1;
                 let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
@@ -434,10 +442,20 @@ impl Router {
             .conns
             .get(&conn)
             .and_then(|c| c.claims.as_ref())
-            .map(|c| (c.match_name != join.match_name, c.slot));
-        if let Some((wrong_match, slot)) = slot {
+            .map(|c| {
+                (
+                    c.match_name != join.match_name,
+                    c.kind != TokenKind::Player,
+                    c.slot,
+                )
+            });
+        if let Some((wrong_match, wrong_kind, slot)) = slot {
             if wrong_match {
                 self.refuse_token(conn, join, Refusal::WrongMatch);
+                return;
+            }
+            if wrong_kind {
+                self.refuse_token(conn, join, Refusal::WrongKind);
                 return;
             }
             if slot >= join.slots {
@@ -445,7 +463,7 @@ impl Router {
                 return;
             }
         }
-        let slot = slot.map(|(_, s)| s);
+        let slot = slot.map(|(_, _, s)| s);
         let id = if let Some(&id) = self.names.get(&join.match_name) {
             if let Some((why, detail)) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
                 self.reject(conn, join, why, detail, None);

@@ -285,6 +285,7 @@ pub(crate) fn publish(
     set(Metric::DropTokenTableFull, s.token_table_full);
     set(Metric::DropTokenWrongMatch, s.token_wrong_match);
     set(Metric::DropTokenWrongSlot, s.token_wrong_slot);
+    set(Metric::DropTokenWrongKind, s.token_wrong_kind);
     if let Some(rec) = recorder {
         set(Metric::RecordErrors, rec.errors());
         set(Metric::RecordingsLive, rec.live() as u64);

@@ -44,7 +44,7 @@ use crate::builder::{BuildError, SessionBuilder};
 use crate::netsim::Endpoint;
 use crate::peer_glue::PeerGlue;
 use crate::session::{SessionError, SessionStats};
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::token::ConnectToken;
 use crate::transport::{Client, DisconnectReason, TransportConfig};
 use record::Recording;
@@ -93,6 +93,7 @@ pub struct PeerBuilder<S: Simulation> {
     playout: crate::session::PlayoutConfig,
     rejoin: Option<(PlayerId, crate::proto::RejoinSecret)>,
     spectate: bool,
+    upload_pacing: Option<(usize, Duration)>,
 }
 
 impl<S: Simulation> PeerBuilder<S> {
@@ -116,7 +117,18 @@ impl<S: Simulation> PeerBuilder<S> {
             playout: crate::session::PlayoutConfig::default(),
             rejoin: None,
             spectate: false,
+            upload_pacing: None,
         }
+    }
+
+    /// Pacing of the snapshot uploads the relay asks for
+    /// ([`SessionBuilder::with_upload_pacing`]; by default all at once in
+    /// the largest chunks, paced by the transport's bulk path). For
+    /// comparisons; there is no need to set it.
+    #[must_use]
+    pub const fn with_upload_pacing(mut self, chunk: usize, interval: Duration) -> Self {
+        self.upload_pacing = Some((chunk, interval));
+        self
     }
 
     /// How the jitter buffer is sized when the relay is the clock
@@ -279,6 +291,9 @@ impl<S: Simulation> PeerBuilder<S> {
         }
         if self.spectate {
             builder = builder.with_spectate();
+        }
+        if let Some((chunk, interval)) = self.upload_pacing {
+            builder = builder.with_upload_pacing(chunk, interval);
         }
         let session = builder.build(now)?;
         Ok(GameSession {

@@ -53,6 +53,9 @@ pub enum RejectReason {
     NoSnapshot,
     /// The match has as many spectators as the relay allows.
     SpectatorsFull,
+    /// The join token is of the other kind: a spectator token cannot join
+    /// or rejoin as a player, a player token cannot spectate.
+    WrongTokenKind,
 }
 
 impl RejectReason {
@@ -78,11 +81,12 @@ impl RejectReason {
             Self::HoldExpired => "hold_expired",
             Self::NoSnapshot => "no_snapshot",
             Self::SpectatorsFull => "spectators_full",
+            Self::WrongTokenKind => "wrong_token_kind",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -101,6 +105,7 @@ impl RejectReason {
         Self::HoldExpired,
         Self::NoSnapshot,
         Self::SpectatorsFull,
+        Self::WrongTokenKind,
     ];
 }
 
@@ -127,6 +132,9 @@ impl fmt::Display for RejectReason {
             Self::HoldExpired => "the slot is no longer held for a rejoin",
             Self::NoSnapshot => "the relay has no snapshot to rejoin from yet; try again shortly",
             Self::SpectatorsFull => "the match has no room for another spectator",
+            Self::WrongTokenKind => {
+                "the join token is of the other kind (a spectator token cannot play, a player token cannot spectate)"
+            }
         })
     }
 }
@@ -156,6 +164,7 @@ impl From<Refusal> for RejectReason {
             Refusal::WrongMatch => Self::WrongMatch,
             Refusal::WrongSlot => Self::WrongSlot,
             Refusal::TableFull => Self::RelayFull,
+            Refusal::WrongKind => Self::WrongTokenKind,
         }
     }
 }

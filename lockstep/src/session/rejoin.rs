@@ -27,7 +27,8 @@ pub(super) struct Restoring {
     live: Turn,
 }
 
-/// Snapshot chunks waiting to be sent, one per pacing interval.
+/// Snapshot chunks waiting to be sent, one per pacing interval (all at once
+/// with the default zero interval).
 #[derive(Debug, Default)]
 pub(super) struct Upload {
     chunks: VecDeque<SnapshotChunk>,
@@ -58,8 +59,9 @@ impl Session {
     /// [`Event::SnapshotWanted`]) with the world's hash after it. The bytes
     /// leave on the bulk channel in chunks of at most
     /// [`SessionConfig::upload_chunk`](crate::builder::SessionConfig) bytes,
-    /// one every `upload_interval`, so the upload never crowds out this
-    /// peer's own turn traffic.
+    /// one every `upload_interval` (by default all at once: the transport's
+    /// bulk path sends turn traffic first and paces the upload on its own
+    /// budget, so it never crowds out this peer's turn traffic).
     pub fn upload_snapshot(&mut self, turn: Turn, hash: StateHash, bytes: &[u8]) {
         let Phase::Running(r) = &mut self.phase else {
             return;
@@ -95,22 +97,22 @@ impl Session {
         self.stats.snapshots_uploaded += 1;
     }
 
-    /// Sends the next upload chunk if its time has come.
+    /// Sends the upload chunks whose time has come (every one left with a
+    /// zero interval).
     pub(super) fn pump_upload(&mut self, now: Instant) {
-        let Phase::Running(r) = &mut self.phase else {
-            return;
-        };
-        let Some(at) = r.upload.next_at() else {
-            return;
-        };
-        if now < at {
-            return;
+        loop {
+            let Phase::Running(r) = &mut self.phase else {
+                return;
+            };
+            if r.upload.next_at().is_none_or(|at| now < at) {
+                return;
+            }
+            let Some(chunk) = r.upload.chunks.pop_front() else {
+                return;
+            };
+            r.upload.next_at = Some(now + self.config.upload_interval);
+            self.send(&ToRelay::SnapshotChunk(chunk));
         }
-        let Some(chunk) = r.upload.chunks.pop_front() else {
-            return;
-        };
-        r.upload.next_at = Some(now + self.config.upload_interval);
-        self.send(&ToRelay::SnapshotChunk(chunk));
     }
 
     /// The relay accepted our rejoin: set the schedule from its clock, wait
@@ -575,5 +577,40 @@ mod tests {
         assert_eq!(chunks(&mut s), vec![(4, vec![5, 6, 7, 8])]);
         s.handle_timeout(t0 + Duration::from_millis(100));
         assert_eq!(chunks(&mut s), vec![(8, vec![9, 10])]);
+    }
+
+    /// By default the whole upload is handed to the bulk channel at once in
+    /// chunks of the largest size: the transport's bulk path paces it.
+    #[test]
+    fn by_default_an_upload_leaves_at_once_in_the_largest_chunks() {
+        let t0 = Instant::from_millis(0);
+        let mut s = SessionBuilder::new().with_match("m", 2).build(t0).unwrap();
+        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
+            Ok(ToPeer::Resume(r)) => r.start,
+            other => panic!("{other:?}"),
+        };
+        start.your_player = PlayerId(0);
+        s.handle_message(t0, &ToPeer::Start(start).to_bytes());
+        let _ = drain(&mut s);
+        let snapshot: Vec<u8> = (0..70_000u32).map(|i| i as u8).collect();
+        s.upload_snapshot(Turn(7), StateHash([1; 32]), &snapshot);
+        s.handle_timeout(t0);
+        let chunks: Vec<SnapshotChunk> = drain(&mut s)
+            .0
+            .into_iter()
+            .filter_map(|m| match m {
+                ToRelay::SnapshotChunk(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let offsets: Vec<u32> = chunks.iter().map(|c| c.offset).collect();
+        assert_eq!(offsets, vec![0, 32 * 1024, 64 * 1024]);
+        let joined: Vec<u8> = chunks.into_iter().flat_map(|c| c.bytes).collect();
+        assert_eq!(joined, snapshot);
+        assert_eq!(
+            s.poll_timeout().filter(|&t| t <= t0),
+            None,
+            "nothing left to pace"
+        );
     }
 }

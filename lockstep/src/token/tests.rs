@@ -173,3 +173,34 @@ fn admits_checks_match_then_slot() {
     assert!(!c.is_expired(1_700_000_059));
     assert!(c.is_expired(1_700_000_060));
 }
+
+#[test]
+fn a_spectator_token_seals_its_kind_watches_its_match_and_never_plays() {
+    let c = TokenClaims::spectator(0x4C4F_434B_5354_4550, "ranked-42", 1_700_000_000, 60);
+    let t = issue_token(&key(), &c, &servers(), &[7; 32]).unwrap();
+    let back = ConnectToken::from_hex(&t.to_hex()).unwrap();
+    let (opened, _) = back.private.open(&key()).unwrap();
+    assert_eq!(opened.kind, TokenKind::Spectator);
+    assert_eq!(opened, c);
+    assert_eq!(opened.admits_spectator("ranked-42"), Ok(()));
+    assert_eq!(
+        opened.admits_spectator("ranked-43"),
+        Err(Refusal::WrongMatch)
+    );
+    // Whatever slot it names, a spectator token admits no player.
+    for slot in [0, 1, 3] {
+        assert_eq!(opened.admits("ranked-42", slot), Err(Refusal::WrongKind));
+    }
+    // And a player token does not admit a spectator.
+    assert_eq!(
+        claims().admits_spectator("ranked-42"),
+        Err(Refusal::WrongKind)
+    );
+    // A player token of the same match, slot and times differs in its id
+    // and keys: the kind is part of what the nonce and keys derive from.
+    let mut player = c.clone();
+    player.kind = TokenKind::Player;
+    let p = issue_token(&key(), &player, &servers(), &[7; 32]).unwrap();
+    assert_ne!(p.private.nonce, t.private.nonce);
+    assert_ne!(p.keys, t.keys);
+}

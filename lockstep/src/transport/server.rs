@@ -102,6 +102,8 @@ pub struct ServerCounters {
     pub token_wrong_match: u64,
     /// Relay layer: the token names another slot than the one claimed.
     pub token_wrong_slot: u64,
+    /// Relay layer: a spectator token asked to play, or a player token to spectate.
+    pub token_wrong_kind: u64,
 }
 
 /// How a [`Server`] admits clients.
@@ -222,6 +224,7 @@ impl Server {
             Refusal::WrongMatch => c.token_wrong_match += 1,
             Refusal::WrongSlot => c.token_wrong_slot += 1,
             Refusal::TableFull => c.token_table_full += 1,
+            Refusal::WrongKind => c.token_wrong_kind += 1,
         }
     }
 
@@ -313,7 +316,10 @@ impl Server {
             Refusal::Reused => DenyReason::TokenReused,
             Refusal::WrongProtocol => DenyReason::WrongProtocol,
             Refusal::TableFull => DenyReason::Full,
-            Refusal::Forged | Refusal::WrongMatch | Refusal::WrongSlot => DenyReason::InvalidToken,
+            // Match, slot and kind are relay-layer checks, never decided at the handshake.
+            Refusal::Forged | Refusal::WrongMatch | Refusal::WrongSlot | Refusal::WrongKind => {
+                DenyReason::InvalidToken
+            }
         };
         self.deny(to, protocol_id, salt, deny);
     }

@@ -5,7 +5,7 @@
 use super::Router;
 use lockstep::Instant;
 use lockstep::proto::{RejectReason, Rejoin};
-use lockstep::token::Refusal;
+use lockstep::token::{Refusal, TokenKind};
 use lockstep::transport::ConnId;
 
 impl Router {
@@ -27,6 +27,18 @@ impl Router {
                     RejectReason::WrongMatch,
                     Some(d),
                     Some(Refusal::WrongMatch),
+                );
+                return;
+            }
+            if c.kind != TokenKind::Player {
+                self.out.counters.token_wrong_kind += 1;
+                let d = "a spectator token cannot play".to_owned();
+                self.refuse_rejoin(
+                    conn,
+                    rejoin,
+                    RejectReason::WrongTokenKind,
+                    Some(d),
+                    Some(Refusal::WrongKind),
                 );
                 return;
             }
@@ -76,21 +88,33 @@ impl Router {
             self.reject(conn, join, RejectReason::ShuttingDown, None, None);
             return;
         }
-        // Token mode: a token for the match admits a spectator (slot aside).
+        // Token mode: only a spectator token for the match admits a spectator.
         let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
-        if let Some(c) = &claims
-            && c.match_name != join.match_name
-        {
-            self.out.counters.token_wrong_match += 1;
-            let d = format!("the token admits match {:?}", c.match_name);
-            self.reject(
-                conn,
-                join,
-                RejectReason::WrongMatch,
-                Some(d),
-                Some(Refusal::WrongMatch),
-            );
-            return;
+        if let Some(c) = &claims {
+            if c.match_name != join.match_name {
+                self.out.counters.token_wrong_match += 1;
+                let d = format!("the token admits match {:?}", c.match_name);
+                self.reject(
+                    conn,
+                    join,
+                    RejectReason::WrongMatch,
+                    Some(d),
+                    Some(Refusal::WrongMatch),
+                );
+                return;
+            }
+            if c.kind != TokenKind::Spectator {
+                self.out.counters.token_wrong_kind += 1;
+                let d = "a player token cannot spectate; ask for a spectator token".to_owned();
+                self.reject(
+                    conn,
+                    join,
+                    RejectReason::WrongTokenKind,
+                    Some(d),
+                    Some(Refusal::WrongKind),
+                );
+                return;
+            }
         }
         let Some(&id) = self.names.get(&join.match_name) else {
             let d = format!("no running match named {:?}", join.match_name);
@@ -339,5 +363,83 @@ mod tests {
         let resumed = std::iter::from_fn(|| r.poll_outgoing())
             .any(|(c, _, b)| c == ConnId(7) && matches!(ToPeer::decode(&b), Ok(ToPeer::Resume(_))));
         assert!(resumed);
+    }
+
+    /// Sends `msg` on a new connection holding `claims`; the refusal
+    /// queued for it (reason and token refusal), if any, and what it got.
+    fn send_with(
+        r: &mut Router,
+        conn: u32,
+        claims: TokenClaims,
+        msg: &ToRelay,
+    ) -> (Option<(RejectReason, Option<Refusal>)>, Vec<ToPeer>) {
+        let at = Instant::from_millis(2_000);
+        while r.poll_outgoing().is_some() {}
+        r.handle_connected_with_claims(at, ConnId(conn), addr(7000 + conn as u16), Some(claims));
+        r.handle_message(at, ConnId(conn), &msg.to_bytes());
+        let refused = r.poll_refusal().map(|f| (f.reason, f.token));
+        let got = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(conn))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .collect();
+        (refused, got)
+    }
+
+    #[test]
+    fn a_spectator_token_watches_but_never_plays_and_a_player_token_never_watches() {
+        let player = TokenClaims::new(1, "m", 0, 0, 60);
+        let spectator = TokenClaims::spectator(1, "m", 0, 60);
+        let (mut r, _) = dropped(Some(player.clone()));
+        let rejoin = ToRelay::Rejoin(Rejoin {
+            join: join(),
+            player: PlayerId(1),
+            secret: RejoinSecret([0; 16]),
+        });
+        // A spectator token cannot take the held slot back.
+        let (refused, got) = send_with(&mut r, 8, spectator.clone(), &rejoin);
+        assert_eq!(
+            refused,
+            Some((RejectReason::WrongTokenKind, Some(Refusal::WrongKind)))
+        );
+        assert!(
+            !got.iter().any(|m| matches!(m, ToPeer::Resume(_))),
+            "{got:?}"
+        );
+        // A player token (even the held slot's) cannot watch.
+        let mut slot1 = player;
+        slot1.slot = 1;
+        let spectate = ToRelay::Spectate(join());
+        let (refused, _) = send_with(&mut r, 9, slot1, &spectate);
+        assert_eq!(
+            refused,
+            Some((RejectReason::WrongTokenKind, Some(Refusal::WrongKind)))
+        );
+        assert_eq!(r.counters().token_wrong_kind, 2);
+        assert_eq!(r.counters().rejoins, 0);
+        // A spectator token for the match watches it.
+        let (refused, got) = send_with(&mut r, 10, spectator.clone(), &spectate);
+        assert_eq!(refused, None);
+        assert!(
+            matches!(got.first(), Some(ToPeer::Resume(resume)) if resume.spectator),
+            "{got:?}"
+        );
+        // ... but not another match.
+        let mut elsewhere = spectator;
+        elsewhere.match_name = "other".into();
+        let (refused, _) = send_with(&mut r, 11, elsewhere, &spectate);
+        assert_eq!(refused.map(|f| f.0), Some(RejectReason::WrongMatch));
+    }
+
+    #[test]
+    fn a_spectator_token_cannot_join_a_lobby_as_a_player() {
+        let mut r = Router::new(RelayConfig::default());
+        let spectator = TokenClaims::spectator(1, "m", 0, 60);
+        let (refused, _) = send_with(&mut r, 1, spectator, &ToRelay::Join(join()));
+        assert_eq!(
+            refused,
+            Some((RejectReason::WrongTokenKind, Some(Refusal::WrongKind)))
+        );
+        assert_eq!(r.counters().token_wrong_kind, 1);
+        assert!(r.matches.is_empty(), "no lobby was created");
     }
 }

@@ -1,7 +1,7 @@
 //! `relay token`: prints a hex join token that opens under the key file's key
 //! with the requested match, slot, lifetime and relay address.
 
-use lockstep::token::{ConnectToken, TokenKey};
+use lockstep::token::{ConnectToken, Refusal, TokenKey, TokenKind};
 use std::process::{Command, Output};
 
 #[test]
@@ -60,5 +60,40 @@ fn relay_token_prints_a_token_for_the_match_and_slot() {
     for bad in ["0s", "10d", "x"] {
         assert!(!run(bad, &[]).status.success(), "{bad}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn relay_token_spectator_prints_a_spectator_token_that_admits_no_slot() {
+    let dir = std::env::temp_dir().join(format!("relay-token-spec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("token.key");
+    let run = |extra: &[&str]| -> Output {
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(["token", "--match", "ranked-7", "--create-key", "--key-file"])
+            .arg(&key_file)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--spectator", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = TokenKey::from_hex(&std::fs::read_to_string(&key_file).unwrap()).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "spectator");
+    assert_eq!(v["slot"], serde_json::Value::Null);
+    let token = ConnectToken::from_hex(v["token"].as_str().unwrap()).unwrap();
+    let (claims, _) = token.private.open(&key).unwrap();
+    assert_eq!(claims.kind, TokenKind::Spectator);
+    assert_eq!(claims.admits_spectator("ranked-7"), Ok(()));
+    assert_eq!(claims.admits("ranked-7", 0), Err(Refusal::WrongKind));
+    // A player token needs a slot; a slot and --spectator do not go together.
+    assert_eq!(run(&[]).status.code(), Some(2));
+    assert_eq!(run(&["--spectator", "--slot", "1"]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }

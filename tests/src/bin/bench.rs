@@ -203,14 +203,10 @@ fn main() -> ExitCode {
     }
 
     if wanted(&args, "rejoin") {
-        let mut figures = Vec::new();
-        for minutes in [5, 30] {
-            eprintln!("[rejoin] a rejoin after {minutes} minutes of play (virtual time)");
-            figures.push(rejoin_bench::measure(minutes));
-        }
+        let text = rejoin_bench::section();
         md.push_str("## Rejoin and late spectators\n\n");
         md.push_str(&section_stamp);
-        md.push_str(&rejoin_bench::markdown(&figures));
+        md.push_str(&text);
         md.push('\n');
     }
 
