@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 /// Units of the large world.
 const ARMY_UNITS: u32 = 10_000;
 
-/// The reference game's `melee` scenario with [`ARMY_UNITS`] units (two
+/// The reference game's `melee` scenario with `ARMY_UNITS` units (two
 /// armies attack-moving into each other, 2 players), as a game of its own so
 /// a peer builds it from the match setup: a snapshot of about 325 KB at the
 /// start, less as the armies die.
@@ -122,7 +122,7 @@ pub struct RejoinFigures {
     pub others_stall_ms: f64,
     /// The same in the control run (nobody killed).
     pub control_stall_ms: f64,
-    /// `others_stall_ms - control_stall_ms` on each of [`NET_SEEDS`].
+    /// `others_stall_ms - control_stall_ms` on each of `NET_SEEDS`.
     pub stall_diffs: Vec<f64>,
     /// From a spectator's connect to its first simulated turn.
     pub spectator_ms: f64,
@@ -188,7 +188,7 @@ const WINDOW: Duration = Duration::from_secs(6 + 20 + 60);
 const NET_SEEDS: [u64; 3] = [12, 13, 14];
 
 /// Measures one rejoin after `played` of play, and the same match without
-/// it, on each of [`NET_SEEDS`]; the figures are the first seed's, the
+/// it, on each of `NET_SEEDS`; the figures are the first seed's, the
 /// stall difference is over all of them.
 #[must_use]
 pub fn measure<S: BenchGame>(world: &'static str, played: Duration) -> RejoinFigures {
