@@ -408,7 +408,8 @@ impl Router {
         });
     }
 
-    /// Refuses a join its connection's token does not admit.
+    /// Refuses a join, rejoin or spectate its connection's token does not
+    /// admit: counted by kind, with the detail of what the token grants.
     fn refuse_token(&mut self, conn: ConnId, join: &lockstep::proto::Join, refusal: Refusal) {
         let detail = match refusal {
             Refusal::WrongMatch => {
@@ -421,7 +422,9 @@ impl Router {
                 let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
                 granted.map(|c| match c.kind {
                     TokenKind::Spectator => "a spectator token cannot play".to_owned(),
-                    TokenKind::Player => "a player token cannot spectate".to_owned(),
+                    TokenKind::Player => {
+                        "a player token cannot spectate; ask for a spectator token".to_owned()
+                    }
                 })
             }
             _ => {

@@ -18,40 +18,18 @@ impl Router {
         }
         let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
         if let Some(c) = &claims {
-            if c.match_name != join.match_name {
-                self.out.counters.token_wrong_match += 1;
-                let d = format!("the token admits match {:?}", c.match_name);
-                self.refuse_rejoin(
-                    conn,
-                    rejoin,
-                    RejectReason::WrongMatch,
-                    Some(d),
-                    Some(Refusal::WrongMatch),
-                );
-                return;
-            }
-            if c.kind != TokenKind::Player {
-                self.out.counters.token_wrong_kind += 1;
-                let d = "a spectator token cannot play".to_owned();
-                self.refuse_rejoin(
-                    conn,
-                    rejoin,
-                    RejectReason::WrongTokenKind,
-                    Some(d),
-                    Some(Refusal::WrongKind),
-                );
-                return;
-            }
-            if c.slot != rejoin.player.0 {
-                self.out.counters.token_wrong_slot += 1;
-                let d = format!("the token admits slot {}", c.slot);
-                self.refuse_rejoin(
-                    conn,
-                    rejoin,
-                    RejectReason::WrongSlot,
-                    Some(d),
-                    Some(Refusal::WrongSlot),
-                );
+            let refusal = if c.match_name != join.match_name {
+                Some(Refusal::WrongMatch)
+            } else if c.kind != TokenKind::Player {
+                Some(Refusal::WrongKind)
+            } else if c.slot != rejoin.player.0 {
+                Some(Refusal::WrongSlot)
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                self.out.counters.rejoins_refused += 1;
+                self.refuse_token(conn, join, refusal);
                 return;
             }
         }
@@ -91,28 +69,15 @@ impl Router {
         // Token mode: only a spectator token for the match admits a spectator.
         let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
         if let Some(c) = &claims {
-            if c.match_name != join.match_name {
-                self.out.counters.token_wrong_match += 1;
-                let d = format!("the token admits match {:?}", c.match_name);
-                self.reject(
-                    conn,
-                    join,
-                    RejectReason::WrongMatch,
-                    Some(d),
-                    Some(Refusal::WrongMatch),
-                );
-                return;
-            }
-            if c.kind != TokenKind::Spectator {
-                self.out.counters.token_wrong_kind += 1;
-                let d = "a player token cannot spectate; ask for a spectator token".to_owned();
-                self.reject(
-                    conn,
-                    join,
-                    RejectReason::WrongTokenKind,
-                    Some(d),
-                    Some(Refusal::WrongKind),
-                );
+            let refusal = if c.match_name != join.match_name {
+                Some(Refusal::WrongMatch)
+            } else if c.kind != TokenKind::Spectator {
+                Some(Refusal::WrongKind)
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                self.refuse_token(conn, join, refusal);
                 return;
             }
         }
