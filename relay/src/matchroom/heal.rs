@@ -15,7 +15,7 @@ use super::snapshots::Base;
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
-use lockstep::proto::{Delivery, Heal, MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToPeer};
+use lockstep::proto::{Delivery, Heal, ToPeer};
 use sim::{PlayerId, Turn};
 
 /// A heal from the desync's verdict to the first agreeing turn after it.
@@ -92,23 +92,7 @@ impl Game {
                     live,
                 }),
             );
-            if let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
-                (snapshot, self.snapshots.base())
-            {
-                let mut offset = 0u32;
-                for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
-                    let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
-                        turn,
-                        hash,
-                        total,
-                        offset,
-                        bytes: piece.to_vec(),
-                    });
-                    out.counters.snapshot_bytes_out += piece.len() as u64;
-                    out.send(conn, &chunk);
-                    offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
-                }
-            }
+            self.send_snapshot(conn, snapshot, out);
             for bundle in self.snapshots.tail() {
                 out.push(conn, Delivery::Reliable, bundle.to_vec());
             }

@@ -102,23 +102,7 @@ impl MatchRoom {
             spectator: false,
         };
         out.send(conn, &ToPeer::Resume(resume));
-        if let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
-            (snapshot, g.snapshots.base())
-        {
-            let mut offset = 0u32;
-            for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
-                let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
-                    turn,
-                    hash,
-                    total,
-                    offset,
-                    bytes: piece.to_vec(),
-                });
-                out.counters.snapshot_bytes_out += piece.len() as u64;
-                out.send(conn, &chunk);
-                offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
-            }
-        }
+        g.send_snapshot(conn, snapshot, out);
         for bundle in g.snapshots.tail() {
             out.push(conn, Delivery::Reliable, bundle.to_vec());
         }
@@ -233,6 +217,40 @@ impl Game {
             Outcome::Accepted => out.counters.snapshots_agreed += 1,
             Outcome::Refused => out.counters.snapshots_refused += 1,
             Outcome::Ignored => out.counters.bad_state += 1,
+        }
+    }
+}
+
+impl Game {
+    /// Sends `conn` the agreed snapshot named in its `Resume` or `Heal`
+    /// (`snapshot`: turn, hash, total length), in chunks on the bulk path;
+    /// nothing when the base is the setup. Rejoins, spectators and heals
+    /// all restore through this.
+    pub(super) fn send_snapshot(
+        &self,
+        conn: ConnId,
+        snapshot: Option<(Turn, StateHash, u32)>,
+        out: &mut Outbox,
+    ) {
+        let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
+            (snapshot, self.snapshots.base())
+        else {
+            return;
+        };
+        let mut offset = 0u32;
+        for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
+            out.counters.snapshot_bytes_out += piece.len() as u64;
+            out.send(
+                conn,
+                &ToPeer::SnapshotChunk(SnapshotChunk {
+                    turn,
+                    hash,
+                    total,
+                    offset,
+                    bytes: piece.to_vec(),
+                }),
+            );
+            offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
         }
     }
 }

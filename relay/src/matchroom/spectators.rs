@@ -10,9 +10,7 @@ use crate::config::RelayConfig;
 use crate::outbox::Outbox;
 use crate::rejoin::MAX_TAIL_TURNS;
 use lockstep::Instant;
-use lockstep::proto::{
-    DesyncReport, Join, MAX_SNAPSHOT_CHUNK, RejectReason, Resume, SnapshotChunk, ToPeer, ToRelay,
-};
+use lockstep::proto::{DesyncReport, Join, RejectReason, Resume, ToPeer, ToRelay};
 use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::BTreeMap;
@@ -83,23 +81,7 @@ impl MatchRoom {
             spectator: true,
         };
         out.send(conn, &ToPeer::Resume(resume));
-        if let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
-            (snapshot, g.snapshots.base())
-        {
-            let mut offset = 0u32;
-            for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
-                out.counters.snapshot_bytes_out += piece.len() as u64;
-                let chunk = ToPeer::SnapshotChunk(SnapshotChunk {
-                    turn,
-                    hash,
-                    total,
-                    offset,
-                    bytes: piece.to_vec(),
-                });
-                out.send(conn, &chunk);
-                offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
-            }
-        }
+        g.send_snapshot(conn, snapshot, out);
         g.spectators.push(Spectator {
             conn,
             sent_through: snapshot.map(|(t, _, _)| t),
