@@ -17,6 +17,11 @@ use sim::game::{Command, World};
 use sim::{MatchSetup, PlayerId, SectionHash, Simulation, SnapshotError, Stamped, StateHash, Turn};
 use std::collections::VecDeque;
 
+/// Commands submitted this soon after the match start are the warm-up:
+/// [`PeerFigures::steady_latencies_ms`] leaves them out (the session's own
+/// steady-state figures leave out the same first 5 s).
+pub const WARMUP: Duration = Duration::from_secs(5);
+
 /// What the peer plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Play {
@@ -47,6 +52,15 @@ pub struct BenchPeerConfig {
     pub play: Play,
 }
 
+impl BenchPeerConfig {
+    /// The player name the peer joins with (unique per seed), by which a
+    /// relay driver can tell its connections apart.
+    #[must_use]
+    pub fn peer_name(&self) -> String {
+        format!("bench-{}", self.seed)
+    }
+}
+
 /// Figures one peer measured over its match.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PeerFigures {
@@ -72,6 +86,18 @@ pub struct PeerFigures {
     pub packets_received: u64,
     /// Why the peer did not complete, if it did not.
     pub error: Option<String>,
+    /// How many of the first `latencies_ms` are commands submitted within
+    /// [`WARMUP`] of the start (samples are in submission order).
+    #[serde(default)]
+    pub warmup_samples: usize,
+    /// Median RTT to the relay, ms: the transport's RTT as the session
+    /// samples it (`SessionStats::rtt_p50`); zero when the carrier gives the
+    /// session none (TCP), for the driver to fill from the relay's Ping/Pong.
+    #[serde(default)]
+    pub rtt_p50_ms: f64,
+    /// The session's jitter buffer at the end of the match, ms (clock policy).
+    #[serde(default)]
+    pub jitter_buffer_ms: f64,
 }
 
 impl PeerFigures {
@@ -83,6 +109,14 @@ impl PeerFigures {
         } else {
             0.0
         }
+    }
+
+    /// Latency samples of commands submitted after the warm-up.
+    #[must_use]
+    pub fn steady_latencies_ms(&self) -> &[f64] {
+        self.latencies_ms
+            .get(self.warmup_samples..)
+            .unwrap_or_default()
     }
 
     /// Carrier bytes per second, up plus down.
@@ -124,6 +158,8 @@ pub struct BenchPeer {
     /// Submit times of our commands not yet executed, oldest first.
     submitted: VecDeque<Instant>,
     latencies: Vec<Duration>,
+    /// Latency samples of commands submitted within [`WARMUP`] of the start.
+    warmup_samples: usize,
     started: Option<Instant>,
     last_turn_at: Option<Instant>,
     turns: u32,
@@ -134,7 +170,7 @@ pub struct BenchPeer {
 impl BenchPeer {
     /// A peer whose session has queued its join.
     pub fn new(now: Instant, config: BenchPeerConfig) -> Result<Self, String> {
-        let name = format!("bench-{}", config.seed);
+        let name = config.peer_name();
         let game = match config.play {
             Play::Game { .. } => BenchGame::World(Box::new(
                 PeerBuilder::<World>::new(&config.match_name, config.players)
@@ -159,6 +195,7 @@ impl BenchPeer {
             bot: None,
             submitted: VecDeque::new(),
             latencies: Vec::new(),
+            warmup_samples: 0,
             started: None,
             last_turn_at: None,
             turns: 0,
@@ -235,6 +272,12 @@ impl BenchPeer {
             .count();
         for _ in 0..mine {
             if let Some(at) = self.submitted.pop_front() {
+                if self
+                    .started
+                    .is_some_and(|s| at.saturating_since(s) < WARMUP)
+                {
+                    self.warmup_samples += 1;
+                }
                 self.latencies.push(now.saturating_since(at));
             }
         }
@@ -292,6 +335,9 @@ impl BenchPeer {
             completed: self.completed || played_all,
             end_seen: self.completed,
             error: self.failed.clone(),
+            warmup_samples: self.warmup_samples,
+            rtt_p50_ms: stats.rtt_p50.as_millis_f64(),
+            jitter_buffer_ms: stats.jitter_buffer.as_millis_f64(),
             ..PeerFigures::default()
         }
     }
@@ -371,5 +417,17 @@ mod tests {
         assert_eq!(f.stall_per_min_ms(), 600.0);
         assert_eq!(f.bytes_per_s(), 300.0);
         assert_eq!(PeerFigures::default().bytes_per_s(), 0.0);
+        let g = PeerFigures {
+            latencies_ms: vec![300.0, 250.0, 110.0, 120.0],
+            warmup_samples: 2,
+            ..PeerFigures::default()
+        };
+        assert_eq!(g.steady_latencies_ms(), &[110.0, 120.0]);
+        // A count past the end (it cannot happen, but the data is parsed) leaves nothing.
+        let h = PeerFigures {
+            warmup_samples: 9,
+            ..g
+        };
+        assert!(h.steady_latencies_ms().is_empty());
     }
 }
