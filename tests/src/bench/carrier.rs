@@ -7,12 +7,15 @@
 //!
 //! On TCP the transport's link figures do not exist; the router still gets
 //! RTT samples from its own app-level Ping/Pong, and the session gets none
-//! (they only feed its stats report).
+//! (they only feed its stats report). So that both carriers' players get a
+//! floor, the TCP relay driver times those same Ping/Pong exchanges itself
+//! ([`PingRtts`]), per player name.
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, PeerFigures};
 use super::framing::{FrameDecoder, encode_frame};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use lockstep::peer_glue::PeerGlue;
+use lockstep::proto::ToRelay;
 use lockstep::transport::{Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
@@ -43,6 +46,49 @@ pub struct RelayCounters {
     pub bytes_in: u64,
     /// Bytes sent.
     pub bytes_out: u64,
+}
+
+/// RTT samples the TCP relay driver took from the router's own Ping/Pong:
+/// a pong echoes the ping's stamp, which is the router's `now` in this
+/// driver's clock, so arrival time minus stamp is the round trip (proxy
+/// delay, kernel retransmissions and the peer's loop included, as for any
+/// app-level ping). Keyed by the name the connection joined with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PingRtts {
+    names: BTreeMap<ConnId, String>,
+    samples: BTreeMap<String, Vec<Duration>>,
+}
+
+impl PingRtts {
+    /// Looks at one message from `conn` arriving at `now`: a join names the
+    /// connection, a pong is a sample (a stamp from the future is none).
+    pub fn observe(&mut self, now: Instant, conn: ConnId, msg: &[u8]) {
+        match ToRelay::decode(msg) {
+            Ok(ToRelay::Join(join)) => {
+                self.names.insert(conn, join.name);
+            }
+            Ok(ToRelay::Pong { stamp_us }) => {
+                let sent = Instant::from_micros(stamp_us);
+                if let Some(name) = self.names.get(&conn)
+                    && sent <= now
+                {
+                    self.samples
+                        .entry(name.clone())
+                        .or_default()
+                        .push(now.saturating_since(sent));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The median sample of the player who joined as `name`, if any.
+    #[must_use]
+    pub fn median(&self, name: &str) -> Option<Duration> {
+        let mut v = self.samples.get(name)?.clone();
+        v.sort_unstable();
+        v.get(v.len().checked_sub(1)? / 2).copied()
+    }
 }
 
 /// A clock in protocol time since the driver started.
@@ -337,12 +383,13 @@ fn tcp_reader<T: Send + 'static>(
 }
 
 /// Serves matches over TCP on `listener` until `stop` is set: one `ConnId`
-/// per accepted stream, the router's messages framed onto it.
+/// per accepted stream, the router's messages framed onto it. Returns the
+/// traffic and the players' Ping/Pong RTTs.
 pub fn serve_tcp(
     listener: &TcpListener,
     config: RelayConfig,
     stop: &Arc<AtomicBool>,
-) -> io::Result<RelayCounters> {
+) -> io::Result<(RelayCounters, PingRtts)> {
     let clock = Clock::new();
     let (tx, rx) = unbounded();
     let acceptor = {
@@ -389,6 +436,7 @@ pub fn serve_tcp(
     let mut router = Router::new(config);
     let mut streams: BTreeMap<ConnId, TcpStream> = BTreeMap::new();
     let mut counters = RelayCounters::default();
+    let mut rtts = PingRtts::default();
     let mut frame = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let now = clock.now();
@@ -406,6 +454,7 @@ pub fn serve_tcp(
                 TcpInput::Message(conn, msg) => {
                     counters.packets_in += 1;
                     counters.bytes_in += 4 + msg.len() as u64;
+                    rtts.observe(now, conn, &msg);
                     router.handle_message(now, conn, &msg);
                 }
                 TcpInput::Closed(conn) => {
@@ -441,7 +490,7 @@ pub fn serve_tcp(
         let _ = s.shutdown(Shutdown::Both);
     }
     let _ = acceptor.join();
-    Ok(counters)
+    Ok((counters, rtts))
 }
 
 /// Plays one match as a peer over TCP to `target` (the relay or a proxy).
@@ -519,4 +568,51 @@ pub fn run_tcp_peer(
     stop.store(true, Ordering::Relaxed);
     let _ = reader.join();
     Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep::proto::Join;
+    use sim::StateHash;
+
+    fn join(name: &str) -> Vec<u8> {
+        ToRelay::Join(Join {
+            match_name: "m".into(),
+            slots: 2,
+            game_id: "g".into(),
+            game_version: 1,
+            rules_hash: StateHash([0; 32]),
+            name: name.into(),
+            turns: 0,
+        })
+        .to_bytes()
+    }
+
+    fn pong(stamp: Instant) -> Vec<u8> {
+        ToRelay::Pong {
+            stamp_us: stamp.as_micros(),
+        }
+        .to_bytes()
+    }
+
+    #[test]
+    fn ping_rtts_are_pong_arrival_minus_stamp_per_joined_name() {
+        let mut r = PingRtts::default();
+        let t = |ms| Instant::from_millis(ms);
+        // A pong before the join names nobody.
+        r.observe(t(50), ConnId(1), &pong(t(10)));
+        r.observe(t(60), ConnId(1), &join("a"));
+        r.observe(t(60), ConnId(2), &join("b"));
+        for (sent, back) in [(100, 160), (200, 270), (300, 355)] {
+            r.observe(t(back), ConnId(1), &pong(t(sent)));
+        }
+        r.observe(t(500), ConnId(2), &pong(t(400)));
+        // A stamp from the future, and a message that is no pong, are no samples.
+        r.observe(t(500), ConnId(2), &pong(t(900)));
+        r.observe(t(500), ConnId(2), &ToRelay::Leave.to_bytes());
+        assert_eq!(r.median("a"), Some(Duration::from_millis(60)));
+        assert_eq!(r.median("b"), Some(Duration::from_millis(100)));
+        assert_eq!(r.median("c"), None);
+    }
 }

@@ -11,6 +11,7 @@ pub mod internal;
 pub mod latency_bench;
 pub mod machine;
 pub mod net_bench;
+pub mod net_figures;
 pub mod net_report;
 pub mod netns;
 pub mod proxy;

@@ -1,15 +1,22 @@
 //! Turn latency under real loss, our UDP transport against a TCP baseline:
-//! 4 peers of the reference game, 100 ms turns, 30 ms ± 10 ms one-way delay
-//! from a user-space proxy on each peer's link, and random loss by the kernel
-//! inside a private network namespace (one per loss rate, run side by side).
-//! Each run is a child process (`bench --internal-net-run ...`) executed in
-//! the namespace; it prints its peers' figures as JSON.
+//! 4 and 8 peers of the reference game, 100 ms turns, the relay's default
+//! (`clock`) turn policy on both carriers, 30 ms ± 10 ms one-way delay from a
+//! user-space proxy on each peer's link, and random loss by the kernel inside
+//! a private network namespace (one per loss rate, run side by side). Each
+//! run is a child process (`bench --internal-net-run ...`) executed in the
+//! namespace; it prints its peers' figures as JSON.
+//!
+//! Each player is set against its own floor, its median RTT to the relay plus
+//! half a turn, as in the virtual-time `latency` section: on UDP the RTT is the
+//! transport's (the session samples it), on TCP the relay driver times the
+//! router's own Ping/Pong ([`PingRtts`]). Latency counts commands submitted
+//! after the first 5 s ([`WARMUP`](super::benchpeer::WARMUP)).
 
 use super::benchpeer::{BenchPeerConfig, PeerFigures, Play};
-use super::carrier::{run_tcp_peer, run_udp_peers, serve_tcp, serve_udp};
+use super::carrier::{PingRtts, run_tcp_peer, run_udp_peers, serve_tcp, serve_udp};
+use super::net_figures::{Point, RunFigures, RunOutput, TcpSegments, snmp_counter};
 use super::netns::{self, Namespace};
 use super::proxy::{Delay, tcp_proxy, udp_proxy};
-use super::stats::{Summary, percentile};
 use lockstep::transport::TransportConfig;
 use relay::RelayConfig;
 use std::io;
@@ -20,10 +27,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The loss rates measured.
 pub const LOSSES: [f64; 5] = [0.0, 0.02, 0.05, 0.10, 0.20];
-/// Players per match.
-pub const PLAYERS: u8 = 4;
+/// Players per match, one batch of runs each.
+pub const PLAYER_COUNTS: [u8; 2] = [4, 8];
+/// The loss rates 8 players play under `--quick` (every rate in the full run):
+/// the issue's range, 0 to 10 %, to keep the section under three minutes.
+pub const QUICK_LOSSES_8: [f64; 3] = [0.0, 0.05, 0.10];
 /// Bot actions per minute.
 pub const APM: u32 = 300;
+/// Most players a run may have: the fixed proxy ports of the two carriers
+/// (from 20 001 and 20 011) must not overlap.
+pub const MAX_PLAYERS: u8 = 9;
 
 /// Which carrier a run uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +78,8 @@ impl Carrier {
 pub struct Scenario {
     /// Carrier.
     pub carrier: Carrier,
+    /// Players in the match (at most 9: the fixed ports leave room for that many).
+    pub players: u8,
     /// Turns to play.
     pub turns: u32,
     /// Seed of bots and proxies.
@@ -90,7 +105,14 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// Plays one match: relay, one proxy per peer, 4 peers, each in its own thread.
+/// The relay's turn length (the default, which the section measures), ms.
+#[must_use]
+pub fn turn_ms() -> f64 {
+    RelayConfig::default().turn_length.as_millis_f64()
+}
+
+/// Plays one match: relay, one proxy per peer, `s.players` peers, each in its
+/// own thread. On TCP each peer's `rtt_p50_ms` is the relay's Ping/Pong median.
 pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
     let stop = Arc::new(AtomicBool::new(false));
     let (relay_port, proxy_base) = if s.fixed_ports {
@@ -102,7 +124,7 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
     let timeout = std::time::Duration::from_millis(u64::from(s.turns) * 100 + 30_000);
     let mut threads = Vec::new();
     let mut fronts = Vec::new();
-    let relay_thread;
+    let relay_thread: std::thread::JoinHandle<io::Result<Option<PingRtts>>>;
     match s.carrier {
         Carrier::Udp => {
             let socket = UdpSocket::bind(addr(relay_port))?;
@@ -115,9 +137,9 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
                     TransportConfig::default(),
                     &stop2,
                 )
-                .map(|_| ())
+                .map(|_| None)
             });
-            for i in 0..PLAYERS {
+            for i in 0..s.players {
                 let port = if s.fixed_ports {
                     proxy_base + u16::from(i)
                 } else {
@@ -140,9 +162,9 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
             let relay_addr = listener.local_addr()?;
             let stop2 = Arc::clone(&stop);
             relay_thread = std::thread::spawn(move || {
-                serve_tcp(&listener, RelayConfig::default(), &stop2).map(|_| ())
+                serve_tcp(&listener, RelayConfig::default(), &stop2).map(|(_, rtts)| Some(rtts))
             });
-            for i in 0..PLAYERS {
+            for i in 0..s.players {
                 let port = if s.fixed_ports {
                     proxy_base + u16::from(i)
                 } else {
@@ -160,17 +182,20 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
             }
         }
     }
+    let configs: Vec<BenchPeerConfig> = (0..fronts.len())
+        .map(|i| BenchPeerConfig {
+            match_name: match_name.clone(),
+            players: s.players,
+            turns: s.turns,
+            seed: s.seed.wrapping_mul(31).wrapping_add(i as u64),
+            play: Play::Game { apm: APM },
+        })
+        .collect();
+    let names: Vec<String> = configs.iter().map(BenchPeerConfig::peer_name).collect();
     let peers: Vec<_> = fronts
         .iter()
-        .enumerate()
-        .map(|(i, &front)| {
-            let config = BenchPeerConfig {
-                match_name: match_name.clone(),
-                players: PLAYERS,
-                turns: s.turns,
-                seed: s.seed.wrapping_mul(31).wrapping_add(i as u64),
-                play: Play::Game { apm: APM },
-            };
+        .zip(configs)
+        .map(|(&front, config)| {
             let carrier = s.carrier;
             std::thread::spawn(move || match carrier {
                 Carrier::Udp => {
@@ -199,13 +224,20 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
         return Err(e);
     }
     match relay {
-        Ok(Ok(())) => Ok(figures),
+        Ok(Ok(rtts)) => {
+            if let Some(rtts) = rtts {
+                for (f, name) in figures.iter_mut().zip(&names) {
+                    f.rtt_p50_ms = rtts.median(name).map_or(0.0, |d| d.as_millis_f64());
+                }
+            }
+            Ok(figures)
+        }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::other("the relay thread panicked")),
     }
 }
 
-/// The child side: `--internal-net-run <udp|tcp> <turns> <seed> <proxy_loss> <fixed 0|1>`;
+/// The child side: `--internal-net-run <udp|tcp> <players> <turns> <seed> <proxy_loss> <fixed 0|1>`;
 /// prints the peers' figures as one JSON line.
 #[must_use]
 pub fn internal_main(args: &[String]) -> ExitCode {
@@ -213,16 +245,21 @@ pub fn internal_main(args: &[String]) -> ExitCode {
         let carrier = Carrier::parse(args.first()?)?;
         Some(Scenario {
             carrier,
-            turns: args.get(1)?.parse().ok()?,
-            seed: args.get(2)?.parse().ok()?,
+            players: args
+                .get(1)?
+                .parse()
+                .ok()
+                .filter(|p| (1..=MAX_PLAYERS).contains(p))?,
+            turns: args.get(2)?.parse().ok()?,
+            seed: args.get(3)?.parse().ok()?,
             delay: standard_delay(),
-            proxy_loss: args.get(3)?.parse().ok()?,
-            fixed_ports: args.get(4)? == "1",
+            proxy_loss: args.get(4)?.parse().ok()?,
+            fixed_ports: args.get(5)? == "1",
         })
     })();
     let Some(s) = parsed else {
         replays::err_println!(
-            "usage: --internal-net-run <udp|tcp> <turns> <seed> <proxy_loss> <fixed 0|1>"
+            "usage: --internal-net-run <udp|tcp> <players 1-{MAX_PLAYERS}> <turns> <seed> <proxy_loss> <fixed 0|1>"
         );
         return ExitCode::from(2);
     };
@@ -254,41 +291,6 @@ pub fn internal_main(args: &[String]) -> ExitCode {
     }
 }
 
-/// TCP segment counters of a namespace (`/proc/net/snmp`), over one run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TcpSegments {
-    /// Segments sent (every hop, both directions).
-    pub out: u64,
-    /// Segments retransmitted.
-    pub retrans: u64,
-}
-
-/// What a child run prints.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RunOutput {
-    /// Each peer's figures.
-    pub peers: Vec<PeerFigures>,
-    /// The namespace's TCP counters over the run (only TCP runs use TCP there).
-    pub tcp: Option<TcpSegments>,
-}
-
-/// IPv4 + UDP header bytes per datagram.
-pub const UDP_IP_HEADER: f64 = 28.0;
-/// IPv4 + TCP header bytes per segment with Linux's default timestamp option.
-pub const TCP_IP_HEADER: f64 = 52.0;
-
-/// Reads one counter from the text of `/proc/net/snmp` (a header line of
-/// names followed by a line of values, both starting with `group:`).
-#[must_use]
-pub fn snmp_counter(text: &str, group: &str, name: &str) -> Option<u64> {
-    let prefix = format!("{group}:");
-    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
-    let names = lines.next()?;
-    let values = lines.next()?;
-    let i = names.split_whitespace().position(|n| n == name)?;
-    values.split_whitespace().nth(i)?.parse().ok()
-}
-
 fn read_snmp() -> Option<TcpSegments> {
     let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
     Some(TcpSegments {
@@ -297,145 +299,10 @@ fn read_snmp() -> Option<TcpSegments> {
     })
 }
 
-/// One run's figures for one carrier at one loss rate, pooled over its peers.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RunFigures {
-    /// Every latency sample of every peer, ms.
-    pub latencies_ms: Vec<f64>,
-    /// Mean over peers of stall time per minute, ms.
-    pub stall_per_min_ms: f64,
-    /// Mean over peers of carrier bytes per second (up + down).
-    pub bytes_per_s: f64,
-    /// Mean over peers of bytes per second with IP headers (TCP: from the
-    /// namespace's segment count, one hop of two; `NaN` when unknown).
-    pub wire_bytes_per_s: f64,
-    /// TCP retransmitted segments per peer link per minute (`NaN` for UDP or unknown).
-    pub retrans_per_min: f64,
-    /// Peers whose match completed.
-    pub completed: usize,
-    /// Peers.
-    pub peers: usize,
-    /// Why peers failed.
-    pub errors: Vec<String>,
-    /// Peers that played every turn but never got the end-of-match message.
-    pub end_lost: usize,
-}
-
-impl RunFigures {
-    /// Pools the peers of one run of `carrier`.
-    #[must_use]
-    pub fn pool_run(carrier: Carrier, run: &RunOutput) -> Self {
-        let peers = &run.peers;
-        let n = peers.len().max(1) as f64;
-        let mut f = Self::pool(peers);
-        let secs = peers.iter().map(|p| p.secs).sum::<f64>() / n;
-        match (carrier, run.tcp) {
-            (Carrier::Udp, _) => {
-                f.wire_bytes_per_s = peers
-                    .iter()
-                    .map(|p| {
-                        p.bytes_per_s()
-                            + UDP_IP_HEADER * (p.packets_sent + p.packets_received) as f64
-                                / p.secs.max(1e-9)
-                    })
-                    .sum::<f64>()
-                    / n;
-            }
-            (Carrier::Tcp, Some(t)) if secs > 0.0 => {
-                // Every stream crosses two hops (peer-proxy, proxy-relay) of about equal segments;
-                // only the first one loses, so retransmissions all belong to it.
-                f.wire_bytes_per_s = f.bytes_per_s + TCP_IP_HEADER * t.out as f64 / 2.0 / n / secs;
-                f.retrans_per_min = t.retrans as f64 / n / secs * 60.0;
-            }
-            (Carrier::Tcp, _) => {}
-        }
-        f
-    }
-
-    /// Pools the peers of one run.
-    #[must_use]
-    pub fn pool(peers: &[PeerFigures]) -> Self {
-        let n = peers.len().max(1) as f64;
-        Self {
-            wire_bytes_per_s: f64::NAN,
-            retrans_per_min: f64::NAN,
-            latencies_ms: peers
-                .iter()
-                .flat_map(|p| p.latencies_ms.iter().copied())
-                .collect(),
-            stall_per_min_ms: peers.iter().map(PeerFigures::stall_per_min_ms).sum::<f64>() / n,
-            bytes_per_s: peers.iter().map(PeerFigures::bytes_per_s).sum::<f64>() / n,
-            completed: peers.iter().filter(|p| p.completed).count(),
-            peers: peers.len(),
-            errors: peers
-                .iter()
-                .filter(|p| !p.completed)
-                .filter_map(|p| p.error.clone())
-                .collect(),
-            end_lost: peers.iter().filter(|p| p.completed && !p.end_seen).count(),
-        }
-    }
-}
-
-/// All runs of one carrier at one loss rate.
-#[derive(Clone, Debug, Default)]
-pub struct Point {
-    /// Loss fraction.
-    pub loss: f64,
-    /// Carrier.
-    pub carrier: Option<Carrier>,
-    /// Successful runs.
-    pub runs: Vec<RunFigures>,
-    /// Failed runs' errors.
-    pub errors: Vec<String>,
-}
-
-impl Point {
-    fn summary(&self, f: impl Fn(&RunFigures) -> f64) -> Option<Summary> {
-        let v: Vec<f64> = self.runs.iter().map(f).filter(|x| x.is_finite()).collect();
-        Summary::of(&v)
-    }
-    /// p50 over runs.
-    #[must_use]
-    pub fn p50(&self) -> Option<Summary> {
-        self.summary(|r| percentile(&r.latencies_ms, 50.0))
-    }
-    /// p99 over runs.
-    #[must_use]
-    pub fn p99(&self) -> Option<Summary> {
-        self.summary(|r| percentile(&r.latencies_ms, 99.0))
-    }
-    /// Max over runs.
-    #[must_use]
-    pub fn max(&self) -> Option<Summary> {
-        self.summary(|r| r.latencies_ms.iter().copied().fold(f64::NAN, f64::max))
-    }
-    /// Stall per minute over runs.
-    #[must_use]
-    pub fn stall(&self) -> Option<Summary> {
-        self.summary(|r| r.stall_per_min_ms)
-    }
-    /// Bytes per second per peer over runs.
-    #[must_use]
-    pub fn bytes(&self) -> Option<Summary> {
-        self.summary(|r| r.bytes_per_s)
-    }
-    /// Bytes per second per peer with IP headers over runs.
-    #[must_use]
-    pub fn wire_bytes(&self) -> Option<Summary> {
-        self.summary(|r| r.wire_bytes_per_s)
-    }
-    /// TCP retransmissions per link per minute over runs.
-    #[must_use]
-    pub fn retrans(&self) -> Option<Summary> {
-        self.summary(|r| r.retrans_per_min)
-    }
-}
-
 /// How the section ran.
 #[derive(Debug)]
 pub struct NetSection {
-    /// Results by loss rate: ours, then TCP.
+    /// Results by player count, then loss rate: ours, then TCP.
     pub points: Vec<(Point, Point)>,
     /// Why real loss was unavailable, if it was (then TCP was not run).
     pub fallback: Option<String>,
@@ -443,34 +310,48 @@ pub struct NetSection {
     pub turns: u32,
     /// Runs per point.
     pub runs: usize,
+    /// Turn length, ms.
+    pub turn_ms: f64,
+}
+
+/// The loss rates `players` play (all of [`LOSSES`], or [`QUICK_LOSSES_8`]
+/// for more than 4 players under `--quick`).
+#[must_use]
+pub fn losses_for(players: u8, quick: bool) -> Vec<f64> {
+    if quick && players > 4 {
+        QUICK_LOSSES_8.to_vec()
+    } else {
+        LOSSES.to_vec()
+    }
 }
 
 /// Runs the section: in namespaces when possible, else in-process with
-/// proxy-made loss for our transport only.
+/// proxy-made loss for our transport only. Each player count is one batch
+/// (every loss rate and both carriers side by side), the batches one after
+/// the other so that 8-player matches do not share the cores with 4-player ones.
 #[must_use]
 pub fn measure(quick: bool) -> NetSection {
-    let (turns, runs) = if quick { (80, 2) } else { (300, 5) };
+    // 5 s of warm-up, then 25 s (--quick) or 60 s of steady state.
+    let (turns, runs) = if quick { (300, 2) } else { (650, 3) };
+    let turn_ms = turn_ms();
     let fallback = netns::unavailable();
-    let mut points: Vec<(Point, Point)> = LOSSES
+    let mut points: Vec<(Point, Point)> = PLAYER_COUNTS
         .iter()
-        .map(|&loss| {
-            (
-                Point {
+        .flat_map(|&players| {
+            losses_for(players, quick).into_iter().map(move |loss| {
+                let point = |c| Point {
+                    players,
                     loss,
-                    carrier: Some(Carrier::Udp),
+                    carrier: Some(c),
                     ..Point::default()
-                },
-                Point {
-                    loss,
-                    carrier: Some(Carrier::Tcp),
-                    ..Point::default()
-                },
-            )
+                };
+                (point(Carrier::Udp), point(Carrier::Tcp))
+            })
         })
         .collect();
     match &fallback {
         None => {
-            if let Err(e) = measure_in_namespaces(turns, runs, &mut points) {
+            if let Err(e) = measure_in_namespaces(turns, runs, turn_ms, &mut points) {
                 for (u, t) in &mut points {
                     u.errors.push(e.clone());
                     t.errors.push(e.clone());
@@ -484,40 +365,7 @@ pub fn measure(quick: bool) -> NetSection {
                  at the top of the section. For real loss run as root with `ip` (iproute2) and \
                  `iptables` installed (e.g. `apt-get install iproute2 iptables`)."
             );
-            for r in 0..runs {
-                replays::err_println!(
-                    "[net] run {}/{runs}: udp at every loss rate side by side",
-                    r + 1
-                );
-                // Every loss rate at once, like the namespace runs, to keep --quick quick.
-                let handles: Vec<_> = points
-                    .iter()
-                    .map(|(u, _)| {
-                        let s = Scenario {
-                            carrier: Carrier::Udp,
-                            turns,
-                            seed: 1000 + r as u64,
-                            delay: standard_delay(),
-                            proxy_loss: u.loss,
-                            fixed_ports: false,
-                        };
-                        std::thread::spawn(move || run_scenario(&s))
-                    })
-                    .collect();
-                for ((u, _), h) in points.iter_mut().zip(handles) {
-                    match h.join() {
-                        Ok(Ok(f)) => u.runs.push(RunFigures::pool_run(
-                            Carrier::Udp,
-                            &RunOutput {
-                                peers: f,
-                                tcp: None,
-                            },
-                        )),
-                        Ok(Err(e)) => u.errors.push(e.to_string()),
-                        Err(_) => u.errors.push("a run panicked".into()),
-                    }
-                }
-            }
+            measure_in_process(turns, runs, turn_ms, &mut points);
         }
     }
     NetSection {
@@ -525,76 +373,139 @@ pub fn measure(quick: bool) -> NetSection {
         fallback,
         turns,
         runs,
+        turn_ms,
+    }
+}
+
+/// The fallback: our carrier only, loss made by the proxy, in this process.
+fn measure_in_process(turns: u32, runs: usize, turn_ms: f64, points: &mut [(Point, Point)]) {
+    for r in 0..runs {
+        for players in PLAYER_COUNTS {
+            replays::err_println!(
+                "[net] run {}/{runs}, {players} players: udp at every loss rate side by side, \
+                 {turns} turns each, loss made by the proxy",
+                r + 1
+            );
+            // Every loss rate at once, like the namespace runs, to keep --quick quick.
+            let handles: Vec<_> = points
+                .iter()
+                .enumerate()
+                .filter(|(_, (u, _))| u.players == players)
+                .map(|(k, (u, _))| {
+                    let s = Scenario {
+                        carrier: Carrier::Udp,
+                        players,
+                        turns,
+                        seed: 1000 + r as u64,
+                        delay: standard_delay(),
+                        proxy_loss: u.loss,
+                        fixed_ports: false,
+                    };
+                    (k, std::thread::spawn(move || run_scenario(&s)))
+                })
+                .collect();
+            for (k, h) in handles {
+                let u = &mut points[k].0;
+                match h.join() {
+                    Ok(Ok(f)) => u.runs.push(RunFigures::pool_run(
+                        Carrier::Udp,
+                        &RunOutput {
+                            peers: f,
+                            tcp: None,
+                        },
+                        turn_ms,
+                    )),
+                    Ok(Err(e)) => u.errors.push(e.to_string()),
+                    Err(_) => u.errors.push("a run panicked".into()),
+                }
+            }
+        }
     }
 }
 
 fn measure_in_namespaces(
     turns: u32,
     runs: usize,
+    turn_ms: f64,
     points: &mut [(Point, Point)],
 ) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
     let exe = exe.to_string_lossy().into_owned();
+    // One namespace per loss rate, shared by the player counts (they run one after the other).
     let mut spaces = Vec::new();
-    for (i, (u, _)) in points.iter().enumerate() {
+    for (i, &loss) in LOSSES.iter().enumerate() {
         let ns = Namespace::create(&format!("lsbench-{}-{i}", std::process::id()))?;
-        ns.set_loss(u.loss)?;
-        spaces.push(ns);
+        ns.set_loss(loss)?;
+        spaces.push((loss, ns));
     }
     for r in 0..runs {
-        replays::err_println!(
-            "[net] run {}/{runs}: {} loss rates × udp+tcp side by side, {turns} turns each, real kernel loss",
-            r + 1,
-            points.len()
-        );
-        let seed = (1000 + r).to_string();
-        let turns = turns.to_string();
-        let mut children = Vec::new();
-        for (i, ns) in spaces.iter().enumerate() {
-            for carrier in [Carrier::Udp, Carrier::Tcp] {
-                let child = ns
-                    .exec(
-                        &exe,
-                        &[
-                            "--internal-net-run",
-                            carrier.name(),
-                            &turns,
-                            &seed,
-                            "0",
-                            "1",
-                        ],
-                    )
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::piped())
-                    .spawn();
-                children.push((i, carrier, child));
+        for players in PLAYER_COUNTS {
+            let batch: Vec<usize> = (0..points.len())
+                .filter(|&k| points[k].0.players == players)
+                .collect();
+            replays::err_println!(
+                "[net] run {}/{runs}, {players} players: {} loss rates × udp+tcp side by side, \
+                 {turns} turns each, real kernel loss",
+                r + 1,
+                batch.len()
+            );
+            let args = [
+                players.to_string(),
+                turns.to_string(),
+                (1000 + r).to_string(),
+            ];
+            let mut children = Vec::new();
+            for &k in &batch {
+                let loss = points[k].0.loss;
+                let Some((_, ns)) = spaces.iter().find(|(l, _)| *l == loss) else {
+                    return Err(format!("no namespace for {loss} loss"));
+                };
+                for carrier in [Carrier::Udp, Carrier::Tcp] {
+                    let child = ns
+                        .exec(
+                            &exe,
+                            &[
+                                "--internal-net-run",
+                                carrier.name(),
+                                &args[0],
+                                &args[1],
+                                &args[2],
+                                "0",
+                                "1",
+                            ],
+                        )
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn();
+                    children.push((k, carrier, child));
+                }
             }
-        }
-        for (i, carrier, child) in children {
-            let point = match carrier {
-                Carrier::Udp => &mut points[i].0,
-                Carrier::Tcp => &mut points[i].1,
-            };
-            let result = child
-                .map_err(|e| e.to_string())
-                .and_then(|c| c.wait_with_output().map_err(|e| e.to_string()))
-                .and_then(|out| {
-                    if !out.status.success() {
-                        return Err(format!(
-                            "{} run exited with {}: {}",
-                            carrier.name(),
-                            out.status,
-                            String::from_utf8_lossy(&out.stderr).trim()
-                        ));
+            for (k, carrier, child) in children {
+                let point = match carrier {
+                    Carrier::Udp => &mut points[k].0,
+                    Carrier::Tcp => &mut points[k].1,
+                };
+                let result = child
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| c.wait_with_output().map_err(|e| e.to_string()))
+                    .and_then(|out| {
+                        if !out.status.success() {
+                            return Err(format!(
+                                "{} run exited with {}: {}",
+                                carrier.name(),
+                                out.status,
+                                String::from_utf8_lossy(&out.stderr).trim()
+                            ));
+                        }
+                        serde_json::from_slice::<RunOutput>(&out.stdout).map_err(|e| e.to_string())
+                    });
+                match result {
+                    Ok(f) => point.runs.push(RunFigures::pool_run(carrier, &f, turn_ms)),
+                    Err(e) => {
+                        replays::err_println!("[net] {e}");
+                        point.errors.push(e);
                     }
-                    serde_json::from_slice::<RunOutput>(&out.stdout).map_err(|e| e.to_string())
-                });
-            match result {
-                Ok(f) => point.runs.push(RunFigures::pool_run(carrier, &f)),
-                Err(e) => {
-                    replays::err_println!("[net] {e}");
-                    point.errors.push(e);
                 }
             }
         }
@@ -607,43 +518,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pooling_and_counters() {
-        let a = PeerFigures {
-            latencies_ms: vec![100.0, 200.0],
-            stall_ms: 60.0,
-            secs: 60.0,
-            bytes_sent: 600,
-            bytes_received: 600,
-            completed: true,
-            ..PeerFigures::default()
-        };
-        let b = PeerFigures {
-            latencies_ms: vec![300.0],
-            stall_ms: 0.0,
-            ..a.clone()
-        };
-        let snmp = "Ip: A B\nIp: 1 2\nTcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 500 7\n";
-        assert_eq!(snmp_counter(snmp, "Tcp", "OutSegs"), Some(500));
-        assert_eq!(snmp_counter(snmp, "Tcp", "RetransSegs"), Some(7));
-        assert_eq!(snmp_counter(snmp, "Udp", "OutDatagrams"), None);
-        let tcp = RunOutput {
-            peers: vec![a.clone(), a.clone()],
-            tcp: Some(TcpSegments {
-                out: 480,
-                retrans: 6,
-            }),
-        };
-        let t = RunFigures::pool_run(Carrier::Tcp, &tcp);
-        // 20 B/s payload + 52 bytes × 480 / 2 hops / 2 peers / 60 s.
-        assert_eq!(t.wire_bytes_per_s, 20.0 + 52.0 * 2.0);
-        assert_eq!(t.retrans_per_min, 3.0);
-        let r = RunFigures::pool(&[a, b]);
-        assert_eq!(r.latencies_ms, vec![100.0, 200.0, 300.0]);
-        assert_eq!(r.stall_per_min_ms, 30.0);
-        assert_eq!(r.bytes_per_s, 20.0);
-        assert_eq!((r.completed, r.peers), (2, 2));
-        assert_eq!(Carrier::parse("tcp"), Some(Carrier::Tcp));
-        assert_eq!(Carrier::parse("x"), None);
+    fn quick_runs_8_players_at_0_to_10_percent_only() {
+        assert_eq!(losses_for(4, true), LOSSES.to_vec());
+        assert_eq!(losses_for(8, true), vec![0.0, 0.05, 0.10]);
+        assert_eq!(losses_for(8, false), LOSSES.to_vec());
     }
 
     /// Both carriers play a short match end to end over loopback;
@@ -653,6 +531,7 @@ mod tests {
         for carrier in [Carrier::Udp, Carrier::Tcp] {
             let s = Scenario {
                 carrier,
+                players: 4,
                 turns: 20,
                 seed: 5,
                 delay: Delay {
@@ -664,7 +543,7 @@ mod tests {
                 fixed_ports: false,
             };
             let figures = run_scenario(&s).unwrap();
-            assert_eq!(figures.len(), usize::from(PLAYERS));
+            assert_eq!(figures.len(), 4);
             for f in &figures {
                 assert!(f.completed, "{carrier:?}: {f:?}");
                 assert_eq!(f.turns, 20, "{carrier:?}");
@@ -673,6 +552,9 @@ mod tests {
                     !f.latencies_ms.is_empty(),
                     "{carrier:?}: bots issued commands"
                 );
+                // Every player has an RTT, hence a floor: the transport's on
+                // UDP, the relay's Ping/Pong (one at the start) on TCP.
+                assert!(f.rtt_p50_ms > 0.0, "{carrier:?}: {f:?}");
             }
         }
     }
