@@ -30,6 +30,14 @@ pub enum Play {
         /// Bot actions per minute.
         apm: u32,
     },
+    /// The reference game with its seeded bot, each turn's orders submitted
+    /// after a seeded random reaction time within one turn: a player's
+    /// clicks fall anywhere in a turn, while a bot answering each turn at
+    /// once is in phase with the turn clock and measures whole turns.
+    GameReacting {
+        /// Bot actions per minute.
+        apm: u32,
+    },
     /// No simulation: one small command every `every` turns, fake hashes.
     Fake {
         /// Turns between two submitted commands.
@@ -157,6 +165,12 @@ pub struct BenchPeer {
     bot: Option<Bot>,
     /// Submit times of our commands not yet executed, oldest first.
     submitted: VecDeque<Instant>,
+    /// [`Play::GameReacting`]'s draw state.
+    reaction_rng: u64,
+    /// Orders waiting for their reaction time, in submit order.
+    pending: VecDeque<(Instant, Vec<Command>)>,
+    /// The match's turn length (known from the start).
+    turn_length: Duration,
     latencies: Vec<Duration>,
     /// Latency samples of commands submitted within [`WARMUP`] of the start.
     warmup_samples: usize,
@@ -172,7 +186,7 @@ impl BenchPeer {
     pub fn new(now: Instant, config: BenchPeerConfig) -> Result<Self, String> {
         let name = config.peer_name();
         let game = match config.play {
-            Play::Game { .. } => BenchGame::World(Box::new(
+            Play::Game { .. } | Play::GameReacting { .. } => BenchGame::World(Box::new(
                 PeerBuilder::<World>::new(&config.match_name, config.players)
                     .with_name(&name)
                     .with_turns(config.turns)
@@ -188,12 +202,17 @@ impl BenchPeer {
                     .map_err(|e| e.to_string())?,
             )),
         };
+        // xorshift must not start at zero (a seed equal to the constant would).
+        let reaction_rng = (config.seed ^ 0x9e37_79b9_7f4a_7c15).max(1);
         Ok(Self {
             config,
             game,
             me: None,
             bot: None,
             submitted: VecDeque::new(),
+            reaction_rng,
+            pending: VecDeque::new(),
+            turn_length: Duration::ZERO,
             latencies: Vec::new(),
             warmup_samples: 0,
             started: None,
@@ -227,21 +246,66 @@ impl BenchPeer {
     }
 
     /// Handles every pending event at `now` (the world steps and its hash is
-    /// reported as each turn is polled). Call after feeding the session.
+    /// reported as each turn is polled), then submits the orders whose
+    /// reaction time has come. Call after feeding the session.
     pub fn pump(&mut self, now: Instant) {
         loop {
             let ev = with_game!(&mut self.game, g => g.poll_event());
             let Some(ev) = ev else { break };
             self.on_event(now, ev);
         }
+        while self.pending.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, orders)) = self.pending.pop_front() {
+                self.submit(now, &orders);
+            }
+        }
+    }
+
+    /// When orders waiting for their reaction time are due: a driver wakes
+    /// then (as well as at the session's timeouts) and calls
+    /// [`pump`](Self::pump).
+    #[must_use]
+    pub fn next_wake(&self) -> Option<Instant> {
+        self.pending.front().map(|(at, _)| *at)
+    }
+
+    /// A reaction time, uniform within one turn (xorshift64: seeded, the
+    /// same on every platform).
+    fn reaction(&mut self) -> Duration {
+        let r = &mut self.reaction_rng;
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        Duration::from_micros(*r % self.turn_length.as_micros().max(1))
+    }
+
+    /// Queues `orders` for their reaction time after `now`.
+    fn react(&mut self, now: Instant, orders: Vec<Command>) {
+        // Kept in submit order: a later turn's orders never overtake an earlier turn's.
+        let at = (now + self.reaction()).max(self.pending.back().map_or(now, |(t, _)| *t));
+        self.pending.push_back((at, orders));
+    }
+
+    fn submit(&mut self, now: Instant, orders: &[Command]) {
+        let submitted =
+            !orders.is_empty() && with_game!(&mut self.game, g => g.submit(now, orders).is_ok());
+        if submitted {
+            self.submitted
+                .extend(std::iter::repeat_n(now, orders.len()));
+        }
     }
 
     fn on_event(&mut self, now: Instant, ev: PeerEvent<Command>) {
         match ev {
-            PeerEvent::Started { player, .. } => {
+            PeerEvent::Started {
+                player,
+                turn_length,
+                ..
+            } => {
                 self.me = Some(player);
                 self.started = Some(now);
-                if let Play::Game { apm } = self.config.play {
+                self.turn_length = turn_length;
+                if let Play::Game { apm } | Play::GameReacting { apm } = self.config.play {
                     self.bot = Some(Bot::new(player, self.config.seed, apm));
                 }
             }
@@ -288,7 +352,7 @@ impl BenchPeer {
             _ => {
                 let every = match self.config.play {
                     Play::Fake { every } => every.max(1),
-                    Play::Game { .. } => u32::MAX,
+                    Play::Game { .. } | Play::GameReacting { .. } => u32::MAX,
                 };
                 if turn.0 % every == 0 {
                     vec![Command::Stop {
@@ -299,11 +363,10 @@ impl BenchPeer {
                 }
             }
         };
-        let submitted =
-            !orders.is_empty() && with_game!(&mut self.game, g => g.submit(now, &orders).is_ok());
-        if submitted {
-            self.submitted
-                .extend(std::iter::repeat_n(now, orders.len()));
+        match self.config.play {
+            _ if orders.is_empty() => {}
+            Play::GameReacting { .. } => self.react(now, orders),
+            _ => self.submit(now, &orders),
         }
     }
 
@@ -398,6 +461,38 @@ pub fn fake_hash(turn: Turn) -> StateHash {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Reacting orders wait a seeded time within one turn, spread over the
+    /// turn (not in phase with it), and leave in the order they were decided.
+    #[test]
+    fn reacting_orders_wait_within_a_turn_in_order() {
+        let config = BenchPeerConfig {
+            match_name: "m".into(),
+            players: 2,
+            turns: 10,
+            seed: 3,
+            play: Play::GameReacting { apm: 300 },
+        };
+        let mut p = BenchPeer::new(Instant::ZERO, config).unwrap();
+        p.turn_length = Duration::from_millis(100);
+        let waits: Vec<Duration> = (0..1000).map(|_| p.reaction()).collect();
+        assert!(waits.iter().all(|w| *w < Duration::from_millis(100)));
+        // Both halves of the turn are drawn, often.
+        let early = waits
+            .iter()
+            .filter(|w| **w < Duration::from_millis(50))
+            .count();
+        assert!((300..700).contains(&early), "{early}");
+        let order = |t| vec![Command::Stop { units: vec![t] }];
+        let t0 = Instant::from_millis(1000);
+        for i in 0..20 {
+            p.react(t0 + Duration::from_millis(i), order(i as u32));
+        }
+        let due: Vec<Instant> = p.pending.iter().map(|(at, _)| *at).collect();
+        assert!(due.windows(2).all(|w| w[0] <= w[1]), "{due:?}");
+        assert_eq!(p.next_wake(), due.first().copied());
+        assert!(due[0] >= t0 && due[0] < t0 + Duration::from_millis(100));
+    }
 
     #[test]
     fn fake_hashes_agree_and_differ_by_turn() {

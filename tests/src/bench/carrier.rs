@@ -239,10 +239,13 @@ pub fn run_udp_peers(
         if list.iter().all(|p| p.finished) || now >= deadline {
             break;
         }
-        let next = min_time(
-            list.iter_mut()
-                .flat_map(|p| [p.client.poll_timeout(), p.peer.session().poll_timeout()]),
-        );
+        let next = min_time(list.iter_mut().flat_map(|p| {
+            [
+                p.client.poll_timeout(),
+                p.peer.session().poll_timeout(),
+                p.peer.next_wake(),
+            ]
+        }));
         let got = drain(&rx, wait_until(now, next));
         let now = clock.now();
         for (i, from, bytes) in got {
@@ -528,7 +531,8 @@ pub fn run_tcp_peer(
         if peer.is_done() || closed || now >= deadline {
             break;
         }
-        let got = drain(&rx, wait_until(now, peer.session().poll_timeout()));
+        let next = min_time([peer.session().poll_timeout(), peer.next_wake()]);
+        let got = drain(&rx, wait_until(now, next));
         let now = clock.now();
         for msg in got {
             match msg {

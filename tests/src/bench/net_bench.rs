@@ -1,5 +1,6 @@
 //! Turn latency under real loss, our UDP transport against a TCP baseline:
-//! 4 and 8 peers of the reference game, 100 ms turns, the relay's default
+//! 4 and 8 peers of the reference game (the bot's orders submitted after a
+//! random reaction time, [`Play::GameReacting`]), 100 ms turns, the relay's default
 //! (`clock`) turn policy on both carriers, 30 ms ± 10 ms one-way delay from a
 //! user-space proxy on each peer's link, and random loss by the kernel inside
 //! a private network namespace (one per loss rate, run side by side). Each
@@ -188,7 +189,7 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
             players: s.players,
             turns: s.turns,
             seed: s.seed.wrapping_mul(31).wrapping_add(i as u64),
-            play: Play::Game { apm: APM },
+            play: Play::GameReacting { apm: APM },
         })
         .collect();
     let names: Vec<String> = configs.iter().map(BenchPeerConfig::peer_name).collect();
