@@ -31,12 +31,17 @@ pub enum Play {
         apm: u32,
     },
     /// The reference game with its seeded bot, each turn's orders submitted
-    /// after a seeded random reaction time within one turn: a player's
-    /// clicks fall anywhere in a turn, while a bot answering each turn at
-    /// once is in phase with the turn clock and measures whole turns.
+    /// after a seeded random reaction time within one turn, plus clicks (a
+    /// small command each) at seeded random instants, exponential gaps: a
+    /// player's clicks fall anywhere in a turn, while a bot answering each
+    /// turn at once is in phase with the turn clock and measures whole turns.
+    /// The clicks give the latency figures enough samples (the bot orders
+    /// about once a second, in batches that share one latency).
     GameReacting {
         /// Bot actions per minute.
         apm: u32,
+        /// Clicks per minute (0 for none).
+        clicks_per_min: u32,
     },
     /// No simulation: one small command every `every` turns, fake hashes.
     Fake {
@@ -169,6 +174,8 @@ pub struct BenchPeer {
     reaction_rng: u64,
     /// Orders waiting for their reaction time, in submit order.
     pending: VecDeque<(Instant, Vec<Command>)>,
+    /// When the next click is due ([`Play::GameReacting`]).
+    next_click: Option<Instant>,
     /// The match's turn length (known from the start).
     turn_length: Duration,
     latencies: Vec<Duration>,
@@ -212,6 +219,7 @@ impl BenchPeer {
             submitted: VecDeque::new(),
             reaction_rng,
             pending: VecDeque::new(),
+            next_click: None,
             turn_length: Duration::ZERO,
             latencies: Vec::new(),
             warmup_samples: 0,
@@ -254,6 +262,11 @@ impl BenchPeer {
             let Some(ev) = ev else { break };
             self.on_event(now, ev);
         }
+        while let Some(at) = self.next_click.filter(|at| *at <= now) {
+            let me = self.me.map_or(0, |p| u32::from(p.0));
+            self.queue(at, vec![Command::Stop { units: vec![me] }]);
+            self.next_click = Some(at + self.click_gap());
+        }
         while self.pending.front().is_some_and(|(at, _)| *at <= now) {
             if let Some((_, orders)) = self.pending.pop_front() {
                 self.submit(now, &orders);
@@ -266,23 +279,48 @@ impl BenchPeer {
     /// [`pump`](Self::pump).
     #[must_use]
     pub fn next_wake(&self) -> Option<Instant> {
-        self.pending.front().map(|(at, _)| *at)
+        [self.pending.front().map(|(at, _)| *at), self.next_click]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// A reaction time, uniform within one turn (xorshift64: seeded, the
-    /// same on every platform).
-    fn reaction(&mut self) -> Duration {
+    /// xorshift64: seeded, the same on every platform.
+    fn draw(&mut self) -> u64 {
         let r = &mut self.reaction_rng;
         *r ^= *r << 13;
         *r ^= *r >> 7;
         *r ^= *r << 17;
-        Duration::from_micros(*r % self.turn_length.as_micros().max(1))
+        *r
+    }
+
+    /// A reaction time, uniform within one turn.
+    fn reaction(&mut self) -> Duration {
+        Duration::from_micros(self.draw() % self.turn_length.as_micros().max(1))
+    }
+
+    /// An exponential gap between clicks (the mean is a minute over the rate).
+    fn click_gap(&mut self) -> Duration {
+        let per_min = match self.config.play {
+            Play::GameReacting { clicks_per_min, .. } => clicks_per_min.max(1),
+            _ => 1,
+        };
+        let mean_us = 60_000_000.0 / f64::from(per_min);
+        let u = (self.draw() >> 11) as f64 / (1u64 << 53) as f64;
+        Duration::from_micros((-(1.0 - u).ln() * mean_us) as u64 + 1)
     }
 
     /// Queues `orders` for their reaction time after `now`.
     fn react(&mut self, now: Instant, orders: Vec<Command>) {
-        // Kept in submit order: a later turn's orders never overtake an earlier turn's.
-        let at = (now + self.reaction()).max(self.pending.back().map_or(now, |(t, _)| *t));
+        let at = now + self.reaction();
+        self.queue(at, orders);
+    }
+
+    /// Queues `orders` to be submitted at `at`, or after the ones queued
+    /// before them: kept in submit order, a later order never overtakes an
+    /// earlier one.
+    fn queue(&mut self, at: Instant, orders: Vec<Command>) {
+        let at = at.max(self.pending.back().map_or(at, |(t, _)| *t));
         self.pending.push_back((at, orders));
     }
 
@@ -305,8 +343,13 @@ impl BenchPeer {
                 self.me = Some(player);
                 self.started = Some(now);
                 self.turn_length = turn_length;
-                if let Play::Game { apm } | Play::GameReacting { apm } = self.config.play {
+                if let Play::Game { apm } | Play::GameReacting { apm, .. } = self.config.play {
                     self.bot = Some(Bot::new(player, self.config.seed, apm));
+                }
+                if let Play::GameReacting { clicks_per_min, .. } = self.config.play
+                    && clicks_per_min > 0
+                {
+                    self.next_click = Some(now + self.click_gap());
                 }
             }
             PeerEvent::TurnReady { turn, inputs, .. } => self.on_turn(now, turn, &inputs),
@@ -471,7 +514,10 @@ mod tests {
             players: 2,
             turns: 10,
             seed: 3,
-            play: Play::GameReacting { apm: 300 },
+            play: Play::GameReacting {
+                apm: 300,
+                clicks_per_min: 240,
+            },
         };
         let mut p = BenchPeer::new(Instant::ZERO, config).unwrap();
         p.turn_length = Duration::from_millis(100);
@@ -491,6 +537,20 @@ mod tests {
         let due: Vec<Instant> = p.pending.iter().map(|(at, _)| *at).collect();
         assert!(due.windows(2).all(|w| w[0] <= w[1]), "{due:?}");
         assert_eq!(p.next_wake(), due.first().copied());
+        // Clicks: 240 a minute on average, queued behind the orders, in order.
+        p.next_click = Some(t0);
+        let gaps: Vec<Duration> = (0..1000).map(|_| p.click_gap()).collect();
+        let mean_ms = gaps.iter().map(|g| g.as_millis_f64()).sum::<f64>() / 1000.0;
+        assert!((200.0..300.0).contains(&mean_ms), "{mean_ms}");
+        p.pump(t0 + Duration::from_secs(10));
+        assert!(
+            p.pending.is_empty(),
+            "all due by then (the session refuses them: not started)"
+        );
+        assert!(
+            p.next_click
+                .is_some_and(|t| t > t0 + Duration::from_secs(10))
+        );
         assert!(due[0] >= t0 && due[0] < t0 + Duration::from_millis(100));
     }
 

@@ -1,6 +1,7 @@
 //! Turn latency under real loss, our UDP transport against a TCP baseline:
 //! 4 and 8 peers of the reference game (the bot's orders submitted after a
-//! random reaction time, [`Play::GameReacting`]), 100 ms turns, the relay's default
+//! random reaction time, plus clicks at random instants:
+//! [`Play::GameReacting`]), 100 ms turns, the relay's default
 //! (`clock`) turn policy on both carriers, 30 ms ± 10 ms one-way delay from a
 //! user-space proxy on each peer's link, and random loss by the kernel inside
 //! a private network namespace (one per loss rate, run side by side). Each
@@ -35,6 +36,9 @@ pub const PLAYER_COUNTS: [u8; 2] = [4, 8];
 pub const QUICK_LOSSES_8: [f64; 3] = [0.0, 0.05, 0.10];
 /// Bot actions per minute.
 pub const APM: u32 = 300;
+/// Measuring clicks per minute per player, on top of the bot's orders (as
+/// the `latency` section's clickers).
+pub const CLICKS_PER_MIN: u32 = 240;
 /// Most players a run may have: the fixed proxy ports of the two carriers
 /// (from 20 001 and 20 011) must not overlap.
 pub const MAX_PLAYERS: u8 = 9;
@@ -189,7 +193,10 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
             players: s.players,
             turns: s.turns,
             seed: s.seed.wrapping_mul(31).wrapping_add(i as u64),
-            play: Play::GameReacting { apm: APM },
+            play: Play::GameReacting {
+                apm: APM,
+                clicks_per_min: CLICKS_PER_MIN,
+            },
         })
         .collect();
     let names: Vec<String> = configs.iter().map(BenchPeerConfig::peer_name).collect();

@@ -3,7 +3,7 @@
 //! traffic, the peers that did not finish, and the CDF plot.
 
 use super::benchpeer::WARMUP;
-use super::net_bench::{APM, Carrier, NetSection, PLAYER_COUNTS};
+use super::net_bench::{APM, CLICKS_PER_MIN, Carrier, NetSection, PLAYER_COUNTS};
 use super::net_figures::{PlayerFigures, Point};
 use super::stats::Summary;
 use super::svg::{Series, cdf_plot};
@@ -45,9 +45,10 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
     let counts: Vec<String> = PLAYER_COUNTS.iter().map(u8::to_string).collect();
     let _ = write!(
         md,
-        "{} peers of the reference game (bots at {APM} APM, each turn's orders submitted after a \
-         random reaction time within the turn, as clicks fall anywhere in a turn: a bot answering \
-         at once would be in phase with the turn clock), {:.0} ms turns, one relay with its \
+        "{} peers of the reference game: bots at {APM} APM, each turn's orders submitted after a \
+         random reaction time within the turn, and {CLICKS_PER_MIN} clicks a minute (a small \
+         command each) at random instants, as a player's clicks fall anywhere in a turn (a bot \
+         answering at once would be in phase with the turn clock); {:.0} ms turns, one relay with its \
          default turn policy (`clock`) on both carriers, {} turns ({:.0} s) per run, {} runs per \
          row; each player count runs as its own batch. Every peer's link goes through a \
          user-space proxy adding 30 ms ± 10 ms (uniform) one-way delay each way (per datagram \
