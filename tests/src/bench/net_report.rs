@@ -49,12 +49,17 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
          random reaction time within the turn, and {CLICKS_PER_MIN} clicks a minute (a small \
          command each) at random instants, as a player's clicks fall anywhere in a turn (a bot \
          answering at once would be in phase with the turn clock); {:.0} ms turns, one relay with its \
-         default turn policy (`clock`) on both carriers, {} turns ({:.0} s) per run, {} runs per \
+         default turn policy (`clock`){}, {} turns ({:.0} s) per run, {} runs per \
          row; each player count runs as its own batch. Every peer's link goes through a \
          user-space proxy adding 30 ms ± 10 ms (uniform) one-way delay each way (per datagram \
          for UDP; per byte chunk, in order, for TCP).",
         counts.join(" and "),
         n.turn_ms,
+        if n.fallback.is_none() {
+            " on both carriers"
+        } else {
+            ""
+        },
         n.turns,
         f64::from(n.turns) * n.turn_ms / 1000.0,
         n.runs
@@ -343,7 +348,10 @@ mod tests {
             md.starts_with("**Mode: real sockets, real kernel loss**"),
             "{md}"
         );
-        assert!(md.contains("300 turns (30 s) per run"), "{md}");
+        assert!(
+            md.contains("(`clock`) on both carriers, 300 turns (30 s) per run"),
+            "{md}"
+        );
         assert!(
             md.contains("| 4 | 5 % | ours (UDP) | 60.0 | 110.0 | 111.4 | 1.05 | 120 |"),
             "{md}"
