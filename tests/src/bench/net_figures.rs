@@ -52,6 +52,9 @@ pub struct PlayerFigures {
     pub p50_ms: f64,
     /// Latency p99, ms.
     pub p99_ms: f64,
+    /// The p99 budget with the median RTT: RTT + one turn + the
+    /// player's jitter buffer, ms (`NaN` when the RTT is unknown).
+    pub budget_ms: f64,
 }
 
 impl PlayerFigures {
@@ -70,6 +73,7 @@ impl PlayerFigures {
             floor_ms: rtt_ms + turn_ms / 2.0,
             p50_ms: percentile(steady, 50.0),
             p99_ms: percentile(steady, 99.0),
+            budget_ms: rtt_ms + turn_ms + peer.jitter_buffer_ms,
         }
     }
 
@@ -227,6 +231,11 @@ impl Point {
     pub fn p50(&self) -> Option<Summary> {
         self.summary(|r| r.player_mean(|p| p.p50_ms))
     }
+    /// Mean player p99 budget (RTT + turn + jitter buffer) over runs.
+    #[must_use]
+    pub fn budget(&self) -> Option<Summary> {
+        self.summary(|r| r.player_mean(|p| p.budget_ms))
+    }
     /// The worst player's p50 ÷ floor over runs.
     #[must_use]
     pub fn worst_ratio(&self) -> Option<Summary> {
@@ -322,6 +331,7 @@ mod tests {
             latencies_ms: vec![300.0, 300.0, 100.0, 110.0, 120.0],
             warmup_samples: 2,
             rtt_p50_ms: 60.0,
+            jitter_buffer_ms: 10.0,
             completed: true,
             ..PeerFigures::default()
         };
@@ -342,6 +352,7 @@ mod tests {
             (p[0].rtt_ms, p[0].floor_ms, p[0].p50_ms),
             (60.0, 110.0, 110.0)
         );
+        assert_eq!(p[0].budget_ms, 60.0 + 100.0 + 10.0);
         assert_eq!((p[1].floor_ms, p[1].p50_ms), (550.0, 560.0));
         assert!(p[2].floor_ms.is_nan() && p[2].ratio().is_nan());
         // The near player sits at its floor (1.0); the far one just above (560 / 550).

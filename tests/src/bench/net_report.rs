@@ -88,20 +88,22 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
          section), on TCP the relay's own Ping/Pong timed by the TCP relay driver (a pong held \
          behind a lost segment counts, as it would for any app-level ping). RTT, floor and p50 \
          are means over players, the ratio is the worst player's, p99 and max pool every \
-         player's samples; each player's own figures are in the table below it. Stall is time \
+         player's samples; each player's own figures are in the table below it. The issue's p99 \
+         budget is the p99 RTT + one turn + the player's jitter buffer; shown with the median \
+         RTT (the transport's RTT is smoothed, its p99 is not the raw tail), it is a lower bound. Stall is time \
          a due turn waited for its bundle, per minute of match.\n\n",
         WARMUP.as_secs_f64()
     );
     md.push_str(
-        "| players | loss | carrier | RTT p50 (ms) | floor (ms) | latency p50 (ms) | p50 / floor (worst player) | latency p99 (ms) | max (ms) | stall ms/min | matches completed |\n\
-         |---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| players | loss | carrier | RTT p50 (ms) | floor (ms) | latency p50 (ms) | p50 / floor (worst player) | latency p99 (ms) | RTT p50 + turn + jitter buffer (ms) | max (ms) | stall ms/min | matches completed |\n\
+         |---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for p in points(n) {
         let completed: usize = p.runs.iter().map(|r| r.completed).sum();
         let peers: usize = p.runs.iter().map(|r| r.peers).sum();
         let _ = writeln!(
             md,
-            "| {} | {:.0} % | {} | {} | {} | {} | {} | {} | {} | {} | {completed}/{peers} peers{} |",
+            "| {} | {:.0} % | {} | {} | {} | {} | {} | {} | {} | {} | {} | {completed}/{peers} peers{} |",
             p.players,
             p.loss * 100.0,
             carrier_name(p),
@@ -110,6 +112,7 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
             cell(p.p50(), 1),
             cell(p.worst_ratio(), 2),
             cell(p.p99(), 0),
+            cell(p.budget(), 0),
             cell(p.max(), 0),
             cell(p.stall(), 0),
             if p.errors.is_empty() {
@@ -314,6 +317,7 @@ mod tests {
             floor_ms: rtt + 50.0,
             p50_ms: p50,
             p99_ms: p50 + 40.0,
+            budget_ms: rtt + 110.0,
         };
         let run = |players: Vec<PlayerFigures>| RunFigures {
             latencies_ms: vec![100.0, 120.0],
@@ -353,7 +357,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| 4 | 5 % | ours (UDP) | 60.0 | 110.0 | 111.4 | 1.05 | 120 |"),
+            md.contains("| 4 | 5 % | ours (UDP) | 60.0 | 110.0 | 111.4 | 1.05 | 120 | 170 |"),
             "{md}"
         );
         assert!(
