@@ -17,6 +17,7 @@ pub const fn channel(d: Delivery) -> Channel {
         Delivery::Reliable => Channel::Reliable,
         Delivery::Unreliable => Channel::Unreliable,
         Delivery::Bulk => Channel::Bulk,
+        Delivery::Urgent => Channel::Urgent,
     }
 }
 

@@ -463,6 +463,7 @@ impl Connection {
         }
         let r = match channel {
             Channel::Reliable => self.out.send_reliable(msg),
+            Channel::Urgent => self.out.send_urgent(msg),
             Channel::Unreliable => self.out.send_unreliable(msg),
             // A full bulk queue is not the turn window: no Backpressure event,
             // no backpressure timeout; the caller retries after acks.
