@@ -281,8 +281,7 @@ impl Outgoing {
     /// Whether something never sent is waiting.
     #[must_use]
     pub fn has_fresh(&self) -> bool {
-        !self.unreliable.is_empty()
-            || self.unacked.iter().any(|m| m.last_sent.is_none())
+        !self.unreliable.is_empty() || self.unacked.iter().any(|m| m.last_sent.is_none())
     }
 
     /// Earliest time a resend (or a queued unreliable message) wants a packet.

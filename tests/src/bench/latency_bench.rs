@@ -205,7 +205,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         ..RelayConfig::default()
     };
     let mut relay = relay::endpoint::RelayEndpoint::new(
-        Server::new(transport(sc), [sc.seed as u8; 32]),
+        Server::new(config.server_transport(transport(sc)), [sc.seed as u8; 32]),
         config,
         relay_addr,
     );

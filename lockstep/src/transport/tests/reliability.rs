@@ -295,7 +295,10 @@ fn redundancy_cuts_the_urgent_latency_tail_under_loss_and_spares_plain_reliable(
     );
     assert!(p90b < 65.0, "early copies hide most single losses: {p90b}");
     assert!(p99b < p99a, "tail shrinks: {p99b} vs {p99a}");
-    assert!(p90c >= 80.0, "plain reliable messages get no early copy: {p90c}");
+    assert!(
+        p90c >= 80.0,
+        "plain reliable messages get no early copy: {p90c}"
+    );
 }
 
 #[test]
