@@ -118,6 +118,9 @@ pub(crate) struct Connection {
     /// delays in its headers (a max that decays by 1/16 per smaller
     /// sample): the bulk resend backstop waits for it.
     peer_ack_delay: Duration,
+    /// The newest packet received, if it brought duplicates only (its ack
+    /// is held lazily, so our headers do not report its hold).
+    lazy_seq: Option<u16>,
     /// When we last sent an ack-eliciting packet (data of our own).
     last_eliciting_send: Option<Instant>,
     eliciting_unacked: u32,
@@ -179,6 +182,7 @@ impl Connection {
             lazy_ack_owed: None,
             peer_ack_delay: cfg.ack_delay,
             last_eliciting_send: None,
+            lazy_seq: None,
             eliciting_unacked: 0,
             accepted_to_send: role == Role::Server,
             state: State::Open,
@@ -444,6 +448,7 @@ impl Connection {
                     self.eliciting_unacked += 1;
                 } else if !frames.is_empty() {
                     self.lazy_ack_owed.get_or_insert(now);
+                    self.lazy_seq = Some(header.seq);
                 }
                 // A flushing connection is on its way out: what the peer
                 // still sends is acked but not delivered.
@@ -474,10 +479,12 @@ impl Connection {
             &mut self.rtt,
             &mut self.ack_events,
         );
-        if self.rtt.samples() > samples {
-            // The header acked its newest packet for the first time: its
-            // ack delay is how long the peer held this ack (QUIC's
-            // max_ack_delay, learned instead of announced).
+        if self.rtt.samples() > samples && self.sent.is_eliciting(h.ack) {
+            // The header acked its newest packet, an ack-eliciting one, for
+            // the first time: its ack delay is how long the peer held this
+            // ack (QUIC's max_ack_delay, learned instead of announced). An
+            // ack-only packet of ours is acked whenever the peer next
+            // sends, which is no hold anyone waits for.
             let held = Duration::from_millis(u64::from(h.ack_delay));
             self.learn_peer_ack_delay(held.min(Self::MAX_PEER_ACK_DELAY));
         }
@@ -731,7 +738,12 @@ impl Connection {
     }
 
     fn header(&self, kind: AuthKind, now: Instant) -> Header {
-        let (ack, ack_bits, ack_delay) = self.received.ack_fields(now);
+        let (ack, ack_bits, mut ack_delay) = self.received.ack_fields(now);
+        if self.lazy_seq == Some(ack) {
+            // Our newest packet was held on purpose (duplicates only): its
+            // hold is no ack delay the peer should wait for, nor an RTT.
+            ack_delay = wire::ACK_DELAY_UNKNOWN;
+        }
         Header {
             kind,
             seq: self.send_counter as u16,
@@ -864,6 +876,7 @@ impl Connection {
         let now = self.now;
         LinkStats {
             rtt: self.rtt.srtt_or(Duration::ZERO),
+            rtt_p99: self.rtt.p99().unwrap_or(Duration::ZERO),
             jitter: self.rtt.rttvar(),
             rto: self.rtt.rto(),
             loss: self.sent.loss(),

@@ -423,23 +423,24 @@ impl Outgoing {
 }
 
 /// Number of extra copies of each urgent message sized from measured loss:
-/// none below 2.5 %, one up to 15 %, then one per 10 points, at most 3 (the
-/// redundancy article's 1 copy at 10 % loss, 2 at 20 %). From 2.5 % a lost
-/// input or bundle, which would cost its player about one packet interval
-/// plus a resend in a few percent of the turns (the p99), is worth a
-/// second packet: only turn traffic gets copies, so the bandwidth of a
-/// busy match at 5 % loss stays within its budget.
+/// none below 2.5 %, one below 7.5 %, two from there, three from 25 % (the
+/// redundancy article's one copy per 10 points, at most 3, raised to two
+/// around 10 %). From 2.5 % a lost input or bundle, which would wait a
+/// whole turn for the next packet to carry it again in a few percent of
+/// the turns (the p99), is worth a second packet; around 10 % a message
+/// loses both copies in about 1 % of the turns, the p99 again, so it gets
+/// a third. Only turn traffic gets copies, so the bandwidth of a busy
+/// match at 5 % loss stays within its budget.
 #[must_use]
 pub fn copies_for_loss(loss: f64) -> u8 {
-    let c = (loss * 10.0).round();
     if loss < 0.025 {
         0
-    } else if c <= 1.0 {
+    } else if loss < 0.075 {
         1
-    } else if c >= 3.0 {
-        3
+    } else if loss < 0.25 {
+        2
     } else {
-        c as u8
+        3
     }
 }
 

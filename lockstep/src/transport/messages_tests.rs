@@ -241,9 +241,11 @@ fn copies_follow_the_measured_loss_and_unreliable_messages_go_once() {
     assert_eq!(copies_for_loss(0.02), 0);
     assert_eq!(copies_for_loss(0.025), 1);
     assert_eq!(copies_for_loss(0.05), 1);
-    assert_eq!(copies_for_loss(0.1), 1);
-    assert_eq!(copies_for_loss(0.15), 2);
+    assert_eq!(copies_for_loss(0.07), 1);
+    assert_eq!(copies_for_loss(0.075), 2);
+    assert_eq!(copies_for_loss(0.1), 2);
     assert_eq!(copies_for_loss(0.2), 2);
+    assert_eq!(copies_for_loss(0.25), 3);
     assert_eq!(copies_for_loss(0.9), 3);
     let mut o = Outgoing::new(8, 1 << 16);
     o.copies = 2;
