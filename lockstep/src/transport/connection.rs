@@ -291,14 +291,13 @@ impl Connection {
 
     /// The reliable resend policy in force: presumed lost when a packet
     /// sent `reorder_margin` after its latest copy was acked; backstop when
-    /// the ack is overdue: RTO plus our own ack delay (three packet
-    /// intervals before the first RTT sample, instead of the 1 s initial
-    /// RTO). The peer's learned hold is not added here yet: doing so
-    /// pushed the 400-byte p99 of the "no cliff" test past its goal.
+    /// the ack is overdue: RTO plus the time the peer may hold its ack
+    /// ([`Connection::peer_hold`]; three packet intervals before the first
+    /// RTT sample, instead of the 1 s initial RTO).
     fn resend(&self) -> Resend {
         let interval = self.congestion.interval();
         let timeout = match self.rtt.srtt() {
-            Some(_) => self.rtt.rto() + self.cfg.ack_delay + self.reorder_margin(),
+            Some(_) => self.rtt.rto() + self.peer_hold() + self.reorder_margin(),
             None => interval.saturating_mul(3),
         };
         Resend {

@@ -376,3 +376,56 @@ fn a_packet_of_duplicates_only_is_acked_by_the_next_packet_not_its_own() {
     let sent = server_sent_between(&h, before);
     assert_eq!(sent.len(), 2, "server datagrams: {sent:?}");
 }
+
+#[test]
+fn a_peer_that_holds_its_acks_a_turn_is_waited_for_before_a_resend() {
+    // The server holds its acks up to 100 ms (a relay's turn) and sends
+    // nothing else; the client keeps the default 25 ms and learns the
+    // server's hold from its headers.
+    let link = LinkConfig::with_latency(Duration::from_millis(25));
+    let client_cfg = TransportConfig::default();
+    let server_cfg = TransportConfig {
+        ack_delay: Duration::from_millis(100),
+        ..client_cfg
+    };
+    let clients = vec![Client::new(Instant::ZERO, addr(SERVER), client_cfg, 43)];
+    let mut h = Harness::from_parts(link, 43, Server::new(server_cfg, [7; 32]), clients);
+    h.connect();
+    let conn = h.conn_of(0);
+    // Messages 300 ms apart: each one's ack is held the full 100 ms.
+    let start = h.now;
+    let stop = start + Duration::from_secs(6);
+    let mut next = start;
+    let mut sent = 0u32;
+    let before = h.sizes.len();
+    h.run_until(stop + Duration::from_secs(1), |h| {
+        while h.now >= next && next < stop {
+            h.clients[0]
+                .send(Channel::Reliable, &sent.to_le_bytes())
+                .unwrap();
+            sent += 1;
+            next += Duration::from_millis(300);
+        }
+    });
+    assert_eq!(h.server_messages(conn).len(), sent as usize);
+    let up: Vec<usize> = h.sizes[before..]
+        .iter()
+        .filter(|(f, _, _)| *f == client_addr(0))
+        .map(|&(_, _, len)| len)
+        .collect();
+    let stats = h.clients[0].stats();
+    eprintln!(
+        "{} datagrams for {sent} messages: {up:?}; {stats:?}",
+        up.len()
+    );
+    // Each message, the acks of the server's keep-alives (with ride-along
+    // copies) and no resend: with our own 25 ms as the allowance the
+    // backstop fired before the held ack came back (51 datagrams).
+    assert!(up.len() <= 45, "{} datagrams", up.len());
+    assert_eq!(stats.packets_lost, 0);
+    let rtt = stats.rtt.as_millis_f64();
+    assert!(
+        (49.0..53.0).contains(&rtt),
+        "rtt {rtt} ms: the hold is not RTT"
+    );
+}
