@@ -588,8 +588,10 @@ pub fn measure(quick: bool, svg_name: &str) -> (String, String) {
          longer wait for a send token at short turns; the rows with the packet rate raised \
          (120 packets/s) now measure about the same, i.e. pacing no longer shows. What is \
          left between a player's p50 and its floor is the jitter buffer (the median arrival) \
-         and, under loss, the messages that needed a second copy: from 7.5 % measured loss \
-         each new message gets an early copy half a packet interval (17 ms) later.\n",
+         and, under loss, the messages that needed a second copy: from 2.5 % measured loss \
+         each new input and bundle (the transport's urgent channel; hashes, pings and reports \
+         get none) gets an early copy half a packet interval (17 ms) later, from 7.5 % two, \
+         a third of an interval apart.\n",
     );
 
     // Freeze.
