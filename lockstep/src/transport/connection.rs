@@ -504,8 +504,12 @@ impl Connection {
         self.refresh_copies();
     }
 
+    /// Copies sized from the measured loss, none while the peer is silent
+    /// for longer than the loss bound: its "loss" is then a dead or frozen
+    /// peer, and copies would only multiply packets nobody receives.
     fn refresh_copies(&mut self) {
-        self.out.copies = if self.cfg.redundancy {
+        let silent = self.now.saturating_since(self.last_recv) > self.loss_bound();
+        self.out.copies = if self.cfg.redundancy && !silent {
             copies_for_loss(self.sent.loss())
         } else {
             0
