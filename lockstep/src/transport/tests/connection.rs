@@ -429,3 +429,39 @@ fn a_peer_that_holds_its_acks_a_turn_is_waited_for_before_a_resend() {
         "rtt {rtt} ms: the hold is not RTT"
     );
 }
+
+#[test]
+fn a_silent_peer_gets_no_early_copies() {
+    // 20 % loss: the server's urgent messages get two copies.
+    let link = LinkConfig {
+        latency: Duration::from_millis(25),
+        loss: 0.2,
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(1, link, TransportConfig::default(), 47);
+    h.connect();
+    let conn = h.conn_of(0);
+    let mut next = h.now;
+    let stop = h.now + Duration::from_secs(10);
+    h.run_until(stop, |h| {
+        while h.now >= next {
+            let _ = h.clients[0].send(Channel::Urgent, b"in");
+            let _ = h.server.send(conn, Channel::Urgent, b"bundle");
+            next += Duration::from_millis(100);
+        }
+    });
+    let copies = |h: &Harness| h.server.stats(conn).map(|s| s.redundancy_copies);
+    assert_eq!(copies(&h), Some(2));
+    // The client goes silent (its packets no longer arrive): once nothing
+    // was heard for the loss bound, the server stops sending copies.
+    let dead = LinkConfig { loss: 1.0, ..link };
+    h.net.set_link(client_addr(0), addr(SERVER), dead);
+    let stop = h.now + Duration::from_secs(2);
+    h.run_until(stop, |h| {
+        while h.now >= next {
+            let _ = h.server.send(conn, Channel::Urgent, b"bundle");
+            next += Duration::from_millis(100);
+        }
+    });
+    assert_eq!(copies(&h), Some(0));
+}
