@@ -56,9 +56,10 @@ pub struct TransportConfig {
     pub burst: u32,
     /// How long an owed ack may wait for data to ride on (25 ms: a peer's
     /// ack of a bundle rides on the hash it sends once it has played the
-    /// turn, and the relay's on a bundle due soon; longer coalesces more
-    /// but postpones the resend of a message nothing else follows); once
-    /// four ack-eliciting packets are unanswered it is due at once.
+    /// turn; the relay uses one turn, `RelayConfig::server_transport`, so
+    /// its acks ride on the next bundle; the other side learns the hold
+    /// from the headers and waits for it before a resend); once four
+    /// ack-eliciting packets are unanswered it is due at once.
     pub ack_delay: Duration,
     /// Handshake packet resend interval (250 ms).
     pub handshake_resend: Duration,
