@@ -338,3 +338,130 @@ fn endpoints_survive_mutated_and_random_datagrams() {
     );
     assert!(h.clients[0].is_connected());
 }
+
+/// Server datagrams sent in `(from, to]`.
+fn server_sent_between(h: &Harness, before: usize) -> Vec<usize> {
+    h.sizes[before..]
+        .iter()
+        .filter(|(f, _, _)| *f == addr(SERVER))
+        .map(|&(_, _, len)| len)
+        .collect()
+}
+
+#[test]
+fn a_packet_of_duplicates_only_is_acked_by_the_next_packet_not_its_own() {
+    let link = LinkConfig::with_latency(Duration::from_millis(25));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 41);
+    h.connect();
+    let conn = h.conn_of(0);
+    let t = h.now + Duration::from_secs(1);
+    h.run_until(t, |_| {});
+    let before = h.sizes.len();
+    // The client's "a" reaches the server at +25 ms (ack owed, ack-only
+    // packet at +50); the server's "s" reaches the client at +35, whose ack
+    // leaves at +60 carrying a ride-along copy of the still un-acked "a": a
+    // packet of duplicates only, at the server at +85.
+    h.clients[0].send(Channel::Reliable, b"a").unwrap();
+    h.flush();
+    let t = h.now + Duration::from_millis(10);
+    h.run_until(t, |_| {});
+    h.server.send(conn, Channel::Reliable, b"s").unwrap();
+    let t = h.now + Duration::from_millis(200);
+    h.run_until(t, |_| {});
+    assert_eq!(h.server_messages(conn).last().unwrap(), b"a");
+    assert_eq!(h.client_messages(0).last().unwrap(), b"s");
+    // The server sent "s" and its ack of "a", and nothing for the duplicate
+    // within the 200 ms (it waits for a packet that goes anyway, at most
+    // half a keep-alive).
+    let sent = server_sent_between(&h, before);
+    assert_eq!(sent.len(), 2, "server datagrams: {sent:?}");
+}
+
+#[test]
+fn a_peer_that_holds_its_acks_a_turn_is_waited_for_before_a_resend() {
+    // The server holds its acks up to 100 ms (a relay's turn) and sends
+    // nothing else; the client keeps the default 25 ms and learns the
+    // server's hold from its headers.
+    let link = LinkConfig::with_latency(Duration::from_millis(25));
+    let client_cfg = TransportConfig::default();
+    let server_cfg = TransportConfig {
+        ack_delay: Duration::from_millis(100),
+        ..client_cfg
+    };
+    let clients = vec![Client::new(Instant::ZERO, addr(SERVER), client_cfg, 43)];
+    let mut h = Harness::from_parts(link, 43, Server::new(server_cfg, [7; 32]), clients);
+    h.connect();
+    let conn = h.conn_of(0);
+    // Messages 300 ms apart: each one's ack is held the full 100 ms.
+    let start = h.now;
+    let stop = start + Duration::from_secs(6);
+    let mut next = start;
+    let mut sent = 0u32;
+    let before = h.sizes.len();
+    h.run_until(stop + Duration::from_secs(1), |h| {
+        while h.now >= next && next < stop {
+            h.clients[0]
+                .send(Channel::Reliable, &sent.to_le_bytes())
+                .unwrap();
+            sent += 1;
+            next += Duration::from_millis(300);
+        }
+    });
+    assert_eq!(h.server_messages(conn).len(), sent as usize);
+    let up: Vec<usize> = h.sizes[before..]
+        .iter()
+        .filter(|(f, _, _)| *f == client_addr(0))
+        .map(|&(_, _, len)| len)
+        .collect();
+    let stats = h.clients[0].stats();
+    eprintln!(
+        "{} datagrams for {sent} messages: {up:?}; {stats:?}",
+        up.len()
+    );
+    // Each message, the acks of the server's keep-alives (with ride-along
+    // copies) and no resend: with our own 25 ms as the allowance the
+    // backstop fired before the held ack came back (51 datagrams).
+    assert!(up.len() <= 45, "{} datagrams", up.len());
+    assert_eq!(stats.packets_lost, 0);
+    let rtt = stats.rtt.as_millis_f64();
+    assert!(
+        (49.0..53.0).contains(&rtt),
+        "rtt {rtt} ms: the hold is not RTT"
+    );
+}
+
+#[test]
+fn a_silent_peer_gets_no_early_copies() {
+    // 20 % loss: the server's urgent messages get two copies.
+    let link = LinkConfig {
+        latency: Duration::from_millis(25),
+        loss: 0.2,
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(1, link, TransportConfig::default(), 47);
+    h.connect();
+    let conn = h.conn_of(0);
+    let mut next = h.now;
+    let stop = h.now + Duration::from_secs(10);
+    h.run_until(stop, |h| {
+        while h.now >= next {
+            let _ = h.clients[0].send(Channel::Urgent, b"in");
+            let _ = h.server.send(conn, Channel::Urgent, b"bundle");
+            next += Duration::from_millis(100);
+        }
+    });
+    let copies = |h: &Harness| h.server.stats(conn).map(|s| s.redundancy_copies);
+    assert_eq!(copies(&h), Some(2));
+    // The client goes silent (its packets no longer arrive): once nothing
+    // was heard for the loss bound, the server stops sending copies.
+    let dead = LinkConfig { loss: 1.0, ..link };
+    h.net.set_link(client_addr(0), addr(SERVER), dead);
+    let stop = h.now + Duration::from_secs(2);
+    h.run_until(stop, |h| {
+        while h.now >= next {
+            let _ = h.server.send(conn, Channel::Urgent, b"bundle");
+            next += Duration::from_millis(100);
+        }
+    });
+    assert_eq!(copies(&h), Some(0));
+}
