@@ -32,6 +32,8 @@ const LINGER: Duration = Duration::from_millis(1000);
 const ADDR_PPS: u32 = 1000;
 /// How often a loop forgets connections that moved in and have since closed.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// How often a loop publishes the `/metrics` gauges that walk every match.
+const GAUGES_EVERY: Duration = Duration::from_millis(100);
 
 const SOCKET: Token = Token(0);
 /// What a loop returns when it stopped because another one failed.
@@ -80,6 +82,8 @@ pub(crate) struct EventLoop<'a> {
     /// the landing loop is told when they close.
     moved_in: HashMap<ConnId, (SocketAddr, usize)>,
     next_sweep: Instant,
+    /// When the gauges that walk every match are published next.
+    next_gauges: Instant,
     moved_out: u64,
     forwarded: u64,
 }
@@ -120,6 +124,7 @@ impl<'a> EventLoop<'a> {
             outgoing: (0..loops).map(|_| Forwarded::default()).collect(),
             moved_in: HashMap::new(),
             next_sweep: Instant::ZERO,
+            next_gauges: Instant::ZERO,
             moved_out: 0,
             forwarded: 0,
         })
@@ -232,18 +237,22 @@ impl<'a> EventLoop<'a> {
                 self.sweep();
             }
             if let Some(m) = &opts.metrics {
-                self.publish(m, drain_until.is_some());
+                let gauges = now >= self.next_gauges;
+                if gauges {
+                    self.next_gauges = now + GAUGES_EVERY;
+                }
+                self.publish(m, drain_until.is_some(), gauges);
                 m.beat_loop(self.index);
             }
         }
         if let Some(m) = &opts.metrics {
-            self.publish(m, true);
+            self.publish(m, true, true);
             m.stop_beating_loop(self.index);
         }
         Ok(())
     }
 
-    fn publish(&self, m: &Metrics, draining: bool) {
+    fn publish(&self, m: &Metrics, draining: bool, gauges: bool) {
         let i = self.index;
         publish(
             m,
@@ -253,6 +262,7 @@ impl<'a> EventLoop<'a> {
             &self.glue,
             self.recorder.as_ref(),
             &self.io,
+            gauges,
         );
         m.set_loop(i, Metric::DropRateLimitedAddr, self.per_addr.dropped());
         m.set_loop(i, Metric::ConnectionsMoved, self.moved_out);
