@@ -304,7 +304,7 @@ impl Outgoing {
         budget: usize,
         keep: usize,
         out: &mut Vec<u8>,
-        ids: &mut Vec<u16>,
+        ids: &mut super::acks::MessageIds,
     ) {
         let mut left = budget;
         // Pass 0: due (presumed lost, timed out, early copies), oldest first:
@@ -357,7 +357,7 @@ impl Outgoing {
         now: Instant,
         left: &mut usize,
         out: &mut Vec<u8>,
-        ids: &mut Vec<u16>,
+        ids: &mut super::acks::MessageIds,
     ) -> bool {
         let f = Frame::Reliable {
             id: m.id,
