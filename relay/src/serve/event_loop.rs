@@ -6,7 +6,7 @@
 use super::handoff::{Forwarded, Handoff, Inbox, Mailbox, home_of};
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use crate::config::RelayConfig;
-use crate::limits::AddrLimiter;
+use crate::limits::{AddrLimiter, ConnectionQuota};
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::Recorder;
 use crate::router::{ConnId, Router};
@@ -20,6 +20,7 @@ use replays::format::unix_now_ms;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Longest a loop sleeps before looking at its timers again.
@@ -58,6 +59,9 @@ pub(crate) struct Shared<'a> {
     /// Set when a loop stopped on an error: the others stop too, so the
     /// relay exits with the error instead of serving on a part of its port.
     pub(crate) failed: AtomicBool,
+    /// `--max-connections` over all loops (each loop's transport server
+    /// alone would admit that many).
+    pub(crate) quota: Arc<ConnectionQuota>,
 }
 
 /// One loop's state.
@@ -116,7 +120,7 @@ impl<'a> EventLoop<'a> {
             server,
             router: Router::new(shared.config.clone())
                 .with_match_ids(index as u64 + 1, loops as u64),
-            glue: RouterGlue::new(),
+            glue: RouterGlue::new().with_quota(Arc::clone(&shared.quota)),
             recorder,
             io: Io::default(),
             per_addr: AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536),
