@@ -5,7 +5,7 @@
 
 use crate::limits::ConnectionQuota;
 use crate::router::{ConnId, JoinRefusal, Router};
-use lockstep::backlog::{Backlog, DropLog, SendDrop};
+use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
 use lockstep::transport::{Channel, Server, ServerEvent};
@@ -191,8 +191,25 @@ impl RouterGlue {
             }
         }
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
+            let ch = channel(d);
+            // Nothing waiting for this connection: straight to the
+            // transport, without a backlog entry made and removed again
+            // for each message (most messages go out at once).
+            if !self.backlog.contains_key(&conn) {
+                match server
+                    .send(conn, ch, &bytes)
+                    .map_err(|e| refused(ch, bytes.len(), e))
+                {
+                    Ok(()) => continue,
+                    Err(None) => {}
+                    Err(Some(drop)) => {
+                        self.drops.record((conn, drop));
+                        continue;
+                    }
+                }
+            }
             let q = self.backlog.entry(conn).or_default();
-            if let Some(drop) = q.push(channel(d), bytes) {
+            if let Some(drop) = q.push(ch, bytes) {
                 self.drops.record((conn, drop));
             }
         }
