@@ -282,6 +282,14 @@ fn stop_worker(mut w: Worker) -> Result<WorkerCounters, String> {
     c
 }
 
+/// What [`wait_sampling`] returns: the children's outputs, the CPU ticks
+/// they used, and the watched process's (time, CPU ticks) samples.
+type Sampled = (
+    Vec<std::process::Output>,
+    u64,
+    Vec<(std::time::Instant, u64)>,
+);
+
 /// The highest CPU (percent of one core) over any window of at least one
 /// second in `samples` of (time, CPU ticks) of one process.
 fn busiest_second(samples: &[(std::time::Instant, u64)]) -> f64 {
@@ -302,17 +310,7 @@ fn busiest_second(samples: &[(std::time::Instant, u64)]) -> f64 {
 /// Waits for `children`, sampling each one's CPU ticks until it exits, and
 /// the watched process's (the relay's) as (time, ticks); returns their
 /// outputs, the ticks they used and the watched process's samples.
-fn wait_sampling(
-    children: Vec<Child>,
-    watch: u32,
-) -> Result<
-    (
-        Vec<std::process::Output>,
-        u64,
-        Vec<(std::time::Instant, u64)>,
-    ),
-    String,
-> {
+fn wait_sampling(children: Vec<Child>, watch: u32) -> Result<Sampled, String> {
     let mut watched = Vec::new();
     let mut last: Vec<u64> = vec![0; children.len()];
     let mut pending: Vec<Option<Child>> = children.into_iter().map(Some).collect();
