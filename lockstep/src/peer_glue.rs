@@ -17,6 +17,7 @@ pub const fn channel(d: Delivery) -> Channel {
         Delivery::Reliable => Channel::Reliable,
         Delivery::Unreliable => Channel::Unreliable,
         Delivery::Bulk => Channel::Bulk,
+        Delivery::Urgent => Channel::Urgent,
     }
 }
 
@@ -93,6 +94,7 @@ impl PeerGlue {
         }
         let stats = client.stats();
         session.handle_link_stats(stats.rtt, stats.jitter, stats.loss);
+        session.handle_rtt_p99(stats.rtt_p99);
         while let Some((d, bytes)) = session.poll_outgoing() {
             if let Some(drop) = self.backlog.push(channel(d), bytes) {
                 self.drops.record(drop);

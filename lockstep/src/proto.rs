@@ -85,6 +85,10 @@ pub enum Delivery {
     /// Large, reliable and ordered, behind turn traffic: snapshots (maps onto
     /// `transport::Channel::Bulk`).
     Bulk,
+    /// Reliable and ordered with the `Reliable` messages, plus loss-sized
+    /// early copies: the turn traffic whose every loss shows as command
+    /// latency, inputs and bundles (maps onto `transport::Channel::Urgent`).
+    Urgent,
 }
 
 /// A peer asks to join (or create) a named match.
@@ -550,6 +554,7 @@ impl ToRelay {
         match self {
             Self::Pong { .. } | Self::Report(_) => Delivery::Unreliable,
             Self::SnapshotChunk(_) => Delivery::Bulk,
+            Self::Input { .. } => Delivery::Urgent,
             _ => Delivery::Reliable,
         }
     }
@@ -678,6 +683,7 @@ impl ToPeer {
         match self {
             Self::Ping { .. } => Delivery::Unreliable,
             Self::SnapshotChunk(_) => Delivery::Bulk,
+            Self::Bundle(_) => Delivery::Urgent,
             _ => Delivery::Reliable,
         }
     }

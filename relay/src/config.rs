@@ -119,6 +119,29 @@ pub struct InvalidSetting {
 pub const MAX_TURN_LENGTH: Duration = Duration::from_secs(10);
 
 impl RelayConfig {
+    /// The transport settings of the relay's side for matches run with this
+    /// config: `base` with its ack delay stretched to one turn (at least
+    /// `base`'s, at most 250 ms). The relay sends every peer a bundle each
+    /// turn, so an ack it owes waits for the next bundle instead of leaving
+    /// in an ack-only packet of its own (about half the datagrams it sent a
+    /// peer with the 25 ms default); four unanswered packets still get an
+    /// ack at once. The peers learn this hold from the relay's headers and
+    /// wait for it before they resend. `relay serve`, `relay demo` and the
+    /// benchmarks build their relay's transport with it.
+    #[must_use]
+    pub fn server_transport(
+        &self,
+        base: lockstep::transport::TransportConfig,
+    ) -> lockstep::transport::TransportConfig {
+        lockstep::transport::TransportConfig {
+            ack_delay: self
+                .turn_length
+                .min(Duration::from_millis(250))
+                .max(base.ack_delay),
+            ..base
+        }
+    }
+
     /// Checks every setting against what the relay and the peers accept;
     /// the first bad one is returned, naming its flag and the allowed range.
     /// `relay serve`/`relay demo` call it at start-up, and
@@ -256,6 +279,24 @@ impl RelayConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_relay_holds_its_acks_for_about_one_turn() {
+        use lockstep::transport::TransportConfig;
+        let base = TransportConfig::default();
+        let at = |ms: u64| {
+            let c = RelayConfig {
+                turn_length: Duration::from_millis(ms),
+                ..RelayConfig::default()
+            };
+            c.server_transport(base).ack_delay.as_millis_f64()
+        };
+        assert_eq!(at(100), 100.0);
+        assert_eq!(at(33), 33.0);
+        // Never below the default, never above 250 ms.
+        assert_eq!(at(16), 25.0);
+        assert_eq!(at(1000), 250.0);
+    }
 
     #[test]
     fn defaults_are_valid_and_each_bad_setting_names_its_flag() {

@@ -388,26 +388,20 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     let relay = {
         let stop = Arc::clone(&stop);
         let cfg = config.relay.clone();
+        let transport = cfg.server_transport(TransportConfig::default());
         std::thread::spawn(move || {
-            serve(
-                &relay_socket,
-                cfg,
-                TransportConfig::default(),
-                Some(recorder),
-                &stop,
-                |n| {
-                    let note = match n {
-                        RelayNote::Event(e) => Note::Event(e.clone()),
-                        RelayNote::Recorded(r) => Note::Recorded(r.clone()),
-                        RelayNote::RecordError(e) => Note::RecordError(e),
-                        RelayNote::Draining { .. }
-                        | RelayNote::Refused { .. }
-                        | RelayNote::SendDropped { .. }
-                        | RelayNote::RefusalsSuppressed { .. } => return,
-                    };
-                    let _ = note_tx.send(note);
-                },
-            )
+            serve(&relay_socket, cfg, transport, Some(recorder), &stop, |n| {
+                let note = match n {
+                    RelayNote::Event(e) => Note::Event(e.clone()),
+                    RelayNote::Recorded(r) => Note::Recorded(r.clone()),
+                    RelayNote::RecordError(e) => Note::RecordError(e),
+                    RelayNote::Draining { .. }
+                    | RelayNote::Refused { .. }
+                    | RelayNote::SendDropped { .. }
+                    | RelayNote::RefusalsSuppressed { .. } => return,
+                };
+                let _ = note_tx.send(note);
+            })
         })
     };
     let turn_length = config.relay.turn_length;

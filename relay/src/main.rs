@@ -541,10 +541,10 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         metrics,
         auth,
     };
-    let transport = TransportConfig {
+    let transport = config.server_transport(TransportConfig {
         max_connections: a.max_connections,
         ..TransportConfig::default()
-    };
+    });
     let r = relay::serve::serve_loops(sockets, config, transport, recorders, &opts, &|n| {
         log_note(&n, a.json, level);
     });

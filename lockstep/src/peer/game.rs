@@ -218,6 +218,7 @@ impl<S: Simulation> GameSession<S> {
                 }
             },
             rtt_ms: s.rtt_p50.as_millis_f64(),
+            rtt_p99_ms: s.rtt_p99.as_millis_f64(),
             floor_ms: s.rtt_p50.as_millis_f64() + s.turn_length.as_millis_f64() / 2.0,
             jitter_buffer_ms: s.jitter_buffer.as_millis_f64(),
             loss: s.link.loss,

@@ -62,6 +62,10 @@ pub struct PeerSummary {
     /// Transport RTT: the median of the figures sampled once a second over
     /// the match.
     pub rtt_ms: f64,
+    /// Transport RTT tail: the median of the p99s of the last 64 raw RTT
+    /// samples, sampled once a second over the match; with the turn and
+    /// the jitter buffer, this peer's p99 latency budget.
+    pub rtt_p99_ms: f64,
     /// This peer's latency floor: its RTT plus half a turn, the least a
     /// command can take to be decided by the relay and come back, on average.
     pub floor_ms: f64,

@@ -79,6 +79,8 @@ pub struct Session {
     steady: VecDeque<Duration>,
     /// The transport's RTT, sampled once a report interval.
     rtts: VecDeque<Duration>,
+    /// The transport's RTT p99, sampled like `rtts`.
+    rtt_p99s: VecDeque<Duration>,
 }
 
 impl Session {
@@ -93,6 +95,7 @@ impl Session {
             latencies: VecDeque::new(),
             steady: VecDeque::new(),
             rtts: VecDeque::new(),
+            rtt_p99s: VecDeque::new(),
         };
         let first = match s.config.rejoin {
             Some((player, secret)) => ToRelay::Rejoin(crate::proto::Rejoin {
@@ -192,7 +195,20 @@ impl Session {
 
     /// Link figures measured by the transport, for stats and reports.
     pub fn handle_link_stats(&mut self, rtt: Duration, jitter: Duration, loss: f64) {
-        self.stats.link = LinkFigures { rtt, jitter, loss };
+        let rtt_p99 = self.stats.link.rtt_p99;
+        self.stats.link = LinkFigures {
+            rtt,
+            jitter,
+            rtt_p99,
+            loss,
+        };
+    }
+
+    /// The transport's RTT tail (`LinkStats::rtt_p99`), passed in by the
+    /// driver beside [`Session::handle_link_stats`]; feeds
+    /// `SessionStats::rtt_p99`.
+    pub fn handle_rtt_p99(&mut self, rtt_p99: Duration) {
+        self.stats.link.rtt_p99 = rtt_p99;
     }
 
     /// Leaves the match cleanly.
@@ -437,6 +453,13 @@ impl Session {
         } else {
             percentile(&rtts, 50)
         };
+        let mut p99s: Vec<Duration> = self.rtt_p99s.iter().copied().collect();
+        p99s.sort_unstable();
+        s.rtt_p99 = if p99s.is_empty() {
+            s.link.rtt_p99
+        } else {
+            percentile(&p99s, 50)
+        };
         if let Some(p) = r.and_then(|r| r.playout.as_ref()) {
             s.jitter_buffer = p.buffer();
             s.backlog_samples = p.discarded();
@@ -584,6 +607,12 @@ impl Session {
                     self.rtts.pop_front();
                 }
                 self.rtts.push_back(link.rtt);
+            }
+            if link.rtt_p99 > Duration::ZERO {
+                if self.rtt_p99s.len() >= LATENCY_SAMPLES {
+                    self.rtt_p99s.pop_front();
+                }
+                self.rtt_p99s.push_back(link.rtt_p99);
             }
             let report = PeerReport {
                 rtt_us: u32::try_from(link.rtt.as_micros()).unwrap_or(u32::MAX),

@@ -25,6 +25,9 @@ pub struct LinkFigures {
     pub rtt: Duration,
     /// Round-trip jitter.
     pub jitter: Duration,
+    /// 99th percentile of the transport's recent raw RTT samples (see
+    /// `LinkStats::rtt_p99`); zero until the driver passes it in.
+    pub rtt_p99: Duration,
     /// Loss fraction 0..1.
     pub loss: f64,
 }
@@ -79,6 +82,11 @@ pub struct SessionStats {
     /// Median of the transport's RTT, sampled once a report interval over
     /// the match (the latest figure alone may be a freeze's backlog).
     pub rtt_p50: Duration,
+    /// Median of the transport's RTT p99 (over its last 64 raw samples),
+    /// sampled once a report interval over the match: the player's p99 RTT,
+    /// the first term of its latency budget "p99 RTT + one turn + jitter
+    /// buffer". Zero if the driver never passed one in.
+    pub rtt_p99: Duration,
     /// The match's turn length (zero before the start).
     pub turn_length: Duration,
     /// Snapshots this peer was asked for and uploaded.

@@ -254,6 +254,12 @@ impl SentPackets {
         }
     }
 
+    /// Whether our packet `seq` (still in the window) was ack-eliciting.
+    #[must_use]
+    pub fn is_eliciting(&self, seq: u16) -> bool {
+        self.buf.get(seq).is_some_and(|e| e.eliciting)
+    }
+
     /// Declares lost every ack-eliciting packet older than `bound`.
     pub fn detect_lost(&mut self, now: Instant, bound: Duration, events: &mut Vec<AckEvent>) {
         while let Some(&seq) = self.outstanding.front() {

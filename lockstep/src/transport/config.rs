@@ -7,17 +7,23 @@ use crate::time::Duration;
 /// Which delivery guarantee a message gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Channel {
-    /// Reliable and ordered (turn traffic): sent once, resent when known lost
-    /// or its ack is overdue, riding along in spare room until acked;
-    /// delivered once, in order.
+    /// Reliable and ordered: sent once, resent when known lost or its ack
+    /// is overdue, riding along in spare room until acked; delivered once,
+    /// in order.
     Reliable,
-    /// Sent once (or `1 + copies` times with redundancy), may be lost, unordered.
+    /// Sent once, may be lost, unordered.
     Unreliable,
     /// Large transfers (snapshots, up to `max_bulk_message`): reliable and
     /// ordered among bulk messages, cut into fragments that are sent once and
     /// resent only when known lost, paced by their own packet budget and
     /// given only the room turn traffic leaves, so a transfer never delays a turn.
     Bulk,
+    /// Latency-critical turn traffic (a peer's inputs, the relay's bundles):
+    /// reliable and ordered in the same stream as `Reliable` (an urgent and a
+    /// reliable message are delivered in the order they were sent), plus
+    /// early redundant copies sized from the measured loss when
+    /// `redundancy` is on, so a lost packet rarely costs a resend.
+    Urgent,
 }
 
 /// Transport tuning. `Default` gives the documented values.
@@ -38,11 +44,11 @@ pub struct TransportConfig {
     /// `bulk::MAX_BULK_MESSAGE`); the receiver never buffers more than this
     /// for one connection's bulk path, the sender at most twice this.
     pub max_bulk_message: usize,
-    /// Redundancy sized from measured loss (on by default; none below 7.5 %
-    /// loss): unreliable messages get extra copies in later packets, new
-    /// reliable messages extra early repeats within one interval, so at
-    /// 10 % loss a lost input or bundle costs a fraction of a packet
-    /// interval instead of a turn.
+    /// Redundancy sized from measured loss (on by default; none below 2.5 %
+    /// loss, one copy up to 15 %): new urgent messages (`Channel::Urgent`)
+    /// get extra early repeats within one packet interval, so a lost input
+    /// or bundle costs a fraction of a packet interval instead of a resend.
+    /// Plain reliable and unreliable messages never get copies.
     pub redundancy: bool,
     /// Good/bad mode rates and thresholds.
     pub congestion: CongestionConfig,

@@ -6,8 +6,10 @@
 //! every packet until acked without ever crowding out new data. The
 //! receiver de-duplicates by id and delivers in order, reassembling
 //! fragments under hard caps.
-//! Unreliable messages are sent once, or `1 + copies` times in distinct
-//! packets when loss-sized redundancy is on, and de-duplicated by id.
+//! Urgent messages (turn traffic: inputs, bundles) are reliable messages
+//! of the same ordered stream that also get loss-sized early copies; plain
+//! reliable messages get none (their loss costs a resend, not a turn).
+//! Unreliable messages are sent once and de-duplicated by id.
 
 use super::sequence::SequenceBuffer;
 use crate::time::{Duration, Instant};
@@ -64,6 +66,8 @@ struct OutMsg {
     /// Packets that carried it (ride-along copies included).
     carried: u8,
     acked: bool,
+    /// Turn traffic (`Channel::Urgent`): gets the early redundant copies.
+    urgent: bool,
 }
 
 /// When the sender considers a reliable message due for another copy.
@@ -96,8 +100,6 @@ impl Resend {
 struct OutUnreliable {
     id: u16,
     data: Vec<u8>,
-    sends_left: u8,
-    sent_once: bool,
 }
 
 /// Sending side of the message layer.
@@ -109,8 +111,8 @@ pub struct Outgoing {
     next_unreliable_id: u16,
     max_unacked: usize,
     max_message: usize,
-    /// Redundancy sized from loss: extra copies of each unreliable message, and
-    /// extra early repeats of each new reliable message (0 = off).
+    /// Redundancy sized from loss: extra early repeats of each new urgent
+    /// message (0 = off); plain reliable and unreliable messages get none.
     pub copies: u8,
     /// Unreliable messages dropped because the queue overflowed.
     pub unreliable_dropped: u64,
@@ -152,6 +154,16 @@ impl Outgoing {
 
     /// Queues a reliable-ordered message, split into fragments if needed.
     pub fn send_reliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
+        self.send_ordered(msg, false)
+    }
+
+    /// Queues an urgent message: reliable and ordered in the same stream as
+    /// [`Outgoing::send_reliable`], plus `copies` early redundant copies.
+    pub fn send_urgent(&mut self, msg: &[u8]) -> Result<(), SendError> {
+        self.send_ordered(msg, true)
+    }
+
+    fn send_ordered(&mut self, msg: &[u8], urgent: bool) -> Result<(), SendError> {
         if msg.len() > self.max_message {
             return Err(SendError::TooLarge {
                 len: msg.len(),
@@ -170,7 +182,7 @@ impl Outgoing {
             });
         }
         if pieces == 1 {
-            self.push(None, msg.to_vec());
+            self.push(None, msg.to_vec(), urgent);
         } else {
             for (i, chunk) in msg.chunks(FRAGMENT_SIZE).enumerate() {
                 // pieces <= MAX_FRAGMENTS (255) because of the max_message cap.
@@ -178,13 +190,13 @@ impl Outgoing {
                     index: i as u8,
                     count: pieces as u8,
                 };
-                self.push(Some(fragment), chunk.to_vec());
+                self.push(Some(fragment), chunk.to_vec(), urgent);
             }
         }
         Ok(())
     }
 
-    fn push(&mut self, fragment: Option<Fragment>, data: Vec<u8>) {
+    fn push(&mut self, fragment: Option<Fragment>, data: Vec<u8>, urgent: bool) {
         self.unacked.push_back(OutMsg {
             id: self.next_id,
             fragment,
@@ -193,11 +205,12 @@ impl Outgoing {
             sends: 0,
             carried: 0,
             acked: false,
+            urgent,
         });
         self.next_id = self.next_id.wrapping_add(1);
     }
 
-    /// Queues an unreliable message (sent `1 + copies` times, never resent after loss).
+    /// Queues an unreliable message (sent once, never resent after loss).
     pub fn send_unreliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
         if msg.len() > MAX_UNRELIABLE {
             return Err(SendError::TooLarge {
@@ -212,8 +225,6 @@ impl Outgoing {
         self.unreliable.push_back(OutUnreliable {
             id: self.next_unreliable_id,
             data: msg.to_vec(),
-            sends_left: 1 + self.copies,
-            sent_once: false,
         });
         self.next_unreliable_id = self.next_unreliable_id.wrapping_add(1);
         Ok(())
@@ -225,7 +236,7 @@ impl Outgoing {
     }
 
     fn is_early(&self, m: &OutMsg) -> bool {
-        self.copies > 0 && m.sends <= self.copies
+        self.copies > 0 && m.urgent && m.sends <= self.copies
     }
 
     /// When `m` is due for another copy: an early redundant copy one early
@@ -244,7 +255,7 @@ impl Outgoing {
         Some(t + r.timeout)
     }
 
-    /// Earliest time an early redundant copy of a new reliable message is due.
+    /// Earliest time an early redundant copy of a new urgent message is due.
     #[must_use]
     pub fn next_copy(&self, interval: Duration) -> Option<Instant> {
         if self.copies == 0 {
@@ -270,11 +281,10 @@ impl Outgoing {
     /// Whether something never sent is waiting.
     #[must_use]
     pub fn has_fresh(&self) -> bool {
-        self.unreliable.iter().any(|u| !u.sent_once)
-            || self.unacked.iter().any(|m| m.last_sent.is_none())
+        !self.unreliable.is_empty() || self.unacked.iter().any(|m| m.last_sent.is_none())
     }
 
-    /// Earliest time a resend (or a queued redundant unreliable copy) wants a packet.
+    /// Earliest time a resend (or a queued unreliable message) wants a packet.
     #[must_use]
     pub fn next_due(&self, r: Resend) -> Option<Instant> {
         let unrel = (!self.unreliable.is_empty()).then_some(Instant::ZERO);
@@ -388,12 +398,8 @@ impl Outgoing {
             if len <= *left {
                 encode_frame(&f, out);
                 *left -= len;
-                u.sent_once = true;
-                u.sends_left -= 1;
-                if u.sends_left == 0 {
-                    self.unreliable.remove(i);
-                    continue;
-                }
+                self.unreliable.remove(i);
+                continue;
             }
             i += 1;
         }
@@ -416,20 +422,25 @@ impl Outgoing {
     }
 }
 
-/// Number of extra copies sized from measured loss: one per 10 points, at most 3
-/// (the redundancy article's 1 copy at 10 % loss, 2 at 20 %), none below
-/// 7.5 %: there a loss costs a turn message about one packet interval in a
-/// few percent of the turns, which does not pay for a second packet per
-/// message (the bandwidth budget of a busy match at 5 % loss).
+/// Number of extra copies of each urgent message sized from measured loss:
+/// none below 2.5 %, one below 7.5 %, two from there, three from 25 % (the
+/// redundancy article's one copy per 10 points, at most 3, raised to two
+/// around 10 %). From 2.5 % a lost input or bundle, which would wait a
+/// whole turn for the next packet to carry it again in a few percent of
+/// the turns (the p99), is worth a second packet; around 10 % a message
+/// loses both copies in about 1 % of the turns, the p99 again, so it gets
+/// a third. Only turn traffic gets copies, so the bandwidth of a busy
+/// match at 5 % loss stays within its budget.
 #[must_use]
 pub fn copies_for_loss(loss: f64) -> u8 {
-    let c = (loss * 10.0).round();
-    if loss < 0.075 || c <= 0.0 {
+    if loss < 0.025 {
         0
-    } else if c >= 3.0 {
-        3
+    } else if loss < 0.075 {
+        1
+    } else if loss < 0.25 {
+        2
     } else {
-        c as u8
+        3
     }
 }
 

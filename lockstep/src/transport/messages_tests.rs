@@ -181,15 +181,11 @@ fn reassembly_caps_and_broken_sequences_drop_the_message_only() {
     assert_eq!(out.len(), 1);
 }
 
-#[test]
-fn redundancy_repeats_new_reliable_messages_early() {
-    let mut o = Outgoing::new(8, 1 << 16);
-    o.copies = 2;
-    o.send_reliable(b"turn").unwrap();
-    assert!(o.has_fresh());
+/// Packet send times (ms after `T0`) of message 0 over 100 ms when the
+/// sender is polled every millisecond and sends whenever it asks to.
+fn send_times(o: &mut Outgoing) -> Vec<u64> {
     let mut times = Vec::new();
     let mut now = T0;
-    // Send a packet whenever the sender asks for one.
     while now < T0 + Duration::from_millis(100) {
         let fresh = o.has_fresh().then_some(T0);
         let want = [fresh, o.next_copy(GAP), o.next_due(Resend::every(GAP))]
@@ -204,8 +200,17 @@ fn redundancy_repeats_new_reliable_messages_early() {
         }
         now += Duration::from_millis(1);
     }
+    times
+}
+
+#[test]
+fn redundancy_repeats_new_urgent_messages_early() {
+    let mut o = Outgoing::new(8, 1 << 16);
+    o.copies = 2;
+    o.send_urgent(b"turn").unwrap();
+    assert!(o.has_fresh());
     // Two early copies 11 ms apart, then one repeat per 33 ms interval.
-    assert_eq!(times, vec![0, 11, 22, 55, 88]);
+    assert_eq!(send_times(&mut o), vec![0, 11, 22, 55, 88]);
     o.copies = 0;
     assert_eq!(o.next_copy(GAP), None);
     assert_eq!(
@@ -215,28 +220,47 @@ fn redundancy_repeats_new_reliable_messages_early() {
 }
 
 #[test]
-fn unreliable_copies_go_in_distinct_packets_and_are_deduplicated() {
+fn an_urgent_message_gets_its_early_copy_and_a_plain_reliable_one_does_not() {
+    // One copy, as at 5 % measured loss.
+    assert_eq!(copies_for_loss(0.05), 1);
+    let mut urgent = Outgoing::new(8, 1 << 16);
+    urgent.copies = 1;
+    urgent.send_urgent(b"input").unwrap();
+    // The copy half an interval (16.5 ms) later, then the repeats of the policy.
+    assert_eq!(send_times(&mut urgent), vec![0, 17, 50, 83]);
+    let mut plain = Outgoing::new(8, 1 << 16);
+    plain.copies = 1;
+    plain.send_reliable(b"hash").unwrap();
+    // Sent once, then only the interval's repeats.
+    assert_eq!(send_times(&mut plain), vec![0, 33, 66, 99]);
+}
+
+#[test]
+fn copies_follow_the_measured_loss_and_unreliable_messages_go_once() {
     assert_eq!(copies_for_loss(0.0), 0);
-    assert_eq!(copies_for_loss(0.05), 0);
-    assert_eq!(copies_for_loss(0.07), 0);
-    assert_eq!(copies_for_loss(0.08), 1);
-    assert_eq!(copies_for_loss(0.1), 1);
-    assert_eq!(copies_for_loss(0.15), 2);
+    assert_eq!(copies_for_loss(0.02), 0);
+    assert_eq!(copies_for_loss(0.025), 1);
+    assert_eq!(copies_for_loss(0.05), 1);
+    assert_eq!(copies_for_loss(0.07), 1);
+    assert_eq!(copies_for_loss(0.075), 2);
+    assert_eq!(copies_for_loss(0.1), 2);
     assert_eq!(copies_for_loss(0.2), 2);
+    assert_eq!(copies_for_loss(0.25), 3);
     assert_eq!(copies_for_loss(0.9), 3);
     let mut o = Outgoing::new(8, 1 << 16);
     o.copies = 2;
     o.send_unreliable(b"ping").unwrap();
     let mut inc = Incoming::new(1 << 16);
     let mut delivered = 0;
-    for k in 0..4 {
+    for k in 0..3 {
         let (mut buf, mut ids) = (Vec::new(), crate::transport::acks::MessageIds::new());
         o.fill(T0, Resend::every(GAP), 1000, 0, &mut buf, &mut ids);
         let frames = frames_of(&buf);
-        assert_eq!(frames.len(), usize::from(k < 3), "packet {k}");
+        assert_eq!(frames.len(), usize::from(k < 1), "packet {k}");
         for (id, _, data, _) in frames {
             delivered += usize::from(inc.on_unreliable(id, &data).is_some());
         }
     }
     assert_eq!(delivered, 1);
+    assert!(!o.has_fresh() && o.next_due(Resend::every(GAP)).is_none());
 }

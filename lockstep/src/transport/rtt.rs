@@ -10,19 +10,40 @@ pub const MAX_RTO: Duration = Duration::from_secs(10);
 /// RTO before any sample (RFC 6298's one second).
 pub const INITIAL_RTO: Duration = Duration::from_secs(1);
 
-/// srtt / rttvar estimator (alpha = 1/8, beta = 1/4).
-#[derive(Clone, Copy, Debug, Default)]
+/// Raw samples kept for the tail figure ([`RttEstimator::p99`]).
+pub const RECENT_SAMPLES: usize = 64;
+
+/// srtt / rttvar estimator (alpha = 1/8, beta = 1/4), plus a ring of the
+/// last [`RECENT_SAMPLES`] raw samples: the smoothed RTT hides the tail a
+/// latency budget ("p99 RTT + one turn") is about.
+#[derive(Clone, Copy, Debug)]
 pub struct RttEstimator {
     srtt: Option<Duration>,
     rttvar: Duration,
     latest: Duration,
     samples: u64,
+    /// The last raw samples in µs (saturated at `u32::MAX`), oldest overwritten.
+    recent: [u32; RECENT_SAMPLES],
+}
+
+impl Default for RttEstimator {
+    fn default() -> Self {
+        Self {
+            srtt: None,
+            rttvar: Duration::ZERO,
+            latest: Duration::ZERO,
+            samples: 0,
+            recent: [0; RECENT_SAMPLES],
+        }
+    }
 }
 
 impl RttEstimator {
     /// Folds one RTT sample in.
     pub fn sample(&mut self, rtt: Duration) {
         self.latest = rtt;
+        self.recent[(self.samples % RECENT_SAMPLES as u64) as usize] =
+            u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
         self.samples += 1;
         match self.srtt {
             None => {
@@ -62,6 +83,22 @@ impl RttEstimator {
         self.latest
     }
 
+    /// The 99th percentile (nearest rank) of the last [`RECENT_SAMPLES`]
+    /// raw samples, `None` before the first. With a full ring it is their
+    /// maximum: about the last few seconds' worst round trip.
+    #[must_use]
+    pub fn p99(&self) -> Option<Duration> {
+        let n = usize::try_from(self.samples).map_or(RECENT_SAMPLES, |n| n.min(RECENT_SAMPLES));
+        if n == 0 {
+            return None;
+        }
+        let mut v = self.recent;
+        let v = &mut v[..n];
+        v.sort_unstable();
+        let rank = (n * 99).div_ceil(100);
+        Some(Duration::from_micros(u64::from(v[rank - 1])))
+    }
+
     /// Number of samples taken.
     #[must_use]
     pub fn samples(&self) -> u64 {
@@ -93,6 +130,23 @@ mod tests {
         assert_eq!(r.srtt(), Some(Duration::from_millis(100)));
         assert_eq!(r.rttvar(), Duration::from_millis(50));
         assert_eq!(r.rto(), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn p99_is_the_tail_of_the_recent_raw_samples() {
+        let mut r = RttEstimator::default();
+        assert_eq!(r.p99(), None);
+        for i in 0..100u64 {
+            // One slow round trip in 50: the smoothed RTT barely moves.
+            r.sample(Duration::from_millis(if i % 50 == 7 { 90 } else { 60 }));
+        }
+        assert_eq!(r.p99(), Some(Duration::from_millis(90)));
+        assert!(r.srtt().unwrap() < Duration::from_millis(65));
+        // The slow one leaves the ring after 64 newer samples.
+        for _ in 0..RECENT_SAMPLES {
+            r.sample(Duration::from_millis(60));
+        }
+        assert_eq!(r.p99(), Some(Duration::from_millis(60)));
     }
 
     #[test]

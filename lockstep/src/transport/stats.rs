@@ -10,6 +10,9 @@ use serde::Serialize;
 pub struct LinkStats {
     /// Smoothed round-trip time (peer's ack hold time removed).
     pub rtt: Duration,
+    /// 99th percentile of the last 64 raw RTT samples (peer's ack hold time
+    /// removed; zero before the first): the tail the smoothed RTT hides.
+    pub rtt_p99: Duration,
     /// Smoothed RTT mean deviation.
     pub jitter: Duration,
     /// Retransmission timeout: `srtt + 4 * rttvar`, clamped, at least 40 ms.
@@ -59,6 +62,7 @@ impl Default for LinkStats {
     fn default() -> Self {
         Self {
             rtt: Duration::ZERO,
+            rtt_p99: Duration::ZERO,
             jitter: Duration::ZERO,
             rto: super::rtt::INITIAL_RTO,
             loss: 0.0,

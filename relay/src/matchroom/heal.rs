@@ -94,7 +94,7 @@ impl Game {
             );
             self.send_snapshot(conn, snapshot, out);
             for bundle in self.snapshots.tail() {
-                out.push(conn, Delivery::Reliable, bundle.to_vec());
+                out.push(conn, Delivery::Urgent, bundle.to_vec());
             }
             healed.push(p);
         }

@@ -104,7 +104,7 @@ impl MatchRoom {
         out.send(conn, &ToPeer::Resume(resume));
         g.send_snapshot(conn, snapshot, out);
         for bundle in g.snapshots.tail() {
-            out.push(conn, Delivery::Reliable, bundle.to_vec());
+            out.push(conn, Delivery::Urgent, bundle.to_vec());
         }
         out.counters.rejoins += 1;
         out.events.push_back(RouterEvent::Rejoining {

@@ -143,7 +143,7 @@ impl Game {
                 if !all && now.saturating_since(at) < delay {
                     break;
                 }
-                out.push(s.conn, lockstep::proto::Delivery::Reliable, bytes.to_vec());
+                out.push(s.conn, lockstep::proto::Delivery::Urgent, bytes.to_vec());
                 s.sent_through = Some(turn);
             }
         }

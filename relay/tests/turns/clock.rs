@@ -78,11 +78,14 @@ fn clock_match_turns(
 ) -> (Vec<Timed>, Vec<RouterEvent>, Instant) {
     let start = Instant::from_millis(1);
     let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
-    let server = Server::new(TransportConfig::default(), [seed as u8; 32]);
     let config = RelayConfig {
         turn_length: turn,
         ..RelayConfig::default()
     };
+    let server = Server::new(
+        config.server_transport(TransportConfig::default()),
+        [seed as u8; 32],
+    );
     let mut relay = RelayNode::new(server, config, server_addr);
     let n = peers.len();
     let mut nodes: Vec<Skewed<Timed>> = peers

@@ -144,7 +144,10 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64, snapshots: bool) -> Busy {
         ..LinkConfig::default()
     };
     let mut relay = relay::endpoint::RelayEndpoint::new(
-        Server::new(TransportConfig::default(), [seed as u8; 32]),
+        Server::new(
+            config.server_transport(TransportConfig::default()),
+            [seed as u8; 32],
+        ),
         config,
         relay_addr,
     );

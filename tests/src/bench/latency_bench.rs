@@ -135,6 +135,9 @@ pub struct PlayerFigures {
     pub rtt_ms: f64,
     /// Its floor: median RTT plus half a turn, ms.
     pub floor_ms: f64,
+    /// Its p99 RTT (`SessionStats::rtt_p99`: the transport's raw-sample
+    /// tail, sampled once a second, median), ms.
+    pub rtt_p99_ms: f64,
     /// Command latency after the warm-up: median, ms.
     pub p50_ms: f64,
     /// 99th percentile, ms.
@@ -205,7 +208,7 @@ pub fn run(sc: &Scenario) -> Outcome {
         ..RelayConfig::default()
     };
     let mut relay = relay::endpoint::RelayEndpoint::new(
-        Server::new(transport(sc), [sc.seed as u8; 32]),
+        Server::new(config.server_transport(transport(sc)), [sc.seed as u8; 32]),
         config,
         relay_addr,
     );
@@ -280,6 +283,7 @@ pub fn run(sc: &Scenario) -> Outcome {
             PlayerFigures {
                 rtt_ms: st.rtt_p50.as_millis_f64(),
                 floor_ms: st.rtt_p50.as_millis_f64() + sc.turn.as_millis_f64() / 2.0,
+                rtt_p99_ms: st.rtt_p99.as_millis_f64(),
                 p50_ms: pct(&mut steady, 50.0),
                 p99_ms: pct(&mut steady, 99.0),
                 buffer_ms: st.jitter_buffer.as_millis_f64(),
@@ -465,8 +469,9 @@ pub fn measure(quick: bool, svg_name: &str) -> (String, String) {
          instants. Latency is measured from a command's submission to the turn that \
          executes it, for commands submitted after the first 5 s; a player's **floor** is its \
          median RTT (the transport's) plus half a turn. The issue's p99 budget is the p99 RTT + one turn + the \
-         player's jitter buffer; the table shows it with the median RTT (the transport's RTT is \
-         smoothed, its p99 is not the raw tail), so the budget shown is a lower bound. Links are 30 ± 10 ms one way unless the row says otherwise; \
+         player's jitter buffer, with the player's p99 RTT taken from the transport's raw RTT samples (the p99 of its \
+         last 64, sampled once a second, median over the match); the budget and p99 columns are means over the players, \
+         and the last column counts the players whose own p99 is within their own budget. Links are 30 ± 10 ms one way unless the row says otherwise; \
          {secs} s matches, 60 s and more after the warm-up (`--quick`: 65 s, full run: 120 s). The figures of the section \
          \"Turn latency under loss\" below are real sockets and real kernel loss (see its top).\n"
     );
@@ -475,25 +480,35 @@ pub fn measure(quick: bool, svg_name: &str) -> (String, String) {
     md.push_str("### Each player against its own floor\n\n");
     md.push_str(
         "| players | loss | RTT p50 (ms) | floor (ms) | latency p50 (ms) | p50 / floor (worst player) | \
-         latency p99 (ms) | RTT p50 + turn + jitter buffer (ms) | jitter buffer (ms) | same bundles everywhere |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n",
+         latency p99 (ms) | RTT p99 (ms) | RTT p99 + turn + jitter buffer (ms) | jitter buffer (ms) | \
+         players with p99 within their budget | same bundles everywhere |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|\n",
     );
     for players in [4u8, 8] {
         for loss in [0.0, 0.05, 0.10] {
             eprintln!("[latency] {players} players, {:.0} % loss", loss * 100.0);
             let o = run(&base(players, secs, loss));
-            let budget = mean(&o, |p| p.rtt_ms + 100.0 + p.buffer_ms);
+            let turn_ms = base(players, secs, loss).turn.as_millis_f64();
+            let own_budget = |p: &PlayerFigures| p.rtt_p99_ms + turn_ms + p.buffer_ms;
+            let budget = mean(&o, own_budget);
+            let within = o
+                .players
+                .iter()
+                .filter(|p| p.p99_ms <= own_budget(p))
+                .count();
             let _ = writeln!(
                 md,
-                "| {players} | {:.0} % | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {} |",
+                "| {players} | {:.0} % | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} | {within}/{} | {} |",
                 loss * 100.0,
                 mean(&o, |p| p.rtt_ms),
                 mean(&o, |p| p.floor_ms),
                 mean(&o, |p| p.p50_ms),
                 worst_ratio(&o),
                 mean(&o, |p| p.p99_ms),
+                mean(&o, |p| p.rtt_p99_ms),
                 budget,
                 mean(&o, |p| p.buffer_ms),
+                o.players.len(),
                 if o.same_bundles { "yes" } else { "**no**" }
             );
         }
@@ -635,4 +650,38 @@ pub fn measure(quick: bool, svg_name: &str) -> (String, String) {
         (f, u),
     );
     (md, svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #13's p99 goal: every player's p99 command latency at most its
+    /// own p99 RTT (the transport's raw samples) + one turn + its jitter
+    /// buffer, 4 players at 5 % loss, the bench's scenario (clickers, 30 ±
+    /// 10 ms each way) over two minutes (~450 samples a player). It failed
+    /// with no early copies below 7.5 % loss: a lost input or bundle waited
+    /// for the next packet, up to a turn (p99 above 200 ms against a budget
+    /// of about 186 ms).
+    #[test]
+    fn every_players_p99_is_within_its_p99_rtt_plus_a_turn_and_its_buffer_at_5_percent_loss() {
+        let sc = base(4, 120, 0.05);
+        let turn = sc.turn.as_millis_f64();
+        let o = run(&sc);
+        assert!(o.same_bundles);
+        for (i, p) in o.players.iter().enumerate() {
+            let budget = p.rtt_p99_ms + turn + p.buffer_ms;
+            eprintln!(
+                "player {i}: p99 {:.1} ms, budget {budget:.1} ms (RTT p50 {:.1}, p99 {:.1}, buffer {:.1}, {} samples)",
+                p.p99_ms, p.rtt_ms, p.rtt_p99_ms, p.buffer_ms, p.samples
+            );
+            assert!(p.samples > 300);
+            assert!(p.rtt_p99_ms > p.rtt_ms);
+            assert!(
+                p.p99_ms <= budget,
+                "player {i}: p99 {:.1} ms over {budget:.1} ms",
+                p.p99_ms
+            );
+        }
+    }
 }

@@ -338,3 +338,41 @@ fn endpoints_survive_mutated_and_random_datagrams() {
     );
     assert!(h.clients[0].is_connected());
 }
+
+/// Server datagrams sent in `(from, to]`.
+fn server_sent_between(h: &Harness, before: usize) -> Vec<usize> {
+    h.sizes[before..]
+        .iter()
+        .filter(|(f, _, _)| *f == addr(SERVER))
+        .map(|&(_, _, len)| len)
+        .collect()
+}
+
+#[test]
+fn a_packet_of_duplicates_only_is_acked_by_the_next_packet_not_its_own() {
+    let link = LinkConfig::with_latency(Duration::from_millis(25));
+    let mut h = Harness::new(1, link, TransportConfig::default(), 41);
+    h.connect();
+    let conn = h.conn_of(0);
+    let t = h.now + Duration::from_secs(1);
+    h.run_until(t, |_| {});
+    let before = h.sizes.len();
+    // The client's "a" reaches the server at +25 ms (ack owed, ack-only
+    // packet at +50); the server's "s" reaches the client at +35, whose ack
+    // leaves at +60 carrying a ride-along copy of the still un-acked "a": a
+    // packet of duplicates only, at the server at +85.
+    h.clients[0].send(Channel::Reliable, b"a").unwrap();
+    h.flush();
+    let t = h.now + Duration::from_millis(10);
+    h.run_until(t, |_| {});
+    h.server.send(conn, Channel::Reliable, b"s").unwrap();
+    let t = h.now + Duration::from_millis(200);
+    h.run_until(t, |_| {});
+    assert_eq!(h.server_messages(conn).last().unwrap(), b"a");
+    assert_eq!(h.client_messages(0).last().unwrap(), b"s");
+    // The server sent "s" and its ack of "a", and nothing for the duplicate
+    // within the 200 ms (it waits for a packet that goes anyway, at most
+    // half a keep-alive).
+    let sent = server_sent_between(&h, before);
+    assert_eq!(sent.len(), 2, "server datagrams: {sent:?}");
+}

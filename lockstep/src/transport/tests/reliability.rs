@@ -211,60 +211,6 @@ fn small_messages_above_the_packet_rate_are_not_held_by_pacing() {
 }
 
 #[test]
-fn redundancy_buys_unreliable_delivery_under_loss() {
-    let run = |redundancy: bool| {
-        let link = LinkConfig {
-            latency: Duration::from_millis(50),
-            loss: 0.2,
-            ..LinkConfig::default()
-        };
-        let cfg = TransportConfig {
-            redundancy,
-            ..TransportConfig::default()
-        };
-        let mut h = Harness::new(1, link, cfg, 16);
-        h.connect();
-        let conn = h.conn_of(0);
-        // Warm up so the loss estimate is measured.
-        let warm = h.now + Duration::from_secs(10);
-        h.run_until(warm, |h| {
-            if h.clients[0].stats().unacked < 2 {
-                let _ = h.clients[0].send(Channel::Reliable, b"w");
-            }
-        });
-        let before = h.server_messages(conn).len();
-        let mut sent = 0;
-        let mut next = h.now;
-        let stop = h.now + Duration::from_secs(30);
-        h.run_until(stop, |h| {
-            while h.now >= next && h.now < stop {
-                h.clients[0].send(Channel::Unreliable, b"u").unwrap();
-                sent += 1;
-                next += Duration::from_millis(100);
-            }
-        });
-        let got = h.server_messages(conn)[before..]
-            .iter()
-            .filter(|m| m.as_slice() == b"u")
-            .count();
-        (
-            got as f64 / f64::from(sent),
-            h.clients[0].stats().redundancy_copies,
-        )
-    };
-    let (plain, c0) = run(false);
-    let (redundant, c2) = run(true);
-    eprintln!("redundancy: {plain:.3} delivered plain, {redundant:.3} with {c2} copies");
-    assert_eq!(c0, 0);
-    assert_eq!(c2, 2, "20 % loss gives two extra copies");
-    assert!(plain < 0.86, "without redundancy ~80 % arrive: {plain:.3}");
-    assert!(
-        redundant > 0.97,
-        "with 2 copies ~99 % arrive: {redundant:.3}"
-    );
-}
-
-#[test]
 fn large_messages_are_fragmented_and_reassembled_over_loss() {
     let link = LinkConfig {
         latency: Duration::from_millis(30),
@@ -295,8 +241,8 @@ fn large_messages_are_fragmented_and_reassembled_over_loss() {
 }
 
 #[test]
-fn redundancy_cuts_the_reliable_latency_tail_under_loss() {
-    let run = |redundancy: bool| {
+fn redundancy_cuts_the_urgent_latency_tail_under_loss_and_spares_plain_reliable() {
+    let run = |redundancy: bool, channel: Channel| {
         let link = LinkConfig {
             latency: Duration::from_millis(50),
             loss: 0.2,
@@ -323,7 +269,7 @@ fn redundancy_cuts_the_reliable_latency_tail_under_loss() {
             seen = msgs.len();
             while h.now >= next && h.now < stop {
                 let stamp = h.now.as_micros().to_le_bytes();
-                h.clients[0].send(Channel::Reliable, &stamp).unwrap();
+                h.clients[0].send(channel, &stamp).unwrap();
                 next += Duration::from_millis(100);
             }
         });
@@ -333,8 +279,10 @@ fn redundancy_cuts_the_reliable_latency_tail_under_loss() {
         let p = |q: usize| steady[steady.len() * q / 100] as f64 / 1000.0;
         (p(50), p(90), p(99), h.clients[0].stats().redundancy_copies)
     };
-    let (p50a, p90a, p99a, _) = run(false);
-    let (p50b, p90b, p99b, copies) = run(true);
+    let (p50a, p90a, p99a, _) = run(false, Channel::Urgent);
+    let (p50b, p90b, p99b, copies) = run(true, Channel::Urgent);
+    // Plain reliable messages get no copies: the same tail as without redundancy.
+    let (_, p90c, _, _) = run(true, Channel::Reliable);
     eprintln!(
         "reliable one-way latency at 20% loss, 50 ms link: plain p50/p90/p99 {p50a:.0}/{p90a:.0}/{p99a:.0} ms, \
          redundant ({copies} copies) {p50b:.0}/{p90b:.0}/{p99b:.0} ms"
@@ -347,6 +295,10 @@ fn redundancy_cuts_the_reliable_latency_tail_under_loss() {
     );
     assert!(p90b < 65.0, "early copies hide most single losses: {p90b}");
     assert!(p99b < p99a, "tail shrinks: {p99b} vs {p99a}");
+    assert!(
+        p90c >= 80.0,
+        "plain reliable messages get no early copy: {p90c}"
+    );
 }
 
 #[test]
