@@ -298,7 +298,7 @@ impl Connection {
     fn resend(&self) -> Resend {
         let interval = self.congestion.interval();
         let timeout = match self.rtt.srtt() {
-            Some(_) => self.rtt.rto() + self.cfg.ack_delay + self.reorder_margin(),
+            Some(_) => self.rtt.rto() + self.peer_hold() + self.reorder_margin(),
             None => interval.saturating_mul(3),
         };
         Resend {
