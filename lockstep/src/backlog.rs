@@ -110,16 +110,11 @@ impl Backlog {
     ) {
         while let Some((channel, bytes)) = self.queue.front() {
             let (channel, len) = (*channel, bytes.len());
-            match send(channel, bytes) {
-                Ok(()) => {}
-                // Reliable data waits for acks to free the window; an
-                // unreliable message is not worth waiting for.
-                Err(SendError::WindowFull { .. }) if channel != Channel::Unreliable => break,
-                Err(e) => on_drop(SendDrop {
-                    channel,
-                    len,
-                    cause: DropCause::Refused(e),
-                }),
+            if let Err(e) = send(channel, bytes) {
+                match refused(channel, len, e) {
+                    None => break,
+                    Some(drop) => on_drop(drop),
+                }
             }
             self.queue.pop_front();
         }
@@ -176,6 +171,23 @@ impl<T> DropLog<T> {
     #[must_use]
     pub fn poll(&mut self) -> Option<T> {
         self.reports.pop_front()
+    }
+}
+
+/// What becomes of a message the transport refused with `e`: `None` when it
+/// should wait (reliable data meeting a full window waits for acks to free
+/// it), else the drop to report (an unreliable message is not worth waiting
+/// for, and any other refusal is final). For drivers that send directly
+/// while a connection has no [`Backlog`], and for the backlog itself.
+#[must_use]
+pub fn refused(channel: Channel, len: usize, e: SendError) -> Option<SendDrop> {
+    match e {
+        SendError::WindowFull { .. } if channel != Channel::Unreliable => None,
+        e => Some(SendDrop {
+            channel,
+            len,
+            cause: DropCause::Refused(e),
+        }),
     }
 }
 

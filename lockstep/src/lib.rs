@@ -44,6 +44,7 @@ pub mod backlog;
 pub mod driver;
 pub mod netsim;
 pub mod rng;
+pub mod schedule;
 pub mod time;
 pub mod token;
 pub mod transport;

@@ -6,6 +6,7 @@
 use lockstep::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Memory bounds of a router.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,5 +180,51 @@ mod tests {
         assert_eq!(good_ok, 100);
         // 1 s of flood at 10k/s: the burst plus ~1 s of rate passes.
         assert!(l.dropped() >= 10_000 - 200 - 100 - 1, "{}", l.dropped());
+    }
+}
+
+/// The relay's connection limit (`--max-connections`) shared by its event
+/// loops: each loop's transport server and router count only their own
+/// connections, and a client's address decides which loop's socket it
+/// reaches, so a per-loop limit would admit `threads` times the limit. Each
+/// loop's [`RouterGlue`](crate::server::RouterGlue) takes a unit here for
+/// every connection it admits and gives it back when the connection closes
+/// or moves to another loop (which takes it again).
+#[derive(Debug)]
+pub struct ConnectionQuota {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl ConnectionQuota {
+    /// A quota of `max` connections, none used.
+    #[must_use]
+    pub const fn new(max: usize) -> Self {
+        Self {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// Takes one unit; false (nothing taken) when all `max` are in use.
+    pub fn try_take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.max).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back a unit taken by [`ConnectionQuota::try_take`].
+    pub fn give_back(&self) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_sub(1));
+    }
+
+    /// Units in use.
+    #[must_use]
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
     }
 }

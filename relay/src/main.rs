@@ -179,8 +179,8 @@ struct ServeArgs {
     /// On SIGTERM/SIGINT, how long running matches may go on before they are ended.
     #[arg(long, default_value_t = 30)]
     grace_s: u64,
-    /// Most transport connections at once (the transport's own default is 64,
-    /// i.e. only 16 four-player matches).
+    /// Most transport connections at once, over all event loops (the
+    /// transport's own default is 64, i.e. only 16 four-player matches).
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
     /// Event loops (threads) to run, each with its own socket on the same

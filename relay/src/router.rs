@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 pub use crate::outbox::RouterCounters;
 
 mod rejoin;
+mod rooms;
 /// A transport connection, as numbered by the transport `Server`.
 pub use lockstep::transport::ConnId;
 
@@ -62,7 +63,9 @@ struct Conn {
 pub struct Router {
     config: RelayConfig,
     conns: BTreeMap<ConnId, Conn>,
-    matches: BTreeMap<MatchId, MatchRoom>,
+    matches: rooms::Rooms,
+    /// Reused buffer of the matches a timer pass ticks.
+    due: Vec<MatchId>,
     /// Lobbies and running matches by name.
     names: BTreeMap<String, MatchId>,
     next_match: u64,
@@ -82,7 +85,8 @@ impl Router {
         Self {
             config,
             conns: BTreeMap::new(),
-            matches: BTreeMap::new(),
+            matches: rooms::Rooms::default(),
+            due: Vec::new(),
             names: BTreeMap::new(),
             next_match: 1,
             match_id_step: 1,
@@ -153,6 +157,7 @@ impl Router {
         for id in lobbies {
             self.shut_down(id);
         }
+        self.matches.reschedule(&self.config);
     }
 
     /// Ends match `id` for a shutdown; a lobby's members are refused with
@@ -188,6 +193,7 @@ impl Router {
         for id in ids {
             self.shut_down(id);
         }
+        self.matches.reschedule(&self.config);
     }
 
     /// A connection was established; false if the router refuses it (limit).
@@ -229,6 +235,11 @@ impl Router {
 
     /// A connection closed (timeout or clean disconnect): its player is dropped.
     pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId) {
+        self.disconnected(now, conn);
+        self.matches.reschedule(&self.config);
+    }
+
+    fn disconnected(&mut self, now: Instant, conn: ConnId) {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
@@ -266,10 +277,17 @@ impl Router {
         {
             m.link_stats(*player, rtt, jitter);
         }
+        self.matches.reschedule(&self.config);
     }
 
     /// One message from a connection.
     pub fn handle_message(&mut self, now: Instant, conn: ConnId, bytes: &[u8]) {
+        self.route(now, conn, bytes);
+        self.matches.reschedule(&self.config);
+    }
+
+    /// [`Router::handle_message`] before the touched matches are rescheduled.
+    fn route(&mut self, now: Instant, conn: ConnId, bytes: &[u8]) {
         self.out.counters.messages += 1;
         self.out.counters.bytes_in += bytes.len() as u64;
         let limits = &self.config.limits;
@@ -328,24 +346,27 @@ impl Router {
         }
     }
 
-    /// Runs every match's timers (deadlines, pings, silence, match end).
+    /// Runs the timers (deadlines, pings, silence, match end) of the
+    /// matches that have one due; the others are not visited.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let ids: Vec<MatchId> = self.matches.keys().copied().collect();
-        for id in ids {
+        let mut due = std::mem::take(&mut self.due);
+        self.matches.due(now, &mut due);
+        for &id in &due {
             if let Some(m) = self.matches.get_mut(&id) {
                 m.tick(now, &self.config, &mut self.out);
             }
             self.reap(id);
         }
+        self.due = due;
+        self.matches.reschedule(&self.config);
     }
 
     /// The next instant [`Router::handle_timeout`] has work to do.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.matches
-            .values()
-            .filter_map(|m| m.poll_timeout(&self.config))
-            .min()
+        #[cfg(debug_assertions)]
+        self.matches.check(&self.config);
+        self.matches.first()
     }
 
     /// The next message to send: to which connection, on which channel.

@@ -3,13 +3,15 @@
 //! and each connection's link figures feed the input-delay choice. Sans-IO:
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
+use crate::limits::ConnectionQuota;
 use crate::router::{ConnId, JoinRefusal, Router};
-use lockstep::backlog::{Backlog, DropLog, SendDrop};
+use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
 use lockstep::transport::{Channel, Server, ServerEvent};
 use lockstep::{Duration, Instant};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
@@ -38,6 +40,10 @@ pub struct RouterGlue {
     drops: DropLog<(ConnId, SendDrop)>,
     /// Refused joins (and connections) since the last [`RouterGlue::take_refusals`].
     refused: Vec<JoinRefusal>,
+    /// The connection limit shared with other loops' glue, if any.
+    quota: Option<Arc<ConnectionQuota>>,
+    /// Connections holding a unit of `quota`.
+    held: BTreeSet<ConnId>,
 }
 
 impl RouterGlue {
@@ -45,6 +51,24 @@ impl RouterGlue {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same, admitting a connection only when `quota` (shared with the
+    /// glue of the relay's other event loops) has room: over it the
+    /// connection is refused with `RelayFull`, as over the router's own limit.
+    #[must_use]
+    pub fn with_quota(mut self, quota: Arc<ConnectionQuota>) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// Gives back `conn`'s unit of the shared quota, if it holds one.
+    fn release(&mut self, conn: ConnId) {
+        if self.held.remove(&conn)
+            && let Some(q) = &self.quota
+        {
+            q.give_back();
+        }
     }
 
     /// Messages dropped because the transport refused them or a backlog
@@ -113,7 +137,15 @@ impl RouterGlue {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
-                    if !router.handle_connected_with_claims(now, conn, addr, claims) {
+                    let quota = self.quota.as_ref().is_none_or(|q| q.try_take());
+                    if quota && router.handle_connected_with_claims(now, conn, addr, claims) {
+                        if self.quota.is_some() {
+                            self.held.insert(conn);
+                        }
+                    } else {
+                        if quota && let Some(q) = &self.quota {
+                            q.give_back();
+                        }
                         // Say why before closing: the close delivers it first.
                         let reason = RejectReason::RelayFull;
                         let detail = Some("connection limit reached".to_owned());
@@ -137,12 +169,14 @@ impl RouterGlue {
                     Placement::Here(bytes) => router.handle_message(now, conn, &bytes),
                     Placement::Moved => {
                         self.backlog.remove(&conn);
+                        self.release(conn);
                         router.handle_disconnected(now, conn);
                     }
                 },
                 ServerEvent::Backpressure { .. } => {}
                 ServerEvent::Disconnected { conn, .. } => {
                     self.backlog.remove(&conn);
+                    self.release(conn);
                     router.handle_disconnected(now, conn);
                 }
             }
@@ -157,8 +191,25 @@ impl RouterGlue {
             }
         }
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
+            let ch = channel(d);
+            // Nothing waiting for this connection: straight to the
+            // transport, without a backlog entry made and removed again
+            // for each message (most messages go out at once).
+            if !self.backlog.contains_key(&conn) {
+                match server
+                    .send(conn, ch, &bytes)
+                    .map_err(|e| refused(ch, bytes.len(), e))
+                {
+                    Ok(()) => continue,
+                    Err(None) => {}
+                    Err(Some(drop)) => {
+                        self.drops.record((conn, drop));
+                        continue;
+                    }
+                }
+            }
             let q = self.backlog.entry(conn).or_default();
-            if let Some(drop) = q.push(channel(d), bytes) {
+            if let Some(drop) = q.push(ch, bytes) {
                 self.drops.record((conn, drop));
             }
         }
@@ -243,5 +294,95 @@ mod tests {
         glue.pump(now + Duration::from_millis(10), &mut router, &mut server);
         assert_eq!(glue.poll_drop(), None, "reported once");
         assert_eq!(glue.dropped(), 1);
+    }
+
+    /// Two loops' glue sharing a quota of 2: whichever loop connections
+    /// reach, the third is refused with `RelayFull` (each loop alone was
+    /// under its limit), and a closed connection frees its unit for another.
+    #[test]
+    fn loops_sharing_a_quota_admit_at_most_its_connections_in_all() {
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        let quota = Arc::new(ConnectionQuota::new(2));
+        let mut loops: Vec<(Server, Router, RouterGlue)> = (0..2u8)
+            .map(|i| {
+                (
+                    Server::new(cfg, [i; 32]),
+                    Router::new(RelayConfig::default()),
+                    RouterGlue::new().with_quota(Arc::clone(&quota)),
+                )
+            })
+            .collect();
+        let mut now = Instant::ZERO;
+        // Connects a client from port `port` to a loop; what the relay said.
+        let connect = |lp: &mut (Server, Router, RouterGlue), port: u16, now: &mut Instant| {
+            let cli = SocketAddr::from(([127, 0, 0, 1], port));
+            let mut client = Client::new(*now, srv, cfg, u64::from(port));
+            let (server, router, glue) = lp;
+            let (mut said, mut buf) = (Vec::new(), Vec::new());
+            for _ in 0..20 {
+                while client.poll_transmit(*now, &mut buf).is_some() {
+                    server.handle_datagram(*now, cli, &buf);
+                }
+                glue.pump(*now, router, server);
+                while server.poll_transmit(*now, &mut buf).is_some() {
+                    client.handle_datagram(*now, srv, &buf);
+                }
+                while let Some(ev) = client.poll_event() {
+                    if let lockstep::transport::ClientEvent::Message(bytes) = ev
+                        && let Ok(m) = ToPeer::decode(&bytes)
+                    {
+                        said.push(m);
+                    }
+                }
+                *now += Duration::from_millis(10);
+            }
+            (client, said)
+        };
+        let full = |said: &[ToPeer]| {
+            said.iter().any(|m| {
+                matches!(
+                    m,
+                    ToPeer::Rejected {
+                        reason: RejectReason::RelayFull,
+                        ..
+                    }
+                )
+            })
+        };
+        let (mut a, said) = connect(&mut loops[0], 9001, &mut now);
+        assert!(!full(&said));
+        let (_b, said) = connect(&mut loops[1], 9002, &mut now);
+        assert!(!full(&said));
+        assert_eq!(quota.used(), 2);
+        let (_c, said) = connect(&mut loops[1], 9003, &mut now);
+        assert!(full(&said), "the third connection is refused: {said:?}");
+        assert_eq!(quota.used(), 2);
+        assert_eq!(
+            loops[1].1.connection_count(),
+            1,
+            "loop 1 kept only its first"
+        );
+        // The first connection closes: its unit is free for the next one.
+        let (server, router, glue) = &mut loops[0];
+        let conn = server.connections().next().expect("loop 0's connection");
+        server.disconnect(conn, now);
+        let mut buf = Vec::new();
+        for _ in 0..20 {
+            now += Duration::from_millis(10);
+            while server.poll_transmit(now, &mut buf).is_some() {
+                a.handle_datagram(now, srv, &buf);
+            }
+            while a.poll_transmit(now, &mut buf).is_some() {
+                server.handle_datagram(now, SocketAddr::from(([127, 0, 0, 1], 9001)), &buf);
+            }
+            server.handle_timeout(now);
+            glue.pump(now, router, server);
+        }
+        assert_eq!(router.connection_count(), 0);
+        assert_eq!(quota.used(), 1);
+        let (_d, said) = connect(&mut loops[1], 9004, &mut now);
+        assert!(!full(&said), "{said:?}");
+        assert_eq!(quota.used(), 2);
     }
 }

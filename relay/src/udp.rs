@@ -220,7 +220,12 @@ pub fn serve_with(
     crate::serve::serve_one(socket.try_clone()?, config, transport, recorder, opts, note)
 }
 
-/// Publishes loop `i`'s totals.
+/// Publishes loop `i`'s totals: the counters every time (each an atomic
+/// store), the gauges that walk every match (matches running, snapshot
+/// memory) only when `gauges` is set, because a loop publishes on every
+/// wake-up and a walk over every match per wake-up is what the router's
+/// schedule exists to avoid.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn publish(
     m: &Metrics,
     i: usize,
@@ -229,12 +234,12 @@ pub(crate) fn publish(
     glue: &RouterGlue,
     recorder: Option<&Recorder>,
     io: &Io,
+    gauges: bool,
 ) {
     let r = router.counters();
     let s = server.counters();
     let set = |k, v: u64| m.set_loop(i, k, v);
     set(Metric::Matches, router.match_count() as u64);
-    set(Metric::MatchesRunning, router.running_count() as u64);
     set(Metric::MatchesStarted, r.matches_started);
     set(Metric::MatchesEnded, r.matches_ended);
     set(Metric::Peers, router.connection_count() as u64);
@@ -269,11 +274,14 @@ pub(crate) fn publish(
     set(Metric::StallTurnsWaiting, r.turns_waiting);
     set(Metric::TurnsClosed, r.turns_closed);
     set(Metric::PlayersDropped, r.drops);
-    let (snap, upload, tail, tail_turns) = router.snapshot_memory();
-    set(Metric::SnapshotBytes, snap as u64);
-    set(Metric::SnapshotUploadBytes, upload as u64);
-    set(Metric::SnapshotTailBytes, tail as u64);
-    set(Metric::SnapshotTailTurns, tail_turns as u64);
+    if gauges {
+        set(Metric::MatchesRunning, router.running_count() as u64);
+        let (snap, upload, tail, tail_turns) = router.snapshot_memory();
+        set(Metric::SnapshotBytes, snap as u64);
+        set(Metric::SnapshotUploadBytes, upload as u64);
+        set(Metric::SnapshotTailBytes, tail as u64);
+        set(Metric::SnapshotTailTurns, tail_turns as u64);
+    }
     set(Metric::SnapshotsAgreed, r.snapshots_agreed);
     set(Metric::SnapshotsRefused, r.snapshots_refused);
     set(Metric::Rejoins, r.rejoins);

@@ -7,7 +7,14 @@ use super::rtt::RttEstimator;
 use super::sequence::{SequenceBuffer, sequence_greater_than};
 use crate::time::{Duration, Instant};
 use crate::wire::ACK_DELAY_UNKNOWN;
+use smallvec::SmallVec;
 use std::collections::VecDeque;
+
+/// The reliable message ids one packet carried: inline up to 8 (a packet
+/// carries a few), so recording a sent packet allocates nothing.
+pub type MessageIds = SmallVec<[u16; 8]>;
+/// The bulk fragment serials one packet carried (inline up to 2).
+pub type BulkSerials = SmallVec<[u64; 2]>;
 
 /// Slots remembering received packets (more than the 33 an ack covers, for late arrivals).
 pub const RECEIVED_WINDOW: usize = 256;
@@ -22,9 +29,9 @@ pub enum AckEvent {
         /// Its sequence.
         seq: u16,
         /// Reliable message ids it carried.
-        messages: Vec<u16>,
+        messages: MessageIds,
         /// Bulk fragments it carried (the bulk sender's fragment serials).
-        bulk: Vec<u64>,
+        bulk: BulkSerials,
     },
     /// The packet was not acknowledged within the loss bound.
     Lost(u16),
@@ -34,12 +41,17 @@ pub enum AckEvent {
 #[derive(Clone, Debug)]
 pub struct ReceivedPackets {
     buf: SequenceBuffer<Instant>,
+    /// Bit `n` set: packet `newest - n` was received. Kept as packets
+    /// arrive, so an outgoing header's `ack_bits` is a shift, not 32
+    /// look-ups in the buffer (every packet sent builds one).
+    recent: u64,
 }
 
 impl Default for ReceivedPackets {
     fn default() -> Self {
         Self {
             buf: SequenceBuffer::new(RECEIVED_WINDOW),
+            recent: 0,
         }
     }
 }
@@ -50,7 +62,24 @@ impl ReceivedPackets {
         if self.buf.contains(seq) {
             return false;
         }
-        self.buf.insert(seq, now).is_ok()
+        let before = self.buf.newest();
+        if self.buf.insert(seq, now).is_err() {
+            return false;
+        }
+        match before {
+            Some(newest) if sequence_greater_than(seq, newest) => {
+                let ahead = u32::from(seq.wrapping_sub(newest));
+                self.recent = self.recent.checked_shl(ahead).unwrap_or(0) | 1;
+            }
+            Some(newest) => {
+                let behind = u32::from(newest.wrapping_sub(seq));
+                if behind < 64 {
+                    self.recent |= 1 << behind;
+                }
+            }
+            None => self.recent = 1,
+        }
+        true
     }
 
     /// Whether anything was received yet.
@@ -65,12 +94,9 @@ impl ReceivedPackets {
         let Some(ack) = self.buf.newest() else {
             return (0, 0, ACK_DELAY_UNKNOWN);
         };
-        let mut bits = 0u32;
-        for n in 0..32u16 {
-            if self.buf.contains(ack.wrapping_sub(n + 1)) {
-                bits |= 1 << n;
-            }
-        }
+        // Bits 1..=32 of `recent`: the 32 packets before `ack`.
+        #[allow(clippy::cast_possible_truncation)]
+        let bits = (self.recent >> 1) as u32;
         let delay = match self.buf.get(ack) {
             Some(&at) => {
                 let ms = (now.saturating_since(at).as_micros() + 500) / 1000;
@@ -98,8 +124,8 @@ struct Sent {
     bytes: usize,
     eliciting: bool,
     fate: Fate,
-    messages: Vec<u16>,
-    bulk: Vec<u64>,
+    messages: MessageIds,
+    bulk: BulkSerials,
 }
 
 /// Tracks packets we sent until they are acked or declared lost.
@@ -146,8 +172,8 @@ impl SentPackets {
         now: Instant,
         bytes: usize,
         eliciting: bool,
-        messages: Vec<u16>,
-        bulk: Vec<u64>,
+        messages: MessageIds,
+        bulk: BulkSerials,
     ) {
         let entry = Sent {
             at: now,
@@ -217,6 +243,15 @@ impl SentPackets {
                 bulk: std::mem::take(&mut e.bulk),
             });
         }
+        // Resolved packets leave the front of `outstanding` now, so
+        // `next_loss_deadline` (asked on every wake-up) finds the oldest
+        // packet in flight at the front instead of walking past them.
+        while let Some(&s) = self.outstanding.front() {
+            if self.buf.get(s).is_some_and(|e| e.fate == Fate::InFlight) {
+                break;
+            }
+            self.outstanding.pop_front();
+        }
     }
 
     /// Whether our packet `seq` (still in the window) was ack-eliciting.
@@ -284,6 +319,36 @@ mod tests {
         Instant::from_millis(v)
     }
 
+    /// The kept bitfield answers exactly what 32 look-ups in the buffer
+    /// would, under reordering, duplicates, stale packets, jumps past the
+    /// window and sequence wraparound.
+    #[test]
+    fn the_kept_ack_bits_equal_the_buffer_look_ups() {
+        let mut r = ReceivedPackets::default();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = 65_000u16;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let seq = match x % 10 {
+                0 => next.wrapping_sub((x >> 8) as u16 % 80),
+                1 => next.wrapping_add((x >> 8) as u16 % 300),
+                _ => next,
+            };
+            next = next.wrapping_add(1 + u16::from(x % 7 == 0));
+            r.record(seq, ms(u64::from(i)));
+            let (ack, bits, _) = r.ack_fields(ms(u64::from(i)));
+            let mut want = 0u32;
+            for n in 0..32u16 {
+                if r.buf.contains(ack.wrapping_sub(n + 1)) {
+                    want |= 1 << n;
+                }
+            }
+            assert_eq!(bits, want, "after {i} packets, ack {ack}");
+        }
+    }
+
     #[test]
     fn received_packets_build_the_bitfield() {
         let mut r = ReceivedPackets::default();
@@ -306,9 +371,16 @@ mod tests {
         let mut rtt = RttEstimator::default();
         let mut ev = Vec::new();
         for seq in 0..5u16 {
-            s.on_sent(seq, ms(u64::from(seq) * 10), 100, true, vec![seq], vec![]);
+            s.on_sent(
+                seq,
+                ms(u64::from(seq) * 10),
+                100,
+                true,
+                [seq].into_iter().collect(),
+                BulkSerials::new(),
+            );
         }
-        s.on_sent(5, ms(50), 30, false, vec![], vec![]);
+        s.on_sent(5, ms(50), 30, false, MessageIds::new(), BulkSerials::new());
         // Peer got 4 (held 5 ms), 2 and 0.
         s.on_ack(4, 0b1010, 5, ms(145), &mut rtt, &mut ev);
         assert_eq!(rtt.srtt(), Some(Duration::from_millis(100)));
@@ -354,8 +426,8 @@ mod tests {
             ev,
             vec![AckEvent::Acked {
                 seq: 3,
-                messages: vec![3],
-                bulk: vec![]
+                messages: [3u16].into_iter().collect(),
+                bulk: BulkSerials::new()
             }]
         );
         assert!((s.loss() - 0.2).abs() < 1e-9);

@@ -173,7 +173,13 @@ impl BulkOut {
 
     /// Writes fragments into `out` within `budget` bytes, resends first,
     /// recording their serials in `serials`.
-    pub fn fill(&mut self, now: Instant, budget: usize, out: &mut Vec<u8>, serials: &mut Vec<u64>) {
+    pub fn fill(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        out: &mut Vec<u8>,
+        serials: &mut super::acks::BulkSerials,
+    ) {
         self.start();
         let mut left = budget;
         let Some(c) = self.cur.as_mut() else {
@@ -423,12 +429,16 @@ mod tests {
         assert_eq!(o.pending_fragments(), 5);
         let mut packets = Vec::new();
         for k in 0..5u64 {
-            let (mut buf, mut serials) = (Vec::new(), Vec::new());
+            let (mut buf, mut serials) = (Vec::new(), crate::transport::acks::BulkSerials::new());
             o.fill(t(k), BUDGET, &mut buf, &mut serials);
-            assert_eq!(serials, vec![k], "one fragment per packet, in order");
+            assert_eq!(
+                serials.to_vec(),
+                vec![k],
+                "one fragment per packet, in order"
+            );
             packets.push(buf);
         }
-        let (mut buf, mut serials) = (Vec::new(), Vec::new());
+        let (mut buf, mut serials) = (Vec::new(), crate::transport::acks::BulkSerials::new());
         o.fill(t(5), BUDGET, &mut buf, &mut serials);
         assert!(
             serials.is_empty() && !o.wants_packet(),
@@ -443,9 +453,13 @@ mod tests {
             Duration::from_millis(1),
             Duration::from_secs(1),
         );
-        let (mut buf, mut serials) = (Vec::new(), Vec::new());
+        let (mut buf, mut serials) = (Vec::new(), crate::transport::acks::BulkSerials::new());
         o.fill(t(61), BUDGET, &mut buf, &mut serials);
-        assert_eq!(serials, vec![1], "only the fragment in the gap is resent");
+        assert_eq!(
+            serials.to_vec(),
+            vec![1],
+            "only the fragment in the gap is resent"
+        );
         assert_eq!(o.resent, 1);
         // The timeout backstop catches the tail.
         assert_eq!(o.next_timeout(Duration::from_secs(1)), Some(t(1004)));
@@ -455,9 +469,9 @@ mod tests {
             Duration::from_millis(1),
             Duration::from_secs(1),
         );
-        let (mut buf, mut serials) = (Vec::new(), Vec::new());
+        let (mut buf, mut serials) = (Vec::new(), crate::transport::acks::BulkSerials::new());
         o.fill(t(1005), BUDGET, &mut buf, &mut serials);
-        assert_eq!(serials, vec![4]);
+        assert_eq!(serials.to_vec(), vec![4]);
         o.on_acked(&[1, 4]);
         assert!(o.is_idle());
         assert_eq!(o.pending_bytes(), 0);
@@ -491,7 +505,7 @@ mod tests {
             o.send(&vec![0; 400_001]),
             Err(SendError::TooLarge { .. })
         ));
-        let mut serials = Vec::new();
+        let mut serials = crate::transport::acks::BulkSerials::new();
         for _ in 0..1000 {
             let mut buf = Vec::new();
             o.fill(t(0), BUDGET, &mut buf, &mut serials);
@@ -518,7 +532,7 @@ mod tests {
         let mut got = Vec::new();
         let mut old = Vec::new();
         for k in 0..10u64 {
-            let (mut buf, mut serials) = (Vec::new(), Vec::new());
+            let (mut buf, mut serials) = (Vec::new(), crate::transport::acks::BulkSerials::new());
             o.fill(t(k), BUDGET, &mut buf, &mut serials);
             for (m, total, index, data) in bulk_frames(&buf) {
                 got.extend(inc.on_fragment(m, total, index, &data));

@@ -314,7 +314,7 @@ impl Outgoing {
         budget: usize,
         keep: usize,
         out: &mut Vec<u8>,
-        ids: &mut Vec<u16>,
+        ids: &mut super::acks::MessageIds,
     ) {
         let mut left = budget;
         // Pass 0: due (presumed lost, timed out, early copies), oldest first:
@@ -367,7 +367,7 @@ impl Outgoing {
         now: Instant,
         left: &mut usize,
         out: &mut Vec<u8>,
-        ids: &mut Vec<u16>,
+        ids: &mut super::acks::MessageIds,
     ) -> bool {
         let f = Frame::Reliable {
             id: m.id,

@@ -3,6 +3,11 @@
 //! packet records.
 
 pub use crate::wire::sequence_greater_than;
+use smallvec::SmallVec;
+
+/// What an insert pushed out of the buffer: usually nothing or one slot
+/// (inline, no allocation); a jump forward may clear more.
+pub type Evicted<T> = SmallVec<[(u16, T); 1]>;
 
 /// `a < b` with wraparound.
 #[must_use]
@@ -55,8 +60,8 @@ impl<T> SequenceBuffer<T> {
     /// Stores `value` under `seq`. Moving `newest` forward clears the slots skipped
     /// over; returns whatever lived in a slot being reused so callers can account
     /// for it. Sequences older than the window are refused.
-    pub fn insert(&mut self, seq: u16, value: T) -> Result<Vec<(u16, T)>, TooOld> {
-        let mut evicted = Vec::new();
+    pub fn insert(&mut self, seq: u16, value: T) -> Result<Evicted<T>, TooOld> {
+        let mut evicted = Evicted::new();
         match self.newest {
             Some(newest) if sequence_greater_than(seq, newest) => {
                 let gap = usize::from(seq.wrapping_sub(newest));
@@ -142,7 +147,7 @@ mod tests {
         assert!(!b.contains(0));
         assert_eq!(b.get(65535), Some(&65535));
         // 65530 shares slot 2 with 2: inserting 2 evicts it.
-        assert_eq!(b.insert(2, 2).unwrap(), vec![(65530, 65530)]);
+        assert_eq!(b.insert(2, 2).unwrap().as_slice(), [(65530, 65530)]);
         assert!(!b.contains(65530));
         assert_eq!(b.insert(65529, 0), Err(TooOld));
         assert_eq!(b.remove(1), Some(1));

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 mod handoff;
 mod schedule;
+use crate::schedule::Schedule;
 pub use handoff::Detached;
-use schedule::Schedule;
 
 /// Identifies one connection on a [`Server`]; never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -156,7 +156,7 @@ pub struct Server {
     scratch: Vec<ConnId>,
     /// Each connection's next deadline, and which are due: a wake-up
     /// touches only those, not every connection.
-    schedule: Schedule,
+    schedule: Schedule<ConnId>,
     /// Connections `handle_timeout` and `poll_transmit` looked at, ever.
     visits: u64,
 }

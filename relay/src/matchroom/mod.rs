@@ -492,7 +492,7 @@ impl MatchRoom {
         let Phase::Running(g) = &mut self.phase else {
             return;
         };
-        g.send_pings(now, config, out);
+        g.send_pings(now, config, out, closing);
         let silent: Vec<(PlayerId, Option<ConnId>)> = g
             .seats()
             .filter(|(_, s)| {
@@ -557,8 +557,9 @@ impl MatchRoom {
         };
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        let pings_wait = g.pings_ride_on_turns(config);
         for s in &g.slots {
-            if s.conn.is_some() {
+            if s.conn.is_some() && !pings_wait {
                 at(s.next_ping);
             }
             if s.live() {

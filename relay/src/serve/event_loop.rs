@@ -6,7 +6,7 @@
 use super::handoff::{Forwarded, Handoff, Inbox, Mailbox, home_of};
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use crate::config::RelayConfig;
-use crate::limits::AddrLimiter;
+use crate::limits::{AddrLimiter, ConnectionQuota};
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::Recorder;
 use crate::router::{ConnId, Router};
@@ -20,6 +20,7 @@ use replays::format::unix_now_ms;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Longest a loop sleeps before looking at its timers again.
@@ -32,6 +33,8 @@ const LINGER: Duration = Duration::from_millis(1000);
 const ADDR_PPS: u32 = 1000;
 /// How often a loop forgets connections that moved in and have since closed.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// How often a loop publishes the `/metrics` gauges that walk every match.
+const GAUGES_EVERY: Duration = Duration::from_millis(100);
 
 const SOCKET: Token = Token(0);
 /// What a loop returns when it stopped because another one failed.
@@ -56,6 +59,9 @@ pub(crate) struct Shared<'a> {
     /// Set when a loop stopped on an error: the others stop too, so the
     /// relay exits with the error instead of serving on a part of its port.
     pub(crate) failed: AtomicBool,
+    /// `--max-connections` over all loops (each loop's transport server
+    /// alone would admit that many).
+    pub(crate) quota: Arc<ConnectionQuota>,
 }
 
 /// One loop's state.
@@ -80,6 +86,8 @@ pub(crate) struct EventLoop<'a> {
     /// the landing loop is told when they close.
     moved_in: HashMap<ConnId, (SocketAddr, usize)>,
     next_sweep: Instant,
+    /// When the gauges that walk every match are published next.
+    next_gauges: Instant,
     moved_out: u64,
     forwarded: u64,
 }
@@ -112,7 +120,7 @@ impl<'a> EventLoop<'a> {
             server,
             router: Router::new(shared.config.clone())
                 .with_match_ids(index as u64 + 1, loops as u64),
-            glue: RouterGlue::new(),
+            glue: RouterGlue::new().with_quota(Arc::clone(&shared.quota)),
             recorder,
             io: Io::default(),
             per_addr: AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536),
@@ -120,6 +128,7 @@ impl<'a> EventLoop<'a> {
             outgoing: (0..loops).map(|_| Forwarded::default()).collect(),
             moved_in: HashMap::new(),
             next_sweep: Instant::ZERO,
+            next_gauges: Instant::ZERO,
             moved_out: 0,
             forwarded: 0,
         })
@@ -232,18 +241,22 @@ impl<'a> EventLoop<'a> {
                 self.sweep();
             }
             if let Some(m) = &opts.metrics {
-                self.publish(m, drain_until.is_some());
+                let gauges = now >= self.next_gauges;
+                if gauges {
+                    self.next_gauges = now + GAUGES_EVERY;
+                }
+                self.publish(m, drain_until.is_some(), gauges);
                 m.beat_loop(self.index);
             }
         }
         if let Some(m) = &opts.metrics {
-            self.publish(m, true);
+            self.publish(m, true, true);
             m.stop_beating_loop(self.index);
         }
         Ok(())
     }
 
-    fn publish(&self, m: &Metrics, draining: bool) {
+    fn publish(&self, m: &Metrics, draining: bool, gauges: bool) {
         let i = self.index;
         publish(
             m,
@@ -253,6 +266,7 @@ impl<'a> EventLoop<'a> {
             &self.glue,
             self.recorder.as_ref(),
             &self.io,
+            gauges,
         );
         m.set_loop(i, Metric::DropRateLimitedAddr, self.per_addr.dropped());
         m.set_loop(i, Metric::ConnectionsMoved, self.moved_out);

@@ -17,6 +17,7 @@ pub use echo::{EchoCounts, serve_echo};
 pub use handoff::home_of;
 
 use crate::config::RelayConfig;
+use crate::limits::ConnectionQuota;
 use crate::metrics::Metric;
 use crate::recorder::Recorder;
 use crate::udp::{RelayNote, ServeOptions, process_secret};
@@ -171,6 +172,7 @@ fn with_loops(
         mail,
         unfinished: AtomicUsize::new(n),
         failed: AtomicBool::new(false),
+        quota: Arc::new(ConnectionQuota::new(transport.max_connections)),
     };
     let mut recorders = recorders.into_iter();
     let mut loops = Vec::with_capacity(n);

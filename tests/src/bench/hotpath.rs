@@ -155,10 +155,12 @@ impl Endpoint for Timed {
 pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
     let start = Instant::from_millis(1);
     let relay_addr = SocketAddr::from(([10, 0, 0, 1], 7000));
-    let transport = TransportConfig {
+    let peer_transport = TransportConfig {
         max_connections: 8192,
         ..TransportConfig::default()
     };
+    // The transport `relay serve` gives its relay (its acks ride on bundles).
+    let transport = RelayConfig::default().server_transport(peer_transport);
     let mut relay = Timed {
         relay: RelayEndpoint::new(
             Server::new(transport, [seed as u8; 32]),
@@ -187,7 +189,7 @@ pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
             let n = u32::try_from(m).ok()? * 4 + u32::from(i);
             Some(FakePeer {
                 peer,
-                client: Client::new(start, relay_addr, transport, seed * 31 + u64::from(n)),
+                client: Client::new(start, relay_addr, peer_transport, seed * 31 + u64::from(n)),
                 glue: PeerGlue::new(),
                 addr: SocketAddr::from(([10, 1, (n >> 8) as u8, n as u8], 9000)),
             })

@@ -210,8 +210,11 @@ pub struct Step {
     pub procs: usize,
     /// What the load generators measured, pooled.
     pub load: LoadFigures,
-    /// Relay CPU, percent of one core, over the run.
+    /// Relay CPU, percent of one core, over the run (joins included).
     pub relay_cpu: f64,
+    /// Relay CPU over its busiest second of the run (steady play, all
+    /// matches running): what the per-core figure is planned with.
+    pub relay_cpu_peak: f64,
     /// Load generator CPU, percent of one core, all processes together.
     pub loadgen_cpu: f64,
     /// The whole machine's CPU over the run, percent of one core (up to
@@ -279,13 +282,43 @@ fn stop_worker(mut w: Worker) -> Result<WorkerCounters, String> {
     c
 }
 
-/// Waits for `children`, sampling each one's CPU ticks until it exits;
-/// returns their outputs and the ticks they used.
-fn wait_sampling(children: Vec<Child>) -> Result<(Vec<std::process::Output>, u64), String> {
+/// What [`wait_sampling`] returns: the children's outputs, the CPU ticks
+/// they used, and the watched process's (time, CPU ticks) samples.
+type Sampled = (
+    Vec<std::process::Output>,
+    u64,
+    Vec<(std::time::Instant, u64)>,
+);
+
+/// The highest CPU (percent of one core) over any window of at least one
+/// second in `samples` of (time, CPU ticks) of one process.
+fn busiest_second(samples: &[(std::time::Instant, u64)]) -> f64 {
+    let hz = clock_ticks_per_sec();
+    let mut best = 0.0f64;
+    for (i, &(t0, c0)) in samples.iter().enumerate() {
+        let later = samples[i..]
+            .iter()
+            .find(|(t, _)| t.duration_since(t0).as_secs_f64() >= 1.0);
+        if let Some(&(t1, c1)) = later {
+            let secs = t1.duration_since(t0).as_secs_f64();
+            best = best.max(c1.saturating_sub(c0) as f64 / hz / secs * 100.0);
+        }
+    }
+    best
+}
+
+/// Waits for `children`, sampling each one's CPU ticks until it exits, and
+/// the watched process's (the relay's) as (time, ticks); returns their
+/// outputs, the ticks they used and the watched process's samples.
+fn wait_sampling(children: Vec<Child>, watch: u32) -> Result<Sampled, String> {
+    let mut watched = Vec::new();
     let mut last: Vec<u64> = vec![0; children.len()];
     let mut pending: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     let mut outs: Vec<Option<std::process::Output>> = pending.iter().map(|_| None).collect();
     while pending.iter().any(Option::is_some) {
+        if let Some(t) = process_ticks(watch) {
+            watched.push((std::time::Instant::now(), t));
+        }
         for (i, slot) in pending.iter_mut().enumerate() {
             let Some(c) = slot else { continue };
             if let Some(t) = process_ticks(c.id()) {
@@ -304,7 +337,11 @@ fn wait_sampling(children: Vec<Child>) -> Result<(Vec<std::process::Output>, u64
         // Pacing the sampling, not synchronisation: the children run on their own.
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    Ok((outs.into_iter().flatten().collect(), last.iter().sum()))
+    Ok((
+        outs.into_iter().flatten().collect(),
+        last.iter().sum(),
+        watched,
+    ))
 }
 
 fn run_step(
@@ -341,7 +378,7 @@ fn run_step(
                     .map_err(|e| format!("cannot start a load generator: {e}"))?,
             );
         }
-        let (outs, g_ticks) = wait_sampling(children)?;
+        let (outs, g_ticks, watched) = wait_sampling(children, relay.pid)?;
         let secs = t0.elapsed().as_secs_f64();
         let r1 = process_ticks(relay.pid).ok_or("cannot read the relay's /proc stat")?;
         let machine = match (m0, read_machine_ticks()) {
@@ -371,10 +408,11 @@ fn run_step(
             g_ticks as f64 / hz / secs * 100.0,
             machine,
             secs,
+            busiest_second(&watched),
         ))
     })();
     let counters = stop_worker(relay);
-    let (load, relay_cpu, loadgen_cpu, machine_cpu, secs) = result?;
+    let (load, relay_cpu, loadgen_cpu, machine_cpu, secs, relay_cpu_peak) = result?;
     let counters = counters?;
     Ok(Step {
         threads,
@@ -382,6 +420,7 @@ fn run_step(
         procs,
         load,
         relay_cpu,
+        relay_cpu_peak,
         loadgen_cpu,
         machine_cpu,
         pps_in: counters.packets_in as f64 / secs,
@@ -508,7 +547,7 @@ pub fn holds(step: &Step, unloaded_p99: f64) -> Result<(), String> {
 #[must_use]
 pub fn saturated(step: &Step, cores: usize) -> Option<String> {
     let full = |n: usize| CPU_SATURATED * n.max(1) as f64;
-    if step.relay_cpu >= full(step.threads) {
+    if step.relay_cpu_peak.max(step.relay_cpu) >= full(step.threads) {
         Some(format!("the relay saturated its {} core(s)", step.threads))
     } else if step.loadgen_cpu >= full(step.procs) {
         Some(format!(
@@ -620,7 +659,7 @@ fn ladder(
 #[must_use]
 pub fn measure(quick: bool) -> Capacity {
     let (turns, rungs): (u32, &[usize]) = if quick {
-        (40, &[1, 256, 512, 1024, 1536, 2048])
+        (40, &[1, 256, 512, 768, 1024, 1536, 2048])
     } else {
         (150, &[1, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096])
     };
@@ -658,6 +697,33 @@ pub fn measure(quick: bool) -> Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The busiest second is the steepest rise of the CPU ticks over any
+    /// window of a second or more, not the run's average.
+    #[test]
+    fn the_busiest_second_is_the_steepest_window() {
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        let hz = clock_ticks_per_sec();
+        // Ticks: quiet for a second (joins), busy for one, quiet again.
+        let samples = [
+            (at(0), 0),
+            (at(500), 5),
+            (at(1000), 10),
+            (at(1500), 40),
+            (at(2000), 80),
+            (at(3000), 85),
+        ];
+        let want = 70.0 / hz * 100.0;
+        assert!(
+            (busiest_second(&samples) - want).abs() < 1e-9,
+            "{}",
+            busiest_second(&samples)
+        );
+        let run = 85.0 / hz / 3.0 * 100.0;
+        assert!(busiest_second(&samples) > 2.0 * run);
+        assert_eq!(busiest_second(&samples[..2]), 0.0, "no window of a second");
+    }
 
     #[test]
     fn stat_parsing_survives_odd_command_names() {

@@ -231,10 +231,6 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         metrics: Some(Arc::clone(&metrics)),
         auth: lockstep::transport::AuthMode::Open,
     };
-    let transport = lockstep::transport::TransportConfig {
-        max_connections: 8192,
-        ..lockstep::transport::TransportConfig::default()
-    };
     let config = RelayConfig {
         limits: relay::Limits {
             max_matches: 8192,
@@ -243,6 +239,11 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         },
         ..RelayConfig::default()
     };
+    // The transport `relay serve` gives its relay (its acks ride on bundles).
+    let transport = config.server_transport(lockstep::transport::TransportConfig {
+        max_connections: 8192,
+        ..lockstep::transport::TransportConfig::default()
+    });
     let r = relay::serve::serve_loops(sockets, config, transport, Vec::new(), &opts, &|_| {});
     if let Err(e) = r {
         replays::err_println!("error: relay failed: {e}");

@@ -215,3 +215,59 @@ fn an_ack_rides_on_data_sent_within_the_ack_delay() {
         "the bundle was acked"
     );
 }
+
+/// A relay holds its acks for a turn (`RelayConfig::server_transport`: 100
+/// ms) so they ride on its bundles. On a short link (10 ms RTT, so an RTO
+/// of tens of ms) a client that waited only for its own 25 ms ack delay
+/// resent every message before the held ack came: about twice the packets.
+/// The client learns the hold from the headers and waits for it.
+#[test]
+fn a_client_of_a_server_holding_acks_for_a_turn_resends_nothing_on_a_short_link() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(5),
+        ..LinkConfig::default()
+    };
+    let server_cfg = TransportConfig {
+        ack_delay: Duration::from_millis(100),
+        ..TransportConfig::default()
+    };
+    let client = Client::new(Instant::ZERO, addr(SERVER), TransportConfig::default(), 3);
+    let mut h = Harness::from_parts(link, 3, Server::new(server_cfg, [7; 32]), vec![client]);
+    h.connect();
+    let conn = h.conn_of(0);
+    let start = h.now;
+    let stop = start + Duration::from_secs(10);
+    let before = h.net.counters(client_addr(0), addr(SERVER)).sent;
+    // Turn traffic: the server's bundle at each turn, the client's hash
+    // 10 ms into it (after playing the turn: its ack of the bundle rides
+    // on it), so the server's held ack of the hash waits ~90 ms.
+    let (mut next_s, mut next_c, mut count) = (start, start + Duration::from_millis(10), 0u32);
+    // Stepped a millisecond at a time: the sends are due at their instants.
+    let mut t = start;
+    while t < stop {
+        t += Duration::from_millis(1);
+        h.run_until(t, |h| {
+            if h.now >= next_s && next_s < stop {
+                h.server
+                    .send(conn, Channel::Reliable, &numbered(b's', count, 40))
+                    .unwrap();
+                next_s += Duration::from_millis(100);
+            }
+            if h.now >= next_c && next_c < stop {
+                h.clients[0]
+                    .send(Channel::Reliable, &numbered(b'c', count, 20))
+                    .unwrap();
+                count += 1;
+                next_c += Duration::from_millis(100);
+            }
+        });
+    }
+    let packets = h.net.counters(client_addr(0), addr(SERVER)).sent - before;
+    let messages = u64::from(count);
+    assert_eq!(h.server_messages(conn).len(), count as usize);
+    // One packet per message; a resend of every message would double it.
+    assert!(
+        packets <= messages * 11 / 10,
+        "{packets} packets for {messages} messages"
+    );
+}
