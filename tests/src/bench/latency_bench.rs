@@ -458,7 +458,10 @@ fn time_plot(title: &str, lines: &[(&str, Vec<(f64, f64)>)], freeze: (f64, f64))
 /// The section's markdown, and the freeze plot's SVG.
 #[must_use]
 pub fn measure(quick: bool, svg_name: &str) -> (String, String) {
-    let secs = if quick { 65 } else { 120 };
+    // Virtual time costs milliseconds per match second, so even --quick
+    // plays two minutes: a player's p99 over one minute (~240 commands) is
+    // its third-worst command, which a couple of double losses decide.
+    let secs = if quick { 125 } else { 245 };
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -472,7 +475,7 @@ pub fn measure(quick: bool, svg_name: &str) -> (String, String) {
          player's jitter buffer, with the player's p99 RTT taken from the transport's raw RTT samples (the p99 of its \
          last 64, sampled once a second, median over the match); the budget and p99 columns are means over the players, \
          and the last column counts the players whose own p99 is within their own budget. Links are 30 ± 10 ms one way unless the row says otherwise; \
-         {secs} s matches, 60 s and more after the warm-up (`--quick`: 65 s, full run: 120 s). The figures of the section \
+         {secs} s matches, 60 s and more after the warm-up (`--quick`: 125 s, full run: 245 s). The figures of the section \
          \"Turn latency under loss\" below are real sockets and real kernel loss (see its top).\n"
     );
 
