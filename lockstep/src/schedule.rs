@@ -16,12 +16,13 @@
 //! the owner changes through calls it reschedules after.
 
 use crate::time::Instant;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
 use std::ops::Bound;
 
-/// A key of a [`Schedule`]: ordered, copied, with a largest value (the
-/// schedule's range bounds use it).
-pub trait ScheduleKey: Ord + Copy {
+/// A key of a [`Schedule`]: ordered, copied, hashed, with a largest value
+/// (the schedule's range bounds use it).
+pub trait ScheduleKey: Ord + Copy + Hash {
     /// The largest key.
     const MAX: Self;
 }
@@ -30,14 +31,15 @@ pub trait ScheduleKey: Ord + Copy {
 /// many timers of which few fire per wake-up (see the module docs).
 #[derive(Debug)]
 pub struct Schedule<K> {
-    /// Every connection that has a deadline, earliest first.
+    /// Every key that has a deadline, earliest first.
     by_time: BTreeSet<(Instant, K)>,
-    /// Each scheduled connection's deadline (its key in `by_time`).
-    deadline: BTreeMap<K, Instant>,
-    /// Connections whose deadline is at or before `now`, in id order (the
-    /// transmit round robin walks them by id, as it walked every connection).
+    /// Each scheduled key's deadline (its entry in `by_time`), looked up on
+    /// every change: a hash map.
+    deadline: HashMap<K, Instant>,
+    /// Keys whose deadline is at or before `now`, in key order (the
+    /// transport server's transmit round robin walks them in order).
     due: BTreeSet<K>,
-    /// The latest time the server was told.
+    /// The latest time the schedule was told.
     now: Instant,
 }
 
@@ -69,7 +71,7 @@ impl<K: ScheduleKey> Schedule<K> {
         }
     }
 
-    /// Forgets `id` (its connection is gone).
+    /// Forgets `id` (its owner is gone).
     pub fn remove(&mut self, id: K) {
         self.set(id, None);
     }
@@ -110,7 +112,7 @@ impl<K: ScheduleKey> Schedule<K> {
         self.due.iter().copied()
     }
 
-    /// The first due connection strictly after `after` in id order, wrapping
+    /// The first due key strictly after `after` in key order, wrapping
     /// around to the first one (`after` need not be due, or exist).
     #[must_use]
     pub fn due_after(&self, after: Option<K>) -> Option<K> {
@@ -153,7 +155,7 @@ impl<K: ScheduleKey> Default for Schedule<K> {
     fn default() -> Self {
         Self {
             by_time: BTreeSet::new(),
-            deadline: BTreeMap::new(),
+            deadline: HashMap::new(),
             due: BTreeSet::new(),
             now: Instant::ZERO,
         }
@@ -164,7 +166,7 @@ impl<K: ScheduleKey> Default for Schedule<K> {
 mod tests {
     use super::*;
 
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
     struct ConnId(u32);
     impl ScheduleKey for ConnId {
         const MAX: Self = Self(u32::MAX);

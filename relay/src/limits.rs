@@ -4,7 +4,7 @@
 //! one flooding peer cannot take the relay's time from the others.
 
 use lockstep::{Duration, Instant};
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -88,7 +88,9 @@ pub struct AddrLimiter {
     rate: u32,
     burst: u32,
     max_addrs: usize,
-    buckets: BTreeMap<SocketAddr, TokenBucket>,
+    /// Looked up for every datagram; only swept as a whole (order does not
+    /// matter): a hash map.
+    buckets: HashMap<SocketAddr, TokenBucket>,
     next_sweep: Instant,
     dropped: u64,
 }
@@ -99,12 +101,12 @@ const ADDR_IDLE: Duration = Duration::from_secs(10);
 impl AddrLimiter {
     /// Allows `rate` datagrams per second (burst `burst`) per source address.
     #[must_use]
-    pub const fn new(rate: u32, burst: u32, max_addrs: usize) -> Self {
+    pub fn new(rate: u32, burst: u32, max_addrs: usize) -> Self {
         Self {
             rate,
             burst,
             max_addrs,
-            buckets: BTreeMap::new(),
+            buckets: HashMap::new(),
             next_sweep: Instant::ZERO,
             dropped: 0,
         }

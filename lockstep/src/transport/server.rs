@@ -15,7 +15,7 @@ use crate::token::ledger::UsedTokens;
 use crate::token::{Refusal, SealedToken, TokenClaims, TokenKey};
 use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
 use serde::Serialize;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -139,7 +139,9 @@ pub struct Server {
     cfg: TransportConfig,
     secret: [u8; 32],
     conns: BTreeMap<ConnId, Slot>,
-    by_addr: BTreeMap<SocketAddr, ConnId>,
+    /// Looked up for every datagram and never iterated: a hash map (a
+    /// B-tree of thousands of addresses cost a few cache misses per datagram).
+    by_addr: HashMap<SocketAddr, ConnId>,
     next_id: u32,
     replies: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<ServerEvent>,
@@ -169,7 +171,7 @@ impl Server {
             cfg: config,
             secret,
             conns: BTreeMap::new(),
-            by_addr: BTreeMap::new(),
+            by_addr: HashMap::new(),
             next_id: 0,
             replies: VecDeque::new(),
             events: VecDeque::new(),
