@@ -108,6 +108,10 @@ pub struct PeerFigures {
     /// session none (TCP), for the driver to fill from the relay's Ping/Pong.
     #[serde(default)]
     pub rtt_p50_ms: f64,
+    /// The RTT's p99, ms: the transport's raw samples (`SessionStats::rtt_p99`);
+    /// on TCP the relay's Ping/Pong p99, filled in by the driver.
+    #[serde(default)]
+    pub rtt_p99_ms: f64,
     /// The session's jitter buffer at the end of the match, ms (clock policy).
     #[serde(default)]
     pub jitter_buffer_ms: f64,
@@ -443,6 +447,7 @@ impl BenchPeer {
             error: self.failed.clone(),
             warmup_samples: self.warmup_samples,
             rtt_p50_ms: stats.rtt_p50.as_millis_f64(),
+            rtt_p99_ms: stats.rtt_p99.as_millis_f64(),
             jitter_buffer_ms: stats.jitter_buffer.as_millis_f64(),
             ..PeerFigures::default()
         }

@@ -85,9 +85,16 @@ impl PingRtts {
     /// The median sample of the player who joined as `name`, if any.
     #[must_use]
     pub fn median(&self, name: &str) -> Option<Duration> {
+        self.percentile(name, 50)
+    }
+
+    /// The `p`-th percentile sample (nearest rank) of the player who joined
+    /// as `name`, if any.
+    #[must_use]
+    pub fn percentile(&self, name: &str, p: usize) -> Option<Duration> {
         let mut v = self.samples.get(name)?.clone();
         v.sort_unstable();
-        v.get(v.len().checked_sub(1)? / 2).copied()
+        v.get(v.len().checked_sub(1)? * p.min(100) / 100).copied()
     }
 }
 

@@ -236,6 +236,7 @@ pub fn run_scenario(s: &Scenario) -> io::Result<Vec<PeerFigures>> {
             if let Some(rtts) = rtts {
                 for (f, name) in figures.iter_mut().zip(&names) {
                     f.rtt_p50_ms = rtts.median(name).map_or(0.0, |d| d.as_millis_f64());
+                    f.rtt_p99_ms = rtts.percentile(name, 99).map_or(0.0, |d| d.as_millis_f64());
                 }
             }
             Ok(figures)

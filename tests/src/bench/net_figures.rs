@@ -52,8 +52,9 @@ pub struct PlayerFigures {
     pub p50_ms: f64,
     /// Latency p99, ms.
     pub p99_ms: f64,
-    /// The p99 budget with the median RTT: RTT + one turn + the
-    /// player's jitter buffer, ms (`NaN` when the RTT is unknown).
+    /// The p99 budget: the RTT's p99 + one turn + the player's
+    /// jitter buffer, ms (with the median RTT when no p99 was measured;
+    /// `NaN` when the RTT is unknown).
     pub budget_ms: f64,
 }
 
@@ -73,7 +74,12 @@ impl PlayerFigures {
             floor_ms: rtt_ms + turn_ms / 2.0,
             p50_ms: percentile(steady, 50.0),
             p99_ms: percentile(steady, 99.0),
-            budget_ms: rtt_ms + turn_ms + peer.jitter_buffer_ms,
+            budget_ms: if peer.rtt_p99_ms > 0.0 {
+                peer.rtt_p99_ms
+            } else {
+                rtt_ms
+            } + turn_ms
+                + peer.jitter_buffer_ms,
         }
     }
 
@@ -339,6 +345,7 @@ mod tests {
             latencies_ms: vec![550.0, 560.0, 570.0],
             warmup_samples: 0,
             rtt_p50_ms: 500.0,
+            rtt_p99_ms: 520.0,
             ..near.clone()
         };
         let unknown = PeerFigures {
@@ -354,6 +361,11 @@ mod tests {
         );
         assert_eq!(p[0].budget_ms, 60.0 + 100.0 + 10.0);
         assert_eq!((p[1].floor_ms, p[1].p50_ms), (550.0, 560.0));
+        assert_eq!(
+            p[1].budget_ms,
+            520.0 + 100.0 + 10.0,
+            "the p99 RTT when measured"
+        );
         assert!(p[2].floor_ms.is_nan() && p[2].ratio().is_nan());
         // The near player sits at its floor (1.0); the far one just above (560 / 550).
         assert_eq!(r.worst_ratio(), 560.0 / 550.0);

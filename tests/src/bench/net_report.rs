@@ -89,13 +89,14 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
          behind a lost segment counts, as it would for any app-level ping). RTT, floor and p50 \
          are means over players, the ratio is the worst player's, p99 and max pool every \
          player's samples; each player's own figures are in the table below it. The issue's p99 \
-         budget is the p99 RTT + one turn + the player's jitter buffer; shown with the median \
-         RTT (the transport's RTT is smoothed, its p99 is not the raw tail), it is a lower bound. Stall is time \
+         budget is the p99 RTT + one turn + the player's jitter buffer (UDP: the p99 of the \
+         transport's raw RTT samples; TCP: of the relay's Ping/Pong samples), a mean over \
+         players in the table. Stall is time \
          a due turn waited for its bundle, per minute of match.\n\n",
         WARMUP.as_secs_f64()
     );
     md.push_str(
-        "| players | loss | carrier | RTT p50 (ms) | floor (ms) | latency p50 (ms) | p50 / floor (worst player) | latency p99 (ms) | RTT p50 + turn + jitter buffer (ms) | max (ms) | stall ms/min | matches completed |\n\
+        "| players | loss | carrier | RTT p50 (ms) | floor (ms) | latency p50 (ms) | p50 / floor (worst player) | latency p99 (ms) | RTT p99 + turn + jitter buffer (ms) | max (ms) | stall ms/min | matches completed |\n\
          |---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for p in points(n) {
