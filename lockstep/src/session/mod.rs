@@ -41,7 +41,6 @@ mod rejoin;
 mod running;
 mod stats;
 use running::{InFlight, Running, clock_inputs};
-use stats::percentile;
 pub use stats::{LinkFigures, SessionError, SessionStats};
 
 /// How many turn-latency samples are kept for percentiles.
@@ -421,52 +420,6 @@ impl Session {
         ev
     }
 
-    /// Figures so far; `now` accounts an ongoing stall.
-    #[must_use]
-    pub fn stats(&self, now: Instant) -> SessionStats {
-        let mut s = self.stats.clone();
-        if let Phase::Running(r) = &self.phase {
-            s.stall += r.stall_since_accounted(now);
-            s.input_delay = r.delay.latest();
-        }
-        let mut sorted: Vec<Duration> = self.latencies.iter().copied().collect();
-        sorted.sort_unstable();
-        s.latency_samples = sorted.len();
-        s.latency_p50 = percentile(&sorted, 50);
-        s.latency_p99 = percentile(&sorted, 99);
-        let mut steady: Vec<Duration> = self.steady.iter().copied().collect();
-        steady.sort_unstable();
-        s.steady_latency_samples = steady.len();
-        s.steady_latency_p50 = percentile(&steady, 50);
-        s.steady_latency_p99 = percentile(&steady, 99);
-        let r = match &self.phase {
-            Phase::Running(r) => Some(r),
-            _ => self.finished.as_ref(),
-        };
-        if let Some(r) = r {
-            s.turn_length = r.turn_length;
-        }
-        let mut rtts: Vec<Duration> = self.rtts.iter().copied().collect();
-        rtts.sort_unstable();
-        s.rtt_p50 = if rtts.is_empty() {
-            s.link.rtt
-        } else {
-            percentile(&rtts, 50)
-        };
-        let mut p99s: Vec<Duration> = self.rtt_p99s.iter().copied().collect();
-        p99s.sort_unstable();
-        s.rtt_p99 = if p99s.is_empty() {
-            s.link.rtt_p99
-        } else {
-            percentile(&p99s, 50)
-        };
-        if let Some(p) = r.and_then(|r| r.playout.as_ref()) {
-            s.jitter_buffer = p.buffer();
-            s.backlog_samples = p.discarded();
-        }
-        s
-    }
-
     fn send(&mut self, msg: &ToRelay) {
         let bytes = msg.to_bytes();
         self.stats.bytes_sent += bytes.len() as u64;
@@ -800,21 +753,6 @@ impl Session {
         self.stats.last_turn = Some(turn);
         self.events.push_back(Event::TurnReady { turn, inputs });
         true
-    }
-
-    /// One command's latency: submitted `at`, its turn yielded `now`.
-    fn record_latency(&mut self, start: Instant, at: Instant, now: Instant) {
-        let l = now.saturating_since(at);
-        if self.latencies.len() >= LATENCY_SAMPLES {
-            self.latencies.pop_front();
-        }
-        self.latencies.push_back(l);
-        if at >= start + WARM_UP {
-            if self.steady.len() >= LATENCY_SAMPLES {
-                self.steady.pop_front();
-            }
-            self.steady.push_back(l);
-        }
     }
 }
 

@@ -1,7 +1,9 @@
 //! What a session reports: its error type and its counters (turns, stalls,
-//! latency, link figures), readable at any time through `Session::stats`.
+//! latency, link figures), readable at any time through `Session::stats`,
+//! which computes its percentiles here.
 
-use crate::time::Duration;
+use super::{LATENCY_SAMPLES, Phase, WARM_UP};
+use crate::time::{Duration, Instant};
 use sim::Turn;
 
 /// Why a call was refused.
@@ -102,4 +104,69 @@ pub(super) fn percentile(sorted: &[Duration], p: usize) -> Duration {
     }
     let idx = (sorted.len() - 1) * p / 100;
     sorted[idx]
+}
+
+/// The figures a session computes from what it keeps: percentiles of its
+/// latency and RTT samples (kept here beside the counters they fill).
+impl super::Session {
+    /// Figures so far; `now` accounts an ongoing stall.
+    #[must_use]
+    pub fn stats(&self, now: Instant) -> SessionStats {
+        let mut s = self.stats.clone();
+        if let Phase::Running(r) = &self.phase {
+            s.stall += r.stall_since_accounted(now);
+            s.input_delay = r.delay.latest();
+        }
+        let mut sorted: Vec<Duration> = self.latencies.iter().copied().collect();
+        sorted.sort_unstable();
+        s.latency_samples = sorted.len();
+        s.latency_p50 = percentile(&sorted, 50);
+        s.latency_p99 = percentile(&sorted, 99);
+        let mut steady: Vec<Duration> = self.steady.iter().copied().collect();
+        steady.sort_unstable();
+        s.steady_latency_samples = steady.len();
+        s.steady_latency_p50 = percentile(&steady, 50);
+        s.steady_latency_p99 = percentile(&steady, 99);
+        let r = match &self.phase {
+            Phase::Running(r) => Some(r),
+            _ => self.finished.as_ref(),
+        };
+        if let Some(r) = r {
+            s.turn_length = r.turn_length;
+        }
+        let mut rtts: Vec<Duration> = self.rtts.iter().copied().collect();
+        rtts.sort_unstable();
+        s.rtt_p50 = if rtts.is_empty() {
+            s.link.rtt
+        } else {
+            percentile(&rtts, 50)
+        };
+        let mut p99s: Vec<Duration> = self.rtt_p99s.iter().copied().collect();
+        p99s.sort_unstable();
+        s.rtt_p99 = if p99s.is_empty() {
+            s.link.rtt_p99
+        } else {
+            percentile(&p99s, 50)
+        };
+        if let Some(p) = r.and_then(|r| r.playout.as_ref()) {
+            s.jitter_buffer = p.buffer();
+            s.backlog_samples = p.discarded();
+        }
+        s
+    }
+
+    /// One command's latency: submitted `at`, its turn yielded `now`.
+    pub(super) fn record_latency(&mut self, start: Instant, at: Instant, now: Instant) {
+        let l = now.saturating_since(at);
+        if self.latencies.len() >= LATENCY_SAMPLES {
+            self.latencies.pop_front();
+        }
+        self.latencies.push_back(l);
+        if at >= start + WARM_UP {
+            if self.steady.len() >= LATENCY_SAMPLES {
+                self.steady.pop_front();
+            }
+            self.steady.push_back(l);
+        }
+    }
 }

@@ -18,6 +18,7 @@ pub mod proxy;
 pub mod rejoin_bench;
 pub mod relay_bench;
 pub mod relay_load;
+pub mod relay_procs;
 pub mod relay_report;
 pub mod replay_bench;
 pub mod report;

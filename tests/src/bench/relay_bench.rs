@@ -12,15 +12,18 @@
 //! from `/proc`.
 
 use super::benchpeer::{BenchPeerConfig, PeerFigures, Play};
-use super::relay_load::{EchoLoad, WorkerCounters};
+use super::relay_load::EchoLoad;
+use super::relay_procs::{
+    busiest_second, clock_ticks_per_sec, process_ticks, read_machine_ticks, start_worker,
+    stop_worker, wait_sampling,
+};
 use super::stats::percentile;
 use super::udp_loop::run_peers_on_one_loop;
 use lockstep::transport::TransportConfig;
 #[cfg(test)]
 use relay::RelayConfig;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 #[cfg(test)]
 use std::sync::Arc;
 #[cfg(test)]
@@ -153,52 +156,6 @@ pub fn summarise(figures: &[PeerFigures]) -> LoadFigures {
     }
 }
 
-/// CPU time (user + system) in clock ticks from the text of `/proc/<pid>/stat`.
-#[must_use]
-pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    // The command name may contain spaces and parentheses: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Field 3 (state) is fields[0]; utime is field 14, stime field 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// Busy and total ticks of the whole machine, all cores, from the text of `/proc/stat`.
-#[must_use]
-pub fn machine_ticks(stat: &str) -> Option<(u64, u64)> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    // user nice system idle iowait irq softirq steal (guest time is in user).
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
-    Some((total - idle, total))
-}
-
-fn read_machine_ticks() -> Option<(u64, u64)> {
-    machine_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
-}
-
-fn process_ticks(pid: u32) -> Option<u64> {
-    cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-fn clock_ticks_per_sec() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .unwrap_or(100.0)
-}
-
 /// One load step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Step {
@@ -236,112 +193,6 @@ impl Step {
     pub fn relay_ns_per_datagram(&self) -> f64 {
         self.relay_cpu / 100.0 * 1e9 / (self.pps_in + self.pps_out).max(1e-9)
     }
-}
-
-/// A worker process that prints its address, serves until its stdin
-/// closes, then prints its counters.
-struct Worker {
-    child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-    addr: String,
-    pid: u32,
-}
-
-fn start_worker(exe: &str, mode: &str, threads: usize) -> Result<Worker, String> {
-    let mut child = Command::new(exe)
-        .args([mode, &threads.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {mode}: {e}"))?;
-    let stdout = child.stdout.take().ok_or("worker has no stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = lines
-        .next()
-        .and_then(Result::ok)
-        .ok_or("worker printed no address")?;
-    let pid = child.id();
-    Ok(Worker {
-        child,
-        lines,
-        addr,
-        pid,
-    })
-}
-
-fn stop_worker(mut w: Worker) -> Result<WorkerCounters, String> {
-    drop(w.child.stdin.take());
-    let c = w
-        .lines
-        .next()
-        .and_then(Result::ok)
-        .and_then(|l| serde_json::from_str(&l).ok())
-        .ok_or_else(|| "worker printed no counters".to_owned());
-    let _ = w.child.wait();
-    c
-}
-
-/// What [`wait_sampling`] returns: the children's outputs, the CPU ticks
-/// they used, and the watched process's (time, CPU ticks) samples.
-type Sampled = (
-    Vec<std::process::Output>,
-    u64,
-    Vec<(std::time::Instant, u64)>,
-);
-
-/// The highest CPU (percent of one core) over any window of at least one
-/// second in `samples` of (time, CPU ticks) of one process.
-fn busiest_second(samples: &[(std::time::Instant, u64)]) -> f64 {
-    let hz = clock_ticks_per_sec();
-    let mut best = 0.0f64;
-    for (i, &(t0, c0)) in samples.iter().enumerate() {
-        let later = samples[i..]
-            .iter()
-            .find(|(t, _)| t.duration_since(t0).as_secs_f64() >= 1.0);
-        if let Some(&(t1, c1)) = later {
-            let secs = t1.duration_since(t0).as_secs_f64();
-            best = best.max(c1.saturating_sub(c0) as f64 / hz / secs * 100.0);
-        }
-    }
-    best
-}
-
-/// Waits for `children`, sampling each one's CPU ticks until it exits, and
-/// the watched process's (the relay's) as (time, ticks); returns their
-/// outputs, the ticks they used and the watched process's samples.
-fn wait_sampling(children: Vec<Child>, watch: u32) -> Result<Sampled, String> {
-    let mut watched = Vec::new();
-    let mut last: Vec<u64> = vec![0; children.len()];
-    let mut pending: Vec<Option<Child>> = children.into_iter().map(Some).collect();
-    let mut outs: Vec<Option<std::process::Output>> = pending.iter().map(|_| None).collect();
-    while pending.iter().any(Option::is_some) {
-        if let Some(t) = process_ticks(watch) {
-            watched.push((std::time::Instant::now(), t));
-        }
-        for (i, slot) in pending.iter_mut().enumerate() {
-            let Some(c) = slot else { continue };
-            if let Some(t) = process_ticks(c.id()) {
-                last[i] = t;
-            }
-            match c.try_wait() {
-                Ok(Some(_)) => {
-                    if let Some(c) = slot.take() {
-                        outs[i] = Some(c.wait_with_output().map_err(|e| e.to_string())?);
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        // Pacing the sampling, not synchronisation: the children run on their own.
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Ok((
-        outs.into_iter().flatten().collect(),
-        last.iter().sum(),
-        watched,
-    ))
 }
 
 fn run_step(
@@ -697,6 +548,7 @@ pub fn measure(quick: bool) -> Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::relay_procs::{cpu_ticks, machine_ticks};
 
     /// The busiest second is the steepest rise of the CPU ticks over any
     /// window of a second or more, not the run's average.
