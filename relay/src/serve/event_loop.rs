@@ -170,14 +170,7 @@ impl<'a> EventLoop<'a> {
         }
         loop {
             let now = self.clock();
-            if drain_until.is_none() && opts.stop.load(Ordering::Relaxed) {
-                drain_until = Some(now + opts.grace);
-                self.router.begin_drain();
-                note(RelayNote::Draining {
-                    running: self.router.running_count(),
-                    grace: opts.grace,
-                });
-            }
+            self.check_stop(now, opts, &mut drain_until, note);
             if let Some(until) = drain_until
                 && linger_until.is_none()
                 && (now >= until || self.router.match_count() == 0)
@@ -225,6 +218,11 @@ impl<'a> EventLoop<'a> {
                 Err(e) => return Err(e),
             }
             let now = self.clock();
+            // Again after the wait: a stop that came while this loop slept
+            // (or waited for a core) must refuse the joins this wake-up
+            // brings, e.g. a connection another, already draining loop
+            // handed over with its Join.
+            self.check_stop(now, opts, &mut drain_until, note);
             self.read_mail(now);
             self.read_socket(now)?;
             self.send_forwarded();
@@ -254,6 +252,25 @@ impl<'a> EventLoop<'a> {
             m.stop_beating_loop(self.index);
         }
         Ok(())
+    }
+
+    /// Begins this loop's drain (joins refused, lobbies closed, the grace
+    /// period running) the first time it sees the stop flag.
+    fn check_stop(
+        &mut self,
+        now: Instant,
+        opts: &ServeOptions<'_>,
+        drain_until: &mut Option<Instant>,
+        note: &mut impl FnMut(RelayNote<'_>),
+    ) {
+        if drain_until.is_none() && opts.stop.load(Ordering::Relaxed) {
+            *drain_until = Some(now + opts.grace);
+            self.router.begin_drain();
+            note(RelayNote::Draining {
+                running: self.router.running_count(),
+                grace: opts.grace,
+            });
+        }
     }
 
     fn publish(&self, m: &Metrics, draining: bool, gauges: bool) {
