@@ -8,7 +8,7 @@ use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use crate::turn_policy::TurnPolicy;
 use lockstep::proto::{
-    Bundle, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS,
+    Bundle, Delivery, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS,
     MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, ToPeer,
 };
 use lockstep::{Duration, Instant};
@@ -289,9 +289,10 @@ impl Game {
             notices,
         });
         self.request_snapshot(turn, config, out);
-        self.broadcast(out, &bundle);
-        self.snapshots
-            .push_tail(turn, now, bundle.to_bytes(), &config.rejoin);
+        // Encoded once: the same bytes go to every player and to the tail.
+        let bytes = bundle.to_bytes();
+        self.broadcast_bytes(out, bundle.delivery(), &bytes);
+        self.snapshots.push_tail(turn, now, bytes, &config.rejoin);
         out.counters.turns_closed += 1;
         out.events.push_back(RouterEvent::TurnClosed {
             id,
@@ -306,10 +307,14 @@ impl Game {
     }
 
     pub(super) fn broadcast(&self, out: &mut Outbox, msg: &ToPeer) {
-        let bytes = msg.to_bytes();
+        self.broadcast_bytes(out, msg.delivery(), &msg.to_bytes());
+    }
+
+    /// [`Game::broadcast`] of a message already encoded.
+    fn broadcast_bytes(&self, out: &mut Outbox, delivery: Delivery, bytes: &[u8]) {
         for s in &self.slots {
             if let Some(conn) = s.conn {
-                out.push(conn, msg.delivery(), bytes.clone());
+                out.push(conn, delivery, bytes.to_vec());
             }
         }
     }
