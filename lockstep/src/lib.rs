@@ -42,6 +42,7 @@
 
 pub mod backlog;
 pub mod driver;
+pub mod idhash;
 pub mod netsim;
 pub mod rng;
 pub mod schedule;

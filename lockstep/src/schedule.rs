@@ -15,8 +15,9 @@
 //! Exactness is the owner's duty: a key's deadline must depend only on state
 //! the owner changes through calls it reschedules after.
 
+use crate::idhash::IdMap;
 use crate::time::Instant;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::ops::Bound;
 
@@ -34,8 +35,9 @@ pub struct Schedule<K> {
     /// Every key that has a deadline, earliest first.
     by_time: BTreeSet<(Instant, K)>,
     /// Each scheduled key's deadline (its entry in `by_time`), looked up on
-    /// every change: a hash map.
-    deadline: HashMap<K, Instant>,
+    /// every change: a hash map, with the id hasher (keys are ids the owner
+    /// assigned, see [`crate::idhash`]).
+    deadline: IdMap<K, Instant>,
     /// Keys whose deadline is at or before `now`, in key order (the
     /// transport server's transmit round robin walks them in order).
     due: BTreeSet<K>,
@@ -155,7 +157,7 @@ impl<K: ScheduleKey> Default for Schedule<K> {
     fn default() -> Self {
         Self {
             by_time: BTreeSet::new(),
-            deadline: HashMap::new(),
+            deadline: IdMap::default(),
             due: BTreeSet::new(),
             now: Instant::ZERO,
         }

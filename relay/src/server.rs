@@ -183,10 +183,9 @@ impl RouterGlue {
         }
         if now >= self.next_stats {
             self.next_stats = now + STATS_EVERY;
-            let conns: Vec<ConnId> = server.connections().collect();
-            for conn in conns {
-                if let Some(s) = server.stats(conn) {
-                    router.handle_link_stats(conn, s.rtt, s.jitter, s.loss);
+            for conn in server.connections() {
+                if let Some((rtt, jitter, loss)) = server.estimate(conn) {
+                    router.handle_link_stats(conn, rtt, jitter, loss);
                 }
             }
         }

@@ -682,6 +682,17 @@ impl Connection {
         }
     }
 
+    /// Smoothed RTT, jitter and loss: the part of [`Connection::stats`] a
+    /// relay reads for every connection several times a second, without
+    /// the rates and the p99 (a sort) it does not need.
+    pub(crate) fn estimate(&self) -> (Duration, Duration, f64) {
+        (
+            self.rtt.srtt_or(Duration::ZERO),
+            self.rtt.rttvar(),
+            self.sent.loss(),
+        )
+    }
+
     pub(crate) fn stats(&self) -> LinkStats {
         let now = self.now;
         LinkStats {

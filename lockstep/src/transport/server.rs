@@ -10,7 +10,7 @@ use super::config::{Channel, TransportConfig};
 use super::connection::{ConnEvent, Connection, DisconnectReason, DropReason, Role};
 use super::messages::SendError;
 use super::stats::LinkStats;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::token::ledger::UsedTokens;
 use crate::token::{Refusal, SealedToken, TokenClaims, TokenKey};
 use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
@@ -712,6 +712,14 @@ impl Server {
     #[must_use]
     pub fn stats(&self, conn: ConnId) -> Option<LinkStats> {
         self.conns.get(&conn).map(|s| s.conn.stats())
+    }
+
+    /// `conn`'s smoothed RTT, jitter and loss (as in [`Server::stats`]):
+    /// use it to poll every connection often, it skips the figures that
+    /// cost a walk or a sort.
+    #[must_use]
+    pub fn estimate(&self, conn: ConnId) -> Option<(Duration, Duration, f64)> {
+        self.conns.get(&conn).map(|s| s.conn.estimate())
     }
 
     /// Address of `conn`.

@@ -1,9 +1,11 @@
 //! The floor the relay's CPU is measured against: an echo server doing the
-//! serve loop's socket I/O (one epoll wait per wake-up, `recvmmsg` batches
+//! serve loop's socket I/O (its wake-up pacing, one epoll wait per wake-up, `recvmmsg` batches
 //! into reused buffers, `sendmmsg` batches out) and nothing else. Used by
 //! the relay capacity benchmark; not part of serving matches.
 
+use super::event_loop::coalesce;
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
+use lockstep::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use std::io;
 use std::net::UdpSocket;
@@ -53,8 +55,19 @@ fn echo_loop(socket: UdpSocket, stop: &AtomicBool) -> io::Result<EchoCounts> {
     // What one wake-up received, sent back after the batch as the relay does.
     let mut out = Outgoing::default();
     let mut headers = SendHeaders::new();
+    // The relay loop's wake-up pacing, so the floor moves datagrams in the
+    // same batches the relay does.
+    let epoch = std::time::Instant::now();
+    let clock = || Instant::from_std(epoch, std::time::Instant::now());
+    let mut last_wake = Instant::ZERO;
     while !stop.load(Ordering::Relaxed) {
-        match poll.poll(&mut events, Some(std::time::Duration::from_millis(20))) {
+        let (nap, wait) = coalesce(clock(), last_wake, Duration::from_millis(20));
+        if nap > Duration::ZERO {
+            std::thread::sleep(nap.to_std());
+        }
+        let r = poll.poll(&mut events, Some(wait.to_std()));
+        last_wake = clock();
+        match r {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
