@@ -103,6 +103,11 @@ pub struct PeerFigures {
     /// [`WARMUP`] of the start (samples are in submission order).
     #[serde(default)]
     pub warmup_samples: usize,
+    /// When the match started for this peer (its Start message), seconds
+    /// on the driver's clock (a load generator's: since it began); `None`
+    /// if it never started.
+    #[serde(default)]
+    pub started_at_secs: Option<f64>,
     /// Median RTT to the relay, ms: the transport's RTT as the session
     /// samples it (`SessionStats::rtt_p50`); zero when the carrier gives the
     /// session none (TCP), for the driver to fill from the relay's Ping/Pong.
@@ -446,6 +451,9 @@ impl BenchPeer {
             end_seen: self.completed,
             error: self.failed.clone(),
             warmup_samples: self.warmup_samples,
+            started_at_secs: self
+                .started
+                .map(|s| s.saturating_since(Instant::ZERO).as_secs_f64()),
             rtt_p50_ms: stats.rtt_p50.as_millis_f64(),
             rtt_p99_ms: stats.rtt_p99.as_millis_f64(),
             jitter_buffer_ms: stats.jitter_buffer.as_millis_f64(),

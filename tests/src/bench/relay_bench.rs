@@ -60,6 +60,11 @@ pub struct LoadFigures {
     /// the figures of several load generator processes pool exactly.
     #[serde(default)]
     pub latency_hist: Vec<(u32, u64)>,
+    /// Steady play, in seconds since the load generator began: from the
+    /// last of its matches' start to the end of the first one's play
+    /// (every match running in between); `None` if a peer never started.
+    #[serde(default)]
+    pub steady_secs: Option<(f64, f64)>,
 }
 
 impl LoadFigures {
@@ -96,6 +101,11 @@ impl LoadFigures {
                 .sum::<f64>()
                 / peers.max(1) as f64,
             latency_hist: hist.into_iter().collect(),
+            // The processes start together (within milliseconds), so their
+            // windows overlap where every match of every process runs.
+            steady_secs: parts.iter().try_fold((0.0f64, f64::INFINITY), |(a, b), p| {
+                p.steady_secs.map(|(from, to)| (a.max(from), b.min(to)))
+            }),
         }
     }
 }
@@ -153,6 +163,12 @@ pub fn summarise(figures: &[PeerFigures]) -> LoadFigures {
             }
             h.into_iter().collect()
         },
+        steady_secs: figures
+            .iter()
+            .try_fold((0.0f64, f64::INFINITY), |(a, b), f| {
+                f.started_at_secs
+                    .map(|start| (a.max(start), b.min(start + f.secs)))
+            }),
     }
 }
 
@@ -169,9 +185,13 @@ pub struct Step {
     pub load: LoadFigures,
     /// Relay CPU, percent of one core, over the run (joins included).
     pub relay_cpu: f64,
-    /// Relay CPU over its busiest second of the run (steady play, all
-    /// matches running): what the per-core figure is planned with.
+    /// Relay CPU over its busiest second of the run, joins included (the
+    /// thousands of handshakes of a step's first second).
     pub relay_cpu_peak: f64,
+    /// Relay CPU over its busiest second of steady play (every match
+    /// running, no handshakes): what the per-core figure is planned with;
+    /// `None` when steady play lasted under a second (a step that failed).
+    pub relay_cpu_steady: Option<f64>,
     /// Load generator CPU, percent of one core, all processes together.
     pub loadgen_cpu: f64,
     /// The whole machine's CPU over the run, percent of one core (up to
@@ -253,17 +273,23 @@ fn run_step(
             );
         }
         let hz = clock_ticks_per_sec();
+        let load = LoadFigures::merge(&parts);
+        let steady = load
+            .steady_secs
+            .and_then(|window| busiest_steady_second(&watched, t0, window));
         Ok::<_, String>((
-            LoadFigures::merge(&parts),
+            load,
             (r1 - r0) as f64 / hz / secs * 100.0,
             g_ticks as f64 / hz / secs * 100.0,
             machine,
             secs,
             busiest_second(&watched),
+            steady,
         ))
     })();
     let counters = stop_worker(relay);
-    let (load, relay_cpu, loadgen_cpu, machine_cpu, secs, relay_cpu_peak) = result?;
+    let (load, relay_cpu, loadgen_cpu, machine_cpu, secs, relay_cpu_peak, relay_cpu_steady) =
+        result?;
     let counters = counters?;
     Ok(Step {
         threads,
@@ -272,6 +298,7 @@ fn run_step(
         load,
         relay_cpu,
         relay_cpu_peak,
+        relay_cpu_steady,
         loadgen_cpu,
         machine_cpu,
         pps_in: counters.packets_in as f64 / secs,
@@ -279,6 +306,31 @@ fn run_step(
         peak_rss_kib: counters.peak_rss_kib,
         secs,
     })
+}
+
+/// Kept off each end of the load generators' steady window: they measure
+/// it from their own start, a little after the bench spawned them, so its
+/// first moments may still hold the last handshakes.
+const STEADY_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The busiest second of the relay's CPU `samples` within steady play:
+/// `window` is in seconds since `t0` (when the load generators were
+/// spawned), less [`STEADY_MARGIN`] at each end. `None` if that leaves
+/// no whole second.
+fn busiest_steady_second(
+    samples: &[(std::time::Instant, u64)],
+    t0: std::time::Instant,
+    (from, to): (f64, f64),
+) -> Option<f64> {
+    let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).ok();
+    let a = t0 + secs(from)? + STEADY_MARGIN;
+    let b = (t0 + secs(to)?).checked_sub(STEADY_MARGIN)?;
+    let inside: Vec<_> = samples
+        .iter()
+        .filter(|(t, _)| *t >= a && *t <= b)
+        .copied()
+        .collect();
+    Some(busiest_second(&inside)).filter(|&c| c > 0.0)
 }
 
 /// The echo baseline at one rate.
@@ -575,6 +627,51 @@ mod tests {
         let run = 85.0 / hz / 3.0 * 100.0;
         assert!(busiest_second(&samples) > 2.0 * run);
         assert_eq!(busiest_second(&samples[..2]), 0.0, "no window of a second");
+    }
+
+    /// The handshakes' burst at a step's start is not steady play: the
+    /// steady figure comes from inside the load generators' window only.
+    #[test]
+    fn the_steady_second_leaves_out_the_join_burst() {
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        let hz = clock_ticks_per_sec();
+        // 100 ticks in the first second (joins), then 20 a second.
+        let mut samples = vec![(at(0), 0), (at(1000), 100)];
+        for k in 1..=6u64 {
+            samples.push((at(1000 + 1000 * k), 100 + 20 * k));
+        }
+        let all = busiest_second(&samples);
+        assert!((all - 100.0 / hz * 100.0).abs() < 1e-9, "{all}");
+        // Steady from 1.2 s to 6.5 s (the margins take it to 1.7-6.0 s).
+        let steady = busiest_steady_second(&samples, t0, (1.2, 6.5)).unwrap();
+        assert!((steady - 20.0 / hz * 100.0).abs() < 1e-9, "{steady}");
+        assert_eq!(
+            busiest_steady_second(&samples, t0, (1.2, 2.5)),
+            None,
+            "under a second of steady play"
+        );
+    }
+
+    /// Each peer's start and play length give the window where every match
+    /// of a load generator runs; processes' windows intersect.
+    #[test]
+    fn steady_play_runs_from_the_last_start_to_the_first_end() {
+        let peer = |start: Option<f64>, secs: f64| PeerFigures {
+            started_at_secs: start,
+            secs,
+            ..PeerFigures::default()
+        };
+        let a = summarise(&[peer(Some(0.5), 4.0), peer(Some(1.5), 4.0)]);
+        assert_eq!(a.steady_secs, Some((1.5, 4.5)));
+        let b = summarise(&[peer(Some(1.0), 3.0)]);
+        assert_eq!(
+            LoadFigures::merge(&[a.clone(), b]).steady_secs,
+            Some((1.5, 4.0))
+        );
+        let never = summarise(&[peer(Some(0.5), 4.0), peer(None, 0.0)]);
+        assert_eq!(never.steady_secs, None, "a peer that never started");
+        assert_eq!(LoadFigures::merge(&[a, never]).steady_secs, None);
     }
 
     #[test]

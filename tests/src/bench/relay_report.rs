@@ -19,9 +19,12 @@ pub fn markdown(cap: &Capacity) -> String {
          turns/s. M steps up until p99 turn latency exceeds the unloaded p99 by more than one \
          turn (100 ms), a peer fails, or a side saturates its cores ({CPU_SATURATED:.0} % each); \
          each side's CPU is from `/proc/<pid>/stat` over the whole run (joins included), in \
-         percent of one core, the relay's also over its busiest second (sampled every 50 ms: \
-         steady play with every match running; the per-core figures below are planned with \
-         it), and the machine's (every process, other work included) from `/proc/stat`. Each load generator runs all its peers on one event loop (one socket \
+         percent of one core, the relay's also over its busiest second (sampled every 50 ms), \
+         once over the whole run (the step's thousands of handshakes land in its first second) \
+         and once within steady play (from the last match's start to the end of the first \
+         one's play, as the load generators report them, less half a second at each end: \
+         every match running, no handshakes; the per-core figures below are planned with it), \
+         and the machine's (every process, other work included) from `/proc/stat`. Each load generator runs all its peers on one event loop (one socket \
          each, one `mio` poller, `recvmmsg` batches, a timer heap). The echo baseline is the same socket code doing nothing but \
          sending each datagram back (`relay::serve::serve_echo`), fed by `bench echo-load` at the \
          rate (datagrams in + out per second) of the ladder's largest step that held, 60-byte \
@@ -37,13 +40,13 @@ pub fn markdown(cap: &Capacity) -> String {
             cap.cores
         );
     }
-    md.push_str("\n| threads | matches | peers | p50 ms | p99 ms | stall ms/min | relay CPU % (run / busiest 1 s) | relay µs/datagram | load gen CPU % | machine CPU % | pkts/s in | pkts/s out | relay peak RSS MiB |\n");
+    md.push_str("\n| threads | matches | peers | p50 ms | p99 ms | stall ms/min | relay CPU % (run / busiest 1 s / busiest 1 s of steady play) | relay µs/datagram | load gen CPU % | machine CPU % | pkts/s in | pkts/s out | relay peak RSS MiB |\n");
     md.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for lad in &cap.ladders {
         for s in &lad.steps {
             let _ = writeln!(
                 md,
-                "| {} | {} | {}/{} completed | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
+                "| {} | {} | {}/{} completed | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} / {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
                 s.threads,
                 s.matches,
                 s.load.completed,
@@ -53,6 +56,8 @@ pub fn markdown(cap: &Capacity) -> String {
                 s.load.stall_per_min_ms,
                 s.relay_cpu,
                 s.relay_cpu_peak,
+                s.relay_cpu_steady
+                    .map_or_else(|| "-".to_owned(), |c| format!("{c:.0}")),
                 s.relay_ns_per_datagram() / 1000.0,
                 s.loadgen_cpu,
                 s.machine_cpu,
@@ -75,14 +80,21 @@ pub fn markdown(cap: &Capacity) -> String {
         };
         let base_rss = lad.steps.first().map_or(0, |s| s.peak_rss_kib);
         let per_match = h.peak_rss_kib.saturating_sub(base_rss) as f64 / h.matches.max(1) as f64;
-        let busiest = h.relay_cpu_peak.max(h.relay_cpu);
+        // Steady play when it lasted a second; else the whole run's peak.
+        let (busiest, when) = h.relay_cpu_steady.map_or(
+            (
+                h.relay_cpu_peak.max(h.relay_cpu),
+                "of the run, joins included",
+            ),
+            |c| (c, "of steady play"),
+        );
         let per_core = h.matches as f64 / (busiest / 100.0).max(1e-9);
         let _ = write!(
             md,
             "- **--threads {}: held {} concurrent matches** ({} peers) at {:.0} datagrams/s in, \
-             {:.0} out, relay CPU {:.0} % of one core in its busiest second ({:.0} % per loop; \
-             {:.1} µs per datagram moved over the run), i.e. **{:.0} matches per fully used relay \
-             core** at this load (linear extrapolation of matches / relay CPU in the busiest \
+             {:.0} out, relay CPU {:.0} % of one core in its busiest second {when} ({:.0} % per \
+             loop; {:.1} µs per datagram moved over the run), i.e. **{:.0} matches per fully used \
+             relay core** at this load (linear extrapolation of matches / relay CPU in that \
              second); peak RSS {:.1} MiB, {:.1} KiB per match above the one-match \
              step. {}.",
             lad.threads,
