@@ -10,8 +10,8 @@ pub fn markdown(cap: &Capacity) -> String {
     let _ = writeln!(
         md,
         "The relay's real serve loops (`relay::serve`, as `relay serve --threads N` runs them: \
-         `recvmmsg` batches through quinn-udp, one epoll wait per wake-up, one event loop per \
-         thread with its own `SO_REUSEPORT` socket) in their own process, against {} load \
+         `recvmmsg` batches through quinn-udp, one epoll wait per wake-up and at most one \
+         wake-up a millisecond, one event loop per thread with its own `SO_REUSEPORT` socket) in their own process, against {} load \
          generator process(es) (`bench relay-load`, one per core) together playing M concurrent \
          4-player matches of fake-game peers over our UDP transport on 127.0.0.1: real \
          handshakes, MACs, acks, inputs (one small command every {EVERY} turns per peer, the \
