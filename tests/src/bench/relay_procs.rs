@@ -121,6 +121,31 @@ pub(crate) fn busiest_second(samples: &[(std::time::Instant, u64)]) -> f64 {
     best
 }
 
+/// Kept off each end of the load generators' steady window: they measure
+/// it from their own start, a little after the bench spawned them, so its
+/// first moments may still hold the last handshakes.
+const STEADY_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The busiest second of the relay's CPU `samples` within steady play:
+/// `window` is in seconds since `t0` (when the load generators were
+/// spawned), less [`STEADY_MARGIN`] at each end. `None` if that leaves
+/// no whole second.
+pub(crate) fn busiest_steady_second(
+    samples: &[(std::time::Instant, u64)],
+    t0: std::time::Instant,
+    (from, to): (f64, f64),
+) -> Option<f64> {
+    let secs = |s: f64| std::time::Duration::try_from_secs_f64(s).ok();
+    let a = t0 + secs(from)? + STEADY_MARGIN;
+    let b = (t0 + secs(to)?).checked_sub(STEADY_MARGIN)?;
+    let inside: Vec<_> = samples
+        .iter()
+        .filter(|(t, _)| *t >= a && *t <= b)
+        .copied()
+        .collect();
+    Some(busiest_second(&inside)).filter(|&c| c > 0.0)
+}
+
 /// Waits for `children`, sampling each one's CPU ticks until it exits, and
 /// the watched process's (the relay's) as (time, ticks); returns their
 /// outputs, the ticks they used and the watched process's samples.
@@ -156,4 +181,76 @@ pub(crate) fn wait_sampling(children: Vec<Child>, watch: u32) -> Result<Sampled,
         last.iter().sum(),
         watched,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The busiest second is the steepest rise of the CPU ticks over any
+    /// window of a second or more, not the run's average.
+    #[test]
+    fn the_busiest_second_is_the_steepest_window() {
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        let hz = clock_ticks_per_sec();
+        // Ticks: quiet for a second (joins), busy for one, quiet again.
+        let samples = [
+            (at(0), 0),
+            (at(500), 5),
+            (at(1000), 10),
+            (at(1500), 40),
+            (at(2000), 80),
+            (at(3000), 85),
+        ];
+        let want = 70.0 / hz * 100.0;
+        assert!(
+            (busiest_second(&samples) - want).abs() < 1e-9,
+            "{}",
+            busiest_second(&samples)
+        );
+        let run = 85.0 / hz / 3.0 * 100.0;
+        assert!(busiest_second(&samples) > 2.0 * run);
+        assert_eq!(busiest_second(&samples[..2]), 0.0, "no window of a second");
+    }
+
+    /// The handshakes' burst at a step's start is not steady play: the
+    /// steady figure comes from inside the load generators' window only.
+    #[test]
+    fn the_steady_second_leaves_out_the_join_burst() {
+        let t0 = std::time::Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        let hz = clock_ticks_per_sec();
+        // 100 ticks in the first second (joins), then 20 a second.
+        let mut samples = vec![(at(0), 0), (at(1000), 100)];
+        for k in 1..=6u64 {
+            samples.push((at(1000 + 1000 * k), 100 + 20 * k));
+        }
+        let all = busiest_second(&samples);
+        assert!((all - 100.0 / hz * 100.0).abs() < 1e-9, "{all}");
+        // Steady from 1.2 s to 6.5 s (the margins take it to 1.7-6.0 s).
+        let steady = busiest_steady_second(&samples, t0, (1.2, 6.5)).unwrap();
+        assert!((steady - 20.0 / hz * 100.0).abs() < 1e-9, "{steady}");
+        assert_eq!(
+            busiest_steady_second(&samples, t0, (1.2, 2.5)),
+            None,
+            "under a second of steady play"
+        );
+    }
+
+    #[test]
+    fn stat_parsing_survives_odd_command_names() {
+        let stat = "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 3 0 99 1000 50";
+        assert_eq!(cpu_ticks(stat), Some(287));
+        assert_eq!(cpu_ticks("garbage"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(cpu_ticks(&own).is_some());
+    }
+
+    #[test]
+    fn machine_cpu_is_busy_over_total_ticks_of_every_core() {
+        let stat = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n";
+        assert_eq!(machine_ticks(stat), Some((160, 1000)));
+        assert_eq!(machine_ticks("intr 1 2 3"), None);
+    }
 }
