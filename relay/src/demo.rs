@@ -282,12 +282,12 @@ impl DemoReport {
     pub fn table(&self) -> String {
         let mut s = String::new();
         s.push_str(
-            "peer player final_turn final_hash        stall_ms  lat_p50  lat_p99   rtt_ms floor_ms  loss%  bytes/s  delay\n",
+            "peer player final_turn final_hash        stall_ms  lat_p50  lat_p99   rtt_ms  rtt_p99 floor_ms  loss%  bytes/s  delay\n",
         );
         for p in &self.peers {
             let m = &p.summary;
             s.push_str(&format!(
-                "{:>4} {:>6} {:>10} {:<16} {:>9.0} {:>8.0} {:>8.0} {:>8.1} {:>8.1} {:>6.1} {:>8.0} {:>6}\n",
+                "{:>4} {:>6} {:>10} {:<16} {:>9.0} {:>8.0} {:>8.0} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>8.0} {:>6}\n",
                 p.peer,
                 m.player.map_or("-".to_owned(), |x| format!("P{x}")),
                 m.final_turn.map_or("-".to_owned(), |t| t.to_string()),
@@ -298,6 +298,7 @@ impl DemoReport {
                 m.turn_latency_ms.p50,
                 m.turn_latency_ms.p99,
                 m.rtt_ms,
+                m.rtt_p99_ms,
                 m.floor_ms,
                 m.loss * 100.0,
                 m.bytes_per_s,
