@@ -70,6 +70,8 @@ pub mod rejoin;
 pub mod router;
 pub mod serve;
 pub mod server;
+#[cfg(test)]
+mod test_support;
 pub mod turn_policy;
 pub mod udp;
 

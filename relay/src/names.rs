@@ -45,8 +45,7 @@ mod tests {
     use super::*;
     use crate::{ConnId, RelayConfig, Router};
     use lockstep::Instant;
-    use lockstep::proto::{Join, ToPeer, ToRelay};
-    use sim::StateHash;
+    use lockstep::proto::ToPeer;
     use std::net::{Ipv4Addr, SocketAddr};
 
     fn unique(names: &[&str]) -> Vec<String> {
@@ -88,16 +87,8 @@ mod tests {
         for c in 0..2u32 {
             let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
             assert!(r.handle_connected(now, ConnId(c), addr));
-            let join = ToRelay::Join(Join {
-                match_name: "m".into(),
-                slots: 2,
-                game_id: "g".into(),
-                game_version: 1,
-                rules_hash: StateHash([0; 32]),
-                name: "bot1".into(),
-                turns: 0,
-            });
-            r.handle_message(now, ConnId(c), &join.to_bytes());
+            let join = crate::test_support::join_bytes("m", "bot1");
+            r.handle_message(now, ConnId(c), &join);
         }
         let mut lists = Vec::new();
         while let Some((_, _, bytes)) = r.poll_outgoing() {

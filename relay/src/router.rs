@@ -556,21 +556,12 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockstep::proto::{Join, ToPeer};
-    use sim::{StateHash, Turn};
+    use lockstep::proto::ToPeer;
+    use sim::Turn;
     use std::net::{Ipv4Addr, SocketAddr};
 
     fn join(name: &str) -> Vec<u8> {
-        ToRelay::Join(Join {
-            match_name: "m".into(),
-            slots: 2,
-            game_id: "g".into(),
-            game_version: 1,
-            rules_hash: StateHash([0; 32]),
-            name: name.into(),
-            turns: 0,
-        })
-        .to_bytes()
+        crate::test_support::join_bytes("m", name)
     }
 
     fn started_router() -> (Router, Instant, BTreeMap<ConnId, PlayerId>) {

@@ -237,9 +237,7 @@ mod tests {
     use super::*;
     use crate::RelayConfig;
     use lockstep::backlog::DropCause;
-    use lockstep::proto::{Join, ToRelay};
     use lockstep::transport::{Client, SendError, TransportConfig};
-    use sim::StateHash;
     use std::net::SocketAddr;
 
     #[test]
@@ -267,16 +265,8 @@ mod tests {
             now += Duration::from_millis(10);
         }
         let conn = server.connections().next().expect("connected");
-        let join = ToRelay::Join(Join {
-            match_name: "m".into(),
-            slots: 2,
-            game_id: "g".into(),
-            game_version: 1,
-            rules_hash: StateHash([0; 32]),
-            name: "p".into(),
-            turns: 0,
-        });
-        client.send(Channel::Reliable, &join.to_bytes()).unwrap();
+        let join = crate::test_support::join_bytes("m", "p");
+        client.send(Channel::Reliable, &join).unwrap();
         while let Some(_to) = client.poll_transmit(now, &mut buf) {
             server.handle_datagram(now, cli, &buf);
         }

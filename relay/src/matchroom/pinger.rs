@@ -128,8 +128,7 @@ impl Game {
 mod tests {
     use super::*;
     use crate::{ConnId, RelayConfig, Router};
-    use lockstep::proto::{Join, ToRelay};
-    use sim::StateHash;
+    use lockstep::proto::ToRelay;
     use std::net::SocketAddr;
 
     /// A router with a started two-player match; the pings each connection got.
@@ -143,16 +142,8 @@ mod tests {
         for c in 0..2u32 {
             let addr = SocketAddr::from(([127, 0, 0, 1], 5000 + c as u16));
             assert!(r.handle_connected(now, ConnId(c), addr));
-            let join = ToRelay::Join(Join {
-                match_name: "m".into(),
-                slots: 2,
-                game_id: "g".into(),
-                game_version: 1,
-                rules_hash: StateHash([0; 32]),
-                name: format!("p{c}"),
-                turns: 0,
-            });
-            r.handle_message(now, ConnId(c), &join.to_bytes());
+            let join = crate::test_support::join_bytes("m", &format!("p{c}"));
+            r.handle_message(now, ConnId(c), &join);
         }
         let pings = std::iter::from_fn(|| r.poll_outgoing())
             .filter_map(|(c, _, b)| match ToPeer::decode(&b) {

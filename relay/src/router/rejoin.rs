@@ -129,19 +129,11 @@ mod tests {
     use super::super::*;
     use crate::rejoin::RejoinConfig;
     use lockstep::proto::{Join, Notice, Rejoin, RejoinSecret, ToPeer, ToRelay};
-    use sim::{PlayerId, StateHash, Turn};
+    use sim::{PlayerId, Turn};
     use std::net::{Ipv4Addr, SocketAddr};
 
     fn join() -> Join {
-        Join {
-            match_name: "m".into(),
-            slots: 2,
-            game_id: "g".into(),
-            game_version: 1,
-            rules_hash: StateHash([0; 32]),
-            name: "p".into(),
-            turns: 0,
-        }
+        crate::test_support::join("m", "p")
     }
 
     fn addr(port: u16) -> SocketAddr {

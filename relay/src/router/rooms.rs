@@ -122,8 +122,6 @@ mod tests {
     use super::super::{ConnId, Router};
     use crate::config::RelayConfig;
     use lockstep::Instant;
-    use lockstep::proto::{Join, ToRelay};
-    use sim::StateHash;
     use std::net::{Ipv4Addr, SocketAddr};
 
     /// 300 running matches started 1 ms apart: a wake-up at the earliest
@@ -140,16 +138,8 @@ mod tests {
                 let conn = ConnId(i * 2 + p);
                 let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 1000 + (i * 2 + p) as u16));
                 assert!(r.handle_connected(now, conn, addr));
-                let join = ToRelay::Join(Join {
-                    match_name: format!("m{i}"),
-                    slots: 2,
-                    game_id: "g".into(),
-                    game_version: 1,
-                    rules_hash: StateHash([0; 32]),
-                    name: format!("p{p}"),
-                    turns: 0,
-                });
-                r.handle_message(now, conn, &join.to_bytes());
+                let join = crate::test_support::join_bytes(&format!("m{i}"), &format!("p{p}"));
+                r.handle_message(now, conn, &join);
             }
         }
         while r.poll_outgoing().is_some() {}
