@@ -1,7 +1,8 @@
 //! The floor the relay's CPU is measured against: an echo server doing the
-//! serve loop's socket I/O (its wake-up pacing, one epoll wait per wake-up, `recvmmsg` batches
-//! into reused buffers, `sendmmsg` batches out) and nothing else. Used by
-//! the relay capacity benchmark; not part of serving matches.
+//! serve loop's socket I/O (its wake-up pacing, one epoll wait per wake-up,
+//! `recvmmsg` batches into reused buffers, `sendmmsg` batches out) and
+//! nothing else. Used by the relay capacity benchmark; not part of serving
+//! matches.
 
 use super::event_loop::coalesce;
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
