@@ -353,6 +353,17 @@ mod tests {
         s
     }
 
+    /// Starts `s` as player 0 of the match [`resume`] describes (a fresh
+    /// player, not a rejoin: the tests of heals and uploads need one).
+    fn start_as_player_0(s: &mut Session, now: Instant) {
+        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
+            Ok(ToPeer::Resume(r)) => r.start,
+            other => panic!("{other:?}"),
+        };
+        start.your_player = PlayerId(0);
+        s.handle_message(now, &ToPeer::Start(start).to_bytes());
+    }
+
     fn drain(s: &mut Session) -> (Vec<ToRelay>, Vec<Event>) {
         let out = std::iter::from_fn(|| s.poll_outgoing())
             .map(|(_, b)| ToRelay::decode(&b).unwrap())
@@ -474,12 +485,7 @@ mod tests {
     fn a_heal_restores_and_replays_the_tail_on_the_live_session() {
         let t0 = Instant::from_millis(0);
         let mut s = SessionBuilder::new().with_match("m", 2).build(t0).unwrap();
-        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
-            Ok(ToPeer::Resume(r)) => r.start,
-            other => panic!("{other:?}"),
-        };
-        start.your_player = PlayerId(0);
-        s.handle_message(t0, &ToPeer::Start(start).to_bytes());
+        start_as_player_0(&mut s, t0);
         let late = t0 + Duration::from_millis(1500);
         for t in 0..10 {
             s.handle_message(late, &bundle(t));
@@ -546,12 +552,7 @@ mod tests {
             .with_upload_pacing(4, Duration::from_millis(50))
             .build(t0)
             .unwrap();
-        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
-            Ok(ToPeer::Resume(r)) => r.start,
-            other => panic!("{other:?}"),
-        };
-        start.your_player = PlayerId(0);
-        s.handle_message(t0, &ToPeer::Start(start).to_bytes());
+        start_as_player_0(&mut s, t0);
         let _ = drain(&mut s);
         s.upload_snapshot(
             Turn(7),
@@ -585,12 +586,7 @@ mod tests {
     fn by_default_an_upload_leaves_at_once_in_the_largest_chunks() {
         let t0 = Instant::from_millis(0);
         let mut s = SessionBuilder::new().with_match("m", 2).build(t0).unwrap();
-        let mut start = match ToPeer::decode(&resume(None, 0, 0)) {
-            Ok(ToPeer::Resume(r)) => r.start,
-            other => panic!("{other:?}"),
-        };
-        start.your_player = PlayerId(0);
-        s.handle_message(t0, &ToPeer::Start(start).to_bytes());
+        start_as_player_0(&mut s, t0);
         let _ = drain(&mut s);
         let snapshot: Vec<u8> = (0..70_000u32).map(|i| i as u8).collect();
         s.upload_snapshot(Turn(7), StateHash([1; 32]), &snapshot);
