@@ -684,7 +684,7 @@ impl Connection {
 
     /// Smoothed RTT, jitter and loss: the part of [`Connection::stats`] a
     /// relay reads for every connection several times a second, without
-    /// the rates and the p99 (a sort) it does not need.
+    /// the rates and the p99 (a walk of the recent samples) it does not need.
     pub(crate) fn estimate(&self) -> (Duration, Duration, f64) {
         (
             self.rtt.srtt_or(Duration::ZERO),

@@ -84,19 +84,18 @@ impl RttEstimator {
     }
 
     /// The 99th percentile (nearest rank) of the last [`RECENT_SAMPLES`]
-    /// raw samples, `None` before the first. With a full ring it is their
-    /// maximum: about the last few seconds' worst round trip.
+    /// raw samples, `None` before the first: about the last few seconds'
+    /// worst round trip. Of fewer than 100 samples the nearest rank of the
+    /// 99th percentile is the last, so it is their maximum (no sort).
     #[must_use]
     pub fn p99(&self) -> Option<Duration> {
+        const _: () = assert!(
+            RECENT_SAMPLES < 100,
+            "p99 is the maximum only below 100 samples"
+        );
         let n = usize::try_from(self.samples).map_or(RECENT_SAMPLES, |n| n.min(RECENT_SAMPLES));
-        if n == 0 {
-            return None;
-        }
-        let mut v = self.recent;
-        let v = &mut v[..n];
-        v.sort_unstable();
-        let rank = (n * 99).div_ceil(100);
-        Some(Duration::from_micros(u64::from(v[rank - 1])))
+        let max = self.recent[..n].iter().max()?;
+        Some(Duration::from_micros(u64::from(*max)))
     }
 
     /// Number of samples taken.

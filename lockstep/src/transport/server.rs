@@ -716,7 +716,7 @@ impl Server {
 
     /// `conn`'s smoothed RTT, jitter and loss (as in [`Server::stats`]):
     /// use it to poll every connection often, it skips the figures that
-    /// cost a walk or a sort.
+    /// cost a walk.
     #[must_use]
     pub fn estimate(&self, conn: ConnId) -> Option<(Duration, Duration, f64)> {
         self.conns.get(&conn).map(|s| s.conn.estimate())
