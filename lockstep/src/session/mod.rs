@@ -556,16 +556,10 @@ impl Session {
             r.next_report = now + self.config.report_interval;
             let link = self.stats.link;
             if link.rtt > Duration::ZERO {
-                if self.rtts.len() >= LATENCY_SAMPLES {
-                    self.rtts.pop_front();
-                }
-                self.rtts.push_back(link.rtt);
+                stats::push_sample(&mut self.rtts, link.rtt);
             }
             if link.rtt_p99 > Duration::ZERO {
-                if self.rtt_p99s.len() >= LATENCY_SAMPLES {
-                    self.rtt_p99s.pop_front();
-                }
-                self.rtt_p99s.push_back(link.rtt_p99);
+                stats::push_sample(&mut self.rtt_p99s, link.rtt_p99);
             }
             let report = PeerReport {
                 rtt_us: u32::try_from(link.rtt.as_micros()).unwrap_or(u32::MAX),

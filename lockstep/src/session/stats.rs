@@ -5,6 +5,7 @@
 use super::{LATENCY_SAMPLES, Phase, WARM_UP};
 use crate::time::{Duration, Instant};
 use sim::Turn;
+use std::collections::VecDeque;
 
 /// Why a call was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +107,31 @@ pub(super) fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[idx]
 }
 
+/// Appends `v` to a ring of samples, dropping the oldest past
+/// [`LATENCY_SAMPLES`].
+pub(super) fn push_sample(ring: &mut VecDeque<Duration>, v: Duration) {
+    if ring.len() >= LATENCY_SAMPLES {
+        ring.pop_front();
+    }
+    ring.push_back(v);
+}
+
+/// A ring's samples, sorted for [`percentile`].
+fn sorted(ring: &VecDeque<Duration>) -> Vec<Duration> {
+    let mut v: Vec<Duration> = ring.iter().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+/// The median of a ring of samples, or `latest` while it has none.
+fn median_or(ring: &VecDeque<Duration>, latest: Duration) -> Duration {
+    if ring.is_empty() {
+        latest
+    } else {
+        percentile(&sorted(ring), 50)
+    }
+}
+
 /// The figures a session computes from what it keeps: percentiles of its
 /// latency and RTT samples (kept here beside the counters they fill).
 impl super::Session {
@@ -117,13 +143,11 @@ impl super::Session {
             s.stall += r.stall_since_accounted(now);
             s.input_delay = r.delay.latest();
         }
-        let mut sorted: Vec<Duration> = self.latencies.iter().copied().collect();
-        sorted.sort_unstable();
-        s.latency_samples = sorted.len();
-        s.latency_p50 = percentile(&sorted, 50);
-        s.latency_p99 = percentile(&sorted, 99);
-        let mut steady: Vec<Duration> = self.steady.iter().copied().collect();
-        steady.sort_unstable();
+        let all = sorted(&self.latencies);
+        s.latency_samples = all.len();
+        s.latency_p50 = percentile(&all, 50);
+        s.latency_p99 = percentile(&all, 99);
+        let steady = sorted(&self.steady);
         s.steady_latency_samples = steady.len();
         s.steady_latency_p50 = percentile(&steady, 50);
         s.steady_latency_p99 = percentile(&steady, 99);
@@ -134,20 +158,8 @@ impl super::Session {
         if let Some(r) = r {
             s.turn_length = r.turn_length;
         }
-        let mut rtts: Vec<Duration> = self.rtts.iter().copied().collect();
-        rtts.sort_unstable();
-        s.rtt_p50 = if rtts.is_empty() {
-            s.link.rtt
-        } else {
-            percentile(&rtts, 50)
-        };
-        let mut p99s: Vec<Duration> = self.rtt_p99s.iter().copied().collect();
-        p99s.sort_unstable();
-        s.rtt_p99 = if p99s.is_empty() {
-            s.link.rtt_p99
-        } else {
-            percentile(&p99s, 50)
-        };
+        s.rtt_p50 = median_or(&self.rtts, s.link.rtt);
+        s.rtt_p99 = median_or(&self.rtt_p99s, s.link.rtt_p99);
         if let Some(p) = r.and_then(|r| r.playout.as_ref()) {
             s.jitter_buffer = p.buffer();
             s.backlog_samples = p.discarded();
@@ -158,15 +170,9 @@ impl super::Session {
     /// One command's latency: submitted `at`, its turn yielded `now`.
     pub(super) fn record_latency(&mut self, start: Instant, at: Instant, now: Instant) {
         let l = now.saturating_since(at);
-        if self.latencies.len() >= LATENCY_SAMPLES {
-            self.latencies.pop_front();
-        }
-        self.latencies.push_back(l);
+        push_sample(&mut self.latencies, l);
         if at >= start + WARM_UP {
-            if self.steady.len() >= LATENCY_SAMPLES {
-                self.steady.pop_front();
-            }
-            self.steady.push_back(l);
+            push_sample(&mut self.steady, l);
         }
     }
 }
