@@ -62,6 +62,19 @@ impl RouterGlue {
         self
     }
 
+    /// Takes a unit of the shared quota for `conn`; false (nothing taken)
+    /// when the quota is full. Always true without a quota.
+    fn take(&mut self, conn: ConnId) -> bool {
+        match &self.quota {
+            None => true,
+            Some(q) if q.try_take() => {
+                self.held.insert(conn);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     /// Gives back `conn`'s unit of the shared quota, if it holds one.
     fn release(&mut self, conn: ConnId) {
         if self.held.remove(&conn)
@@ -137,15 +150,10 @@ impl RouterGlue {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
-                    let quota = self.quota.as_ref().is_none_or(|q| q.try_take());
-                    if quota && router.handle_connected_with_claims(now, conn, addr, claims) {
-                        if self.quota.is_some() {
-                            self.held.insert(conn);
-                        }
-                    } else {
-                        if quota && let Some(q) = &self.quota {
-                            q.give_back();
-                        }
+                    if !(self.take(conn)
+                        && router.handle_connected_with_claims(now, conn, addr, claims))
+                    {
+                        self.release(conn);
                         // Say why before closing: the close delivers it first.
                         let reason = RejectReason::RelayFull;
                         let detail = Some("connection limit reached".to_owned());
