@@ -150,6 +150,14 @@ impl Relay {
     fn wait(&mut self) -> ExitStatus {
         wait_bounded(&mut self.child)
     }
+
+    /// SIGTERM, every log line until it exits, and a clean exit.
+    fn stop(&mut self) {
+        self.signal("-TERM");
+        self.drain();
+        let status = self.wait();
+        assert!(status.success(), "relay exit status {status:?}");
+    }
 }
 
 impl Drop for Relay {
@@ -251,10 +259,7 @@ fn sigterm_after_grace_ends_matches_finalises_replays_and_exits_zero() {
     relay.wait_for(|v| v["event"] == "match_started");
     relay.wait_for(|v| v["event"] == "match_started");
     relay.wait_for(turn_closed_at_least(20));
-    relay.signal("-TERM");
-    relay.drain();
-    let status = relay.wait();
-    assert!(status.success(), "relay exit status {status:?}");
+    relay.stop();
     assert!(relay.seen.iter().any(|v| v["event"] == "draining"));
     let recorded: Vec<&Value> = relay
         .seen
@@ -498,9 +503,7 @@ fn token_mode_relay_admits_token_holders_in_their_slots_and_refuses_others() {
     assert_eq!(summaries[0]["completed"], true);
     assert_eq!(summaries[0]["final_hash"], summaries[1]["final_hash"]);
 
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let started = relay
         .seen
         .iter()
@@ -517,9 +520,7 @@ fn open_mode_says_so_at_start_up() {
     let auth = relay.wait_for(|v| v["event"] == "auth");
     assert_eq!(auth["mode"], "open");
     assert_eq!(auth["level"], "warn");
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -555,9 +556,7 @@ fn a_solo_peer_leaving_an_unbounded_match_does_not_wedge_the_relay() {
             "a peer of the second match failed"
         );
     }
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -613,9 +612,7 @@ fn a_25_turn_delay_match_ends_cleanly_with_every_hash_recorded() {
     let (_, summary) = Reader::open(&files[0]).unwrap().scan().unwrap();
     assert_eq!(summary.ending, Ending::Complete);
     assert_eq!(summary.hashes, 50);
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -93,9 +93,7 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
         "{page}"
     );
     assert_eq!(metric(&page, "relay_up"), 1, "{page}");
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -132,9 +130,7 @@ fn floods_from_several_addresses_are_limited_on_every_loop() {
     assert!(limited > 0, "{page}");
     let malformed = metric(&page, "relay_drops_total{reason=\"malformed\"}");
     assert!(malformed > 0, "what passed the limit is malformed: {page}");
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -167,8 +163,6 @@ fn max_connections_counts_the_connections_of_every_loop() {
             "the admitted match completes"
         );
     }
-    relay.signal("-TERM");
-    relay.drain();
-    assert!(relay.wait().success());
+    relay.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
