@@ -17,9 +17,7 @@ use lockstep::Instant;
 use lockstep::schedule::{Schedule, ScheduleKey};
 use std::collections::BTreeMap;
 
-impl ScheduleKey for MatchId {
-    const MAX: Self = Self(u64::MAX);
-}
+impl ScheduleKey for MatchId {}
 
 /// Matches by id, with each one's next deadline.
 #[derive(Debug, Default)]

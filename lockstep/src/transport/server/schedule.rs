@@ -8,9 +8,7 @@
 use super::ConnId;
 use crate::schedule::ScheduleKey;
 
-impl ScheduleKey for ConnId {
-    const MAX: Self = Self(u32::MAX);
-}
+impl ScheduleKey for ConnId {}
 
 /// The schedule's invariant, checked by the transport tests after every
 /// step: each connection's recorded deadline is its own `poll_timeout`, and
