@@ -56,8 +56,10 @@ pub struct Schedule<K> {
     entries: Vec<Entry<K>>,
     /// Indices of `entries` free for reuse.
     free: Vec<u32>,
-    /// Entries whose deadline is after `now`, a min-heap by (deadline, key).
-    pending: Vec<u32>,
+    /// Entries whose deadline is after `now`, a min-heap by (deadline,
+    /// key), each with its entry's index: a sift compares neighbours in
+    /// this one array instead of looking each up in `entries`.
+    pending: Vec<(Instant, K, u32)>,
     /// Keys whose deadline is at or before `now`, in key order, with it.
     due: BTreeMap<K, Instant>,
     /// The latest time the schedule was told.
@@ -113,8 +115,14 @@ impl<K: ScheduleKey> Schedule<K> {
                         self.heap_remove(pos as usize);
                         self.due.insert(id, t);
                     }
-                    (false, false) if t < old => self.sift_up(pos as usize),
-                    (false, false) => self.sift_down(pos as usize),
+                    (false, false) => {
+                        self.pending[pos as usize].0 = t;
+                        if t < old {
+                            self.sift_up(pos as usize);
+                        } else {
+                            self.sift_down(pos as usize);
+                        }
+                    }
                 }
             }
         }
@@ -131,13 +139,12 @@ impl<K: ScheduleKey> Schedule<K> {
             return;
         }
         self.now = now;
-        while let Some(&top) = self.pending.first() {
-            let entry = self.entries[top as usize];
-            if entry.at > now {
+        while let Some(&(at, key, _)) = self.pending.first() {
+            if at > now {
                 break;
             }
             self.heap_remove(0);
-            self.due.insert(entry.key, entry.at);
+            self.due.insert(key, at);
         }
     }
 
@@ -150,7 +157,7 @@ impl<K: ScheduleKey> Schedule<K> {
     /// The earliest deadline of any key.
     #[must_use]
     pub fn first(&self) -> Option<Instant> {
-        let pending = self.pending.first().map(|&e| self.entries[e as usize].at);
+        let pending = self.pending.first().map(|&(at, _, _)| at);
         // The due keys are few (their owners run on the next wake-up).
         let due = self.due.values().min().copied();
         match (due, pending) {
@@ -231,26 +238,24 @@ impl<K: ScheduleKey> Schedule<K> {
 
     /// Whether the entry at heap position `a` comes before the one at `b`.
     fn before(&self, a: usize, b: usize) -> bool {
-        let (x, y) = (
-            &self.entries[self.pending[a] as usize],
-            &self.entries[self.pending[b] as usize],
-        );
-        (x.at, x.key) < (y.at, y.key)
+        let (x, y) = (&self.pending[a], &self.pending[b]);
+        (x.0, x.1) < (y.0, y.1)
     }
 
     fn place(&mut self, pos: usize) {
-        let e = self.pending[pos];
+        let e = self.pending[pos].2;
         self.entries[e as usize].pos = u32::try_from(pos).unwrap_or(DUE);
     }
 
     fn push(&mut self, e: u32) {
-        self.pending.push(e);
+        let entry = self.entries[e as usize];
+        self.pending.push((entry.at, entry.key, e));
         self.sift_up(self.pending.len() - 1);
     }
 
     /// Removes the heap entry at `pos` (its entry is marked due).
     fn heap_remove(&mut self, pos: usize) {
-        let e = self.pending.swap_remove(pos);
+        let (_, _, e) = self.pending.swap_remove(pos);
         self.entries[e as usize].pos = DUE;
         if pos < self.pending.len() {
             self.place(pos);
