@@ -8,7 +8,7 @@ use super::auth::{ConnKeys, conn_keys, token_conn_keys};
 use super::config::{Channel, TransportConfig};
 use super::connection::{ConnEvent, Connection, DisconnectReason, Role};
 use super::messages::SendError;
-use super::stats::LinkStats;
+use super::stats::{LinkEstimate, LinkStats};
 use crate::rng::Rng;
 use crate::time::Instant;
 use crate::token::{ConnectToken, SealedToken};
@@ -292,6 +292,26 @@ impl Client {
         match &self.phase {
             Phase::Connected(c) | Phase::Closed(Some(c)) => c.stats(),
             _ => LinkStats::default(),
+        }
+    }
+
+    /// The figures a session is given on every pump: smoothed RTT, jitter,
+    /// loss and the RTT tail (as in [`Client::stats`], zero before the
+    /// handshake completes). Use it where `stats` would run often: it skips
+    /// the rate meters' walks.
+    #[must_use]
+    pub fn estimate(&self) -> LinkEstimate {
+        match &self.phase {
+            Phase::Connected(c) | Phase::Closed(Some(c)) => {
+                let (rtt, jitter, loss) = c.estimate();
+                LinkEstimate {
+                    rtt,
+                    jitter,
+                    loss,
+                    rtt_p99: c.rtt_p99(),
+                }
+            }
+            _ => LinkEstimate::default(),
         }
     }
 

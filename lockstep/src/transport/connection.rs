@@ -693,11 +693,16 @@ impl Connection {
         )
     }
 
+    /// The RTT tail ([`LinkStats::rtt_p99`]) alone.
+    pub(crate) fn rtt_p99(&self) -> Duration {
+        self.rtt.p99().unwrap_or(Duration::ZERO)
+    }
+
     pub(crate) fn stats(&self) -> LinkStats {
         let now = self.now;
         LinkStats {
             rtt: self.rtt.srtt_or(Duration::ZERO),
-            rtt_p99: self.rtt.p99().unwrap_or(Duration::ZERO),
+            rtt_p99: self.rtt_p99(),
             jitter: self.rtt.rttvar(),
             rto: self.rtt.rto(),
             loss: self.sent.loss(),

@@ -21,7 +21,7 @@ pub use congestion::{CongestionConfig, CongestionMode};
 pub use connection::DisconnectReason;
 pub use messages::SendError;
 pub use server::{AuthMode, ConnId, Detached, Server, ServerCounters, ServerEvent};
-pub use stats::LinkStats;
+pub use stats::{LinkEstimate, LinkStats};
 
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,21 @@ use super::congestion::CongestionMode;
 use crate::time::{Duration, Instant};
 use serde::Serialize;
 
+/// The part of [`LinkStats`] a session is fed on every pump: what it
+/// needs for its input delay and reports, cheap to read (no rate meter
+/// walk). From [`Client::estimate`](super::Client::estimate).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LinkEstimate {
+    /// Smoothed round-trip time (as [`LinkStats::rtt`]).
+    pub rtt: Duration,
+    /// Smoothed RTT mean deviation (as [`LinkStats::jitter`]).
+    pub jitter: Duration,
+    /// Fraction of recent ack-eliciting packets declared lost (as [`LinkStats::loss`]).
+    pub loss: f64,
+    /// The RTT tail (as [`LinkStats::rtt_p99`]).
+    pub rtt_p99: Duration,
+}
+
 /// A snapshot of one connection's measured link quality and traffic.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LinkStats {

@@ -33,6 +33,13 @@ fn sixty_seconds_at_20pct_loss_jitter_dup_reorder() {
         "loss estimate {:.3} vs true {true_loss:.3}",
         stats.loss
     );
+    // The cheap figures a session is fed on every pump are the same ones.
+    let cheap = h.clients[0].estimate();
+    assert_eq!(
+        (cheap.rtt, cheap.jitter, cheap.loss, cheap.rtt_p99),
+        (stats.rtt, stats.jitter, stats.loss, stats.rtt_p99)
+    );
+    assert!(cheap.rtt_p99 > cheap.rtt && cheap.loss > 0.1);
     let sstats = h.server.stats(h.conn_of(0)).unwrap();
     assert!(
         (sstats.loss - 0.2).abs() <= 0.03,
