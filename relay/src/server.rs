@@ -192,8 +192,8 @@ impl RouterGlue {
         if now >= self.next_stats {
             self.next_stats = now + STATS_EVERY;
             for conn in server.connections() {
-                if let Some((rtt, jitter, loss)) = server.estimate(conn) {
-                    router.handle_link_stats(conn, rtt, jitter, loss);
+                if let Some(link) = server.estimate(conn) {
+                    router.handle_link_stats(conn, link.rtt, link.jitter, link.loss);
                 }
             }
         }

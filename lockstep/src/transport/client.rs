@@ -302,15 +302,7 @@ impl Client {
     #[must_use]
     pub fn estimate(&self) -> LinkEstimate {
         match &self.phase {
-            Phase::Connected(c) | Phase::Closed(Some(c)) => {
-                let (rtt, jitter, loss) = c.estimate();
-                LinkEstimate {
-                    rtt,
-                    jitter,
-                    loss,
-                    rtt_p99: c.rtt_p99(),
-                }
-            }
+            Phase::Connected(c) | Phase::Closed(Some(c)) => c.estimate(),
             _ => LinkEstimate::default(),
         }
     }

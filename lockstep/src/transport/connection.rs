@@ -10,7 +10,7 @@ use super::config::{Channel, TransportConfig};
 use super::congestion::Congestion;
 use super::messages::{Incoming, Outgoing, SendError, copies_for_loss};
 use super::rtt::RttEstimator;
-use super::stats::{LinkStats, RateMeter};
+use super::stats::{LinkEstimate, LinkStats, RateMeter};
 use crate::time::{Duration, Instant};
 use crate::wire::{self, AuthKind, Frame, Header, MAX_PACKET, Packet, TAG_LEN};
 use std::collections::VecDeque;
@@ -682,30 +682,33 @@ impl Connection {
         }
     }
 
-    /// Smoothed RTT, jitter and loss: the part of [`Connection::stats`] a
-    /// relay reads for every connection several times a second, without
-    /// the rates and the p99 (a walk of the recent samples) it does not need.
-    pub(crate) fn estimate(&self) -> (Duration, Duration, f64) {
-        (
-            self.rtt.srtt_or(Duration::ZERO),
-            self.rtt.rttvar(),
-            self.sent.loss(),
-        )
-    }
-
-    /// The RTT tail ([`LinkStats::rtt_p99`]) alone.
-    pub(crate) fn rtt_p99(&self) -> Duration {
-        self.rtt.p99().unwrap_or(Duration::ZERO)
+    /// Smoothed RTT, jitter, loss and the RTT tail: the part of
+    /// [`Connection::stats`] read for every connection several times a
+    /// second (a relay's link pass, a peer's every pump), without the rate
+    /// meters' walks.
+    pub(crate) fn estimate(&self) -> LinkEstimate {
+        LinkEstimate {
+            rtt: self.rtt.srtt_or(Duration::ZERO),
+            jitter: self.rtt.rttvar(),
+            loss: self.sent.loss(),
+            rtt_p99: self.rtt.p99().unwrap_or(Duration::ZERO),
+        }
     }
 
     pub(crate) fn stats(&self) -> LinkStats {
         let now = self.now;
+        let LinkEstimate {
+            rtt,
+            jitter,
+            loss,
+            rtt_p99,
+        } = self.estimate();
         LinkStats {
-            rtt: self.rtt.srtt_or(Duration::ZERO),
-            rtt_p99: self.rtt_p99(),
-            jitter: self.rtt.rttvar(),
+            rtt,
+            rtt_p99,
+            jitter,
             rto: self.rtt.rto(),
-            loss: self.sent.loss(),
+            loss,
             sent_bps: self.sent_bytes.per_sec(now),
             recv_bps: self.recv_bytes.per_sec(now),
             acked_bps: self.acked_bytes.per_sec(now),

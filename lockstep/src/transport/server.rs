@@ -9,8 +9,8 @@ use super::auth::{ConnKeys, conn_keys, cookie_mac, ct_eq, token_conn_keys, token
 use super::config::{Channel, TransportConfig};
 use super::connection::{ConnEvent, Connection, DisconnectReason, DropReason, Role};
 use super::messages::SendError;
-use super::stats::LinkStats;
-use crate::time::{Duration, Instant};
+use super::stats::{LinkEstimate, LinkStats};
+use crate::time::Instant;
 use crate::token::ledger::UsedTokens;
 use crate::token::{Refusal, SealedToken, TokenClaims, TokenKey};
 use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
@@ -714,11 +714,11 @@ impl Server {
         self.conns.get(&conn).map(|s| s.conn.stats())
     }
 
-    /// `conn`'s smoothed RTT, jitter and loss (as in [`Server::stats`]):
-    /// use it to poll every connection often, it skips the figures that
-    /// cost a walk.
+    /// `conn`'s smoothed RTT, jitter, loss and RTT tail (as in
+    /// [`Server::stats`]): use it to poll every connection often, it skips
+    /// the rate meters' walks.
     #[must_use]
-    pub fn estimate(&self, conn: ConnId) -> Option<(Duration, Duration, f64)> {
+    pub fn estimate(&self, conn: ConnId) -> Option<LinkEstimate> {
         self.conns.get(&conn).map(|s| s.conn.estimate())
     }
 

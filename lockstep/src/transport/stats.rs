@@ -5,9 +5,11 @@ use super::congestion::CongestionMode;
 use crate::time::{Duration, Instant};
 use serde::Serialize;
 
-/// The part of [`LinkStats`] a session is fed on every pump: what it
-/// needs for its input delay and reports, cheap to read (no rate meter
-/// walk). From [`Client::estimate`](super::Client::estimate).
+/// The part of [`LinkStats`] read for every connection often: what a
+/// session is fed on every pump and a relay's router several times a
+/// second, cheap to read (no rate meter walk). From
+/// [`Client::estimate`](super::Client::estimate) and
+/// [`Server::estimate`](super::Server::estimate).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LinkEstimate {
     /// Smoothed round-trip time (as [`LinkStats::rtt`]).
