@@ -4,7 +4,7 @@
 //! nothing else. Used by the relay capacity benchmark; not part of serving
 //! matches.
 
-use super::event_loop::coalesce;
+use super::event_loop::pace;
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use lockstep::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
@@ -62,10 +62,7 @@ fn echo_loop(socket: UdpSocket, stop: &AtomicBool) -> io::Result<EchoCounts> {
     let clock = || Instant::from_std(epoch, std::time::Instant::now());
     let mut last_wake = Instant::ZERO;
     while !stop.load(Ordering::Relaxed) {
-        let (nap, wait) = coalesce(clock(), last_wake, Duration::from_millis(20));
-        if nap > Duration::ZERO {
-            std::thread::sleep(nap.to_std());
-        }
+        let wait = pace(clock(), last_wake, Duration::from_millis(20));
         let r = poll.poll(&mut events, Some(wait.to_std()));
         last_wake = clock();
         match r {

@@ -52,6 +52,17 @@ pub(crate) fn coalesce(now: Instant, last_wake: Instant, wait: Duration) -> (Dur
     (nap, wait.saturating_sub(nap))
 }
 
+/// Sleeps out the [`coalesce`] nap and returns the wait left for the
+/// loop's blocking poll: what both the relay's loops and the echo floor
+/// call before their one wait per wake-up.
+pub(crate) fn pace(now: Instant, last_wake: Instant, wait: Duration) -> Duration {
+    let (nap, wait) = coalesce(now, last_wake, wait);
+    if nap > Duration::ZERO {
+        std::thread::sleep(nap.to_std());
+    }
+    wait
+}
+
 const SOCKET: Token = Token(0);
 /// What a loop returns when it stopped because another one failed.
 pub(crate) const OTHER_LOOP_FAILED: &str = "another event loop stopped on an error";
@@ -225,14 +236,10 @@ impl<'a> EventLoop<'a> {
             .into_iter()
             .flatten()
             .min();
-            let mut wait = deadline
+            let wait = deadline
                 .map_or(MAX_WAIT, |t| t.saturating_since(now))
                 .min(MAX_WAIT);
-            let nap;
-            (nap, wait) = coalesce(now, last_wake, wait);
-            if nap > Duration::ZERO {
-                std::thread::sleep(nap.to_std());
-            }
+            let wait = pace(now, last_wake, wait);
             // The one blocking wait of this wake-up.
             match self.poll.poll(&mut events, Some(wait.to_std())) {
                 Ok(()) => {}
