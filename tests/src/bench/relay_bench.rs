@@ -103,9 +103,7 @@ impl LoadFigures {
             latency_hist: hist.into_iter().collect(),
             // The processes start together (within milliseconds), so their
             // windows overlap where every match of every process runs.
-            steady_secs: parts.iter().try_fold((0.0f64, f64::INFINITY), |(a, b), p| {
-                p.steady_secs.map(|(from, to)| (a.max(from), b.min(to)))
-            }),
+            steady_secs: overlap(parts.iter().map(|p| p.steady_secs)),
         }
     }
 }
@@ -163,13 +161,21 @@ pub fn summarise(figures: &[PeerFigures]) -> LoadFigures {
             }
             h.into_iter().collect()
         },
-        steady_secs: figures
-            .iter()
-            .try_fold((0.0f64, f64::INFINITY), |(a, b), f| {
-                f.started_at_secs
-                    .map(|start| (a.max(start), b.min(start + f.secs)))
-            }),
+        steady_secs: overlap(
+            figures
+                .iter()
+                .map(|f| f.started_at_secs.map(|start| (start, start + f.secs))),
+        ),
     }
+}
+
+/// Where every one of `windows` (seconds, from and to) runs at once;
+/// `None` if any is missing. Peers' play windows make a load generator's
+/// steady play, and the processes' steady windows the step's.
+fn overlap(mut windows: impl Iterator<Item = Option<(f64, f64)>>) -> Option<(f64, f64)> {
+    windows.try_fold((0.0f64, f64::INFINITY), |(a, b), w| {
+        w.map(|(from, to)| (a.max(from), b.min(to)))
+    })
 }
 
 /// One load step.
