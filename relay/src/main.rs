@@ -385,17 +385,14 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
 /// The relay settings of `serve`/`demo`, validated: a bad one is reported on
 /// stderr with its flag and allowed range (exit 2) before anything starts.
 fn valid_config(a: &RelayArgs) -> Result<RelayConfig, ExitCode> {
-    let mut config = a.config();
+    let config = a.config();
     config.validate().map_err(|e| {
         eprintln!("relay: {e}");
         ExitCode::from(2)
     })?;
-    // Rejoin secrets are keyed with a fresh OS secret: nobody can compute
-    // another player's secret, and it dies with the process.
-    config.rejoin.key = relay::entropy::os_random("rejoin secrets").map_err(|e| {
-        eprintln!("relay: {e}");
-        ExitCode::from(1)
-    })?;
+    // Rejoin secrets are keyed with a fresh OS secret (the default key of
+    // `RejoinConfig`): nobody can compute another player's secret, and it
+    // dies with the process.
     Ok(config)
 }
 

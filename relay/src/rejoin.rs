@@ -37,9 +37,19 @@ pub struct RejoinConfig {
     /// [`MAX_TAIL_TURNS`]); when the tail would grow past it the snapshot
     /// is useless and dropped until the next one is agreed.
     pub max_tail_turns: u32,
-    /// Key the rejoin secrets are derived from: keep it secret (`relay
-    /// serve` and `relay demo` draw it from the OS at start-up).
-    pub key: [u8; 32],
+    /// Key the rejoin secrets are derived from: drawn from the OS CSPRNG
+    /// by [`RejoinConfig::default`]; set it only to share one key between
+    /// relays (see [`RejoinKey::from_bytes`]).
+    pub key: RejoinKey,
+    /// How long a slot's connection must have been silent before a rejoin
+    /// with the right secret takes the slot over (default 1 s). A player
+    /// that plays is heard every turn, so only a crashed or frozen process
+    /// loses its slot to its own restart; a leaked secret cannot take a
+    /// live player's slot. The refusal is [`RejectReason::SlotInUse`], which
+    /// a restarted peer retries.
+    ///
+    /// [`RejectReason::SlotInUse`]: lockstep::proto::RejectReason::SlotInUse
+    pub takeover_after: Duration,
     /// How far behind live spectators watch (default 3 s; zero for a LAN).
     pub spectator_delay: Duration,
     /// Most spectators per match (default 32).
@@ -55,7 +65,65 @@ impl std::fmt::Debug for RejoinConfig {
             .field("max_tail_turns", &self.max_tail_turns)
             .field("spectator_delay", &self.spectator_delay)
             .field("max_spectators", &self.max_spectators)
+            .field("takeover_after", &self.takeover_after)
             .finish_non_exhaustive()
+    }
+}
+
+/// The key rejoin secrets are derived from: 32 bytes nobody but the relay
+/// knows. Make one with [`RejoinKey::random`] (what
+/// [`RejoinConfig::default`] does) or, to share it between relays, from
+/// bytes of your own secret store with [`RejoinKey::from_bytes`]; a short or
+/// all-zero key is refused, since anyone could compute every player's secret
+/// from the match's id, name and slot.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RejoinKey([u8; 32]);
+
+/// Why [`RejoinKey::from_bytes`] refused a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RejoinKeyError {
+    /// The key is not 32 bytes long.
+    #[error("a rejoin key is 32 bytes, this one is {0}")]
+    Length(usize),
+    /// Every byte of the key is zero: a placeholder, not a secret.
+    #[error("the rejoin key is all zeros; draw it from a random source")]
+    AllZero,
+}
+
+impl RejoinKey {
+    /// A fresh key from the OS CSPRNG.
+    ///
+    /// # Panics
+    /// When the operating system has no random source (no supported
+    /// platform lacks one): a guessable key would let anyone rejoin into
+    /// any player's slot, so there is no fallback.
+    #[must_use]
+    pub fn random() -> Self {
+        match crate::entropy::os_random("rejoin secrets") {
+            Ok(k) => Self(k),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A key given by the operator (32 bytes, not all zero).
+    ///
+    /// # Errors
+    /// [`RejoinKeyError`] for a key of another length or of zeros only.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, RejoinKeyError> {
+        let key: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| RejoinKeyError::Length(bytes.len()))?;
+        if key == [0; 32] {
+            return Err(RejoinKeyError::AllZero);
+        }
+        Ok(Self(key))
+    }
+}
+
+impl std::fmt::Debug for RejoinKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A key does not belong in logs.
+        f.write_str("RejoinKey(..)")
     }
 }
 
@@ -66,7 +134,8 @@ impl Default for RejoinConfig {
             hold: Duration::from_secs(120),
             max_snapshot_bytes: 16 * 1024 * 1024,
             max_tail_turns: 400,
-            key: [0; 32],
+            key: RejoinKey::random(),
+            takeover_after: Duration::from_secs(1),
             spectator_delay: Duration::from_secs(3),
             max_spectators: 32,
         }
@@ -79,7 +148,7 @@ impl RejoinConfig {
     /// guess another player's secret.
     #[must_use]
     pub fn secret(&self, id: MatchId, name: &str, player: PlayerId) -> RejoinSecret {
-        let mut h = blake3::Hasher::new_keyed(&self.key);
+        let mut h = blake3::Hasher::new_keyed(&self.key.0);
         h.update(b"lockstep relay rejoin secret v1");
         h.update(&id.0.to_le_bytes());
         h.update(&(name.len() as u64).to_le_bytes());
@@ -104,10 +173,40 @@ mod tests {
         assert_ne!(a, c.secret(MatchId(2), "m", PlayerId(0)));
         assert_ne!(a, c.secret(MatchId(1), "n", PlayerId(0)));
         let other = RejoinConfig {
-            key: [1; 32],
+            key: RejoinKey::from_bytes(&[1; 32]).unwrap(),
             ..RejoinConfig::default()
         };
         assert_ne!(a, other.secret(MatchId(1), "m", PlayerId(0)));
         assert_eq!(RejoinSecret::from_hex(&a.to_hex()), Some(a));
+    }
+
+    #[test]
+    fn every_default_config_has_its_own_random_key() {
+        // Before: the default key was all zeros, so anyone could compute a
+        // player's secret from the match's id, name and slot.
+        let zero = blake3::Hasher::new_keyed(&[0; 32]);
+        let (a, b) = (RejoinConfig::default(), RejoinConfig::default());
+        assert_ne!(a.key, b.key);
+        let mut h = zero.clone();
+        h.update(b"lockstep relay rejoin secret v1");
+        h.update(&1u64.to_le_bytes());
+        h.update(&1u64.to_le_bytes());
+        h.update(b"m");
+        h.update(&[0]);
+        let guess = RejoinSecret(h.finalize().as_bytes()[..16].try_into().unwrap());
+        assert_ne!(a.secret(MatchId(1), "m", PlayerId(0)), guess);
+    }
+
+    #[test]
+    fn a_short_or_all_zero_key_is_refused() {
+        assert_eq!(
+            RejoinKey::from_bytes(&[7; 16]),
+            Err(RejoinKeyError::Length(16))
+        );
+        assert_eq!(
+            RejoinKey::from_bytes(&[0; 32]),
+            Err(RejoinKeyError::AllZero)
+        );
+        assert!(RejoinKey::from_bytes(&[7; 32]).is_ok());
     }
 }

@@ -85,3 +85,47 @@ fn a_sigkilled_peer_restarts_rejoins_its_slot_and_agrees() {
     assert_eq!(report["final_hash"], hash.as_str(), "{report:#}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A second process given a playing peer's rejoin file (a leaked secret)
+/// cannot take that player's slot: the relay refuses it `slot_in_use` while
+/// the player plays, the impostor exits refused (code 5), and the match
+/// finishes with nobody dropped and everyone's hash equal.
+#[test]
+fn a_leaked_secret_cannot_take_the_slot_of_a_player_that_plays() {
+    let dir = scratch_dir("impostor");
+    // 25 ms turns: 700 turns is 17.5 s, past the impostor's 10 s of retries.
+    let turns = 700;
+    let relay = Relay::start(&dir, &["--turn-ms", "25", "--snapshot-every", "40"]);
+    let rejoin_file = |i: usize| dir.join(format!("peer{i}.rejoin"));
+    let relay_addr = relay.addr;
+    let spec = |i: usize| PeerSpec {
+        relay: relay_addr,
+        match_name: "impostor".to_owned(),
+        players: 2,
+        turns,
+        seed: i as u64 + 1,
+        extra: vec!["--rejoin-file".into(), rejoin_file(i).display().to_string()],
+    };
+    let mut procs: Vec<_> = (0..2).map(|i| peer(&spec(i))).collect();
+    let deadline = Instant::now() + MATCH;
+    while !rejoin_file(1).exists() {
+        assert!(Instant::now() < deadline, "no rejoin file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut impostor = peer(&spec(1));
+    let refused = finish_peer(&mut impostor, MATCH);
+    assert_eq!(refused.code, Some(5), "{}", refused.summary);
+    assert_eq!(
+        refused.summary["refused"]["reason"], "SlotInUse",
+        "{}",
+        refused.summary
+    );
+    let results: Vec<_> = procs.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
+    for r in &results {
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["final_hash"], results[0].summary["final_hash"]);
+        assert_eq!(r.summary["dropped"], serde_json::json!([]), "{}", r.summary);
+    }
+    assert!(relay.events_of("rejoining").is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}

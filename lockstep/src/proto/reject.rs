@@ -56,6 +56,11 @@ pub enum RejectReason {
     /// The join token is of the other kind: a spectator token cannot join
     /// or rejoin as a player, a player token cannot spectate.
     WrongTokenKind,
+    /// A rejoin named a slot whose connection is still playing: a slot is
+    /// taken over only once its connection has fallen silent (a crashed or
+    /// frozen process), never while it plays. A restarted peer retries until
+    /// the relay has noticed its old connection is gone.
+    SlotInUse,
 }
 
 impl RejectReason {
@@ -82,11 +87,12 @@ impl RejectReason {
             Self::NoSnapshot => "no_snapshot",
             Self::SpectatorsFull => "spectators_full",
             Self::WrongTokenKind => "wrong_token_kind",
+            Self::SlotInUse => "slot_in_use",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -106,6 +112,7 @@ impl RejectReason {
         Self::NoSnapshot,
         Self::SpectatorsFull,
         Self::WrongTokenKind,
+        Self::SlotInUse,
     ];
 }
 
@@ -134,6 +141,9 @@ impl fmt::Display for RejectReason {
             Self::SpectatorsFull => "the match has no room for another spectator",
             Self::WrongTokenKind => {
                 "the join token is of the other kind (a spectator token cannot play, a player token cannot spectate)"
+            }
+            Self::SlotInUse => {
+                "the slot's connection is still playing; it is taken over only once that connection falls silent"
             }
         })
     }

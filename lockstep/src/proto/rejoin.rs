@@ -19,8 +19,23 @@ pub const MAX_SNAPSHOT_TOTAL: u32 = 64 * 1024 * 1024;
 
 /// What a player needs to come back into its held slot in open mode: given
 /// by the relay at the start of the match, shown only to that player.
-#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Serialize, Deserialize)]
 pub struct RejoinSecret(pub [u8; 16]);
+
+impl PartialEq for RejoinSecret {
+    /// In constant time: how long a comparison takes must not tell an
+    /// attacker how many leading bytes of a guessed secret were right.
+    fn eq(&self, other: &Self) -> bool {
+        let diff = self
+            .0
+            .iter()
+            .zip(&other.0)
+            .fold(0u8, |acc, (a, b)| std::hint::black_box(acc | (a ^ b)));
+        diff == 0
+    }
+}
+
+impl Eq for RejoinSecret {}
 
 impl RejoinSecret {
     /// The secret as 32 lowercase hex digits (for a rejoin file or a flag).

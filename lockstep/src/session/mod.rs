@@ -49,6 +49,13 @@ const LATENCY_SAMPLES: usize = 4096;
 const WARM_UP: Duration = Duration::from_secs(5);
 /// Most submitted command chunks waiting for their turn; more are refused.
 const MAX_PENDING_CHUNKS: usize = 256;
+/// How long a rejoin refused with [`RejectReason::SlotInUse`] is retried: the
+/// relay takes a slot over once its old connection has been silent for its
+/// `takeover_after` (1 s by default) and drops it after its silence timeout
+/// (5 s by default), so a restarted peer is back within this bound.
+const REJOIN_RETRY_FOR: Duration = Duration::from_secs(10);
+/// Between two rejoin attempts while the slot is still in use.
+const REJOIN_RETRY_EVERY: Duration = Duration::from_millis(250);
 
 /// Where the session is in its life.
 #[derive(Debug)]
@@ -80,6 +87,16 @@ pub struct Session {
     rtts: VecDeque<Duration>,
     /// The transport's RTT p99, sampled like `rtts`.
     rtt_p99s: VecDeque<Duration>,
+    /// A rejoin refused because the slot's old connection still counts as
+    /// playing: when to ask again, and when to stop asking.
+    rejoin_retry: Option<RejoinRetry>,
+}
+
+/// See [`Session::rejoin_retry`].
+#[derive(Clone, Copy, Debug)]
+struct RejoinRetry {
+    next: Option<Instant>,
+    until: Instant,
 }
 
 impl Session {
@@ -95,18 +112,41 @@ impl Session {
             steady: VecDeque::new(),
             rtts: VecDeque::new(),
             rtt_p99s: VecDeque::new(),
+            rejoin_retry: None,
         };
-        let first = match s.config.rejoin {
+        s.send(&s.first_message());
+        s
+    }
+
+    /// The join, rejoin or spectate request the session opens with.
+    fn first_message(&self) -> ToRelay {
+        match self.config.rejoin {
             Some((player, secret)) => ToRelay::Rejoin(crate::proto::Rejoin {
-                join: s.config.join.clone(),
+                join: self.config.join.clone(),
                 player,
                 secret,
             }),
-            None if s.config.spectate => ToRelay::Spectate(s.config.join.clone()),
-            None => ToRelay::Join(s.config.join.clone()),
-        };
-        s.send(&first);
-        s
+            None if self.config.spectate => ToRelay::Spectate(self.config.join.clone()),
+            None => ToRelay::Join(self.config.join.clone()),
+        }
+    }
+
+    /// A rejoin was refused because the slot's old connection still counts
+    /// as playing (this peer's own crashed process, not yet noticed by the
+    /// relay): ask again shortly, for a bounded time. Whether it will.
+    fn retry_rejoin(&mut self, now: Instant) -> bool {
+        if self.config.rejoin.is_none() || !matches!(self.phase, Phase::Joining) {
+            return false;
+        }
+        let retry = self.rejoin_retry.get_or_insert(RejoinRetry {
+            next: None,
+            until: now + REJOIN_RETRY_FOR,
+        });
+        if now >= retry.until {
+            return false;
+        }
+        retry.next = Some(now + REJOIN_RETRY_EVERY);
+        true
     }
 
     /// Whether the match is being played.
@@ -250,6 +290,10 @@ impl Session {
                     self.events.push_back(Event::Lobby { joined, slots });
                 }
             }
+            ToPeer::Rejected {
+                reason: RejectReason::SlotInUse,
+                ..
+            } if self.retry_rejoin(now) => {}
             ToPeer::Rejected { reason, detail } => self.refused(reason, detail),
             ToPeer::Start(start) => self.start(now, start),
             ToPeer::Bundle(bundle) => self.on_bundle(now, bundle),
@@ -361,6 +405,13 @@ impl Session {
     /// Advances timers: due turns, input scheduling, stall notices, reports.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.wake(now);
+        if matches!(self.phase, Phase::Joining)
+            && let Some(retry) = &mut self.rejoin_retry
+            && retry.next.is_some_and(|t| t <= now)
+        {
+            retry.next = None;
+            self.send(&self.first_message());
+        }
         self.advance(now);
     }
 
@@ -380,7 +431,10 @@ impl Session {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let Phase::Running(r) = &self.phase else {
-            return None;
+            return self
+                .rejoin_retry
+                .filter(|_| matches!(self.phase, Phase::Joining))
+                .and_then(|r| r.next);
         };
         if r.playout.is_some() {
             // The next due turn, or its stall notice; at least once a turn

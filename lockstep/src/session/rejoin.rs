@@ -301,7 +301,8 @@ impl Session {
 mod tests {
     use super::*;
     use crate::builder::SessionBuilder;
-    use crate::proto::{Bundle, PlayerInfo, RejoinSecret, Start, ToPeer};
+    use crate::proto::{Bundle, PlayerInfo, RejectReason, RejoinSecret, Start, ToPeer};
+    use crate::session::{REJOIN_RETRY_EVERY, REJOIN_RETRY_FOR};
     use sim::{MatchSetup, PlayerId};
 
     fn bundle(turn: u32) -> Vec<u8> {
@@ -369,6 +370,52 @@ mod tests {
             .map(|(_, b)| ToRelay::decode(&b).unwrap())
             .collect();
         (out, std::iter::from_fn(|| s.poll_event()).collect())
+    }
+
+    /// A restarted peer asks for its slot before the relay noticed its old
+    /// process died: refused `SlotInUse`, it asks again on its own timer
+    /// (no event, no end) until the relay takes it back, and gives up with
+    /// the refusal once the retry time is spent.
+    #[test]
+    fn a_rejoin_refused_because_the_slot_is_in_use_is_retried_for_a_bounded_time() {
+        let t0 = Instant::ZERO;
+        let in_use = ToPeer::Rejected {
+            reason: RejectReason::SlotInUse,
+            detail: None,
+        }
+        .to_bytes();
+        let mut s = rejoining(t0);
+        s.handle_message(t0, &in_use);
+        assert!(!s.is_ended());
+        assert!(drain(&mut s).1.is_empty());
+        let retry = s.poll_timeout().unwrap();
+        assert_eq!(retry, t0 + REJOIN_RETRY_EVERY);
+        s.handle_timeout(retry);
+        let (sent, _) = drain(&mut s);
+        assert!(matches!(sent.as_slice(), [ToRelay::Rejoin(r)] if r.player == PlayerId(1)));
+        // Taken back on the second try.
+        s.handle_message(retry, &resume(None, 1_000, 10));
+        assert!(s.is_running());
+
+        // Never taken back: the refusal stands once the retry time is spent.
+        let mut s = rejoining(t0);
+        let mut now = t0;
+        while !s.is_ended() {
+            s.handle_message(now, &in_use);
+            if let Some(t) = s.poll_timeout() {
+                now = t;
+                s.handle_timeout(now);
+            }
+            assert!(now <= t0 + REJOIN_RETRY_FOR + REJOIN_RETRY_EVERY);
+        }
+        let (_, events) = drain(&mut s);
+        assert!(events.iter().any(|e| matches!(
+            e,
+            Event::Rejected {
+                reason: RejectReason::SlotInUse,
+                ..
+            }
+        )));
     }
 
     /// A restarted peer's clock starts at zero while the match has run for

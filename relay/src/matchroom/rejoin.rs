@@ -68,9 +68,22 @@ impl MatchRoom {
             Base::Lost => return Err((RejectReason::NoSnapshot, None)),
         };
         // The slot's own player is back before the relay noticed it was
-        // gone (a restarted process): its old connection is dead to the
-        // match from now on.
-        if let Some(old) = g.slots.get(usize::from(player.0)).and_then(|s| s.conn) {
+        // gone (a restarted process): once its old connection has been
+        // silent for `takeover_after` it is dead to the match. Never while
+        // it plays: a leaked secret must not take a live player's slot, and
+        // of two processes rejoining one slot the second is refused.
+        if let Some(s) = g.slots.get(usize::from(player.0))
+            && let Some(old) = s.conn
+        {
+            let silent = now.saturating_since(s.last_heard);
+            if silent < config.rejoin.takeover_after {
+                let d = format!(
+                    "the slot's connection was heard {} ms ago; it is taken over after {} ms of silence",
+                    silent.as_millis(),
+                    config.rejoin.takeover_after.as_millis()
+                );
+                return Err((RejectReason::SlotInUse, Some(d)));
+            }
             out.detached.push(old);
             g.drop_player(now, player, DropReason::Disconnected);
         }

@@ -145,7 +145,7 @@ mod tests {
     fn dropped(claims: Option<TokenClaims>) -> (Router, RejoinSecret) {
         let config = RelayConfig {
             rejoin: RejoinConfig {
-                key: [3; 32],
+                key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
                 ..RejoinConfig::default()
             },
             ..RelayConfig::default()
@@ -280,18 +280,74 @@ mod tests {
     fn the_right_secret_takes_over_a_slot_whose_old_connection_is_silent() {
         let (mut r, _) = dropped(None);
         let at = Instant::from_millis(1_500);
-        let mut secret0 = None;
-        // Player 0's secret, as its peer got it.
-        let config = r.config().rejoin.clone();
-        for m in r.matches.values() {
-            secret0 = Some(config.secret(m.id, &m.name, PlayerId(0)));
-        }
-        let got = rejoin(&mut r, at, 0, secret0.unwrap());
+        let secret0 = secret_of_player_0(&r);
+        let got = rejoin(&mut r, at, 0, secret0);
         assert!(matches!(got.first(), Some(ToPeer::Resume(_))), "{got:?}");
         // The old connection's messages no longer reach the match.
         let before = r.counters().bad_state;
         r.handle_message(at, ConnId(0), &ToRelay::Leave.to_bytes());
         assert_eq!(r.counters().bad_state, before + 1);
+    }
+
+    /// Player 0's secret, as its peer got it.
+    fn secret_of_player_0(r: &Router) -> RejoinSecret {
+        let m = r.matches.values().next().unwrap();
+        r.config().rejoin.secret(m.id, &m.name, PlayerId(0))
+    }
+
+    /// A leaked secret cannot take the slot of a player that is playing:
+    /// the rejoin is refused by a typed reason and the player plays on.
+    /// Once that connection has been silent for `takeover_after`, it can.
+    #[test]
+    fn the_right_secret_does_not_take_over_a_slot_whose_connection_plays() {
+        let (mut r, _) = dropped(None);
+        let secret0 = secret_of_player_0(&r);
+        let heard = Instant::from_millis(1_400);
+        let input = ToRelay::Input {
+            turn: Turn(0),
+            commands: vec![],
+        };
+        r.handle_message(heard, ConnId(0), &input.to_bytes());
+        let takeover = r.config().rejoin.takeover_after;
+        let at = heard + takeover - lockstep::Duration::from_millis(1);
+        assert_eq!(
+            refusal(&rejoin(&mut r, at, 0, secret0)),
+            Some(RejectReason::SlotInUse)
+        );
+        r.handle_disconnected(at, ConnId(9));
+        // The player is still seated: its messages reach the match.
+        let before = r.counters().bad_state;
+        r.handle_message(at, ConnId(0), &input.to_bytes());
+        assert_eq!(r.counters().bad_state, before);
+        assert_eq!(r.counters().rejoins, 0);
+        // Silent for `takeover_after` since: a crashed process, taken over.
+        let got = rejoin(&mut r, at + takeover, 0, secret0);
+        assert!(matches!(got.first(), Some(ToPeer::Resume(_))), "{got:?}");
+        assert_eq!(r.counters().rejoins, 1);
+    }
+
+    /// Two processes rejoin one slot with its secret: the second is refused
+    /// at once (typed), it does not get a `Resume` it can never play from.
+    #[test]
+    fn of_two_rejoins_into_one_slot_the_second_is_refused() {
+        let (mut r, secret) = dropped(None);
+        let at = Instant::from_millis(2_000);
+        let got = rejoin(&mut r, at, 1, secret);
+        assert!(matches!(got.first(), Some(ToPeer::Resume(_))), "{got:?}");
+        while r.poll_outgoing().is_some() {}
+        r.handle_connected(at, ConnId(10), addr(6010));
+        let msg = ToRelay::Rejoin(Rejoin {
+            join: join(),
+            player: PlayerId(1),
+            secret,
+        });
+        r.handle_message(at, ConnId(10), &msg.to_bytes());
+        let got: Vec<ToPeer> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(10))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .collect();
+        assert_eq!(refusal(&got), Some(RejectReason::SlotInUse), "{got:?}");
+        assert!(!got.iter().any(|m| matches!(m, ToPeer::Resume(_))));
     }
 
     #[test]

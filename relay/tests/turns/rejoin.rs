@@ -38,7 +38,7 @@ fn config() -> RelayConfig {
         silence_timeout: Duration::from_secs(1),
         rejoin: RejoinConfig {
             snapshot_every: 20,
-            key: [5; 32],
+            key: relay::rejoin::RejoinKey::from_bytes(&[5; 32]).unwrap(),
             ..RejoinConfig::default()
         },
         ..RelayConfig::default()
