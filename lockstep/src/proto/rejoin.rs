@@ -26,12 +26,7 @@ impl PartialEq for RejoinSecret {
     /// In constant time: how long a comparison takes must not tell an
     /// attacker how many leading bytes of a guessed secret were right.
     fn eq(&self, other: &Self) -> bool {
-        let diff = self
-            .0
-            .iter()
-            .zip(&other.0)
-            .fold(0u8, |acc, (a, b)| std::hint::black_box(acc | (a ^ b)));
-        diff == 0
+        crate::transport::auth::ct_eq(&self.0, &other.0)
     }
 }
 

@@ -9,6 +9,10 @@
 //! ([`crate::token`]) the keys come from the token's secret keys mixed with
 //! the fresh cookie, so an observer of the handshake cannot derive them and
 //! every connection attempt gets its own keys (no replay across attempts).
+//! Those keys are secret, so in token mode every packet's payload is also
+//! encrypted (`PayloadCipher`, encrypt-then-MAC): rejoin secrets, commands
+//! and whatever the game sends cross the network unread. Open mode has no
+//! secret to encrypt with and stays MAC-only (LAN use).
 
 use crate::wire::{COOKIE_LEN, Cookie, TAG_LEN, VERSION};
 use std::net::SocketAddr;
@@ -122,6 +126,62 @@ pub fn token_conn_keys(token: &ConnKeys, cookie: &Cookie) -> ConnKeys {
     ConnKeys {
         c2s: derive(&token.c2s, b"lockstep token v1 client to server"),
         s2c: derive(&token.s2c, b"lockstep token v1 server to client"),
+    }
+}
+
+/// The payload cipher of one direction of a token-mode connection, where
+/// the connection keys are secret. Encrypt-then-MAC: the payload after the
+/// header is XORed with a keystream, then the packet is MACed exactly as in
+/// open mode ([`packet_mac`] over the counter, the header and the
+/// ciphertext, checked before anything is decrypted). The keystream is the
+/// keyed-BLAKE3 extendable output of the packet's 64-bit counter under a
+/// key derived from the direction's key for this use only (BLAKE3 keyed is
+/// a PRF, so its output is a stream cipher), so MAC and cipher never share
+/// a key. The counter is the nonce: it only grows and the connection closes
+/// before it wraps, each direction has its own key and each connection
+/// attempt its own keys, so no keystream is ever used twice. The header
+/// (sequence, acks) stays readable, as the receiver needs the sequence to
+/// find the counter, and is authenticated. Packets keep their size.
+///
+/// Why not ChaCha20-Poly1305 (netcode.io's choice, and the token seal's
+/// here): measured on the relay's machine, the `chacha20poly1305` crate
+/// costs 0.7-3.5 µs a packet (its runtime-selected Poly1305 backend alone
+/// 2.9 µs), against 0.2-0.9 µs for this keystream on top of the MAC every
+/// packet pays already; the relay seals and opens every datagram of every
+/// match.
+#[derive(Clone)]
+pub(crate) struct PayloadCipher {
+    stream_key: [u8; 32],
+}
+
+impl std::fmt::Debug for PayloadCipher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A key does not belong in logs.
+        f.write_str("PayloadCipher(..)")
+    }
+}
+
+impl PayloadCipher {
+    /// The cipher of the direction whose (secret) packet key is `key`.
+    pub(crate) fn new(key: &[u8; 32]) -> Self {
+        Self {
+            stream_key: blake3::derive_key("lockstep transport v1 payload keystream", key),
+        }
+    }
+
+    /// Encrypts or decrypts (the same XOR) the payload of packet `counter`.
+    pub(crate) fn apply(&self, counter: u64, payload: &mut [u8]) {
+        let mut h = blake3::Hasher::new_keyed(&self.stream_key);
+        h.update(&counter.to_le_bytes());
+        let mut stream = h.finalize_xof();
+        let mut block = [0u8; 64];
+        for piece in payload.chunks_mut(block.len()) {
+            let ks = &mut block[..piece.len()];
+            stream.fill(ks);
+            for (b, k) in piece.iter_mut().zip(ks.iter()) {
+                *b ^= k;
+            }
+        }
     }
 }
 

@@ -149,7 +149,7 @@ impl Client {
                     Some((_, token_keys)) => token_conn_keys(token_keys, &c),
                     None => conn_keys(&c),
                 };
-                let conn = Connection::new(self.cfg, Role::Client, keys, now);
+                let conn = Connection::new(self.cfg, Role::Client, keys, self.token.is_some(), now);
                 self.phase = Phase::Responding {
                     cookie: c,
                     conn: Box::new(conn),

@@ -4,7 +4,7 @@
 //! timeout, back-pressure and the redundant clean disconnect.
 
 use super::acks::{AckEvent, ReceivedPackets, SentPackets};
-use super::auth::{ReplayWindow, ct_eq, packet_mac};
+use super::auth::{PayloadCipher, ReplayWindow, ct_eq, packet_mac};
 use super::bulk::{BulkIn, BulkOut};
 use super::config::{Channel, TransportConfig};
 use super::congestion::Congestion;
@@ -92,6 +92,13 @@ pub(crate) struct Connection {
     cfg: TransportConfig,
     send_key: [u8; 32],
     recv_key: [u8; 32],
+    /// Token mode: payloads are encrypted under keys derived from the
+    /// secret ones, then MACed as in open mode. Open mode: `None`, MAC only.
+    send_cipher: Option<PayloadCipher>,
+    recv_cipher: Option<PayloadCipher>,
+    /// Where a received encrypted packet is decrypted (kept to reuse its
+    /// allocation).
+    plain: Vec<u8>,
     send_counter: u64,
     replay: ReplayWindow,
     received: ReceivedPackets,
@@ -152,16 +159,21 @@ impl Connection {
         cfg: TransportConfig,
         role: Role,
         keys: super::auth::ConnKeys,
+        encrypted: bool,
         now: Instant,
     ) -> Self {
         let (send_key, recv_key) = match role {
             Role::Client => (keys.c2s, keys.s2c),
             Role::Server => (keys.s2c, keys.c2s),
         };
+        let cipher = |key: &[u8; 32]| encrypted.then(|| PayloadCipher::new(key));
         let congestion = Congestion::new(cfg.congestion, now);
         let credit = congestion.interval().as_micros() * u64::from(cfg.burst.max(2));
         Self {
             cfg,
+            send_cipher: cipher(&send_key),
+            recv_cipher: cipher(&recv_key),
+            plain: Vec::new(),
             send_key,
             recv_key,
             send_counter: 0,
@@ -227,15 +239,17 @@ impl Connection {
         if self.state == State::Closed {
             return Ok(());
         }
-        let Ok(packet) = wire::decode(bytes) else {
+        // The header's sequence gives the counter the MAC (and in token
+        // mode the keystream) is keyed with; nothing else is read before
+        // the MAC checks out.
+        let Ok((header, header_len)) = wire::decode_header(bytes) else {
             self.dropped_malformed += 1;
             return Err(DropReason::Malformed);
         };
-        let Packet::Authed {
-            header,
-            frames,
-            tag,
-        } = packet
+        let Some(body_end) = bytes
+            .len()
+            .checked_sub(TAG_LEN)
+            .filter(|&end| end >= header_len)
         else {
             self.dropped_malformed += 1;
             return Err(DropReason::Malformed);
@@ -245,11 +259,37 @@ impl Connection {
             self.dropped_replay += 1;
             return Err(DropReason::Replay);
         }
-        let signed = &bytes[..bytes.len() - TAG_LEN];
-        if !ct_eq(&packet_mac(&self.recv_key, counter, signed), &tag) {
+        let (signed, tag) = bytes.split_at(body_end);
+        if !ct_eq(&packet_mac(&self.recv_key, counter, signed), tag) {
             self.dropped_auth += 1;
             return Err(DropReason::Auth);
         }
+        let Some(cipher) = &self.recv_cipher else {
+            return self.handle_verified(now, bytes, counter);
+        };
+        // Token mode: authentic, now decrypt the payload (a copy: `bytes`
+        // is the caller's).
+        let mut plain = std::mem::take(&mut self.plain);
+        plain.clear();
+        plain.extend_from_slice(bytes);
+        cipher.apply(counter, &mut plain[header_len..body_end]);
+        let result = self.handle_verified(now, &plain, counter);
+        self.plain = plain;
+        result
+    }
+
+    /// Processes one datagram whose MAC checked out under `counter`, its
+    /// payload in the clear.
+    fn handle_verified(
+        &mut self,
+        now: Instant,
+        bytes: &[u8],
+        counter: u64,
+    ) -> Result<(), DropReason> {
+        let Ok(Packet::Authed { header, frames, .. }) = wire::decode(bytes) else {
+            self.dropped_malformed += 1;
+            return Err(DropReason::Malformed);
+        };
         self.replay.commit(counter);
         self.last_recv = now;
         self.packets_received += 1;
@@ -565,6 +605,13 @@ impl Connection {
 
     fn seal(&mut self, now: Instant, buf: &mut Vec<u8>, eliciting: bool) {
         let counter = self.send_counter;
+        if let Some(cipher) = &self.send_cipher {
+            // Encrypt-then-MAC: the payload after the header we just wrote.
+            let header_len = wire::decode_header(buf).map_or(buf.len(), |(_, len)| len);
+            if let Some(payload) = buf.get_mut(header_len..) {
+                cipher.apply(counter, payload);
+            }
+        }
         let tag = packet_mac(&self.send_key, counter, buf);
         buf.extend_from_slice(&tag);
         self.sent.on_sent(

@@ -560,7 +560,7 @@ impl Server {
         }
         let id = ConnId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1);
-        let conn = Connection::new(self.cfg, Role::Server, keys, now);
+        let conn = Connection::new(self.cfg, Role::Server, keys, token.is_some(), now);
         self.conns.insert(
             id,
             Slot {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, bulk_bench, latency_bench, net_bench, net_report, rejoin_bench, relay_bench,
-    relay_report, replay_bench, report, sim_bench,
+    bandwidth_bench, bulk_bench, crypto_bench, latency_bench, net_bench, net_report, rejoin_bench,
+    relay_bench, relay_report, replay_bench, report, sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -27,7 +27,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, bandwidth, bulk, rejoin); the report's other sections are kept as they were.
+    /// relay, crypto, bandwidth, bulk, rejoin); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -186,6 +186,22 @@ fn main() -> ExitCode {
         md.push_str(&section_stamp);
         md.push_str(&relay_report::markdown(&cap));
         md.push('\n');
+    }
+
+    if wanted(&args, "crypto") {
+        eprintln!("[crypto] transport CPU per datagram, open mode (MAC) vs token mode (AEAD)");
+        match crypto_bench::measure(args.quick) {
+            Ok(figures) => {
+                md.push_str("## Relay: payload encryption in token mode\n\n");
+                md.push_str(&section_stamp);
+                md.push_str(&crypto_bench::markdown(&figures));
+                md.push('\n');
+            }
+            Err(e) => {
+                eprintln!("error: crypto benchmark failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
 
     if wanted(&args, "bandwidth") {

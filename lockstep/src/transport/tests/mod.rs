@@ -38,6 +38,9 @@ struct Harness {
     seen: Seen,
     /// Largest datagram the server sent in reply to each handshake datagram size seen.
     sizes: Vec<(SocketAddr, SocketAddr, usize)>,
+    /// Every datagram delivered, as an observer on the path saw it, when
+    /// a test asked for them (`Some`).
+    tap: Option<Vec<Vec<u8>>>,
 }
 
 impl Harness {
@@ -63,6 +66,7 @@ impl Harness {
                 server: Vec::new(),
             },
             sizes: Vec::new(),
+            tap: None,
         }
     }
 
@@ -118,6 +122,9 @@ impl Harness {
             }
             self.now = self.now.max(next);
             while let Some((from, to, bytes)) = self.net.poll_deliver(self.now) {
+                if let Some(tap) = &mut self.tap {
+                    tap.push(bytes.clone());
+                }
                 if to == addr(SERVER) {
                     self.server.handle_datagram(self.now, from, &bytes);
                 } else if let Some(i) = (0..self.clients.len()).find(|&i| client_addr(i) == to) {

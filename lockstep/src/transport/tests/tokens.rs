@@ -174,6 +174,46 @@ fn token_keys_are_secret_from_an_observer_of_the_handshake() {
     assert_ne!(packet_mac(&t.keys.s2c, counter, body), tag);
 }
 
+/// Token mode encrypts every payload (the keys are secret): an observer on
+/// the path never sees a message's bytes, while both ends get them. Open
+/// mode (no secret to encrypt with) leaves them readable, which is what
+/// shows the observer would have seen them.
+#[test]
+fn payloads_are_encrypted_in_token_mode_and_in_the_clear_in_open_mode() {
+    const SECRET: &[u8] = b"rejoin secret 0123456789abcdef and a command";
+    for tokens in [true, false] {
+        let link = LinkConfig::with_latency(Duration::from_millis(15));
+        let t = token(0);
+        let (server, client) = if tokens {
+            let c = Client::with_token(Instant::ZERO, addr(SERVER), cfg(), &t, 40);
+            (token_server(), c)
+        } else {
+            let c = Client::new(Instant::ZERO, addr(SERVER), cfg(), 40);
+            (Server::new(cfg(), [7; 32]), c)
+        };
+        let mut h = Harness::from_parts(link, 43, server, vec![client]);
+        h.tap = Some(Vec::new());
+        h.connect();
+        let conn = h.conn_of(0);
+        h.clients[0].send(Channel::Reliable, SECRET).unwrap();
+        h.server.send(conn, Channel::Reliable, SECRET).unwrap();
+        let end = h.now + Duration::from_secs(1);
+        h.run_until(end, |_| {});
+        assert_eq!(h.client_messages(0), vec![SECRET.to_vec()]);
+        assert_eq!(h.server_messages(conn), vec![SECRET.to_vec()]);
+        let tap = h.tap.take().unwrap();
+        let seen = tap
+            .iter()
+            .filter(|d| d.windows(SECRET.len()).any(|w| w == SECRET))
+            .count();
+        if tokens {
+            assert_eq!(seen, 0, "token mode leaked a payload in the clear");
+        } else {
+            assert!(seen >= 2, "open mode: the tap saw {seen} copies");
+        }
+    }
+}
+
 #[test]
 fn refused_tokens_are_counted_by_reason_and_allocate_nothing() {
     let mut s = token_server();
