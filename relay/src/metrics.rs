@@ -74,10 +74,12 @@ pub enum Metric {
     SnapshotsRefused,
     Rejoins,
     RejoinsRefused,
+    HandoffDatagramsDropped,
+    HandoffConnectionsDropped,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::RejoinsRefused as usize + 1;
+const COUNT: usize = Metric::HandoffConnectionsDropped as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -218,6 +220,12 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Rejoins into held slots, accepted or refused",
     ),
     ("relay_rejoins_total{outcome=\"refused\"}", "", ""),
+    (
+        "relay_handoffs_dropped_total{kind=\"datagram\"}",
+        "counter",
+        "Hand-overs between event loops lost: forwarded datagrams (the receiving loop's mailbox was full), connections (its mailbox or connection table was full)",
+    ),
+    ("relay_handoffs_dropped_total{kind=\"connection\"}", "", ""),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

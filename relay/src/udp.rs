@@ -95,6 +95,12 @@ pub struct ServeOptions<'a> {
     /// holders of a join token sealed under the relay's key. In token mode
     /// the driver anchors the server's token clock to the wall clock.
     pub auth: AuthMode,
+    /// The key of the hash that places each match on one of several event
+    /// loops ([`crate::serve::home_of`]). `None` (what a relay should use):
+    /// a fresh key from the OS CSPRNG, so clients cannot choose match names
+    /// that all land on one loop. A fixed key is for tests that must know
+    /// where a match lives.
+    pub home_key: Option<[u8; 32]>,
 }
 
 /// Most [`RelayNote::Refused`] per second: a flood of bad handshakes must
@@ -192,6 +198,7 @@ pub fn serve(
         grace: Duration::ZERO,
         metrics: None,
         auth: AuthMode::Open,
+        home_key: None,
     };
     serve_with(socket, config, transport, recorder, &opts, note)
 }

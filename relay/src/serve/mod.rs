@@ -11,6 +11,7 @@
 mod echo;
 mod event_loop;
 mod handoff;
+mod loop_core;
 mod socket;
 
 pub use echo::{EchoCounts, serve_echo};
@@ -158,7 +159,7 @@ fn with_loops(
     for s in sockets {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), event_loop::MAIL)?);
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx, rx) = crossbeam_channel::bounded(handoff::MAILBOX);
         mail.push(Mailbox { tx, waker });
         parts.push((BatchSocket::new(s)?, poll, rx));
     }
@@ -167,6 +168,10 @@ fn with_loops(
         config,
         transport,
         secret: process_secret()?,
+        home_key: match opts.home_key {
+            Some(k) => k,
+            None => crate::entropy::os_random("the key that places matches on event loops")?,
+        },
         ledger: Server::new(transport, [0; 32]),
         epoch: std::time::Instant::now(),
         mail,

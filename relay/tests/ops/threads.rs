@@ -28,7 +28,10 @@ pub(crate) fn metric(page: &str, name: &str) -> u64 {
 fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
     use relay::serve::home_of;
     let dir = scratch("threads");
-    let mut relay = Relay::start(&dir, &["--metrics", "127.0.0.1:0"]);
+    // A known placement key (hidden flag), so the test knows each match's loop.
+    let key = [0x5a; 32];
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let mut relay = Relay::start(&dir, &["--metrics", "127.0.0.1:0", "--home-key", &hex]);
     let http = relay.wait_for(|v| v["event"] == "metrics")["addr"]
         .as_str()
         .unwrap()
@@ -39,7 +42,7 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
         .flat_map(|home| {
             (0..)
                 .map(|i| format!("t{i}"))
-                .filter(move |n| home_of(n, 2) == home)
+                .filter(move |n| home_of(n, 2, &key) == home)
                 .take(2)
         })
         .collect();
