@@ -140,6 +140,22 @@ impl RefusalNotes {
             false
         }
     }
+
+    /// Notes what a window that is over suppressed, without waiting for a
+    /// refusal to open the next one: otherwise a flood's last count is
+    /// never logged. The driver calls this at every wake-up (at least
+    /// every 20 ms), so the count comes within a second of the flood's end.
+    pub(crate) fn flush(&mut self, now: Instant, note: &mut impl FnMut(RelayNote<'_>)) {
+        let over = self
+            .window
+            .is_some_and(|w| now.saturating_since(w) >= Duration::from_secs(1));
+        if over && self.suppressed > 0 {
+            note(RelayNote::RefusalsSuppressed {
+                count: self.suppressed,
+            });
+            *self = Self::default();
+        }
+    }
 }
 
 /// Batches [`RelayNote::SendDropped`]: a stalled peer drops a message per
@@ -313,6 +329,25 @@ mod tests {
     use crate::router::ConnId;
     use lockstep::backlog::{DropCause, SendDrop};
     use lockstep::transport::Channel;
+
+    #[test]
+    fn a_floods_last_suppressed_count_is_noted_when_its_window_ends() {
+        let mut notes = RefusalNotes::default();
+        let mut counts = Vec::new();
+        let mut note = |n: RelayNote<'_>| {
+            if let RelayNote::RefusalsSuppressed { count } = n {
+                counts.push(count);
+            }
+        };
+        let t0 = Instant::from_millis(5);
+        let passed = (0..50).filter(|_| notes.allow(t0, &mut note)).count();
+        assert_eq!(passed as u64, REFUSAL_NOTES_PER_SEC);
+        notes.flush(t0 + Duration::from_millis(999), &mut note);
+        notes.flush(t0 + Duration::from_secs(1), &mut note);
+        notes.flush(t0 + Duration::from_secs(2), &mut note);
+        assert!(notes.allow(t0 + Duration::from_secs(3), &mut note));
+        assert_eq!(counts, vec![30], "once, when the window is over");
+    }
 
     #[test]
     fn send_drops_are_noted_at_most_once_a_second_each_counted_once() {

@@ -366,6 +366,7 @@ impl<'a> EventLoop<'a> {
                 });
             }
         }
+        refusal_notes.flush(now, note);
         while let Some(ev) = core.router.poll_event() {
             note(RelayNote::Event(&ev));
             if let Some(rec) = self.recorder.as_mut() {
