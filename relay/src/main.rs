@@ -203,6 +203,12 @@ struct ServeArgs {
     /// Open mode (the default without `--token-key-file`): anyone can join any match.
     #[arg(long)]
     open: bool,
+    /// For tests only: the key (64 hex digits) of the hash that places each
+    /// match on an event loop, so a test knows where a match lives. Without
+    /// it (what a relay should do) the key comes from the OS CSPRNG and
+    /// clients cannot pin every match to one loop.
+    #[arg(long, hide = true, value_parser = parse_key)]
+    home_key: Option<[u8; 32]>,
     #[command(flatten)]
     relay: RelayArgs,
 }
@@ -286,6 +292,19 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo_cmd(&a),
         Command::Token(a) => token_cmd(&a),
     }
+}
+
+fn parse_key(text: &str) -> Result<[u8; 32], String> {
+    let text = text.trim();
+    let bad = || format!("`{text}` is not 64 hex digits");
+    if text.len() != 64 || !text.is_ascii() {
+        return Err(bad());
+    }
+    let mut key = [0u8; 32];
+    for (i, b) in key.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(key)
 }
 
 fn parse_lifetime(text: &str) -> Result<u64, String> {
@@ -537,6 +556,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         grace: Duration::from_secs(a.grace_s),
         metrics,
         auth,
+        home_key: a.home_key,
     };
     let transport = config.server_transport(TransportConfig {
         max_connections: a.max_connections,

@@ -1,12 +1,13 @@
 //! Relay health and counters in Prometheus text format, served by a tiny
 //! std-only HTTP thread. The relay loop only stores into atomics
-//! ([`Metrics::set`]); the HTTP thread only loads them, so a slow or hostile
-//! scraper can never block the loop.
+//! ([`Metrics::set`]); the HTTP threads only load them, so a slow or hostile
+//! scraper can never block the loop, and each request has its own bounded
+//! thread, so it cannot block another scraper or the watchdog either.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration as StdDuration;
 
 /// One exported series.
@@ -74,10 +75,12 @@ pub enum Metric {
     SnapshotsRefused,
     Rejoins,
     RejoinsRefused,
+    HandoffDatagramsDropped,
+    HandoffConnectionsDropped,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::RejoinsRefused as usize + 1;
+const COUNT: usize = Metric::HandoffConnectionsDropped as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -218,6 +221,12 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Rejoins into held slots, accepted or refused",
     ),
     ("relay_rejoins_total{outcome=\"refused\"}", "", ""),
+    (
+        "relay_handoffs_dropped_total{kind=\"datagram\"}",
+        "counter",
+        "Hand-overs between event loops lost: forwarded datagrams (the receiving loop's mailbox was full), connections (its mailbox or connection table was full)",
+    ),
+    ("relay_handoffs_dropped_total{kind=\"connection\"}", "", ""),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes
@@ -396,54 +405,136 @@ impl Metrics {
     }
 }
 
+/// Longest request (request line and headers) the endpoint reads; a longer
+/// one is cut off. A scrape's request is a few hundred bytes.
+pub const MAX_REQUEST: usize = 8 * 1024;
+/// Longest a request may take from accept to the last byte of the answer,
+/// however slowly its client sends (one byte a second would never trip a
+/// per-read timeout).
+pub const REQUEST_TIME: StdDuration = StdDuration::from_secs(2);
+/// Most requests answered at once, each on its own thread; more are
+/// closed unanswered, so a flood of slow clients costs a bounded number
+/// of threads for at most [`REQUEST_TIME`] each.
+pub const MAX_SCRAPERS: usize = 16;
+/// How often the watchdog looks at the loops' heartbeats.
+const WATCH_EVERY: StdDuration = StdDuration::from_millis(50);
+
 /// Serves `GET /metrics` (and `/health`: 200 while up, 503 while draining
-/// or while the watchdog finds the event loop stalled)
-/// on `listener` until `stop` is set; one request at a time, each bounded
-/// by a short timeout so a stuck client cannot hold the thread.
+/// or while the watchdog finds the event loop stalled) on `listener` until
+/// `stop` is set. Each request is answered on its own thread (at most
+/// [`MAX_SCRAPERS`] at once), read up to [`MAX_REQUEST`] bytes and within
+/// [`REQUEST_TIME`], so a slow or hostile client never delays another's
+/// `/health`; the watchdog ([`Metrics::watch`]) runs on a thread of its
+/// own, so no client can delay it either. The handle is the accepting
+/// thread's; it joins the watchdog's before it ends.
+///
+/// # Errors
+/// When the listener cannot be made non-blocking or a thread cannot start.
 pub fn spawn_http(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
+    let watchdog = {
+        let (metrics, stop) = (Arc::clone(&metrics), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("relay-watchdog".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = metrics.watch(std::time::Instant::now());
+                    std::thread::sleep(WATCH_EVERY);
+                }
+            })?
+    };
     std::thread::Builder::new()
         .name("relay-metrics".into())
         .spawn(move || {
+            let active = Arc::new(AtomicUsize::new(0));
             while !stop.load(Ordering::Relaxed) {
-                // The watchdog runs here, off the loop it watches, at least
-                // every 50 ms (the accept poll below).
-                let _ = metrics.watch(std::time::Instant::now());
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        // A failed scrape concerns only that client.
-                        let _ = answer(stream, &metrics);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(StdDuration::from_millis(50));
+                        // Over the limit the connection is closed unread.
+                        if active.load(Ordering::Acquire) >= MAX_SCRAPERS {
+                            continue;
+                        }
+                        let busy = Busy::new(&active);
+                        let metrics = Arc::clone(&metrics);
+                        // A failed scrape concerns only that client; a
+                        // thread that cannot start drops its connection.
+                        let _ = std::thread::Builder::new()
+                            .name("relay-scrape".into())
+                            .spawn(move || {
+                                let _busy = busy;
+                                let _ = answer(stream, &metrics);
+                            });
                     }
                     Err(_) => std::thread::sleep(StdDuration::from_millis(50)),
                 }
             }
+            let _ = watchdog.join();
         })
 }
 
+/// One request being answered; counted in `active` while it lives.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn new(active: &Arc<AtomicUsize>) -> Self {
+        active.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(active))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Binds the metrics address.
+///
+/// # Errors
+/// When the address cannot be bound.
 pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr)
 }
 
-fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(StdDuration::from_secs(2)))?;
-    stream.set_write_timeout(Some(StdDuration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    // Skip the headers; the request has no body we care about.
-    let mut header = String::new();
-    while reader.read_line(&mut header)? > 2 {
-        header.clear();
+/// Reads a request's line and headers (to the blank line, or the end of
+/// the stream) by `deadline` and within [`MAX_REQUEST`] bytes; returns the
+/// request line.
+fn read_request(stream: &mut TcpStream, deadline: std::time::Instant) -> io::Result<String> {
+    let mut buf: Vec<u8> = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let ended =
+        |b: &[u8]| b.windows(4).any(|w| w == b"\r\n\r\n") || b.windows(2).any(|w| w == b"\n\n");
+    while !ended(&buf) {
+        if buf.len() >= MAX_REQUEST {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request too large",
+            ));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "request too slow"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        let room = chunk.len().min(MAX_REQUEST - buf.len());
+        let n = stream.read(&mut chunk[..room])?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    Ok(String::from_utf8_lossy(line).into_owned())
+}
+
+fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + REQUEST_TIME;
+    stream.set_nonblocking(false)?;
+    let line = read_request(&mut stream, deadline)?;
     let path = line.split_whitespace().nth(1).unwrap_or("/");
     let (status, body) = match path {
         "/metrics" => ("200 OK", metrics.render()),
@@ -458,7 +549,9 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
         }
         _ => ("404 Not Found", "not found\n".to_owned()),
     };
-    let mut stream = stream;
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    // A zero timeout means none: at least a millisecond.
+    stream.set_write_timeout(Some(left.max(StdDuration::from_millis(1))))?;
     write!(
         stream,
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -470,7 +563,6 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
 
     #[test]
     fn render_lists_every_series_once_with_help_per_family() {
@@ -502,6 +594,93 @@ mod tests {
         assert_eq!(m.get(Metric::LoopStalled), 0);
         assert!(m.watch(t0 + StdDuration::from_secs(20)));
         assert_eq!(m.get(Metric::WatchdogTrips), 2);
+    }
+
+    /// GETs `path` on a fresh connection; `None` if no answer came within
+    /// a bound far above any honest answer's time.
+    fn get(addr: SocketAddr, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(addr).ok()?;
+        s.set_read_timeout(Some(StdDuration::from_secs(30))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        let mut r = String::new();
+        s.read_to_string(&mut r).ok()?;
+        Some(r)
+    }
+
+    /// A scraper that sends its request a byte at a time and never ends it
+    /// (each read succeeds, so no per-read timeout ever fires) holds the
+    /// connection accepted first. Another scraper's `/metrics` and
+    /// `/health` are answered meanwhile, and the watchdog finds the stalled
+    /// loop with no request asking (before, all three waited on the slow
+    /// scraper for ever: one thread read one request at a time and ran the
+    /// watchdog between requests).
+    #[test]
+    fn a_slow_scraper_blocks_neither_another_scrapers_health_nor_the_watchdog() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let m = Arc::new(Metrics::new().with_watchdog(StdDuration::from_millis(20)));
+        m.set(Metric::Up, 1);
+        m.beat();
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = spawn_http(listener, Arc::clone(&m), Arc::clone(&stop)).unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        // Connected before the other scraper: the accept queue is FIFO.
+        let mut slow = TcpStream::connect(addr).unwrap();
+        slow.write_all(b"GET /metr").unwrap();
+        let trickle = {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) && slow.write_all(b"i").is_ok() {
+                    // The attacker's pace, not synchronisation.
+                    std::thread::sleep(StdDuration::from_millis(100));
+                }
+            })
+        };
+        let end = std::time::Instant::now() + StdDuration::from_secs(30);
+        let stalled = loop {
+            let page = get(addr, "/metrics").expect("answered beside the slow scraper");
+            if page.contains("relay_loop_stalled 1\n") {
+                break page;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "the watchdog never ran: {page}"
+            );
+            // Paces the polling of a condition; the bound is above.
+            std::thread::sleep(StdDuration::from_millis(10));
+        };
+        assert!(
+            stalled.contains("relay_watchdog_trips_total 1\n"),
+            "{stalled}"
+        );
+        let health = get(addr, "/health").expect("answered beside the slow scraper");
+        assert!(health.starts_with("HTTP/1.1 503"), "{health}");
+        assert!(health.ends_with("stalled\n"), "{health}");
+        done.store(true, Ordering::Relaxed);
+        trickle.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
+    }
+
+    /// A request that never ends its headers is cut off at `MAX_REQUEST`
+    /// bytes: the server closes the connection, so the client's writes
+    /// fail long before 64 MiB (before, it read them all into memory).
+    #[test]
+    fn a_request_longer_than_the_cap_is_cut_off() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = spawn_http(listener, Arc::new(Metrics::new()), Arc::clone(&stop)).unwrap();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_write_timeout(Some(StdDuration::from_secs(30)))
+            .unwrap();
+        let chunk = vec![b'X'; 64 * 1024];
+        let sent = (0..1024)
+            .take_while(|_| s.write_all(&chunk).is_ok())
+            .count();
+        assert!(sent < 1024, "all 64 MiB were read");
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
     }
 
     #[test]

@@ -233,6 +233,34 @@ impl Router {
         true
     }
 
+    /// Takes one message from `conn`'s rate budget, as a message handled
+    /// here would, and returns what is left of the budget: for a driver that
+    /// moves the connection to another router (another event loop), which
+    /// gets that budget with it ([`Router::set_budget`]), so moving between
+    /// loops never refills a connection's budget. `None` when the budget is
+    /// spent (counted as `rate_limited`: the caller drops the message) or
+    /// the connection is unknown.
+    pub fn charge(&mut self, now: Instant, conn: ConnId) -> Option<TokenBucket> {
+        let limits = &self.config.limits;
+        let c = self.conns.get_mut(&conn)?;
+        if c.bucket
+            .take(now, limits.messages_per_sec, limits.message_burst)
+        {
+            Some(c.bucket)
+        } else {
+            self.out.counters.rate_limited += 1;
+            None
+        }
+    }
+
+    /// Gives `conn` the rate budget it had on the router it came from
+    /// ([`Router::charge`]) instead of the full one a new connection gets.
+    pub fn set_budget(&mut self, conn: ConnId, budget: TokenBucket) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.bucket = budget;
+        }
+    }
+
     /// A connection closed (timeout or clean disconnect): its player is dropped.
     pub fn handle_disconnected(&mut self, now: Instant, conn: ConnId) {
         self.disconnected(now, conn);

@@ -3,7 +3,7 @@
 //! and each connection's link figures feed the input-delay choice. Sans-IO:
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
-use crate::limits::ConnectionQuota;
+use crate::limits::{ConnectionQuota, TokenBucket};
 use crate::router::{ConnId, JoinRefusal, Router};
 use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
 use lockstep::peer_glue::channel;
@@ -22,11 +22,14 @@ pub enum Placement {
     Here(Vec<u8>),
     /// Nowhere here: the connection moved to another router with it.
     Moved,
+    /// Nowhere: the message was refused (e.g. a move over the connection's
+    /// rate budget, already counted); the connection stays here.
+    Dropped,
 }
 
 impl Placement {
     /// The single-router placement: everything stays here.
-    pub fn here(_: &mut Server, _: ConnId, bytes: Vec<u8>) -> Self {
+    pub fn here(_: &mut Server, _: &mut Router, _: ConnId, bytes: Vec<u8>) -> Self {
         Self::Here(bytes)
     }
 }
@@ -44,6 +47,9 @@ pub struct RouterGlue {
     quota: Option<Arc<ConnectionQuota>>,
     /// Connections holding a unit of `quota`.
     held: BTreeSet<ConnId>,
+    /// Rate budgets of connections moved in from another router, given to
+    /// the router when their `Connected` comes (see [`RouterGlue::inherit_budget`]).
+    budgets: BTreeMap<ConnId, TokenBucket>,
 }
 
 impl RouterGlue {
@@ -84,6 +90,14 @@ impl RouterGlue {
         }
     }
 
+    /// `conn` (just attached to the transport server) moved in from another
+    /// router with what was left of its rate budget there
+    /// ([`Router::charge`]): the router gets that budget, not a full one, so
+    /// a connection cannot refill its budget by moving between loops.
+    pub fn inherit_budget(&mut self, conn: ConnId, budget: TokenBucket) {
+        self.budgets.insert(conn, budget);
+    }
+
     /// Messages dropped because the transport refused them or a backlog
     /// overflowed; each is also reported once by [`RouterGlue::poll_drop`].
     #[must_use]
@@ -119,13 +133,15 @@ impl RouterGlue {
     /// thread): `place` sees every arriving message first and either hands
     /// it back for this router or takes the connection away (typically with
     /// [`Server::detach`], to the router that hosts the match it joins);
-    /// this router then forgets the connection, as if it had closed.
+    /// this router then forgets the connection, as if it had closed. The
+    /// hook also sees the router, to charge a move to the connection's rate
+    /// budget ([`Router::charge`]) before making it.
     pub fn step_with(
         &mut self,
         now: Instant,
         router: &mut Router,
         server: &mut Server,
-        place: &mut impl FnMut(&mut Server, ConnId, Vec<u8>) -> Placement,
+        place: &mut impl FnMut(&mut Server, &mut Router, ConnId, Vec<u8>) -> Placement,
     ) {
         server.handle_timeout(now);
         self.pump_with(now, router, server, place);
@@ -144,15 +160,20 @@ impl RouterGlue {
         now: Instant,
         router: &mut Router,
         server: &mut Server,
-        place: &mut impl FnMut(&mut Server, ConnId, Vec<u8>) -> Placement,
+        place: &mut impl FnMut(&mut Server, &mut Router, ConnId, Vec<u8>) -> Placement,
     ) {
         while let Some(ev) = server.poll_event() {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
-                    if !(self.take(conn)
-                        && router.handle_connected_with_claims(now, conn, addr, claims))
+                    let budget = self.budgets.remove(&conn);
+                    if self.take(conn)
+                        && router.handle_connected_with_claims(now, conn, addr, claims)
                     {
+                        if let Some(b) = budget {
+                            router.set_budget(conn, b);
+                        }
+                    } else {
                         self.release(conn);
                         // Say why before closing: the close delivers it first.
                         let reason = RejectReason::RelayFull;
@@ -173,8 +194,9 @@ impl RouterGlue {
                         });
                     }
                 }
-                ServerEvent::Message { conn, bytes } => match place(server, conn, bytes) {
+                ServerEvent::Message { conn, bytes } => match place(server, router, conn, bytes) {
                     Placement::Here(bytes) => router.handle_message(now, conn, &bytes),
+                    Placement::Dropped => {}
                     Placement::Moved => {
                         self.backlog.remove(&conn);
                         self.release(conn);

@@ -95,6 +95,12 @@ pub struct ServeOptions<'a> {
     /// holders of a join token sealed under the relay's key. In token mode
     /// the driver anchors the server's token clock to the wall clock.
     pub auth: AuthMode,
+    /// The key of the hash that places each match on one of several event
+    /// loops ([`crate::serve::home_of`]). `None` (what a relay should use):
+    /// a fresh key from the OS CSPRNG, so clients cannot choose match names
+    /// that all land on one loop. A fixed key is for tests that must know
+    /// where a match lives.
+    pub home_key: Option<[u8; 32]>,
 }
 
 /// Most [`RelayNote::Refused`] per second: a flood of bad handshakes must
@@ -132,6 +138,22 @@ impl RefusalNotes {
         } else {
             self.suppressed += 1;
             false
+        }
+    }
+
+    /// Notes what a window that is over suppressed, without waiting for a
+    /// refusal to open the next one: otherwise a flood's last count is
+    /// never logged. The driver calls this at every wake-up (at least
+    /// every 20 ms), so the count comes within a second of the flood's end.
+    pub(crate) fn flush(&mut self, now: Instant, note: &mut impl FnMut(RelayNote<'_>)) {
+        let over = self
+            .window
+            .is_some_and(|w| now.saturating_since(w) >= Duration::from_secs(1));
+        if over && self.suppressed > 0 {
+            note(RelayNote::RefusalsSuppressed {
+                count: self.suppressed,
+            });
+            *self = Self::default();
         }
     }
 }
@@ -192,6 +214,7 @@ pub fn serve(
         grace: Duration::ZERO,
         metrics: None,
         auth: AuthMode::Open,
+        home_key: None,
     };
     serve_with(socket, config, transport, recorder, &opts, note)
 }
@@ -306,6 +329,25 @@ mod tests {
     use crate::router::ConnId;
     use lockstep::backlog::{DropCause, SendDrop};
     use lockstep::transport::Channel;
+
+    #[test]
+    fn a_floods_last_suppressed_count_is_noted_when_its_window_ends() {
+        let mut notes = RefusalNotes::default();
+        let mut counts = Vec::new();
+        let mut note = |n: RelayNote<'_>| {
+            if let RelayNote::RefusalsSuppressed { count } = n {
+                counts.push(count);
+            }
+        };
+        let t0 = Instant::from_millis(5);
+        let passed = (0..50).filter(|_| notes.allow(t0, &mut note)).count();
+        assert_eq!(passed as u64, REFUSAL_NOTES_PER_SEC);
+        notes.flush(t0 + Duration::from_millis(999), &mut note);
+        notes.flush(t0 + Duration::from_secs(1), &mut note);
+        notes.flush(t0 + Duration::from_secs(2), &mut note);
+        assert!(notes.allow(t0 + Duration::from_secs(3), &mut note));
+        assert_eq!(counts, vec![30], "once, when the window is over");
+    }
 
     #[test]
     fn send_drops_are_noted_at_most_once_a_second_each_counted_once() {

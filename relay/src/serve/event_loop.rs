@@ -3,23 +3,21 @@
 //! for the socket and the loop's mailbox), drains the socket in batches,
 //! runs the sans-IO cores once and sends what they produced.
 
-use super::handoff::{Forwarded, Handoff, Inbox, Mailbox, home_of};
+use super::handoff::{Handoff, Inbox, Mailbox};
+use super::loop_core::LoopCore;
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use crate::config::RelayConfig;
-use crate::limits::{AddrLimiter, ConnectionQuota};
+use crate::limits::ConnectionQuota;
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::Recorder;
-use crate::router::{ConnId, Router};
-use crate::server::{Placement, RouterGlue};
+use crate::router::Router;
+use crate::server::RouterGlue;
 use crate::udp::{DropNotes, Io, RefusalNotes, RelayNote, ServeOptions, publish};
-use lockstep::proto::ToRelay;
 use lockstep::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use replays::format::unix_now_ms;
-use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -35,11 +33,6 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// After ending matches at shutdown, how long to keep sending so the
 /// players' `MatchEnd` gets through (or until every connection is gone).
 const LINGER: Duration = Duration::from_millis(1000);
-/// Datagrams per second one source address may send (an honest peer sends
-/// 30-60); more are dropped before the transport sees them.
-const ADDR_PPS: u32 = 1000;
-/// How often a loop forgets connections that moved in and have since closed.
-const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// How often a loop publishes the `/metrics` gauges that walk every match.
 const GAUGES_EVERY: Duration = Duration::from_millis(100);
 
@@ -75,6 +68,8 @@ pub(crate) struct Shared<'a> {
     pub(crate) config: RelayConfig,
     pub(crate) transport: TransportConfig,
     pub(crate) secret: [u8; 32],
+    /// The key of the hash that places each match on a loop.
+    pub(crate) home_key: [u8; 32],
     /// Loop 0's transport server before it starts: the others share its
     /// join-token ledger, so a token used through one loop is used for all.
     pub(crate) ledger: Server,
@@ -98,25 +93,13 @@ pub(crate) struct EventLoop<'a> {
     socket: BatchSocket,
     poll: Poll,
     inbox: Inbox,
-    server: Server,
-    router: Router,
-    glue: RouterGlue,
+    core: LoopCore,
     recorder: Option<Recorder>,
     io: Io,
-    per_addr: AddrLimiter,
-    /// Addresses whose datagrams land on this loop's socket but whose
-    /// connection lives on another loop.
-    forward: HashMap<SocketAddr, usize>,
-    /// Per other loop, what to forward to it at the end of this wake-up.
-    outgoing: Vec<Forwarded>,
-    /// Connections that moved in, with their address and landing loop, so
-    /// the landing loop is told when they close.
-    moved_in: HashMap<ConnId, (SocketAddr, usize)>,
-    next_sweep: Instant,
+    /// Hand-overs of one wake-up, reused.
+    handoffs: Vec<(usize, Handoff)>,
     /// When the gauges that walk every match are published next.
     next_gauges: Instant,
-    moved_out: u64,
-    forwarded: u64,
 }
 
 impl<'a> EventLoop<'a> {
@@ -138,26 +121,20 @@ impl<'a> EventLoop<'a> {
             .with_token_ledger_of(&shared.ledger);
         let now = Instant::from_std(shared.epoch, std::time::Instant::now());
         server.set_unix_time(now, unix_now_ms() / 1000);
+        let router =
+            Router::new(shared.config.clone()).with_match_ids(index as u64 + 1, loops as u64);
+        let glue = RouterGlue::new().with_quota(Arc::clone(&shared.quota));
         Ok(Self {
             index,
             shared,
             socket,
             poll,
             inbox,
-            server,
-            router: Router::new(shared.config.clone())
-                .with_match_ids(index as u64 + 1, loops as u64),
-            glue: RouterGlue::new().with_quota(Arc::clone(&shared.quota)),
+            core: LoopCore::new(index, loops, shared.home_key, server, router, glue),
             recorder,
             io: Io::default(),
-            per_addr: AddrLimiter::new(ADDR_PPS, 2 * ADDR_PPS, 65_536),
-            forward: HashMap::new(),
-            outgoing: (0..loops).map(|_| Forwarded::default()).collect(),
-            moved_in: HashMap::new(),
-            next_sweep: Instant::ZERO,
+            handoffs: Vec::new(),
             next_gauges: Instant::ZERO,
-            moved_out: 0,
-            forwarded: 0,
         })
     }
 
@@ -174,7 +151,7 @@ impl<'a> EventLoop<'a> {
             shared.failed.store(true, Ordering::Release);
             for (i, m) in shared.mail.iter().enumerate() {
                 if i != index {
-                    m.post(Handoff::Wake);
+                    m.wake();
                 }
             }
         }
@@ -201,15 +178,15 @@ impl<'a> EventLoop<'a> {
             self.check_stop(now, opts, &mut drain_until, note);
             if let Some(until) = drain_until
                 && linger_until.is_none()
-                && (now >= until || self.router.match_count() == 0)
+                && (now >= until || self.core.router.match_count() == 0)
             {
-                let had = self.router.match_count();
-                self.router.end_all();
+                let had = self.core.router.match_count();
+                self.core.router.end_all();
                 linger_until = Some(if had > 0 { now + LINGER } else { now });
             }
             if !finished
                 && let Some(l) = linger_until
-                && (now >= l || self.server.connections().next().is_none())
+                && (now >= l || self.core.server.connections().next().is_none())
             {
                 finished = true;
                 // The last loop to finish wakes the others, which may be
@@ -217,7 +194,7 @@ impl<'a> EventLoop<'a> {
                 if self.shared.unfinished.fetch_sub(1, Ordering::AcqRel) == 1 {
                     for (i, m) in self.shared.mail.iter().enumerate() {
                         if i != self.index {
-                            m.post(Handoff::Wake);
+                            m.wake();
                         }
                     }
                 }
@@ -229,8 +206,8 @@ impl<'a> EventLoop<'a> {
                 return Err(io::Error::other(OTHER_LOOP_FAILED));
             }
             let deadline = [
-                self.server.poll_timeout(),
-                self.router.poll_timeout(),
+                self.core.server.poll_timeout(),
+                self.core.router.poll_timeout(),
                 linger_until.filter(|_| !finished),
             ]
             .into_iter()
@@ -255,19 +232,15 @@ impl<'a> EventLoop<'a> {
             self.check_stop(now, opts, &mut drain_until, note);
             self.read_mail(now);
             self.read_socket(now)?;
-            self.send_forwarded();
-            self.step(now);
+            self.core.step(now);
+            self.post_handoffs();
             self.notes(now, note, &mut refusal_notes, &mut drop_notes);
-            while let Some(to) = self.server.poll_transmit(now, &mut buf) {
+            while let Some(to) = self.core.server.poll_transmit(now, &mut buf) {
                 out.push(to, &buf);
             }
             let (packets, bytes) = self.socket.send_all(&mut headers, &mut out);
             self.io.packets_out += packets;
             self.io.bytes_out += bytes;
-            if now >= self.next_sweep {
-                self.next_sweep = now + SWEEP_EVERY;
-                self.sweep();
-            }
             if let Some(m) = &opts.metrics {
                 let gauges = now >= self.next_gauges;
                 if gauges {
@@ -295,9 +268,9 @@ impl<'a> EventLoop<'a> {
     ) {
         if drain_until.is_none() && opts.stop.load(Ordering::Relaxed) {
             *drain_until = Some(now + opts.grace);
-            self.router.begin_drain();
+            self.core.router.begin_drain();
             note(RelayNote::Draining {
-                running: self.router.running_count(),
+                running: self.core.router.running_count(),
                 grace: opts.grace,
             });
         }
@@ -305,19 +278,23 @@ impl<'a> EventLoop<'a> {
 
     fn publish(&self, m: &Metrics, draining: bool, gauges: bool) {
         let i = self.index;
+        let core = &self.core;
         publish(
             m,
             i,
-            &self.router,
-            &self.server,
-            &self.glue,
+            &core.router,
+            &core.server,
+            &core.glue,
             self.recorder.as_ref(),
             &self.io,
             gauges,
         );
-        m.set_loop(i, Metric::DropRateLimitedAddr, self.per_addr.dropped());
-        m.set_loop(i, Metric::ConnectionsMoved, self.moved_out);
-        m.set_loop(i, Metric::DatagramsForwarded, self.forwarded);
+        let c = core.counts;
+        m.set_loop(i, Metric::DropRateLimitedAddr, core.per_addr.dropped());
+        m.set_loop(i, Metric::ConnectionsMoved, c.moved_out);
+        m.set_loop(i, Metric::DatagramsForwarded, c.forwarded);
+        m.set_loop(i, Metric::HandoffDatagramsDropped, c.datagrams_dropped);
+        m.set_loop(i, Metric::HandoffConnectionsDropped, c.connections_dropped);
         if draining {
             m.set(Metric::Draining, 1);
         }
@@ -326,34 +303,7 @@ impl<'a> EventLoop<'a> {
     /// Takes what other loops handed over.
     fn read_mail(&mut self, now: Instant) {
         while let Ok(h) = self.inbox.try_recv() {
-            match h {
-                // Already counted against their address's limit where they landed.
-                Handoff::Datagrams(f) => {
-                    f.each(|from, d| self.server.handle_datagram(now, from, d))
-                }
-                Handoff::Conn { moved, landing } => {
-                    let addr = moved.addr();
-                    if landing == self.index {
-                        self.forward.remove(&addr);
-                    }
-                    // Over this loop's connection limit the connection is
-                    // lost; its client times out and may connect again.
-                    if let Ok(conn) = self.server.attach(moved, now)
-                        && landing != self.index
-                    {
-                        self.moved_in.insert(conn, (addr, landing));
-                    }
-                }
-                Handoff::Route { addr, to } => match to {
-                    Some(to) if to != self.index => {
-                        self.forward.insert(addr, to);
-                    }
-                    _ => {
-                        self.forward.remove(&addr);
-                    }
-                },
-                Handoff::Wake => {}
-            }
+            self.core.handle_handoff(now, h);
         }
     }
 
@@ -361,27 +311,12 @@ impl<'a> EventLoop<'a> {
     fn read_socket(&mut self, now: Instant) -> io::Result<()> {
         loop {
             let Self {
-                socket,
-                server,
-                io,
-                per_addr,
-                forward,
-                outgoing,
-                forwarded,
-                ..
+                socket, core, io, ..
             } = self;
             let (_, drained) = socket.recv_batch(|from, d| {
                 io.packets_in += 1;
                 io.bytes_in += d.len() as u64;
-                // The address limit first: a flood is dropped where it
-                // lands, not forwarded.
-                if !per_addr.allow(now, from) {
-                } else if let Some(&to) = forward.get(&from) {
-                    *forwarded += 1;
-                    outgoing[to].push(from, d);
-                } else {
-                    server.handle_datagram(now, from, d);
-                }
+                core.handle_datagram(now, from, d);
             })?;
             if drained {
                 return Ok(());
@@ -389,82 +324,15 @@ impl<'a> EventLoop<'a> {
         }
     }
 
-    fn send_forwarded(&mut self) {
-        for (to, f) in self.outgoing.iter_mut().enumerate() {
-            if !f.items.is_empty() {
-                self.shared.mail[to].post(Handoff::Datagrams(std::mem::take(f)));
+    /// Posts this wake-up's hand-overs; a full mailbox hands them back to
+    /// the core, which drops or keeps them.
+    fn post_handoffs(&mut self) {
+        self.core.drain_handoffs(&mut self.handoffs);
+        for (to, h) in self.handoffs.drain(..) {
+            if let Err(h) = self.shared.mail[to].post(h) {
+                self.core.handoff_refused(to, h);
             }
         }
-    }
-
-    /// Runs the cores; a connection that joins a match hosted by another
-    /// loop moves there with its `Join`.
-    fn step(&mut self, now: Instant) {
-        let loops = self.shared.mail.len();
-        let Self {
-            index,
-            shared,
-            server,
-            router,
-            glue,
-            forward,
-            moved_in,
-            moved_out,
-            ..
-        } = self;
-        let index = *index;
-        let mut place = |server: &mut lockstep::transport::Server, conn: ConnId, bytes: Vec<u8>| {
-            // Only a message that enters a match (`Join`, `Rejoin`,
-            // `Spectate`: told by the tag after the version byte) can move a
-            // connection: every other message is peeked at and passed on.
-            if loops == 1
-                || !bytes
-                    .get(1)
-                    .is_some_and(|t| ToRelay::ENTERING_TAGS.contains(t))
-            {
-                return Placement::Here(bytes);
-            }
-            let home = match ToRelay::decode(&bytes) {
-                Ok(m) => match m.match_to_enter() {
-                    Some(name) => home_of(name, loops),
-                    None => return Placement::Here(bytes),
-                },
-                Err(_) => return Placement::Here(bytes),
-            };
-            if home == index {
-                return Placement::Here(bytes);
-            }
-            let Some(moved) = server.detach(conn, Some(bytes)) else {
-                return Placement::Moved;
-            };
-            let addr = moved.addr();
-            let landing = moved_in.remove(&conn).map_or(index, |(_, l)| l);
-            if landing == index {
-                forward.insert(addr, home);
-            } else if landing != home {
-                shared.mail[landing].post(Handoff::Route {
-                    addr,
-                    to: Some(home),
-                });
-            }
-            *moved_out += 1;
-            shared.mail[home].post(Handoff::Conn { moved, landing });
-            Placement::Moved
-        };
-        glue.step_with(now, router, server, &mut place);
-    }
-
-    /// Tells landing loops about moved-in connections that have closed.
-    fn sweep(&mut self) {
-        let server = &self.server;
-        let mail = &self.shared.mail;
-        self.moved_in.retain(|&conn, &mut (addr, landing)| {
-            let open = server.addr(conn) == Some(addr);
-            if !open {
-                mail[landing].post(Handoff::Route { addr, to: None });
-            }
-            open
-        });
     }
 
     fn notes(
@@ -474,8 +342,9 @@ impl<'a> EventLoop<'a> {
         refusal_notes: &mut RefusalNotes,
         drop_notes: &mut DropNotes,
     ) {
-        drop_notes.note(now, std::iter::from_fn(|| self.glue.poll_drop()), note);
-        for r in self.glue.take_refusals() {
+        let core = &mut self.core;
+        drop_notes.note(now, std::iter::from_fn(|| core.glue.poll_drop()), note);
+        for r in core.glue.take_refusals() {
             if refusal_notes.allow(now, note) {
                 note(RelayNote::Refused {
                     conn: Some(r.conn),
@@ -486,7 +355,7 @@ impl<'a> EventLoop<'a> {
                 });
             }
         }
-        while let Some((addr, denied)) = self.server.poll_denied() {
+        while let Some((addr, denied)) = core.server.poll_denied() {
             if refusal_notes.allow(now, note) {
                 note(RelayNote::Refused {
                     conn: None,
@@ -497,7 +366,8 @@ impl<'a> EventLoop<'a> {
                 });
             }
         }
-        while let Some(ev) = self.router.poll_event() {
+        refusal_notes.flush(now, note);
+        while let Some(ev) = core.router.poll_event() {
             note(RelayNote::Event(&ev));
             if let Some(rec) = self.recorder.as_mut() {
                 // The recorder reads no clock: the wall-clock time comes from here.

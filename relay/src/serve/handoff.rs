@@ -1,22 +1,35 @@
 //! What event loops hand each other: datagrams that arrived on the wrong
 //! loop's socket, connections moving to the loop that hosts their match,
-//! and routing updates. Which loop hosts a match is a pure function of its
-//! name ([`home_of`]), so no loop has to ask another.
+//! and routing updates, through bounded mailboxes. Which loop hosts a match
+//! is a pure function of its name and the relay's placement key
+//! ([`home_of`]), so no loop has to ask another.
 
-use crossbeam_channel::{Receiver, Sender};
+use crate::limits::TokenBucket;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use lockstep::transport::Detached;
 use mio::Waker;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// The loop (of `loops`) that hosts the match named `name`: FNV-1a of the
-/// name, so every loop computes the same answer with no shared state.
+/// Messages a loop's mailbox holds. A loop posts at most one batch of
+/// datagrams to each other loop per wake-up (at most one a millisecond),
+/// and a receiving loop empties its mailbox at every wake-up, so this is
+/// about a second of a busy sender's batches: a mailbox fills only when its
+/// loop is wedged, and then what does not fit is dropped (and counted)
+/// instead of piling up in memory.
+pub(crate) const MAILBOX: usize = 1024;
+
+/// The loop (of `loops`) that hosts the match named `name`: a keyed hash
+/// (BLAKE3 keyed with `key`) of the name, so every loop computes the same
+/// answer with no shared state, and, with a key nobody outside the relay
+/// knows (`relay serve` draws one from the OS CSPRNG at start-up), clients
+/// cannot pick names that put every match on one loop.
 #[must_use]
-pub fn home_of(name: &str, loops: usize) -> usize {
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    usize::try_from(h % loops.max(1) as u64).unwrap_or(0)
+pub fn home_of(name: &str, loops: usize, key: &[u8; 32]) -> usize {
+    let h = blake3::keyed_hash(key, name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&h.as_bytes()[..8]);
+    usize::try_from(u64::from_le_bytes(first) % loops.max(1) as u64).unwrap_or(0)
 }
 
 /// Datagrams one loop received for addresses another loop serves, sent
@@ -48,19 +61,23 @@ impl Forwarded {
 /// One message between loops.
 #[derive(Debug)]
 pub(crate) enum Handoff {
-    /// Datagrams for connections the receiving loop serves.
-    Datagrams(Forwarded),
+    /// Datagrams that landed on loop `from`'s socket, for connections the
+    /// receiving loop serves.
+    Datagrams { from: usize, batch: Forwarded },
     /// A connection joining a match the receiving loop hosts. `landing` is
-    /// the loop whose socket the client's datagrams arrive on.
-    Conn { moved: Detached, landing: usize },
-    /// To a landing loop: datagrams from `addr` now go to loop `to`
-    /// (`None`: serve them yourself again).
+    /// the loop whose socket the client's datagrams arrive on; `budget` what
+    /// is left of its rate budget (it follows the connection).
+    Conn {
+        moved: Detached,
+        landing: usize,
+        budget: Option<TokenBucket>,
+    },
+    /// To a landing loop, from the loop serving `addr`: datagrams from
+    /// `addr` now go to loop `to` (`None`: serve them yourself again).
     Route { addr: SocketAddr, to: Option<usize> },
-    /// Every loop has finished: stop.
-    Wake,
 }
 
-/// The way to one loop: its inbox and its waker.
+/// The way to one loop: its bounded inbox and its waker.
 #[derive(Clone)]
 pub(crate) struct Mailbox {
     pub(crate) tx: Sender<Handoff>,
@@ -68,12 +85,21 @@ pub(crate) struct Mailbox {
 }
 
 impl Mailbox {
-    /// Delivers `h` and wakes the loop. A loop that has already exited
-    /// drops it (only possible at shutdown).
-    pub(crate) fn post(&self, h: Handoff) {
-        if self.tx.send(h).is_ok() {
-            let _ = self.waker.wake();
+    /// Delivers `h` and wakes the loop; hands `h` back when the mailbox is
+    /// full (its loop is far behind) or gone (it has exited, at shutdown).
+    pub(crate) fn post(&self, h: Handoff) -> Result<(), Handoff> {
+        match self.tx.try_send(h) {
+            Ok(()) => {
+                let _ = self.waker.wake();
+                Ok(())
+            }
+            Err(TrySendError::Full(h) | TrySendError::Disconnected(h)) => Err(h),
         }
+    }
+
+    /// Wakes the loop with nothing to read (it re-checks the shutdown state).
+    pub(crate) fn wake(&self) {
+        let _ = self.waker.wake();
     }
 }
 
@@ -86,11 +112,45 @@ mod tests {
 
     #[test]
     fn a_match_name_always_has_the_same_home_and_names_spread_over_loops() {
-        assert_eq!(home_of("duel", 1), 0);
-        assert_eq!(home_of("duel", 4), home_of("duel", 4));
-        let homes: std::collections::BTreeSet<usize> =
-            (0..64).map(|i| home_of(&format!("m{i}"), 4)).collect();
+        let key = [7; 32];
+        assert_eq!(home_of("duel", 1, &key), 0);
+        assert_eq!(home_of("duel", 4, &key), home_of("duel", 4, &key));
+        let homes: std::collections::BTreeSet<usize> = (0..64)
+            .map(|i| home_of(&format!("m{i}"), 4, &key))
+            .collect();
         assert_eq!(homes.len(), 4, "64 names reach all 4 loops");
+    }
+
+    /// Names a client picked to share one home under one key are spread
+    /// over the loops under another: without the key, a client cannot
+    /// put every match on one loop.
+    #[test]
+    fn names_that_share_a_home_under_one_key_spread_under_another() {
+        let pinned: Vec<String> = (0..)
+            .map(|i| format!("m{i}"))
+            .filter(|n| home_of(n, 4, &[1; 32]) == 0)
+            .take(64)
+            .collect();
+        let homes: std::collections::BTreeSet<usize> =
+            pinned.iter().map(|n| home_of(n, 4, &[2; 32])).collect();
+        assert_eq!(homes.len(), 4, "{homes:?}");
+    }
+
+    #[test]
+    fn a_full_mailbox_hands_the_message_back() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), mio::Token(1)).unwrap());
+        let (tx, rx) = crossbeam_channel::bounded(MAILBOX);
+        let mail = Mailbox { tx, waker };
+        let route = || Handoff::Route {
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            to: None,
+        };
+        for _ in 0..MAILBOX {
+            assert!(mail.post(route()).is_ok());
+        }
+        assert!(matches!(mail.post(route()), Err(Handoff::Route { .. })));
+        assert_eq!(rx.len(), MAILBOX);
     }
 
     #[test]

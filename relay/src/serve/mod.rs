@@ -8,11 +8,14 @@
 //! (it hashes by address) forwards them, batched once per wake-up.
 //! The sans-IO cores are unchanged: threads are this driver's concern.
 
+mod bind;
 mod echo;
 mod event_loop;
 mod handoff;
+mod loop_core;
 mod socket;
 
+pub use bind::bind_reuseport;
 pub use echo::{EchoCounts, serve_echo};
 pub use handoff::home_of;
 
@@ -27,30 +30,9 @@ use lockstep::transport::{Server, TransportConfig};
 use mio::{Poll, Waker};
 use socket::BatchSocket;
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-
-/// Binds `n` UDP sockets to `addr` with `SO_REUSEPORT` (the first one
-/// picks the port if `addr`'s is 0; the others take the same), one per
-/// event loop: the kernel spreads clients over them by address.
-///
-/// # Errors
-/// When a socket cannot be made or bound.
-pub fn bind_reuseport(addr: SocketAddr, n: usize) -> io::Result<Vec<UdpSocket>> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let mut out: Vec<UdpSocket> = Vec::with_capacity(n);
-    let mut at = addr;
-    for _ in 0..n.max(1) {
-        let s = Socket::new(Domain::for_address(at), Type::DGRAM, Some(Protocol::UDP))?;
-        s.set_reuse_port(true)?;
-        s.bind(&at.into())?;
-        let s: UdpSocket = s.into();
-        at = s.local_addr()?;
-        out.push(s);
-    }
-    Ok(out)
-}
 
 /// The number of event loops `relay serve` runs by default: one per core.
 #[must_use]
@@ -158,7 +140,7 @@ fn with_loops(
     for s in sockets {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), event_loop::MAIL)?);
-        let (tx, rx) = crossbeam_channel::unbounded();
+        let (tx, rx) = crossbeam_channel::bounded(handoff::MAILBOX);
         mail.push(Mailbox { tx, waker });
         parts.push((BatchSocket::new(s)?, poll, rx));
     }
@@ -167,6 +149,10 @@ fn with_loops(
         config,
         transport,
         secret: process_secret()?,
+        home_key: match opts.home_key {
+            Some(k) => k,
+            None => crate::entropy::os_random("the key that places matches on event loops")?,
+        },
         ledger: Server::new(transport, [0; 32]),
         epoch: std::time::Instant::now(),
         mail,

@@ -643,3 +643,44 @@ fn peers_of_a_match_ended_by_shutdown_say_so_and_exit_4() {
 }
 
 mod threads;
+
+/// 60 handshakes of another protocol from one address, then silence: the
+/// relay logs 20 refusals (its per-second cap) and then, with no later
+/// refusal to open a new window, one `refusals_suppressed` line with the
+/// 40 others (before, that count waited for the next refusal, for ever).
+#[test]
+fn a_refusal_floods_last_suppressed_count_is_logged_without_another_refusal() {
+    use lockstep::transport::{Client, TransportConfig};
+    let dir = scratch("suppressed");
+    let mut relay = Relay::start(&dir, &[]);
+    let to: std::net::SocketAddr = relay.addr.parse().unwrap();
+    let cfg = TransportConfig {
+        protocol_id: TransportConfig::default().protocol_id ^ 1,
+        ..TransportConfig::default()
+    };
+    let mut client = Client::new(lockstep::Instant::ZERO, to, cfg, 7);
+    let mut hello = Vec::new();
+    assert!(
+        client
+            .poll_transmit(lockstep::Instant::ZERO, &mut hello)
+            .is_some()
+    );
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..60 {
+        socket.send_to(&hello, to).unwrap();
+    }
+    let suppressed = relay.wait_for(|v| v["event"] == "refusals_suppressed");
+    let refused = relay
+        .seen
+        .iter()
+        .filter(|v| v["event"] == "join_refused" && v["reason"] == "wrong_protocol")
+        .count() as u64;
+    assert_eq!(refused, 20);
+    assert_eq!(
+        suppressed["count"].as_u64(),
+        Some(60 - refused),
+        "{suppressed}"
+    );
+    relay.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

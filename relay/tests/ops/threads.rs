@@ -28,7 +28,10 @@ pub(crate) fn metric(page: &str, name: &str) -> u64 {
 fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
     use relay::serve::home_of;
     let dir = scratch("threads");
-    let mut relay = Relay::start(&dir, &["--metrics", "127.0.0.1:0"]);
+    // A known placement key (hidden flag), so the test knows each match's loop.
+    let key = [0x5a; 32];
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let mut relay = Relay::start(&dir, &["--metrics", "127.0.0.1:0", "--home-key", &hex]);
     let http = relay.wait_for(|v| v["event"] == "metrics")["addr"]
         .as_str()
         .unwrap()
@@ -39,7 +42,7 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
         .flat_map(|home| {
             (0..)
                 .map(|i| format!("t{i}"))
-                .filter(move |n| home_of(n, 2) == home)
+                .filter(move |n| home_of(n, 2, &key) == home)
                 .take(2)
         })
         .collect();
@@ -164,5 +167,42 @@ fn max_connections_counts_the_connections_of_every_loop() {
         );
     }
     relay.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A second `relay serve --threads 2` on the port a relay holds (the same
+/// address, or the wildcard address on that port) does not start: it says
+/// which address is busy on stderr and exits 1 (before, `SO_REUSEPORT` let
+/// it join the port silently and take part of every match's peers). The
+/// first relay goes on serving a whole match.
+#[test]
+fn a_second_relay_on_a_busy_port_fails_naming_the_address() {
+    let dir = scratch("busy");
+    let mut first = Relay::start(&dir, &[]);
+    let port = first.addr.rsplit(':').next().unwrap().to_owned();
+    for bind in [first.addr.clone(), format!("0.0.0.0:{port}")] {
+        // In a `Peers` so that it is killed if it wrongly keeps serving.
+        let mut second = Peers(vec![
+            Command::new(env!("CARGO_BIN_EXE_relay"))
+                .args(["serve", "--bind", &bind, "--threads", "2"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ]);
+        let second = &mut second.0[0];
+        let status = wait_bounded(second);
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains(&bind), "{err}");
+        assert!(err.contains("in use"), "{err}");
+        assert!(!err.contains("listening"), "{err}");
+    }
+    let mut peers = Peers::start(&first.addr, "still", 2, 20);
+    for c in &mut peers.0 {
+        assert_eq!(wait_bounded(c).code(), Some(0), "the first relay serves");
+    }
+    first.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -348,6 +348,7 @@ fn health_is_503_while_the_event_loop_is_stalled() {
             grace: Duration::ZERO,
             metrics: Some(Arc::clone(&metrics)),
             auth: lockstep::transport::AuthMode::Open,
+            home_key: None,
         };
         let served = scope.spawn(move || {
             serve_with(

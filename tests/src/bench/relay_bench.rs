@@ -645,6 +645,7 @@ mod tests {
                     grace: lockstep::Duration::ZERO,
                     metrics: Some(metrics),
                     auth: lockstep::transport::AuthMode::Open,
+                    home_key: None,
                 };
                 relay::serve::serve_loops(
                     sockets,

@@ -230,6 +230,7 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         grace: lockstep::Duration::ZERO,
         metrics: Some(Arc::clone(&metrics)),
         auth: lockstep::transport::AuthMode::Open,
+        home_key: None,
     };
     let config = RelayConfig {
         limits: relay::Limits {

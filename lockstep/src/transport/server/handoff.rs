@@ -70,6 +70,15 @@ impl Server {
         })
     }
 
+    /// The open connection from `addr`, if any. A driver that forwards
+    /// datagrams between servers asks this to know whether it still serves
+    /// an address after the connection it moved in has closed (a client
+    /// restarted on the same address may have a new connection here).
+    #[must_use]
+    pub fn conn_at(&self, addr: SocketAddr) -> Option<ConnId> {
+        self.by_addr.get(&addr).copied()
+    }
+
     /// Adopts a connection detached from another server (sharing this one's
     /// configuration): reports `Connected` with a new id of this server,
     /// then each pending message. A connection already open here from the
