@@ -4,7 +4,7 @@
 //! RTT samples and a windowed loss fraction).
 
 use super::rtt::RttEstimator;
-use super::sequence::{SequenceBuffer, sequence_greater_than};
+use super::sequence::{SeqBits, SequenceBuffer, sequence_greater_than};
 use crate::time::{Duration, Instant};
 use crate::wire::ACK_DELAY_UNKNOWN;
 use smallvec::SmallVec;
@@ -16,10 +16,16 @@ pub type MessageIds = SmallVec<[u16; 8]>;
 /// The bulk fragment serials one packet carried (inline up to 2).
 pub type BulkSerials = SmallVec<[u64; 2]>;
 
-/// Slots remembering received packets (more than the 33 an ack covers, for late arrivals).
+/// Received packets remembered (more than the 33 an ack covers, for late arrivals).
 pub const RECEIVED_WINDOW: usize = 256;
-/// Slots remembering sent packets; also the window of the loss estimate.
+/// Sent packets remembered at most; also the window of the loss estimate.
 pub const SENT_WINDOW: usize = 1024;
+/// Sent packets whose records (time, size, what they carried) are kept at
+/// least: the records follow what is in flight, from this up to
+/// [`SENT_WINDOW`], so an idle or steady connection holds 32, not 1024
+/// (80 bytes each). Dozens of packets after its send a record is still
+/// there for a late ack; past that a late ack still undoes a loss.
+pub const MIN_SENT_RECORDS: usize = 32;
 
 /// What the sent-packet tracker reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +46,12 @@ pub enum AckEvent {
 /// Tracks packets received from the peer.
 #[derive(Clone, Debug)]
 pub struct ReceivedPackets {
-    buf: SequenceBuffer<Instant>,
+    /// Which of the last [`RECEIVED_WINDOW`] packets arrived: a bit each
+    /// (32 bytes, not a 6 KiB ring of arrival times: only the newest
+    /// packet's time is ever read, for its ack delay).
+    seen: SeqBits<{ RECEIVED_WINDOW / 64 }>,
+    /// When the newest packet arrived.
+    newest_at: Instant,
     /// Bit `n` set: packet `newest - n` was received. Kept as packets
     /// arrive, so an outgoing header's `ack_bits` is a shift, not 32
     /// look-ups in the buffer (every packet sent builds one).
@@ -50,7 +61,8 @@ pub struct ReceivedPackets {
 impl Default for ReceivedPackets {
     fn default() -> Self {
         Self {
-            buf: SequenceBuffer::new(RECEIVED_WINDOW),
+            seen: SeqBits::default(),
+            newest_at: Instant::ZERO,
             recent: 0,
         }
     }
@@ -59,12 +71,16 @@ impl Default for ReceivedPackets {
 impl ReceivedPackets {
     /// Records packet `seq` as received at `now`; false if already known or too old.
     pub fn record(&mut self, seq: u16, now: Instant) -> bool {
-        if self.buf.contains(seq) {
+        if self.seen.contains(seq) {
             return false;
         }
-        let before = self.buf.newest();
-        if self.buf.insert(seq, now).is_err() {
+        let before = self.seen.newest();
+        self.seen.advance(seq);
+        if !self.seen.insert(seq) {
             return false;
+        }
+        if self.seen.newest() != before {
+            self.newest_at = now;
         }
         match before {
             Some(newest) if sequence_greater_than(seq, newest) => {
@@ -85,28 +101,29 @@ impl ReceivedPackets {
     /// Whether anything was received yet.
     #[must_use]
     pub fn any(&self) -> bool {
-        self.buf.newest().is_some()
+        self.seen.newest().is_some()
+    }
+
+    /// Whether packet `seq` (one of the last [`RECEIVED_WINDOW`]) arrived.
+    #[must_use]
+    pub fn contains(&self, seq: u16) -> bool {
+        self.seen.contains(seq)
     }
 
     /// `(ack, ack_bits, ack_delay)` for an outgoing header at `now`.
     #[must_use]
     pub fn ack_fields(&self, now: Instant) -> (u16, u32, u8) {
-        let Some(ack) = self.buf.newest() else {
+        let Some(ack) = self.seen.newest() else {
             return (0, 0, ACK_DELAY_UNKNOWN);
         };
         // Bits 1..=32 of `recent`: the 32 packets before `ack`.
         #[allow(clippy::cast_possible_truncation)]
         let bits = (self.recent >> 1) as u32;
-        let delay = match self.buf.get(ack) {
-            Some(&at) => {
-                let ms = (now.saturating_since(at).as_micros() + 500) / 1000;
-                u8::try_from(ms)
-                    .ok()
-                    .filter(|&d| d != ACK_DELAY_UNKNOWN)
-                    .unwrap_or(ACK_DELAY_UNKNOWN)
-            }
-            None => ACK_DELAY_UNKNOWN,
-        };
+        let ms = (now.saturating_since(self.newest_at).as_micros() + 500) / 1000;
+        let delay = u8::try_from(ms)
+            .ok()
+            .filter(|&d| d != ACK_DELAY_UNKNOWN)
+            .unwrap_or(ACK_DELAY_UNKNOWN);
         (ack, bits, delay)
     }
 }
@@ -131,7 +148,16 @@ struct Sent {
 /// Tracks packets we sent until they are acked or declared lost.
 #[derive(Clone, Debug)]
 pub struct SentPackets {
+    /// Records of the packets in flight and of the latest resolved ones:
+    /// sized to what is in flight (from [`MIN_SENT_RECORDS`] up to
+    /// [`SENT_WINDOW`]), so an ack-eliciting packet still awaited is never
+    /// overwritten below the full window.
     buf: SequenceBuffer<Sent>,
+    /// Ack-eliciting packets among the last [`SENT_WINDOW`] sent that were
+    /// acked, and those declared lost: the loss estimate's window, kept in
+    /// bits because most of those packets' records are gone.
+    acked_bits: SeqBits<{ SENT_WINDOW / 64 }>,
+    lost_bits: SeqBits<{ SENT_WINDOW / 64 }>,
     /// Ack-eliciting packets not yet resolved, oldest first.
     outstanding: VecDeque<u16>,
     acked_in_window: u32,
@@ -158,7 +184,9 @@ pub struct SentPackets {
 impl Default for SentPackets {
     fn default() -> Self {
         Self {
-            buf: SequenceBuffer::new(SENT_WINDOW),
+            buf: SequenceBuffer::new(MIN_SENT_RECORDS),
+            acked_bits: SeqBits::default(),
+            lost_bits: SeqBits::default(),
             outstanding: VecDeque::new(),
             acked_in_window: 0,
             lost_in_window: 0,
@@ -182,6 +210,12 @@ impl SentPackets {
         messages: MessageIds,
         bulk: BulkSerials,
     ) {
+        self.fit_records(seq);
+        // Packets leaving the loss window (and the old fate of `seq`, were
+        // it sent again: never, from a connection).
+        self.acked_in_window -=
+            self.acked_bits.advance(seq) + u32::from(self.acked_bits.remove(seq));
+        self.lost_in_window -= self.lost_bits.advance(seq) + u32::from(self.lost_bits.remove(seq));
         let entry = Sent {
             at: now,
             bytes,
@@ -190,15 +224,9 @@ impl SentPackets {
             messages,
             bulk,
         };
-        if let Ok(evicted) = self.buf.insert(seq, entry) {
-            for (_, old) in evicted {
-                match old.fate {
-                    Fate::Acked if old.eliciting => self.acked_in_window -= 1,
-                    Fate::Lost => self.lost_in_window -= 1,
-                    _ => {}
-                }
-            }
-        }
+        // What this pushes out is resolved (or the window is full): its
+        // fate, all the loss window needs, is in the bits.
+        let _ = self.buf.insert(seq, entry);
         if eliciting {
             self.outstanding.push_back(seq);
         }
@@ -240,6 +268,7 @@ impl SentPackets {
                 continue;
             }
             let Some(e) = self.buf.get_mut(seq) else {
+                self.ack_unrecorded(seq, events);
                 continue;
             };
             if e.fate == Fate::Acked {
@@ -252,10 +281,10 @@ impl SentPackets {
             }
             if e.eliciting {
                 if e.fate == Fate::Lost {
-                    self.lost_in_window -= 1;
+                    self.lost_in_window -= u32::from(self.lost_bits.remove(seq));
                     self.total_lost -= 1;
                 }
-                self.acked_in_window += 1;
+                self.acked_in_window += u32::from(self.acked_bits.insert(seq));
                 self.total_acked += 1;
             }
             e.fate = Fate::Acked;
@@ -280,6 +309,53 @@ impl SentPackets {
         }
     }
 
+    /// A late ack of a packet whose record was overwritten: if it had been
+    /// declared lost, the loss is undone (its fate is still in the bits);
+    /// what it carried was sent again meanwhile, so nothing else is owed.
+    fn ack_unrecorded(&mut self, seq: u16, events: &mut Vec<AckEvent>) {
+        if !self.lost_bits.remove(seq) {
+            return;
+        }
+        self.lost_in_window -= 1;
+        self.total_lost -= 1;
+        self.acked_in_window += u32::from(self.acked_bits.insert(seq));
+        self.total_acked += 1;
+        events.push(AckEvent::Acked {
+            seq,
+            messages: MessageIds::new(),
+            bulk: BulkSerials::new(),
+        });
+    }
+
+    /// Sizes the records for sending `seq`: at least every packet from the
+    /// oldest still awaited to `seq` (doubling up to [`SENT_WINDOW`]), and
+    /// halved when those span an eighth of it or less, so a burst (a bulk
+    /// transfer, a stall) does not keep its memory.
+    fn fit_records(&mut self, seq: u16) {
+        let span = self
+            .outstanding
+            .front()
+            .map_or(1, |&old| usize::from(seq.wrapping_sub(old)) + 1);
+        let cap = self.buf.capacity();
+        if span > cap && cap < SENT_WINDOW {
+            self.buf.resize(span.next_power_of_two().min(SENT_WINDOW));
+        } else if span <= cap / 8 && cap > MIN_SENT_RECORDS {
+            self.buf.resize(cap / 2);
+        }
+    }
+
+    /// Bytes this tracker keeps on the heap.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.buf.heap_bytes() + self.outstanding.capacity() * std::mem::size_of::<u16>()
+    }
+
+    /// Packets whose records are kept now (see [`MIN_SENT_RECORDS`]).
+    #[must_use]
+    pub fn records(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Whether our packet `seq` (still in the window) was ack-eliciting.
     #[must_use]
     pub fn is_eliciting(&self, seq: u16) -> bool {
@@ -301,7 +377,7 @@ impl SentPackets {
                 break;
             }
             e.fate = Fate::Lost;
-            self.lost_in_window += 1;
+            self.lost_in_window += u32::from(self.lost_bits.insert(seq));
             self.total_lost += 1;
             self.outstanding.pop_front();
             events.push(AckEvent::Lost(seq));
@@ -367,7 +443,7 @@ mod tests {
             let (ack, bits, _) = r.ack_fields(ms(u64::from(i)));
             let mut want = 0u32;
             for n in 0..32u16 {
-                if r.buf.contains(ack.wrapping_sub(n + 1)) {
+                if r.contains(ack.wrapping_sub(n + 1)) {
                     want |= 1 << n;
                 }
             }

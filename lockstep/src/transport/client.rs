@@ -295,6 +295,16 @@ impl Client {
         }
     }
 
+    /// What the connection holds in memory, by part (zero before the
+    /// handshake completes).
+    #[must_use]
+    pub fn memory(&self) -> super::ConnMemory {
+        match &self.phase {
+            Phase::Connected(c) | Phase::Closed(Some(c)) => c.memory(),
+            _ => super::ConnMemory::default(),
+        }
+    }
+
     /// The figures a session is given on every pump: smoothed RTT, jitter,
     /// loss and the RTT tail (as in [`Client::stats`], zero before the
     /// handshake completes). Use it where `stats` would run often: it skips

@@ -742,6 +742,30 @@ impl Connection {
         }
     }
 
+    /// What this connection holds in memory, by part (`inline`: its own
+    /// fields; an endpoint adds what it wraps the connection in).
+    pub(crate) fn memory(&self) -> super::ConnMemory {
+        let events: usize = self
+            .events
+            .iter()
+            .map(|e| match e {
+                ConnEvent::Message(m) => m.capacity(),
+                _ => 0,
+            })
+            .sum();
+        super::ConnMemory {
+            inline: std::mem::size_of::<Self>(),
+            sent: self.sent.heap_bytes(),
+            incoming: self.inc.heap_bytes(),
+            outgoing: self.out.heap_bytes(),
+            bulk: self.bulk_out.pending_bytes() + self.bulk_in.buffered(),
+            other: self.plain.capacity()
+                + self.events.capacity() * std::mem::size_of::<ConnEvent>()
+                + events
+                + self.ack_events.capacity() * std::mem::size_of::<AckEvent>(),
+        }
+    }
+
     pub(crate) fn stats(&self) -> LinkStats {
         let now = self.now;
         let LinkEstimate {

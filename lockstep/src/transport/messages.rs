@@ -140,6 +140,23 @@ impl Outgoing {
         self.unacked.len()
     }
 
+    /// Bytes this sender keeps on the heap (messages queued or un-acked).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.unacked.capacity() * std::mem::size_of::<OutMsg>()
+            + self
+                .unacked
+                .iter()
+                .map(|m| m.data.capacity())
+                .sum::<usize>()
+            + self.unreliable.capacity() * std::mem::size_of::<OutUnreliable>()
+            + self
+                .unreliable
+                .iter()
+                .map(|m| m.data.capacity())
+                .sum::<usize>()
+    }
+
     /// Window size.
     #[must_use]
     pub fn max_unacked(&self) -> usize {
@@ -446,7 +463,6 @@ pub fn copies_for_loss(loss: f64) -> u8 {
 
 #[derive(Clone, Debug)]
 struct InMsg {
-    id: u16,
     fragment: Option<Fragment>,
     data: Vec<u8>,
 }
@@ -462,7 +478,10 @@ struct Assembly {
 #[derive(Clone, Debug)]
 pub struct Incoming {
     next_id: u16,
-    slots: Box<[Option<InMsg>]>,
+    /// Frames by id from `next_id` on, as far ahead as one has arrived: empty
+    /// on a link that delivers in order, a gap's depth under loss (not a
+    /// fixed [`RECV_WINDOW`] ring of 32 KiB per connection).
+    slots: VecDeque<Option<InMsg>>,
     assembly: Option<Assembly>,
     unreliable_seen: SequenceBuffer<()>,
     max_message: usize,
@@ -478,13 +497,32 @@ impl Incoming {
     pub fn new(max_message: usize) -> Self {
         Self {
             next_id: 0,
-            slots: (0..RECV_WINDOW).map(|_| None).collect(),
+            slots: VecDeque::new(),
             assembly: None,
             unreliable_seen: SequenceBuffer::new(256),
             max_message: max_message.min(FRAGMENT_SIZE * MAX_FRAGMENTS),
             duplicates: 0,
             reassembly_dropped: 0,
         }
+    }
+
+    /// Room for frames ahead of a gap kept once the gap is filled: small
+    /// gaps come and go under steady loss, a deep one's room is freed.
+    const KEPT_SLOTS: usize = 16;
+
+    /// Bytes this receiver keeps on the heap (frames held ahead of a gap,
+    /// a message being reassembled, the record of unreliable ids seen).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Option<InMsg>>()
+            + self
+                .slots
+                .iter()
+                .flatten()
+                .map(|m| m.data.capacity())
+                .sum::<usize>()
+            + self.assembly.as_ref().map_or(0, |a| a.data.capacity())
+            + self.unreliable_seen.heap_bytes()
     }
 
     /// Accepts one reliable frame and appends every message now deliverable in order.
@@ -500,13 +538,15 @@ impl Incoming {
             self.duplicates += 1;
             return;
         }
-        let slot = &mut self.slots[usize::from(id) % RECV_WINDOW];
+        if self.slots.len() <= ahead {
+            self.slots.resize_with(ahead + 1, || None);
+        }
+        let slot = &mut self.slots[ahead];
         if slot.is_some() {
             self.duplicates += 1;
             return;
         }
         *slot = Some(InMsg {
-            id,
             fragment,
             data: data.to_vec(),
         });
@@ -515,10 +555,14 @@ impl Incoming {
 
     fn drain(&mut self, out: &mut VecDeque<Vec<u8>>) {
         loop {
-            let i = usize::from(self.next_id) % RECV_WINDOW;
-            let Some(m) = self.slots[i].take_if(|m| m.id == self.next_id) else {
+            let Some(m) = self.slots.front_mut().and_then(Option::take) else {
+                // A gap's frames all delivered: its room goes too.
+                if self.slots.is_empty() && self.slots.capacity() > Self::KEPT_SLOTS {
+                    self.slots = VecDeque::new();
+                }
                 return;
             };
+            self.slots.pop_front();
             self.next_id = self.next_id.wrapping_add(1);
             match m.fragment {
                 None => {

@@ -722,6 +722,28 @@ impl Server {
         self.conns.get(&conn).map(|s| s.conn.estimate())
     }
 
+    /// What `conn` holds in memory, by part (`inline` includes the
+    /// server's slot around the connection).
+    #[must_use]
+    pub fn conn_memory(&self, conn: ConnId) -> Option<super::ConnMemory> {
+        self.conns.get(&conn).map(|s| {
+            let mut m = s.conn.memory();
+            m.inline = std::mem::size_of::<Slot>();
+            m
+        })
+    }
+
+    /// What all connections hold in memory, by part, summed: walks every
+    /// connection, so read it for a metric or a report, not per datagram.
+    #[must_use]
+    pub fn memory(&self) -> super::ConnMemory {
+        let mut total = super::ConnMemory::default();
+        for id in self.conns.keys() {
+            total += self.conn_memory(*id).unwrap_or_default();
+        }
+        total
+    }
+
     /// Address of `conn`.
     #[must_use]
     pub fn addr(&self, conn: ConnId) -> Option<SocketAddr> {
