@@ -11,7 +11,7 @@
 //! reliable messages get none (their loss costs a resend, not a turn).
 //! Unreliable messages are sent once and de-duplicated by id.
 
-use super::sequence::SequenceBuffer;
+use super::sequence::SeqBits;
 use crate::time::{Duration, Instant};
 use crate::wire::{
     FRAGMENT_SIZE, Fragment, Frame, MAX_FRAGMENTS, MAX_FRAME_OVERHEAD, MAX_HEADER_LEN, MAX_PACKET,
@@ -483,7 +483,9 @@ pub struct Incoming {
     /// fixed [`RECV_WINDOW`] ring of 32 KiB per connection).
     slots: VecDeque<Option<InMsg>>,
     assembly: Option<Assembly>,
-    unreliable_seen: SequenceBuffer<()>,
+    /// The last 256 unreliable ids, those seen set (a bit each, not a
+    /// 1 KiB slot ring).
+    unreliable_seen: SeqBits<4>,
     max_message: usize,
     /// Reliable frames ignored as already delivered or outside the window.
     pub duplicates: u64,
@@ -499,7 +501,7 @@ impl Incoming {
             next_id: 0,
             slots: VecDeque::new(),
             assembly: None,
-            unreliable_seen: SequenceBuffer::new(256),
+            unreliable_seen: SeqBits::default(),
             max_message: max_message.min(FRAGMENT_SIZE * MAX_FRAGMENTS),
             duplicates: 0,
             reassembly_dropped: 0,
@@ -511,7 +513,7 @@ impl Incoming {
     const KEPT_SLOTS: usize = 16;
 
     /// Bytes this receiver keeps on the heap (frames held ahead of a gap,
-    /// a message being reassembled, the record of unreliable ids seen).
+    /// a message being reassembled).
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Option<InMsg>>()
@@ -522,7 +524,6 @@ impl Incoming {
                 .map(|m| m.data.capacity())
                 .sum::<usize>()
             + self.assembly.as_ref().map_or(0, |a| a.data.capacity())
-            + self.unreliable_seen.heap_bytes()
     }
 
     /// Accepts one reliable frame and appends every message now deliverable in order.
@@ -615,8 +616,8 @@ impl Incoming {
         if self.unreliable_seen.contains(id) {
             return None;
         }
-        self.unreliable_seen.insert(id, ()).ok()?;
-        Some(data.to_vec())
+        self.unreliable_seen.advance(id);
+        self.unreliable_seen.insert(id).then(|| data.to_vec())
     }
 }
 

@@ -4,6 +4,7 @@
 mod bulk;
 mod connection;
 mod latency;
+mod memory;
 mod reliability;
 mod schedule;
 mod tokens;
