@@ -135,6 +135,7 @@ impl Game {
                 }
             }
         }
+        self.trim_agreed();
     }
 
     #[allow(clippy::too_many_arguments)] // the message's fields plus the context

@@ -51,6 +51,17 @@ impl AgreedHashes {
         let i = self.0.binary_search_by_key(&turn, |&(t, _)| t).ok()?;
         Some(self.0[i].1)
     }
+
+    /// Forgets the turns before `turn`, and the room of a long run of them
+    /// (800 kept for a spectator are 36 KiB a match).
+    fn forget_before(&mut self, turn: Turn) {
+        while self.0.front().is_some_and(|&(t, _)| t < turn) {
+            self.0.pop_front();
+        }
+        if self.0.capacity() > 4 * self.0.len().max(64) {
+            self.0.shrink_to(2 * self.0.len().max(64));
+        }
+    }
 }
 
 impl MatchRoom {
@@ -129,6 +140,21 @@ impl MatchRoom {
 }
 
 impl Game {
+    /// Keeps the agreed hashes a spectator could still report against:
+    /// with spectators watching, the recent turns (as many as a lagging
+    /// one may need); with none, only from the turn of the snapshot the
+    /// next one would start from (it never reports a turn before it), so
+    /// a match nobody watches holds a snapshot interval of hashes, not 800.
+    pub(super) fn trim_agreed(&mut self) {
+        if !self.spectators.is_empty() {
+            return;
+        }
+        if let Base::Agreed { turn, .. } = self.snapshots.base() {
+            let from = *turn;
+            self.agreed.forget_before(from);
+        }
+    }
+
     /// The first turn a spectator still needs (kept in the tail).
     fn spectator_floor(&self) -> Option<Turn> {
         self.spectators
@@ -242,5 +268,12 @@ mod tests {
         assert_eq!(a.get(Turn(8)), Some(h(1)));
         let turns: Vec<u32> = a.0.iter().map(|(t, _)| t.0).collect();
         assert!(turns.windows(2).all(|w| w[0] < w[1]), "sorted");
+        // Forgetting keeps the turns from the one named, and frees the room.
+        let last = 8 + keep - 1;
+        a.forget_before(Turn(last - 9));
+        assert_eq!(a.0.len(), 10);
+        assert_eq!(a.get(Turn(last - 10)), None);
+        assert_eq!(a.get(Turn(last - 9)), Some(h(1)));
+        assert!(a.0.capacity() <= 256, "room of {} kept", a.0.capacity());
     }
 }
