@@ -9,7 +9,7 @@ use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer_glue::PeerGlue;
-use lockstep::transport::{Client, Server, TransportConfig};
+use lockstep::transport::{Client, ConnMemory, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::endpoint::RelayEndpoint;
@@ -149,10 +149,9 @@ impl Endpoint for Timed {
     }
 }
 
-/// Runs `matches` fake 4-player matches of `turns` turns through the real
-/// relay on a virtual lossless network (5 ms one way) and times the relay.
-#[must_use]
-pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
+/// The relay and `matches` fake 4-player matches of `turns` turns on a
+/// virtual lossless network (5 ms one way), not started yet.
+fn setup(matches: usize, turns: u32, seed: u64) -> (Timed, Vec<FakePeer>, Harness) {
     let start = Instant::from_millis(1);
     let relay_addr = SocketAddr::from(([10, 0, 0, 1], 7000));
     let peer_transport = TransportConfig {
@@ -161,7 +160,7 @@ pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
     };
     // The transport `relay serve` gives its relay (its acks ride on bundles).
     let transport = RelayConfig::default().server_transport(peer_transport);
-    let mut relay = Timed {
+    let relay = Timed {
         relay: RelayEndpoint::new(
             Server::new(transport, [seed as u8; 32]),
             RelayConfig::default(),
@@ -172,7 +171,7 @@ pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
             ..Stages::default()
         },
     };
-    let mut peers: Vec<FakePeer> = (0..matches)
+    let peers: Vec<FakePeer> = (0..matches)
         .flat_map(|m| (0..4u8).map(move |i| (m, i)))
         .filter_map(|(m, i)| {
             let peer = BenchPeer::new(
@@ -196,7 +195,15 @@ pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
         })
         .collect();
     let link = LinkConfig::with_latency(Duration::from_millis(5));
-    let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
+    let harness = Harness::new(Network::new(seed, link)).with_start(start);
+    (relay, peers, harness)
+}
+
+/// Runs `matches` fake 4-player matches of `turns` turns through the real
+/// relay on a virtual lossless network (5 ms one way) and times the relay.
+#[must_use]
+pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
+    let (mut relay, mut peers, mut harness) = setup(matches, turns, seed);
     let limit = Instant::from_millis(u64::from(turns) * 100 + 60_000);
     {
         let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
@@ -209,6 +216,80 @@ pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
         .filter(|p| p.peer.figures(now).completed)
         .count();
     relay.stages
+}
+
+/// What the relay's transport holds per match in steady play.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryFigures {
+    /// Matches playing when it was read.
+    pub matches: usize,
+    /// The turn they were at (virtual time / 100 ms).
+    pub turn: u32,
+    /// The relay's connections then.
+    pub connections: usize,
+    /// What they held, summed ([`Server::memory`]).
+    pub relay: ConnMemory,
+    /// What the peers' connections held, summed.
+    pub peers: ConnMemory,
+}
+
+/// Runs `matches` fake 4-player matches of `turns` turns through the real
+/// relay (as [`measure`]) and reads what the relay's transport and the
+/// peers' connections hold at 3/4 of the match: deterministic (counted
+/// from capacities on the virtual clock), so two runs print the same.
+#[must_use]
+pub fn memory(matches: usize, turns: u32, seed: u64) -> MemoryFigures {
+    let (mut relay, mut peers, mut harness) = setup(matches, turns, seed);
+    let at = Instant::from_millis(u64::from(turns) * 75);
+    {
+        let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+        nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+        let _ = harness.run(&mut nodes, at);
+    }
+    let mut figures = MemoryFigures {
+        matches: relay.relay.router.match_count(),
+        turn: u32::try_from(harness.now().as_micros() / 100_000).unwrap_or(u32::MAX),
+        connections: relay.relay.server.connections().count(),
+        relay: relay.relay.server.memory(),
+        peers: ConnMemory::default(),
+    };
+    for p in &peers {
+        figures.peers += p.client.memory();
+    }
+    figures
+}
+
+/// `--internal-memory <matches> <turns>`: prints what the relay's
+/// transport holds per match and per connection, by part, at 3/4 of the
+/// matches (see [`memory`]).
+#[must_use]
+pub fn memory_main(args: &[String]) -> std::process::ExitCode {
+    let matches = args.first().and_then(|a| a.parse().ok()).unwrap_or(64);
+    let turns = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(400);
+    let f = memory(matches, turns, 7);
+    let per = |m: &ConnMemory, n: usize| {
+        let n = n.max(1);
+        format!(
+            "total {} B (inline {}, sent {}, incoming {}, outgoing {}, bulk {}, other {})",
+            m.total() / n,
+            m.inline / n,
+            m.sent / n,
+            m.incoming / n,
+            m.outgoing / n,
+            m.bulk / n,
+            m.other / n
+        )
+    };
+    replays::out_println!(
+        "matches {} at turn {}, relay connections {}\nrelay transport per match: {}\nrelay transport per connection: {}\npeer transport per connection: {}",
+        f.matches,
+        f.turn,
+        f.connections,
+        per(&f.relay, f.matches),
+        per(&f.relay, f.connections),
+        per(&f.peers, matches * 4)
+    );
+    std::process::ExitCode::SUCCESS
 }
 
 /// `--internal-hotpath <matches> <turns>`: prints the stages as one line
@@ -236,6 +317,20 @@ pub fn hotpath_main(args: &[String]) -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The relay's transport holds a few KiB per connection in steady
+    /// play (it held ~122 KiB before its rings followed what is in
+    /// flight), and the figure is deterministic.
+    #[test]
+    fn the_relay_transport_holds_a_few_kib_per_match() {
+        let f = memory(2, 40, 1);
+        assert_eq!((f.matches, f.connections), (2, 8));
+        assert!(f.turn >= 25, "playing: {f:?}");
+        let per_match = f.relay.total() / 2;
+        assert!(per_match <= 28 * 1024, "{per_match} B per match: {f:?}");
+        assert!(f.relay.sent / 8 <= 3 * 1024, "{f:?}");
+        assert_eq!(memory(2, 40, 1), f, "deterministic");
+    }
 
     #[test]
     fn every_stage_is_timed_and_every_peer_completes() {

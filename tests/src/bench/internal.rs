@@ -16,6 +16,7 @@ pub fn dispatch(args: &[String]) -> Option<ExitCode> {
         "relay-load" => Some(super::relay_load::relay_load_main(rest)),
         "echo-load" => Some(super::relay_load::echo_load_main(rest)),
         "--internal-hotpath" => Some(super::hotpath::hotpath_main(rest)),
+        "--internal-memory" => Some(super::hotpath::memory_main(rest)),
         _ => None,
     }
 }
