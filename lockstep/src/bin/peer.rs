@@ -43,9 +43,10 @@ struct Cli {
     /// Number of players in the match.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
     players: u8,
-    /// Turns to play.
-    #[arg(long, default_value_t = 300)]
-    turns: u32,
+    /// Turns to play: a number (at least 1), or `unbounded` to play until
+    /// the relay ends the match.
+    #[arg(long, default_value = "300", value_parser = parse_turns)]
+    turns: TurnLimit,
     /// Seed of this peer's bot (and transport).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -95,6 +96,26 @@ struct Cli {
     /// (`--players` and `--turns` are not needed).
     #[arg(long, conflicts_with_all = ["rejoin_file", "desync_at"])]
     spectate: bool,
+}
+
+/// `--turns`: how many turns to play, `None` for `unbounded`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TurnLimit(Option<std::num::NonZeroU32>);
+
+/// Parses `--turns`: `0` used to mean "unbounded" silently, so it is
+/// refused with a pointer to the explicit word.
+fn parse_turns(text: &str) -> Result<TurnLimit, String> {
+    if text.eq_ignore_ascii_case("unbounded") {
+        return Ok(TurnLimit(None));
+    }
+    let n: u32 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of turns or `unbounded`"))?;
+    std::num::NonZeroU32::new(n)
+        .map(|n| TurnLimit(Some(n)))
+        .ok_or_else(|| {
+            "0 turns: to play until the relay ends the match, pass `--turns unbounded`".to_owned()
+        })
 }
 
 /// A held slot to come back into: what `--rejoin-file` holds (three lines:
@@ -152,7 +173,8 @@ fn run<S: Simulation, A: Agent<S>>(
         .unwrap_or_else(|| format!("bot{}", cli.seed));
     let mut builder = PeerBuilder::<S>::new(&cli.match_name, cli.players)
         .with_name(&name)
-        .with_turns(cli.turns)
+        // The builder's 0 is its own "until the match ends".
+        .with_turns(cli.turns.0.map_or(0, std::num::NonZeroU32::get))
         .with_seed(cli.seed)
         .with_ticks_per_turn(ticks_per_turn);
     if let Some(t) = token {

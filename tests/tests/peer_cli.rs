@@ -1,0 +1,65 @@
+//! The command lines of the `peer`, `netsim` and `relay` binaries, through
+//! the real binaries on 127.0.0.1: what they accept, what they refuse and
+//! what they say while they wait.
+
+use std::path::Path;
+use std::time::Duration;
+use tests::harness::{Proc, Relay, STARTUP, bins, scratch_dir};
+
+/// Bound on a process that should exit at once (bad usage).
+const QUICK: Duration = Duration::from_secs(20);
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Runs `program args` to its exit (bounded); its exit code and everything
+/// it printed (stderr lines prefixed with `! `).
+fn run(name: &str, program: &Path, list: &[&str]) -> (Option<i32>, String) {
+    let mut p = Proc::spawn(name, program, &args(list));
+    let (status, _) = p.wait_exit(QUICK);
+    (status.code(), p.tail())
+}
+
+#[test]
+fn turns_zero_is_refused_and_unbounded_must_be_said() {
+    let (code, out) = run(
+        "peer",
+        &bins().peer,
+        &["--relay", "127.0.0.1:9", "--players", "1", "--turns", "0"],
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("--turns unbounded"), "{out}");
+
+    let dir = scratch_dir("peer-cli-unbounded");
+    let mut relay = Relay::start(&dir, &["--turn-ms", "20"]);
+    let addr = relay.addr.to_string();
+    let mut peer = Proc::spawn(
+        "peer",
+        &bins().peer,
+        &args(&[
+            "--relay",
+            &addr,
+            "--match",
+            "forever",
+            "--players",
+            "1",
+            "--turns",
+            "unbounded",
+            "--timeout-s",
+            "60",
+        ]),
+    );
+    let started = relay.wait_event("match_started", STARTUP, |v| {
+        v["event"] == "match_started" && v["name"] == "forever"
+    });
+    // No last turn: the match runs until it is ended.
+    assert!(started["last_turn"].is_null(), "{started}");
+    // Still playing turns after the start.
+    relay.wait_event("a closed turn", STARTUP, |v| {
+        v["event"] == "turn_closed" && v["turn"].as_u64().is_some_and(|t| t >= 20)
+    });
+    peer.kill();
+    relay.proc.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
