@@ -8,6 +8,8 @@ use tests::harness::{Proc, Relay, STARTUP, bins, scratch_dir};
 
 /// Bound on a process that should exit at once (bad usage).
 const QUICK: Duration = Duration::from_secs(20);
+/// Bound on a short match.
+const MATCH: Duration = Duration::from_secs(60);
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
@@ -19,6 +21,102 @@ fn run(name: &str, program: &Path, list: &[&str]) -> (Option<i32>, String) {
     let mut p = Proc::spawn(name, program, &args(list));
     let (status, _) = p.wait_exit(QUICK);
     (status.code(), p.tail())
+}
+
+#[test]
+fn a_peer_reaches_the_relay_by_host_name() {
+    let dir = scratch_dir("peer-cli-host-name");
+    let mut relay = Relay::start(&dir, &["--turn-ms", "20"]);
+    let by_name = format!("localhost:{}", relay.addr.port());
+    let mut peer = Proc::spawn(
+        "peer",
+        &bins().peer,
+        &args(&[
+            "--relay",
+            &by_name,
+            "--match",
+            "named",
+            "--players",
+            "1",
+            "--turns",
+            "5",
+            "--timeout-s",
+            "60",
+        ]),
+    );
+    let (status, _) = peer.wait_exit(MATCH);
+    assert!(status.success(), "{status}:\n{}", peer.tail());
+    let started = relay.wait_event("match_started", STARTUP, |v| {
+        v["event"] == "match_started" && v["name"] == "named"
+    });
+    assert_eq!(started["last_turn"], 4, "{started}");
+    relay.proc.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn netsim_forwards_to_an_upstream_given_by_host_name() {
+    let mut netsim = Proc::spawn(
+        "netsim",
+        &bins().netsim,
+        &args(&[
+            "--listen",
+            "localhost:0",
+            "--upstream",
+            "localhost:7",
+            "--duration-s",
+            "0.1",
+        ]),
+    );
+    // `netsim: LISTEN -> UPSTREAM (seed S)`: both names resolved to IPv4.
+    let line = netsim.wait_line("listening line", STARTUP, |l| {
+        l.text.strip_prefix("netsim: ").map(str::to_owned)
+    });
+    assert!(
+        line.starts_with("127.0.0.1:") && line.contains("-> 127.0.0.1:7 "),
+        "{line}"
+    );
+    let (status, _) = netsim.wait_exit(QUICK);
+    assert!(status.success(), "{status}:\n{}", netsim.tail());
+}
+
+#[test]
+fn an_address_that_does_not_resolve_is_refused_naming_it() {
+    let bad = "no-such-relay.invalid:7777";
+    let (code, out) = run(
+        "peer",
+        &bins().peer,
+        &["--relay", bad, "--players", "1", "--turns", "5"],
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("cannot resolve `no-such-relay.invalid:7777`"),
+        "{out}"
+    );
+    let (code, out) = run(
+        "netsim",
+        &bins().netsim,
+        &["--listen", "127.0.0.1:0", "--upstream", bad],
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("no-such-relay.invalid:7777"), "{out}");
+    let (code, out) = run(
+        "relay token",
+        &bins().relay,
+        &[
+            "token",
+            "--match",
+            "m",
+            "--slot",
+            "0",
+            "--key-file",
+            "/nonexistent/k",
+            "--relay",
+            bad,
+        ],
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("no-such-relay.invalid:7777"), "{out}");
 }
 
 #[test]

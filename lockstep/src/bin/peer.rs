@@ -34,8 +34,9 @@ struct Cli {
     /// The game to play: the reference RTS or the arena shooter.
     #[arg(long, value_enum, default_value_t = Game::Rts)]
     game: Game,
-    /// The relay's UDP address.
-    #[arg(long)]
+    /// The relay's UDP address, `HOST:PORT` (an IP address or a host name
+    /// such as `localhost:7777`; a name is resolved once, IPv4 first).
+    #[arg(long, value_parser = resolve_relay)]
     relay: SocketAddr,
     /// Match name; peers giving the same name play together.
     #[arg(long = "match", default_value = "default")]
@@ -96,6 +97,11 @@ struct Cli {
     /// (`--players` and `--turns` are not needed).
     #[arg(long, conflicts_with_all = ["rejoin_file", "desync_at"])]
     spectate: bool,
+}
+
+/// Resolves `--relay` (clap shows the error, naming the text, exit 2).
+fn resolve_relay(text: &str) -> Result<SocketAddr, String> {
+    lockstep::peer::udp::resolve(text).map_err(|e| e.to_string())
 }
 
 /// `--turns`: how many turns to play, `None` for `unbounded`.
