@@ -161,3 +161,78 @@ fn turns_zero_is_refused_and_unbounded_must_be_said() {
     relay.proc.kill();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `--record` path that cannot be created stops the peer before it joins
+/// (exit 1, naming the path): against a relay address nobody answers on,
+/// a peer that joined first would wait out its 600 s timeout instead.
+#[test]
+fn a_recording_that_cannot_be_created_stops_the_peer_before_it_joins() {
+    let dir = scratch_dir("peer-cli-record-missing");
+    let missing = dir.join("no-such-dir").join("me.lsr");
+    let missing = missing.display().to_string();
+    let (code, out) = run(
+        "peer",
+        &bins().peer,
+        &[
+            "--relay",
+            "127.0.0.1:9",
+            "--players",
+            "2",
+            "--record",
+            &missing,
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("cannot create the recording {missing}")),
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--record` onto an existing file refuses (the file is left alone)
+/// unless `--force`, which replaces it with a replay of the match.
+#[test]
+fn a_recording_never_overwrites_a_file_unless_forced() {
+    let dir = scratch_dir("peer-cli-record-exists");
+    let mut relay = Relay::start(&dir.join("relay"), &["--turn-ms", "20"]);
+    let addr = relay.addr.to_string();
+    let file = dir.join("mine.lsr");
+    std::fs::write(&file, b"keep me").unwrap();
+    let path = file.display().to_string();
+    let solo = |extra: &[&str]| {
+        let mut list = vec![
+            "--relay",
+            &addr,
+            "--match",
+            "rec",
+            "--players",
+            "1",
+            "--turns",
+            "5",
+            "--timeout-s",
+            "60",
+            "--record",
+            &path,
+        ];
+        list.extend_from_slice(extra);
+        let mut p = Proc::spawn("peer", &bins().peer, &args(&list));
+        let (status, _) = p.wait_exit(MATCH);
+        (status.code(), p.tail())
+    };
+    let (code, out) = solo(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&path) && out.contains("already exists") && out.contains("--force"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+
+    let (code, out) = solo(&["--force"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, report) = tests::harness::replay_verify(&file);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["turns"], 5, "{report}");
+    relay.proc.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+}

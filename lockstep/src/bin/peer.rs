@@ -9,6 +9,7 @@
 
 use clap::{Parser, ValueEnum};
 use lockstep::Duration;
+use lockstep::builder::BuildError;
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
 use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
@@ -58,9 +59,15 @@ struct Cli {
     /// a name another player of the match already has.
     #[arg(long)]
     name: Option<String>,
-    /// Record this peer's view of the match (with keyframes) to this replay file.
-    #[arg(long)]
+    /// Record this peer's view of the match (with keyframes) to this replay
+    /// file. It is created before joining (a path that cannot be created
+    /// stops the peer with exit 1 at once) and an existing file is refused
+    /// unless `--force`.
+    #[arg(long, conflicts_with = "spectate")]
     record: Option<PathBuf>,
+    /// Let `--record` replace an existing file.
+    #[arg(long, requires = "record")]
+    force: bool,
     /// Fault switch: perturb the own world after simulating this turn.
     #[arg(long)]
     desync_at: Option<u32>,
@@ -186,16 +193,24 @@ fn run<S: Simulation, A: Agent<S>>(
     if let Some(t) = token {
         builder = builder.with_token(t);
     }
-    if let Some(path) = &cli.record {
-        builder = builder.with_record(path);
-    }
-    if let Some(turn) = cli.desync_at {
-        builder = builder.with_fault(Turn(turn), fault);
-    }
     let rejoin = cli
         .rejoin_file
         .as_deref()
         .and_then(|p| read_rejoin(p, &cli.match_name));
+    if let Some(path) = &cli.record {
+        if rejoin.is_some() {
+            // A rejoined peer's recording would lack the turns it missed.
+            eprintln!(
+                "peer: not recording to {}: a rejoining peer records nothing (the relay's recording is the match's record)",
+                path.display()
+            );
+        } else {
+            builder = builder.with_record(path).with_record_overwrite(cli.force);
+        }
+    }
+    if let Some(turn) = cli.desync_at {
+        builder = builder.with_fault(Turn(turn), fault);
+    }
     if let Some((player, secret)) = rejoin {
         eprintln!("peer: rejoining slot {} of {}", player.0, cli.match_name);
         builder = builder.with_rejoin(player, secret);
@@ -203,7 +218,13 @@ fn run<S: Simulation, A: Agent<S>>(
     if cli.spectate {
         builder = builder.with_spectate();
     }
-    let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| e.to_string())?;
+    let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| match e {
+        BuildError::Record {
+            kind: std::io::ErrorKind::AlreadyExists,
+            ..
+        } => format!("{e}; pass --force to overwrite it"),
+        e => e.to_string(),
+    })?;
     let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
     if impaired {
         let link = LinkConfig {

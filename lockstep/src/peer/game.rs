@@ -181,7 +181,7 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut()
             && let Err(e) = rec.close(completed)
         {
-            self.error = Some(format!("recording: {e}"));
+            self.error = Some(format!("recording {}: {e}", rec.path.display()));
         }
     }
 
@@ -434,7 +434,8 @@ impl<S: Simulation> GameSession<S> {
             start_time_unix_ms,
         };
         if let Err(e) = rec.start(world, &info) {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
     }
 
@@ -445,7 +446,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut()
             && let Err(e) = rec.write(f)
         {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
     }
 
@@ -489,7 +491,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut().filter(|_| !rerun)
             && let Err(e) = rec.turn(turn, raw, hash, keyframe.as_deref())
         {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
         PeerEvent::TurnReady { turn, inputs, hash }
     }
