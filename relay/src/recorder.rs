@@ -95,7 +95,8 @@ pub type RulesHashFn = fn(&MatchInfo) -> StateHash;
 /// The match an event belongs to.
 const fn event_match(ev: &RouterEvent) -> MatchId {
     match ev {
-        RouterEvent::MatchStarted { id, .. }
+        RouterEvent::LobbyOpened { id, .. }
+        | RouterEvent::MatchStarted { id, .. }
         | RouterEvent::TurnClosed { id, .. }
         | RouterEvent::HashAgreed { id, .. }
         | RouterEvent::HashDisputed { id, .. }
@@ -494,7 +495,8 @@ impl Recorder {
                 }));
             }
             // A heal is recorded as the desync report's note.
-            RouterEvent::PeerReport { .. }
+            RouterEvent::LobbyOpened { .. }
+            | RouterEvent::PeerReport { .. }
             | RouterEvent::Rejoining { .. }
             | RouterEvent::Healing { .. }
             | RouterEvent::Healed { .. } => {}

@@ -15,12 +15,12 @@ fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// Runs `program args` to its exit (bounded); its exit code and everything
-/// it printed (stderr lines prefixed with `! `).
+/// Runs `program args` to its exit (bounded); its exit code, its whole
+/// stdout, then its last lines of both streams (stderr prefixed with `! `).
 fn run(name: &str, program: &Path, list: &[&str]) -> (Option<i32>, String) {
     let mut p = Proc::spawn(name, program, &args(list));
-    let (status, _) = p.wait_exit(QUICK);
-    (status.code(), p.tail())
+    let (status, stdout) = p.wait_exit(QUICK);
+    (status.code(), format!("{stdout}{}", p.tail()))
 }
 
 #[test]
@@ -235,4 +235,67 @@ fn a_recording_never_overwrites_a_file_unless_forced() {
     assert_eq!(report["turns"], 5, "{report}");
     relay.proc.kill();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A peer alone in a two-player lobby says that it waits, for how many of
+/// how many players, in which match (not "turn 0"); the relay logs the
+/// lobby's opening; `--timeout-s` ends the wait (exit 1, saying where it
+/// waited), and `--help` says the lobby wait counts.
+#[test]
+fn a_peer_waiting_in_a_lobby_says_so_and_the_relay_logs_the_lobby() {
+    let dir = scratch_dir("peer-cli-lobby");
+    let mut relay = Relay::start(&dir, &[]);
+    let addr = relay.addr.to_string();
+    let mut peer = Proc::spawn(
+        "peer",
+        &bins().peer,
+        &args(&[
+            "--relay",
+            &addr,
+            "--match",
+            "lobby-m",
+            "--players",
+            "2",
+            "--timeout-s",
+            "3",
+        ]),
+    );
+    let opened = relay.wait_event("lobby_opened", STARTUP, |v| v["event"] == "lobby_opened");
+    assert_eq!(opened["name"], "lobby-m", "{opened}");
+    assert_eq!(opened["slots"], 2, "{opened}");
+    assert_eq!(opened["game"], "lockstep-rts", "{opened}");
+    let line = peer.wait_line("a waiting line", STARTUP, |l| {
+        (l.stderr && l.text.contains("lobby")).then(|| l.text.clone())
+    });
+    assert_eq!(
+        line,
+        "peer: waiting in the lobby of match \"lobby-m\": 1 of 2 players joined"
+    );
+    let (status, _) = peer.wait_exit(MATCH);
+    let out = peer.tail();
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("gave up after")
+            && out.contains("waiting in the lobby (1 of 2 players joined)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("turn     0"),
+        "no turn progress before the start:\n{out}"
+    );
+    relay.proc.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let (code, help) = run("peer --help", &bins().peer, &["--help"]);
+    assert_eq!(code, Some(0));
+    let timeout = help
+        .split("--timeout-s")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no --timeout-s in --help:\n{help}"));
+    // Long help: one paragraph per option, a blank line between them.
+    let timeout = &timeout[..timeout.find("\n\n").unwrap_or(timeout.len())];
+    assert!(
+        timeout.contains("lobby") && timeout.contains("[default: 600]"),
+        "{timeout}"
+    );
 }

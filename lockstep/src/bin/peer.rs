@@ -74,7 +74,10 @@ struct Cli {
     /// Local UDP address to bind.
     #[arg(long, default_value = "0.0.0.0:0")]
     bind: SocketAddr,
-    /// Give up after this many seconds.
+    /// Give up (exit 1) when the match has not ended this many seconds after
+    /// the start of this process: the wait for the relay and for the other
+    /// players in the lobby counts, so a lobby that never fills ends here.
+    /// Raise it for matches longer than about 10 minutes (`--turns unbounded`).
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
     /// Simulated loss on this peer's link, each way (0..1).
@@ -254,7 +257,15 @@ fn run<S: Simulation, A: Agent<S>>(
                     eprintln!("peer: cannot write {}: {e}", path.display());
                 }
             }
-            eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now)));
+            // Before the start there are no turns to report: say what it waits for.
+            if peer.world().is_some() {
+                eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now)));
+            } else {
+                eprintln!(
+                    "peer: {}",
+                    lockstep::peer::waiting_line(&cli.match_name, peer.lobby())
+                );
+            }
         },
     )
     .map_err(|e| e.to_string())

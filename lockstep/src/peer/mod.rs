@@ -38,7 +38,9 @@ pub use agent::{Agent, Autopilot, MakeAgent};
 pub use event::PeerEvent;
 pub use forensics::FORENSICS_HISTORY;
 pub use game::GameSession;
-pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line};
+pub use summary::{
+    DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line, waiting_line,
+};
 
 use crate::builder::{BuildError, SessionBuilder};
 use crate::netsim::Endpoint;
@@ -342,6 +344,7 @@ impl<S: Simulation> PeerBuilder<S> {
             spectating: self.spectate,
             setup: None,
             recorded_through: None,
+            lobby: None,
         })
     }
 }
@@ -445,6 +448,13 @@ impl<S: Simulation> Peer<S> {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.game.is_done()
+    }
+
+    /// Players joined and slots of the lobby this peer waits in, before the
+    /// start (see [`GameSession::lobby`]).
+    #[must_use]
+    pub const fn lobby(&self) -> Option<(u8, u8)> {
+        self.game.lobby()
     }
 
     /// This slot's rejoin secret, once the relay gave it (see

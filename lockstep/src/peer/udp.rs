@@ -345,7 +345,18 @@ pub fn play<S: Simulation, A: Agent<S>>(
         }
         if now >= deadline {
             if !peer.is_done() {
-                error = Some(format!("gave up after {}", opts.timeout));
+                // Say what it was still waiting for, if the match never began.
+                error = Some(match (peer.world(), peer.lobby()) {
+                    (None, Some((joined, slots))) => format!(
+                        "gave up after {} waiting in the lobby ({joined} of {slots} players joined)",
+                        opts.timeout
+                    ),
+                    (None, None) => format!(
+                        "gave up after {} waiting for the relay to seat this peer",
+                        opts.timeout
+                    ),
+                    (Some(_), _) => format!("gave up after {}", opts.timeout),
+                });
             }
             break;
         }
