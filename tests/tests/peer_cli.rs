@@ -299,3 +299,20 @@ fn a_peer_waiting_in_a_lobby_says_so_and_the_relay_logs_the_lobby() {
         "{timeout}"
     );
 }
+
+/// `relay demo` with a replay directory it cannot make names it (exit 1).
+#[test]
+fn a_demo_record_dir_that_cannot_be_made_is_named() {
+    let dir = scratch_dir("peer-cli-demo-dir");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let bad = file.join("replays").display().to_string();
+    let (code, out) = run(
+        "relay demo",
+        &bins().relay,
+        &["demo", "--peers", "1", "--turns", "5", "--record-dir", &bad],
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("cannot use {bad}")), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
