@@ -64,6 +64,18 @@ pub struct MatchInfo {
 /// A router event, polled with `Router::poll_event`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouterEvent {
+    /// A join named a match the relay did not have: its lobby is open and
+    /// waits for `slots` players (the first join is in it).
+    LobbyOpened {
+        /// Which match.
+        id: MatchId,
+        /// Its name.
+        match_name: String,
+        /// Slots to fill before it starts.
+        slots: u8,
+        /// Game id the lobby plays.
+        game_id: String,
+    },
     /// All slots filled; the match started.
     MatchStarted {
         /// Which match.

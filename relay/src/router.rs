@@ -538,6 +538,12 @@ impl Router {
             self.next_match += self.match_id_step;
             self.matches.insert(id, MatchRoom::new(id, join));
             self.names.insert(join.match_name.clone(), id);
+            self.out.events.push_back(RouterEvent::LobbyOpened {
+                id,
+                match_name: join.match_name.clone(),
+                slots: join.slots,
+                game_id: join.game_id.clone(),
+            });
             id
         };
         if let Some(c) = self.conns.get_mut(&conn) {

@@ -52,6 +52,9 @@ pub struct GameSession<S: Simulation> {
     /// After a heal: the last turn already recorded (turns up to it run
     /// again and are not written twice).
     pub(super) recorded_through: Option<Turn>,
+    /// Players joined and slots, from the relay's last lobby message
+    /// before the start.
+    pub(super) lobby: Option<(u8, u8)>,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -151,6 +154,18 @@ impl<S: Simulation> GameSession<S> {
         self.spectating || (self.rejoin_sent.is_some() && self.rejoin_took.is_none())
     }
 
+    /// While the match has not started: how many players have joined its
+    /// lobby and how many slots it has, from the relay's last lobby message
+    /// (`None` before the first one, and from the start on). Show it while
+    /// waiting ("1 of 2 players joined").
+    #[must_use]
+    pub const fn lobby(&self) -> Option<(u8, u8)> {
+        match self.started_at {
+            Some(_) => None,
+            None => self.lobby,
+        }
+    }
+
     /// Whether this session watches the match instead of playing.
     #[must_use]
     pub const fn is_spectating(&self) -> bool {
@@ -181,7 +196,7 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut()
             && let Err(e) = rec.close(completed)
         {
-            self.error = Some(format!("recording: {e}"));
+            self.error = Some(format!("recording {}: {e}", rec.path.display()));
         }
     }
 
@@ -261,7 +276,10 @@ impl<S: Simulation> GameSession<S> {
     fn on_event(&mut self, ev: Event) -> Option<PeerEvent<S::Command>> {
         let now = self.now;
         Some(match ev {
-            Event::Lobby { joined, slots } => PeerEvent::Lobby { joined, slots },
+            Event::Lobby { joined, slots } => {
+                self.lobby = Some((joined, slots));
+                PeerEvent::Lobby { joined, slots }
+            }
             Event::Started {
                 your_player,
                 setup,
@@ -434,7 +452,8 @@ impl<S: Simulation> GameSession<S> {
             start_time_unix_ms,
         };
         if let Err(e) = rec.start(world, &info) {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
     }
 
@@ -445,7 +464,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut()
             && let Err(e) = rec.write(f)
         {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
     }
 
@@ -489,7 +509,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut().filter(|_| !rerun)
             && let Err(e) = rec.turn(turn, raw, hash, keyframe.as_deref())
         {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
         PeerEvent::TurnReady { turn, inputs, hash }
     }

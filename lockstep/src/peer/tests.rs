@@ -290,3 +290,45 @@ fn a_connection_closed_before_the_match_ended_is_reported_once() {
     let error = peer.summary(harness.now()).error.unwrap();
     assert!(error.contains("connection to the relay ended"), "{error}");
 }
+
+/// The recording file is created at build, before the join: an existing
+/// file is refused (unless overwriting is asked for), and a file the match
+/// never started in is removed when the recording closes.
+#[test]
+fn the_recording_file_is_created_at_build_and_never_overwritten_by_default() {
+    let dir = std::env::temp_dir().join(format!("peer-record-build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("me.lsr");
+    let t0 = Instant::from_millis(1);
+    let mut peer = PeerBuilder::<World>::new("m", 2)
+        .with_record(&path)
+        .build(t0, RELAY.into())
+        .unwrap();
+    assert!(path.exists(), "created before any message");
+    let again = PeerBuilder::<World>::new("m", 2)
+        .with_record(&path)
+        .build(t0, RELAY.into());
+    assert!(
+        matches!(&again, Err(crate::builder::BuildError::Record { kind: std::io::ErrorKind::AlreadyExists, path: p, .. }) if *p == path),
+        "{again:?}"
+    );
+    let mut forced = PeerBuilder::<World>::new("m", 2)
+        .with_record(&path)
+        .with_record_overwrite(true)
+        .build(t0, RELAY.into())
+        .unwrap();
+    forced.close_recording();
+    peer.close_recording();
+    assert!(!path.exists(), "no match, no file");
+    let missing = dir.join("gone").join("me.lsr");
+    let err = PeerBuilder::<World>::new("m", 2)
+        .with_record(&missing)
+        .build(t0, RELAY.into())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

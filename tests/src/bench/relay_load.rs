@@ -49,12 +49,22 @@ fn flag<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
     args.get(i + 1)?.parse().ok()
 }
 
+/// The address after `--name` in `args`: `HOST:PORT`, a host name
+/// resolved (IPv4 first); one that does not resolve is said on stderr.
+fn addr_flag(args: &[String], name: &str) -> Option<SocketAddr> {
+    let i = args.iter().position(|a| a == name)?;
+    let text = args.get(i + 1)?;
+    lockstep::peer::udp::resolve(text)
+        .map_err(|e| replays::err_println!("bench: {name}: {e}"))
+        .ok()
+}
+
 /// `bench relay-load --relay ADDR --matches M --turns T --seed S`.
 #[must_use]
 pub fn relay_load_main(args: &[String]) -> ExitCode {
     let parsed = (|| {
         Some((
-            flag::<SocketAddr>(args, "--relay")?,
+            addr_flag(args, "--relay")?,
             flag::<usize>(args, "--matches")?,
             flag::<u32>(args, "--turns")?,
             flag::<u64>(args, "--seed")?,
@@ -83,7 +93,7 @@ pub fn relay_load_main(args: &[String]) -> ExitCode {
 pub fn echo_load_main(args: &[String]) -> ExitCode {
     let parsed = (|| {
         Some((
-            flag::<SocketAddr>(args, "--target")?,
+            addr_flag(args, "--target")?,
             flag::<usize>(args, "--sockets")?,
             flag::<u64>(args, "--pps")?,
             flag::<f64>(args, "--secs")?,
