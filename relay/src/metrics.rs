@@ -77,10 +77,12 @@ pub enum Metric {
     RejoinsRefused,
     HandoffDatagramsDropped,
     HandoffConnectionsDropped,
+    ClockSeqRepeated,
+    ClockSeqJumped,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::HandoffConnectionsDropped as usize + 1;
+const COUNT: usize = Metric::ClockSeqJumped as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -227,6 +229,12 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Hand-overs between event loops lost: forwarded datagrams (the receiving loop's mailbox was full), connections (its mailbox or connection table was full)",
     ),
     ("relay_handoffs_dropped_total{kind=\"connection\"}", "", ""),
+    (
+        "relay_clock_inputs_odd_total{kind=\"seq_repeated\"}",
+        "counter",
+        "Clock policy: inputs stamped anyway whose sequence number repeated or went back, or jumped far ahead",
+    ),
+    ("relay_clock_inputs_odd_total{kind=\"seq_jumped\"}", "", ""),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

@@ -41,6 +41,14 @@ pub struct RouterCounters {
     /// Inputs refused because they would take their player over its byte or
     /// entry budget for the turn (the sender gets `InputRefused`).
     pub inputs_over_budget: u64,
+    /// `clock` policy: inputs whose sequence number was not above the
+    /// player's previous one (a repeat or a step back). Stamped by arrival
+    /// like any other: the sequence only names the input in `InputRefused`.
+    pub clock_seq_repeated: u64,
+    /// `clock` policy: inputs whose sequence number jumped more than
+    /// `Limits::max_turns_ahead` past the player's previous one (a peer
+    /// sends one per turn). Stamped by arrival too.
+    pub clock_seq_jumped: u64,
     /// Turns closed.
     pub turns_closed: u64,
     /// Turns closed by the deadline with inputs missing.

@@ -702,6 +702,50 @@ mod tests {
         assert_eq!(refused, vec![ToPeer::InputRefused { turn: Turn(11) }]);
     }
 
+    /// Under `clock` the input's number only names it: a repeated or
+    /// far-jumping number is stamped like any input and counted; an input
+    /// after the match's last turn is refused and the sender is told.
+    #[test]
+    fn under_clock_odd_sequence_numbers_are_counted_and_every_refusal_is_announced() {
+        let mut r = Router::new(RelayConfig::default());
+        let now = Instant::from_millis(10);
+        for c in 0..2u32 {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
+            assert!(r.handle_connected(now, ConnId(c), addr));
+            let mut j = crate::test_support::join("m", &format!("p{c}"));
+            j.turns = 2;
+            r.handle_message(now, ConnId(c), &ToRelay::Join(j).to_bytes());
+        }
+        let input = |seq: u32| {
+            ToRelay::Input {
+                turn: Turn(seq),
+                commands: vec![vec![1]],
+            }
+            .to_bytes()
+        };
+        let ms = Duration::from_millis;
+        r.handle_message(now, ConnId(0), &input(5));
+        r.handle_message(now, ConnId(0), &input(5));
+        r.handle_message(now, ConnId(0), &input(4));
+        r.handle_message(now, ConnId(0), &input(5 + 129));
+        let c = r.counters();
+        assert_eq!((c.clock_seq_repeated, c.clock_seq_jumped), (2, 1), "{c:?}");
+        assert_eq!(c.inputs, 4, "odd numbers are stamped all the same");
+        // Turns 0 and 1 close; the match has no turn left for an input.
+        r.handle_timeout(now + ms(100));
+        r.handle_timeout(now + ms(200));
+        while r.poll_outgoing().is_some() {}
+        let before = r.counters().inputs_refused;
+        r.handle_message(now + ms(210), ConnId(1), &input(0));
+        assert_eq!(r.counters().inputs_refused, before + 1);
+        let told: Vec<ToPeer> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(1))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .filter(|m| matches!(m, ToPeer::InputRefused { .. }))
+            .collect();
+        assert_eq!(told, vec![ToPeer::InputRefused { turn: Turn(0) }]);
+    }
+
     #[test]
     fn garbage_and_out_of_state_messages_are_counted_not_fatal() {
         // `deadline`: it refuses input for a turn far ahead (`clock` stamps

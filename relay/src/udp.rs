@@ -287,6 +287,8 @@ pub(crate) fn publish(
     set(Metric::DropInputDuplicate, r.inputs_duplicate);
     set(Metric::DropInputRefused, r.inputs_refused);
     set(Metric::DropInputOverBudget, r.inputs_over_budget);
+    set(Metric::ClockSeqRepeated, r.clock_seq_repeated);
+    set(Metric::ClockSeqJumped, r.clock_seq_jumped);
     set(Metric::DropHashRefused, r.hashes_refused);
     set(Metric::DropSendQueue, glue.dropped());
     set(Metric::DropConnectionsRefused, r.connections_refused);

@@ -60,6 +60,8 @@ struct Slot {
     /// RTT samples taken before this are not link RTT: the player had been
     /// silent (frozen, or its path backlogged) and its answers queued.
     rtt_hold_until: Instant,
+    /// `clock` policy: the sequence number of the player's latest input.
+    last_seq: Option<Turn>,
     /// Since when the slot is held for a rejoin (its player dropped).
     held_since: Option<Instant>,
     /// Its player came back and is catching up (not live yet).
@@ -345,6 +347,7 @@ impl MatchRoom {
                 next_ping: now,
                 pings: PingTable::default(),
                 rtt_hold_until: now,
+                last_seq: None,
                 held_since: None,
                 rejoining: false,
                 back_from: None,
@@ -631,6 +634,7 @@ mod tests {
             next_ping: now,
             pings: PingTable::default(),
             rtt_hold_until: now,
+            last_seq: None,
             held_since: None,
             rejoining: false,
             back_from: None,
