@@ -197,6 +197,11 @@ impl RouterGlue {
                 }
             }
         }
+        // Bulk grants before the messages: the request that asks for an
+        // upload must not reach the peer before its bulk path is open.
+        while let Some((conn, max)) = router.poll_bulk_grant() {
+            server.set_bulk_receive(conn, max);
+        }
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
             let ch = channel(d);
             // Nothing waiting for this connection: straight to the
@@ -381,5 +386,154 @@ mod tests {
         let (_d, said) = connect(&mut loops[1], 9004, &mut now);
         assert!(!full(&said), "{said:?}");
         assert_eq!(quota.used(), 2);
+    }
+
+    /// The relay accepts bulk data only from the player it asked for a
+    /// snapshot, only while that upload wants chunks, and one chunk at a
+    /// time: an unasked upload is refused by the transport unread (the
+    /// router never sees it), the asked player's chunk reaches the upload.
+    #[test]
+    fn bulk_data_is_taken_only_from_the_player_asked_for_a_snapshot() {
+        use lockstep::proto::{MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToRelay};
+        use sim::{StateHash, Turn};
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        let mut server = Server::new(cfg, [2; 32]);
+        let mut config = RelayConfig::default();
+        config.rejoin.snapshot_every = 5;
+        let mut router = Router::new(config);
+        let mut glue = RouterGlue::new();
+        let addrs: Vec<SocketAddr> = (0..2u16)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 7100 + i)))
+            .collect();
+        let mut clients: Vec<Client> = (0..2u64)
+            .map(|i| Client::new(Instant::ZERO, srv, cfg, 40 + i))
+            .collect();
+        let mut said: Vec<Vec<ToPeer>> = vec![Vec::new(); 2];
+        let mut now = Instant::ZERO;
+        let mut buf = Vec::new();
+        let mut run = |ms: u64,
+                       clients: &mut [Client],
+                       said: &mut [Vec<ToPeer>],
+                       server: &mut Server,
+                       router: &mut Router,
+                       glue: &mut RouterGlue| {
+            for _ in 0..ms / 10 {
+                for (c, &a) in clients.iter_mut().zip(&addrs) {
+                    while c.poll_transmit(now, &mut buf).is_some() {
+                        server.handle_datagram(now, a, &buf);
+                    }
+                }
+                glue.step(now, router, server);
+                while let Some(to) = server.poll_transmit(now, &mut buf) {
+                    if let Some(i) = addrs.iter().position(|&a| a == to) {
+                        clients[i].handle_datagram(now, srv, &buf);
+                    }
+                }
+                for (c, s) in clients.iter_mut().zip(said.iter_mut()) {
+                    c.handle_timeout(now);
+                    while let Some(ev) = c.poll_event() {
+                        if let lockstep::transport::ClientEvent::Message(b) = ev
+                            && let Ok(m) = ToPeer::decode(&b)
+                        {
+                            s.push(m);
+                        }
+                    }
+                }
+                now += Duration::from_millis(10);
+            }
+        };
+        let chunk = |turn: u32, len: usize| {
+            ToRelay::SnapshotChunk(SnapshotChunk {
+                turn: Turn(turn),
+                hash: StateHash([9; 32]),
+                total: 2 * MAX_SNAPSHOT_CHUNK as u32,
+                offset: 0,
+                bytes: vec![7; len],
+            })
+            .to_bytes()
+        };
+        run(
+            300,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        for (i, c) in clients.iter_mut().enumerate() {
+            let join = crate::test_support::join_bytes("m", &format!("p{i}"));
+            c.send(Channel::Reliable, &join).unwrap();
+        }
+        run(
+            300,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        // Nobody was asked yet: an upload is refused by the transport.
+        clients[0].send(Channel::Bulk, &chunk(1, 1000)).unwrap();
+        let bad_state = router.counters().bad_state;
+        run(
+            300,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        assert_eq!(server.counters().bulk_refused, 1);
+        assert_eq!(
+            router.counters().bad_state,
+            bad_state,
+            "the router never saw it"
+        );
+        // Play until the relay asks someone for a snapshot.
+        let mut asked = None;
+        for _ in 0..50 {
+            run(
+                100,
+                &mut clients,
+                &mut said,
+                &mut server,
+                &mut router,
+                &mut glue,
+            );
+            asked = said.iter().enumerate().find_map(|(i, s)| {
+                s.iter().find_map(|m| match m {
+                    ToPeer::SnapshotRequest { turn } => Some((i, turn.0)),
+                    _ => None,
+                })
+            });
+            if asked.is_some() {
+                break;
+            }
+        }
+        let (asked, turn) = asked.expect("the relay asked for a snapshot");
+        let other = 1 - asked;
+        // The other player's upload is refused; the asked player's first
+        // chunk (the largest allowed) reaches the upload.
+        clients[other]
+            .send(Channel::Bulk, &chunk(turn, 1000))
+            .unwrap();
+        clients[asked]
+            .send(Channel::Bulk, &chunk(turn, MAX_SNAPSHOT_CHUNK))
+            .unwrap();
+        run(
+            1000,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        assert_eq!(server.counters().bulk_refused, 2, "only the other's");
+        assert_eq!(
+            router.snapshot_memory().1,
+            MAX_SNAPSHOT_CHUNK,
+            "the asked one's"
+        );
     }
 }

@@ -41,9 +41,19 @@ pub struct TransportConfig {
     /// 96 KiB: the largest bundle fits; at most 255 KiB).
     pub max_message: usize,
     /// Largest bulk message (`Channel::Bulk`, default 4 MiB, at most
-    /// `bulk::MAX_BULK_MESSAGE`); the receiver never buffers more than this
-    /// for one connection's bulk path, the sender at most twice this.
+    /// `bulk::MAX_BULK_MESSAGE`) a client accepts and either side sends;
+    /// the receiver holds only the fragments that arrived (never the total
+    /// a fragment claims), at most this for one connection's bulk path, the
+    /// sender at most twice this. A server's connections accept no bulk data
+    /// until the application opens them with `Server::set_bulk_receive`
+    /// (a server asks for what it receives: a relay, a snapshot chunk).
     pub max_bulk_message: usize,
+    /// How long a bulk message being received may go without a new
+    /// fragment before it is thrown away (10 s; counted in
+    /// `LinkStats::bulk_expired`): an honest sender resends a lost
+    /// fragment within about a second, so only a sender that stopped
+    /// mid-message trips it, twice the silence `timeout` after it went quiet.
+    pub bulk_stall_timeout: Duration,
     /// Redundancy sized from measured loss (on by default; none below 2.5 %
     /// loss, one copy up to 15 %): new urgent messages (`Channel::Urgent`)
     /// get extra early repeats within one packet interval, so a lost input
@@ -82,6 +92,7 @@ impl Default for TransportConfig {
             max_unacked: 256,
             max_message: crate::proto::MAX_MESSAGE_LEN,
             max_bulk_message: 4 << 20,
+            bulk_stall_timeout: Duration::from_secs(10),
             redundancy: true,
             congestion: CongestionConfig::default(),
             burst: 3,

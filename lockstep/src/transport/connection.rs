@@ -145,6 +145,17 @@ pub(crate) struct Connection {
     dropped_auth: u64,
     dropped_replay: u64,
     dropped_malformed: u64,
+    /// The drop totals already handed to the server by `take_drops`.
+    reported: Drops,
+}
+
+/// Per-connection refusals and expiries a server adds to its counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Drops {
+    /// Bulk messages refused (none asked for, or the cap was lowered mid-message).
+    pub(crate) bulk_refused: u64,
+    /// Bulk messages thrown away after a stall.
+    pub(crate) bulk_expired: u64,
 }
 
 impl Connection {
@@ -174,7 +185,12 @@ impl Connection {
             inc: Incoming::new(cfg.max_message),
             credit,
             bulk_out: BulkOut::new(cfg.max_bulk_message),
-            bulk_in: BulkIn::new(cfg.max_bulk_message),
+            // A server accepts bulk data only where it asked for it
+            // (`Server::set_bulk_receive`): closed until then.
+            bulk_in: BulkIn::new(match role {
+                Role::Client => cfg.max_bulk_message,
+                Role::Server => 0,
+            }),
             bulk_credit: 0,
             bulk_serials: super::acks::BulkSerials::new(),
             now,
@@ -205,6 +221,31 @@ impl Connection {
             dropped_auth: 0,
             dropped_replay: 0,
             dropped_malformed: 0,
+            reported: Drops::default(),
+        }
+    }
+
+    /// Sets the largest bulk message accepted from the peer (0: none).
+    pub(crate) fn set_bulk_receive(&mut self, max_message: usize) {
+        self.bulk_in.set_max_message(max_message);
+    }
+
+    /// What this connection refused or threw away since the last call,
+    /// for the server's totals ([`super::ServerCounters`]).
+    pub(crate) fn take_drops(&mut self) -> Drops {
+        let now = self.drops();
+        let delta = Drops {
+            bulk_refused: now.bulk_refused - self.reported.bulk_refused,
+            bulk_expired: now.bulk_expired - self.reported.bulk_expired,
+        };
+        self.reported = now;
+        delta
+    }
+
+    fn drops(&self) -> Drops {
+        Drops {
+            bulk_refused: self.bulk_in.refused,
+            bulk_expired: self.bulk_in.expired,
         }
     }
 
@@ -297,7 +338,8 @@ impl Connection {
                             data,
                         } => {
                             news = true;
-                            if let Some(m) = self.bulk_in.on_fragment(msg, total, index, data) {
+                            if let Some(m) = self.bulk_in.on_fragment(now, msg, total, index, data)
+                            {
                                 delivered.push_back(m);
                             }
                         }
@@ -416,6 +458,7 @@ impl Connection {
                 .push_back(ConnEvent::Closed(DisconnectReason::Timeout));
             return;
         }
+        self.bulk_in.expire(now, self.cfg.bulk_stall_timeout);
         let bound = self.loss_bound();
         self.sent.detect_lost(now, bound, &mut self.ack_events);
         self.ack_events.clear();
@@ -524,6 +567,9 @@ impl Connection {
                     t = t.min(f + self.cfg.backpressure_timeout);
                 }
                 if let Some(b) = self.bulk_out.next_timeout(self.bulk_timeout()) {
+                    t = t.min(b);
+                }
+                if let Some(b) = self.bulk_in.deadline(self.cfg.bulk_stall_timeout) {
                     t = t.min(b);
                 }
                 if let State::Flushing { until, .. } = self.state {
@@ -727,6 +773,8 @@ impl Connection {
             dropped_auth: self.dropped_auth,
             dropped_replay: self.dropped_replay,
             dropped_malformed: self.dropped_malformed,
+            bulk_refused: self.bulk_in.refused,
+            bulk_expired: self.bulk_in.expired,
         }
     }
 }

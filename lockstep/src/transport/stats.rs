@@ -73,6 +73,13 @@ pub struct LinkStats {
     pub dropped_replay: u64,
     /// Packets dropped as malformed.
     pub dropped_malformed: u64,
+    /// Bulk messages refused unread: none was asked for (a server's
+    /// connection not opened by `Server::set_bulk_receive`), or the cap was
+    /// lowered while one was arriving.
+    pub bulk_refused: u64,
+    /// Incomplete bulk messages thrown away after `bulk_stall_timeout`
+    /// without a new fragment.
+    pub bulk_expired: u64,
 }
 
 impl Default for LinkStats {
@@ -101,6 +108,8 @@ impl Default for LinkStats {
             dropped_auth: 0,
             dropped_replay: 0,
             dropped_malformed: 0,
+            bulk_refused: 0,
+            bulk_expired: 0,
         }
     }
 }
