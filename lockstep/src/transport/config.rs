@@ -54,6 +54,13 @@ pub struct TransportConfig {
     /// fragment within about a second, so only a sender that stopped
     /// mid-message trips it, twice the silence `timeout` after it went quiet.
     pub bulk_stall_timeout: Duration,
+    /// Bytes of reliable frames a connection holds ahead of a gap (default
+    /// `messages::DEFAULT_MAX_REORDER_BYTES`, 128 KiB; keep it at least
+    /// `max_message`). Frames beyond it are refused and their packet left
+    /// unacknowledged, so the sender resends them later (counted in
+    /// `LinkStats::reorder_refused`): a peer cannot make the receiver hold
+    /// its whole 1,024-frame receive window (~1.2 MiB).
+    pub max_reorder_bytes: usize,
     /// Redundancy sized from measured loss (on by default; none below 2.5 %
     /// loss, one copy up to 15 %): new urgent messages (`Channel::Urgent`)
     /// get extra early repeats within one packet interval, so a lost input
@@ -93,6 +100,7 @@ impl Default for TransportConfig {
             max_message: crate::proto::MAX_MESSAGE_LEN,
             max_bulk_message: 4 << 20,
             bulk_stall_timeout: Duration::from_secs(10),
+            max_reorder_bytes: super::messages::DEFAULT_MAX_REORDER_BYTES,
             redundancy: true,
             congestion: CongestionConfig::default(),
             burst: 3,

@@ -156,6 +156,8 @@ pub(crate) struct Drops {
     pub(crate) bulk_refused: u64,
     /// Bulk messages thrown away after a stall.
     pub(crate) bulk_expired: u64,
+    /// Reliable frames refused by the reorder cap.
+    pub(crate) reorder_refused: u64,
 }
 
 impl Connection {
@@ -182,7 +184,7 @@ impl Connection {
             rtt: RttEstimator::default(),
             congestion,
             out: Outgoing::new(cfg.max_unacked, cfg.max_message),
-            inc: Incoming::new(cfg.max_message),
+            inc: Incoming::new(cfg.max_message).with_reorder_cap(cfg.max_reorder_bytes),
             credit,
             bulk_out: BulkOut::new(cfg.max_bulk_message),
             // A server accepts bulk data only where it asked for it
@@ -237,6 +239,7 @@ impl Connection {
         let delta = Drops {
             bulk_refused: now.bulk_refused - self.reported.bulk_refused,
             bulk_expired: now.bulk_expired - self.reported.bulk_expired,
+            reorder_refused: now.reorder_refused - self.reported.reorder_refused,
         };
         self.reported = now;
         delta
@@ -246,6 +249,7 @@ impl Connection {
         Drops {
             bulk_refused: self.bulk_in.refused,
             bulk_expired: self.bulk_in.expired,
+            reorder_refused: self.inc.reorder_refused,
         }
     }
 
@@ -297,9 +301,13 @@ impl Connection {
         self.bytes_received += bytes.len() as u64;
         self.recv_bytes.add(now, bytes.len() as u64);
         self.recv_packets.add(now, 1);
-        self.received.record(header.seq, now);
+        // Recorded (so acknowledged) once its frames were taken: a packet
+        // whose reliable frame was refused by the reorder cap stays
+        // unacknowledged, and the sender resends what it carried.
+        let mut refused = false;
         match header.kind {
             AuthKind::Disconnect => {
+                self.received.record(header.seq, now);
                 self.state = State::Closed;
                 self.events
                     .push_back(ConnEvent::Closed(DisconnectReason::Remote));
@@ -322,7 +330,7 @@ impl Connection {
                 for f in &frames {
                     match *f {
                         Frame::Reliable { id, fragment, data } => {
-                            self.inc.on_reliable(id, fragment, data, &mut delivered);
+                            refused |= !self.inc.on_reliable(id, fragment, data, &mut delivered);
                         }
                         Frame::Unreliable { id, data } => {
                             if let Some(m) = self.inc.on_unreliable(id, data) {
@@ -374,6 +382,9 @@ impl Connection {
                 }
                 self.finish_flush();
             }
+        }
+        if !refused {
+            self.received.record(header.seq, now);
         }
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
@@ -775,6 +786,7 @@ impl Connection {
             dropped_malformed: self.dropped_malformed,
             bulk_refused: self.bulk_in.refused,
             bulk_expired: self.bulk_in.expired,
+            reorder_refused: self.inc.reorder_refused,
         }
     }
 }

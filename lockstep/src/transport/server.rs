@@ -110,6 +110,9 @@ pub struct ServerCounters {
     /// Incomplete bulk messages thrown away after `bulk_stall_timeout`
     /// without a new fragment.
     pub bulk_expired: u64,
+    /// Reliable frames refused by a connection's reorder cap
+    /// (`max_reorder_bytes`); their packets went unacknowledged.
+    pub reorder_refused: u64,
 }
 
 /// How a [`Server`] admits clients.
@@ -601,6 +604,7 @@ impl Server {
         let drops = slot.conn.take_drops();
         self.counters.bulk_refused += drops.bulk_refused;
         self.counters.bulk_expired += drops.bulk_expired;
+        self.counters.reorder_refused += drops.reorder_refused;
         let mut closed = None;
         while let Some(ev) = slot.conn.poll_event() {
             match ev {

@@ -80,6 +80,10 @@ pub struct LinkStats {
     /// Incomplete bulk messages thrown away after `bulk_stall_timeout`
     /// without a new fragment.
     pub bulk_expired: u64,
+    /// Reliable frames refused because holding them ahead of a gap would
+    /// exceed `max_reorder_bytes` (their packet went unacknowledged, so
+    /// the peer resent them).
+    pub reorder_refused: u64,
 }
 
 impl Default for LinkStats {
@@ -110,6 +114,7 @@ impl Default for LinkStats {
             dropped_malformed: 0,
             bulk_refused: 0,
             bulk_expired: 0,
+            reorder_refused: 0,
         }
     }
 }
