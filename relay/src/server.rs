@@ -8,7 +8,7 @@ use crate::router::{ConnId, JoinRefusal, Router};
 use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
-use lockstep::transport::{Channel, Server, ServerEvent};
+use lockstep::transport::{Channel, DisconnectReason, Server, ServerEvent};
 use lockstep::{Duration, Instant};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -44,6 +44,9 @@ pub struct RouterGlue {
     quota: Option<Arc<ConnectionQuota>>,
     /// Connections holding a unit of `quota`.
     held: BTreeSet<ConnId>,
+    /// Connections the transport cut off for misbehaving, since the last
+    /// [`RouterGlue::take_cut_off`].
+    cut_off: Vec<(ConnId, DisconnectReason)>,
 }
 
 impl RouterGlue {
@@ -97,6 +100,13 @@ impl RouterGlue {
     #[must_use]
     pub fn poll_drop(&mut self) -> Option<(ConnId, SendDrop)> {
         self.drops.poll()
+    }
+
+    /// Connections the transport cut off for misbehaving since the last
+    /// call (a peer that acknowledged nothing while it kept sending, or left
+    /// its window full), with why: for the driver's logs.
+    pub fn take_cut_off(&mut self) -> Vec<(ConnId, DisconnectReason)> {
+        std::mem::take(&mut self.cut_off)
     }
 
     /// Every join refused since the last call, for the driver's logs: the
@@ -182,7 +192,15 @@ impl RouterGlue {
                     }
                 },
                 ServerEvent::Backpressure { .. } => {}
-                ServerEvent::Disconnected { conn, .. } => {
+                ServerEvent::Disconnected { conn, reason } => {
+                    // A peer that stopped acking is the relay's to report
+                    // (bounded: one entry per connection, drained per wake-up).
+                    if matches!(
+                        reason,
+                        DisconnectReason::NoAcks | DisconnectReason::Backpressure
+                    ) {
+                        self.cut_off.push((conn, reason));
+                    }
                     self.backlog.remove(&conn);
                     self.release(conn);
                     router.handle_disconnected(now, conn);
@@ -535,5 +553,73 @@ mod tests {
             MAX_SNAPSHOT_CHUNK,
             "the asked one's"
         );
+    }
+
+    /// A client whose packets reach the relay but which hears nothing (so
+    /// acks nothing) is cut off by the transport with `NoAcks` within the
+    /// back-pressure timeout, reported for the driver's log, and forgotten
+    /// by the router; a client that acks stays.
+    #[test]
+    fn a_client_that_acks_nothing_is_cut_off_and_reported() {
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        // The clients' own silence timeout is long: the deaf one keeps talking.
+        let client_cfg = TransportConfig {
+            timeout: Duration::from_secs(60),
+            ..cfg
+        };
+        let mut server = Server::new(cfg, [4; 32]);
+        let mut router = Router::new(RelayConfig::default());
+        let mut glue = RouterGlue::new();
+        let addrs = [
+            SocketAddr::from(([127, 0, 0, 1], 7200)),
+            SocketAddr::from(([127, 0, 0, 1], 7201)),
+        ];
+        let mut clients: Vec<Client> = (0..2u64)
+            .map(|i| Client::new(Instant::ZERO, srv, client_cfg, 60 + i))
+            .collect();
+        let mut now = Instant::ZERO;
+        let mut buf = Vec::new();
+        let mut cut = Vec::new();
+        let mut deaf_from = None;
+        for step in 0..1500u32 {
+            if step == 30 {
+                for (i, c) in clients.iter_mut().enumerate() {
+                    let join = crate::test_support::join_bytes(&format!("m{i}"), "p");
+                    c.send(Channel::Reliable, &join).unwrap();
+                }
+            }
+            if step == 100 {
+                deaf_from = Some(now);
+            }
+            for (c, &a) in clients.iter_mut().zip(&addrs) {
+                c.handle_timeout(now);
+                while c.poll_transmit(now, &mut buf).is_some() {
+                    server.handle_datagram(now, a, &buf);
+                }
+            }
+            glue.step(now, &mut router, &mut server);
+            cut.extend(glue.take_cut_off().into_iter().map(|(c, r)| (now, c, r)));
+            while let Some(to) = server.poll_transmit(now, &mut buf) {
+                // From `deaf_from` on, client 0 hears nothing.
+                if to == addrs[1] || deaf_from.is_none() {
+                    let i = usize::from(to == addrs[1]);
+                    clients[i].handle_datagram(now, srv, &buf);
+                }
+            }
+            now += Duration::from_millis(10);
+        }
+        let deaf_from = deaf_from.unwrap();
+        assert_eq!(cut.len(), 1, "{cut:?}");
+        let (at, conn, reason) = cut[0];
+        assert_eq!(reason, DisconnectReason::NoAcks);
+        assert!(
+            at.saturating_since(deaf_from) <= cfg.backpressure_timeout + Duration::from_secs(2),
+            "cut off {:?} after it went deaf",
+            at.saturating_since(deaf_from)
+        );
+        assert_eq!(server.addr(conn), None);
+        assert_eq!(router.connection_count(), 1, "the router forgot it");
+        assert!(clients[1].is_connected());
     }
 }

@@ -71,6 +71,15 @@ pub enum RelayNote<'a> {
         /// The latest one.
         drop: lockstep::backlog::SendDrop,
     },
+    /// The transport cut a connection off for misbehaving: it acknowledged
+    /// nothing for the back-pressure timeout while it kept sending
+    /// (`NoAcks`), or left its window full that long (`Backpressure`).
+    CutOff {
+        /// The connection.
+        conn: crate::router::ConnId,
+        /// Why.
+        reason: lockstep::transport::DisconnectReason,
+    },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
         /// Matches running when the shutdown began.

@@ -82,8 +82,17 @@ pub struct TransportConfig {
     pub handshake_resend: Duration,
     /// Copies of the clean-disconnect packet (3).
     pub disconnect_copies: u8,
-    /// How long the un-acked window may stay full before the connection is dropped (5 s).
+    /// How long the un-acked window may stay full before the connection is
+    /// dropped (5 s; `DisconnectReason::Backpressure`); also how long a peer
+    /// that keeps sending may leave our data unacknowledged before it is
+    /// dropped (`DisconnectReason::NoAcks`).
     pub backpressure_timeout: Duration,
+    /// Most bytes sent after the newest packet the peer acknowledged (256
+    /// KiB): at the cap only acks and keep-alives go out until it acks, so
+    /// a peer that never acks gets at most this much data. Above what an
+    /// honest peer has unconfirmed (a round trip of turn traffic plus the
+    /// bulk path's 128-fragment window, ~150 KB).
+    pub max_unconfirmed_bytes: usize,
     /// Most connections a server accepts (64).
     pub max_connections: usize,
     /// How long a challenge cookie stays valid (10 s).
@@ -108,6 +117,7 @@ impl Default for TransportConfig {
             handshake_resend: Duration::from_millis(250),
             disconnect_copies: 3,
             backpressure_timeout: Duration::from_secs(5),
+            max_unconfirmed_bytes: 256 * 1024,
             max_connections: 64,
             cookie_lifetime: Duration::from_secs(10),
         }

@@ -42,6 +42,11 @@ pub enum DisconnectReason {
     /// A new handshake from the same address replaced this connection.
     #[error("replaced by a new connection from the same address")]
     Replaced,
+    /// The peer kept sending but acknowledged none of our data for
+    /// `backpressure_timeout` (a broken or hostile client that would
+    /// otherwise be sent to for ever).
+    #[error("peer acknowledged nothing")]
+    NoAcks,
     /// The 64-bit packet counter ran out (never in practice).
     #[error("packet counter exhausted")]
     CounterExhausted,
@@ -130,6 +135,9 @@ pub(crate) struct Connection {
     state: State,
     events: VecDeque<ConnEvent>,
     full_since: Option<Instant>,
+    /// Since when data we sent has waited for an ack with none arriving
+    /// (restarted by every ack of a newer packet; `None`: nothing awaits).
+    ack_wait_since: Option<Instant>,
     backpressure_armed: bool,
     ack_events: Vec<AckEvent>,
     ids: super::acks::MessageIds,
@@ -145,6 +153,9 @@ pub(crate) struct Connection {
     dropped_auth: u64,
     dropped_replay: u64,
     dropped_malformed: u64,
+    /// Tests only: play a peer that never acknowledges anything.
+    #[cfg(test)]
+    pub(crate) never_ack: bool,
     /// The drop totals already handed to the server by `take_drops`.
     reported: Drops,
 }
@@ -208,6 +219,7 @@ impl Connection {
             state: State::Open,
             events: VecDeque::new(),
             full_since: None,
+            ack_wait_since: None,
             backpressure_armed: true,
             ack_events: Vec::new(),
             ids: super::acks::MessageIds::new(),
@@ -223,6 +235,8 @@ impl Connection {
             dropped_auth: 0,
             dropped_replay: 0,
             dropped_malformed: 0,
+            #[cfg(test)]
+            never_ack: false,
             reported: Drops::default(),
         }
     }
@@ -397,6 +411,7 @@ impl Connection {
             return;
         }
         let before = self.sent.bytes_acked;
+        let unconfirmed = self.sent.unconfirmed_bytes();
         let samples = self.rtt.samples();
         self.sent.on_ack(
             h.ack,
@@ -416,6 +431,14 @@ impl Connection {
             self.learn_peer_ack_delay(held.min(Self::MAX_PEER_ACK_DELAY));
         }
         self.acked_bytes.add(now, self.sent.bytes_acked - before);
+        if self.sent.unconfirmed_bytes() < unconfirmed {
+            // A newer packet was acked: the peer acks; the wait restarts
+            // for whatever it has not acked yet.
+            let waiting = self
+                .last_eliciting_send
+                .is_some_and(|t| self.sent.newest_acked_sent.is_none_or(|a| t > a));
+            self.ack_wait_since = waiting.then_some(now);
+        }
         for ev in self.ack_events.drain(..) {
             if let AckEvent::Acked { messages, bulk, .. } = ev {
                 self.out.on_acked(&messages);
@@ -442,6 +465,21 @@ impl Connection {
         } else {
             0
         };
+    }
+
+    /// When a peer that talks but acks nothing is dropped: `backpressure_timeout`
+    /// after our data began waiting, once the peer was heard at least a
+    /// loss bound into that wait (an honest peer would have acked by then;
+    /// a silent one is left to the silence timeout).
+    fn no_ack_deadline(&self) -> Option<Instant> {
+        let since = self.ack_wait_since?;
+        (self.last_recv >= since + self.loss_bound()).then(|| since + self.cfg.backpressure_timeout)
+    }
+
+    /// Whether the peer has left `max_unconfirmed_bytes` unacknowledged:
+    /// only acks and keep-alives go out until it acks.
+    pub(super) fn unconfirmed_full(&self) -> bool {
+        self.sent.unconfirmed_bytes() >= self.cfg.max_unconfirmed_bytes as u64
     }
 
     /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
@@ -477,6 +515,10 @@ impl Connection {
         self.refresh_copies();
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
+        }
+        if self.no_ack_deadline().is_some_and(|d| now >= d) {
+            self.close(DisconnectReason::NoAcks);
+            return;
         }
         if self.out.is_full() {
             let since = *self.full_since.get_or_insert(now);
@@ -586,6 +628,9 @@ impl Connection {
                 if let State::Flushing { until, .. } = self.state {
                     t = t.min(until);
                 }
+                if let Some(d) = self.no_ack_deadline() {
+                    t = t.min(d);
+                }
                 // What `handle_timeout` would change with no packet in
                 // between, so a server that wakes only connections whose
                 // deadline came (its schedule) misses nothing: the return
@@ -605,6 +650,17 @@ impl Connection {
     }
 
     fn header(&self, kind: AuthKind, now: Instant) -> Header {
+        #[cfg(test)]
+        if self.never_ack {
+            // The first packet the server sent (its Accepted), every time.
+            return Header {
+                kind,
+                seq: self.send_counter as u16,
+                ack: 0,
+                ack_bits: 0,
+                ack_delay: wire::ACK_DELAY_UNKNOWN,
+            };
+        }
         let (ack, ack_bits, mut ack_delay) = self.received.ack_fields(now);
         if self.lazy_seq == Some(ack) {
             // Our newest packet was held on purpose (duplicates only): its
@@ -635,6 +691,7 @@ impl Connection {
         self.send_counter += 1;
         if eliciting {
             self.last_eliciting_send = Some(now);
+            self.ack_wait_since.get_or_insert(now);
         }
         self.credit = self.credit.saturating_sub(self.charge(buf.len()));
         self.last_send = now;
@@ -703,10 +760,16 @@ impl Connection {
                 // with a bulk token; ride-along copies of turn messages do not
                 // take the room of the fragment a packet is sent for.
                 let bulk_token = self.congestion.bulk_interval().as_micros();
-                let bulk_now = self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
+                // At the unconfirmed-bytes cap no data goes: only the owed
+                // ack or a keep-alive ping (which an honest peer acks, with
+                // everything before it, should its earlier acks have been lost).
+                let capped = self.unconfirmed_full();
+                let bulk_now =
+                    !capped && self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
                 // Large new turn data does not wait for a turn token (Nagle's
                 // rule: a full segment goes now); it spends a bulk token.
-                let large_fresh = free
+                let large_fresh = !capped
+                    && free
                     && self.bulk_credit >= bulk_token
                     && self.out.fresh_bytes() >= Self::LARGE_FRESH;
                 let keep = if bulk_now {
@@ -714,7 +777,9 @@ impl Connection {
                 } else {
                     0
                 };
-                self.out.fill(now, r, budget, keep, buf, &mut self.ids);
+                if !capped {
+                    self.out.fill(now, r, budget, keep, buf, &mut self.ids);
+                }
                 if bulk_now {
                     let left = MAX_PACKET - TAG_LEN - buf.len();
                     self.bulk_out.fill(now, left, buf, &mut self.bulk_serials);

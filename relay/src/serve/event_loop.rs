@@ -475,6 +475,9 @@ impl<'a> EventLoop<'a> {
         drop_notes: &mut DropNotes,
     ) {
         drop_notes.note(now, std::iter::from_fn(|| self.glue.poll_drop()), note);
+        for (conn, reason) in self.glue.take_cut_off() {
+            note(RelayNote::CutOff { conn, reason });
+        }
         for r in self.glue.take_refusals() {
             if refusal_notes.allow(now, note) {
                 note(RelayNote::Refused {
