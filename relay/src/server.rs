@@ -3,14 +3,15 @@
 //! and each connection's link figures feed the input-delay choice. Sans-IO:
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
-use crate::limits::ConnectionQuota;
+use crate::limits::{ConnectionQuota, QuotaFull};
 use crate::router::{ConnId, JoinRefusal, Router};
 use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
 use lockstep::transport::{Channel, DisconnectReason, Server, ServerEvent};
 use lockstep::{Duration, Instant};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
@@ -42,8 +43,8 @@ pub struct RouterGlue {
     refused: Vec<JoinRefusal>,
     /// The connection limit shared with other loops' glue, if any.
     quota: Option<Arc<ConnectionQuota>>,
-    /// Connections holding a unit of `quota`.
-    held: BTreeSet<ConnId>,
+    /// Connections holding a unit of `quota`, with the address it was taken for.
+    held: BTreeMap<ConnId, SocketAddr>,
     /// Connections the transport cut off for misbehaving, since the last
     /// [`RouterGlue::take_cut_off`].
     cut_off: Vec<(ConnId, DisconnectReason)>,
@@ -65,25 +66,23 @@ impl RouterGlue {
         self
     }
 
-    /// Takes a unit of the shared quota for `conn`; false (nothing taken)
-    /// when the quota is full. Always true without a quota.
-    fn take(&mut self, conn: ConnId) -> bool {
-        match &self.quota {
-            None => true,
-            Some(q) if q.try_take() => {
-                self.held.insert(conn);
-                true
-            }
-            Some(_) => false,
+    /// Takes a unit of the shared quota for `conn`, established from
+    /// `addr`; refused (nothing taken) when the relay or the host is full.
+    /// Always taken without a quota.
+    fn take(&mut self, conn: ConnId, addr: SocketAddr) -> Result<(), QuotaFull> {
+        if let Some(q) = &self.quota {
+            q.try_take(addr)?;
+            self.held.insert(conn, addr);
         }
+        Ok(())
     }
 
     /// Gives back `conn`'s unit of the shared quota, if it holds one.
     fn release(&mut self, conn: ConnId) {
-        if self.held.remove(&conn)
+        if let Some(addr) = self.held.remove(&conn)
             && let Some(q) = &self.quota
         {
-            q.give_back();
+            q.give_back(addr);
         }
     }
 
@@ -160,13 +159,19 @@ impl RouterGlue {
             match ev {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
-                    if !(self.take(conn)
-                        && router.handle_connected_with_claims(now, conn, addr, claims))
-                    {
+                    let refused = match self.take(conn, addr) {
+                        Err(QuotaFull::Host) => Some("connection limit per host reached"),
+                        Err(QuotaFull::Relay) => Some("connection limit reached"),
+                        Ok(()) if !router.handle_connected_with_claims(now, conn, addr, claims) => {
+                            Some("connection limit reached")
+                        }
+                        Ok(()) => None,
+                    };
+                    if let Some(why) = refused {
                         self.release(conn);
                         // Say why before closing: the close delivers it first.
                         let reason = RejectReason::RelayFull;
-                        let detail = Some("connection limit reached".to_owned());
+                        let detail = Some(why.to_owned());
                         let msg = ToPeer::Rejected {
                             reason,
                             detail: detail.clone(),
@@ -621,5 +626,97 @@ mod tests {
         assert_eq!(server.addr(conn), None);
         assert_eq!(router.connection_count(), 1, "the router forgot it");
         assert!(clients[1].is_connected());
+    }
+
+    /// Connections are limited per host once established: a third from one
+    /// IPv4 address (another port) is refused with `RelayFull` and a
+    /// reason, another host is admitted, and a closed connection frees its
+    /// host's unit.
+    #[test]
+    fn a_host_gets_at_most_its_share_of_connections() {
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        let quota = Arc::new(ConnectionQuota::new(100).with_per_host(2));
+        let mut server = Server::new(cfg, [6; 32]);
+        let mut router = Router::new(RelayConfig::default());
+        let mut glue = RouterGlue::new().with_quota(Arc::clone(&quota));
+        let mut now = Instant::ZERO;
+        let connect = |from: SocketAddr,
+                       now: &mut Instant,
+                       server: &mut Server,
+                       router: &mut Router,
+                       glue: &mut RouterGlue| {
+            let mut client = Client::new(*now, srv, cfg, u64::from(from.port()));
+            let (mut said, mut buf) = (Vec::new(), Vec::new());
+            for _ in 0..20 {
+                while client.poll_transmit(*now, &mut buf).is_some() {
+                    server.handle_datagram(*now, from, &buf);
+                }
+                glue.step(*now, router, server);
+                while server.poll_transmit(*now, &mut buf).is_some() {
+                    client.handle_datagram(*now, srv, &buf);
+                }
+                while let Some(ev) = client.poll_event() {
+                    if let lockstep::transport::ClientEvent::Message(b) = ev
+                        && let Ok(m) = ToPeer::decode(&b)
+                    {
+                        said.push(m);
+                    }
+                }
+                *now += Duration::from_millis(10);
+            }
+            (client, said)
+        };
+        let refused = |said: &[ToPeer]| {
+            said.iter().find_map(|m| match m {
+                ToPeer::Rejected {
+                    reason: RejectReason::RelayFull,
+                    detail,
+                } => Some(detail.clone().unwrap_or_default()),
+                _ => None,
+            })
+        };
+        let host = |port| SocketAddr::from(([198, 51, 100, 7], port));
+        let (s, r, g) = (&mut server, &mut router, &mut glue);
+        let (mut one, said) = connect(host(1), &mut now, s, r, g);
+        assert_eq!(refused(&said), None);
+        let (mut two, said) = connect(host(2), &mut now, s, r, g);
+        assert_eq!(refused(&said), None);
+        let third = refused(&connect(host(3), &mut now, s, r, g).1);
+        assert_eq!(third.as_deref(), Some("connection limit per host reached"));
+        let other = SocketAddr::from(([198, 51, 100, 8], 1));
+        assert_eq!(
+            refused(&connect(other, &mut now, s, r, g).1),
+            None,
+            "another host"
+        );
+        assert_eq!((quota.used(), quota.used_by(host(9))), (3, 2));
+        // The first closes: its host may connect once more.
+        let first = server
+            .connections()
+            .find(|&c| server.addr(c) == Some(host(1)))
+            .expect("the first connection");
+        server.disconnect(first, now);
+        let mut buf = Vec::new();
+        for _ in 0..100 {
+            now += Duration::from_millis(10);
+            for (c, from) in [(&mut one, host(1)), (&mut two, host(2))] {
+                c.handle_timeout(now);
+                while c.poll_transmit(now, &mut buf).is_some() {
+                    server.handle_datagram(now, from, &buf);
+                }
+            }
+            glue.step(now, &mut router, &mut server);
+            while let Some(to) = server.poll_transmit(now, &mut buf) {
+                match to {
+                    t if t == host(1) => one.handle_datagram(now, srv, &buf),
+                    t if t == host(2) => two.handle_datagram(now, srv, &buf),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(quota.used_by(host(9)), 1);
+        let (s, r, g) = (&mut server, &mut router, &mut glue);
+        assert_eq!(refused(&connect(host(4), &mut now, s, r, g).1), None);
     }
 }
