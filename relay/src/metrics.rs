@@ -74,10 +74,14 @@ pub enum Metric {
     SnapshotsRefused,
     Rejoins,
     RejoinsRefused,
+    DropBulkRefused,
+    DropBulkExpired,
+    DropReorderRefused,
+    ConnectionsCutOff,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::RejoinsRefused as usize + 1;
+const COUNT: usize = Metric::ConnectionsCutOff as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -218,6 +222,26 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Rejoins into held slots, accepted or refused",
     ),
     ("relay_rejoins_total{outcome=\"refused\"}", "", ""),
+    (
+        "relay_transport_drops_total{reason=\"bulk_refused\"}",
+        "counter",
+        "Bulk messages refused unread (not asked for) or thrown away after a stall, and reliable frames refused by the reorder cap (resent by the peer)",
+    ),
+    (
+        "relay_transport_drops_total{reason=\"bulk_expired\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_transport_drops_total{reason=\"reorder_refused\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_connections_cut_off_total",
+        "counter",
+        "Connections the transport cut off for acknowledging nothing or leaving their window full",
+    ),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

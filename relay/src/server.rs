@@ -48,6 +48,8 @@ pub struct RouterGlue {
     /// Connections the transport cut off for misbehaving, since the last
     /// [`RouterGlue::take_cut_off`].
     cut_off: Vec<(ConnId, DisconnectReason)>,
+    /// Connections cut off (total).
+    cut_off_total: u64,
 }
 
 impl RouterGlue {
@@ -106,6 +108,12 @@ impl RouterGlue {
     /// its window full), with why: for the driver's logs.
     pub fn take_cut_off(&mut self) -> Vec<(ConnId, DisconnectReason)> {
         std::mem::take(&mut self.cut_off)
+    }
+
+    /// Connections cut off so far (see [`RouterGlue::take_cut_off`]).
+    #[must_use]
+    pub const fn cut_off_total(&self) -> u64 {
+        self.cut_off_total
     }
 
     /// Every join refused since the last call, for the driver's logs: the
@@ -205,6 +213,7 @@ impl RouterGlue {
                         DisconnectReason::NoAcks | DisconnectReason::Backpressure
                     ) {
                         self.cut_off.push((conn, reason));
+                        self.cut_off_total += 1;
                     }
                     self.backlog.remove(&conn);
                     self.release(conn);

@@ -295,6 +295,10 @@ pub(crate) fn publish(
     set(Metric::SnapshotsRefused, r.snapshots_refused);
     set(Metric::Rejoins, r.rejoins);
     set(Metric::RejoinsRefused, r.rejoins_refused);
+    set(Metric::DropBulkRefused, s.bulk_refused);
+    set(Metric::DropBulkExpired, s.bulk_expired);
+    set(Metric::DropReorderRefused, s.reorder_refused);
+    set(Metric::ConnectionsCutOff, glue.cut_off_total());
     set(Metric::DropTokenMissing, s.token_missing);
     set(Metric::DropTokenExpired, s.token_expired);
     set(Metric::DropTokenForged, s.token_forged);
