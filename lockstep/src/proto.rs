@@ -21,7 +21,8 @@ pub use forensics::{
 mod rejoin;
 pub use reject::RejectReason;
 pub use rejoin::{
-    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret, Resume, SnapshotChunk,
+    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret,
+    Resume, SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.

@@ -259,6 +259,7 @@ impl RelayConfig {
             ("limits.max_connections", l.max_connections),
             ("limits.max_matches", l.max_matches),
             ("limits.max_hash_turns", l.max_hash_turns),
+            ("--max-connections-per-host", l.max_connections_per_host),
         ] {
             if v == 0 {
                 return Err(bad(flag, 0, "at least 1".into()));

@@ -403,6 +403,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                     RelayNote::Recorded(r) => Note::Recorded(r.clone()),
                     RelayNote::RecordError(e) => Note::RecordError(e),
                     RelayNote::Draining { .. }
+                    | RelayNote::CutOff { .. }
                     | RelayNote::Refused { .. }
                     | RelayNote::SendDropped { .. }
                     | RelayNote::RefusalsSuppressed { .. } => return,

@@ -122,6 +122,11 @@ struct RelayArgs {
     /// Most spectators per match.
     #[arg(long, default_value_t = 32)]
     max_spectators: usize,
+    /// Most connections from one host (an IPv4 address or an IPv6 /64),
+    /// counted once the handshake completed; enough for a LAN party behind
+    /// one NAT by default.
+    #[arg(long, default_value_t = relay::limits::DEFAULT_MAX_CONNECTIONS_PER_HOST)]
+    max_connections_per_host: usize,
 }
 
 /// `--on-desync` values.
@@ -154,6 +159,10 @@ impl RelayArgs {
                 spectator_delay: Duration::from_millis(self.spectator_delay_ms),
                 max_spectators: self.max_spectators,
                 ..relay::rejoin::RejoinConfig::default()
+            },
+            limits: relay::limits::Limits {
+                max_connections_per_host: self.max_connections_per_host,
+                ..relay::limits::Limits::default()
             },
             ..RelayConfig::default()
         }

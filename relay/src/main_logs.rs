@@ -71,6 +71,12 @@ pub(crate) fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             "channel": format!("{:?}", drop.channel).to_lowercase(), "bytes": drop.len,
             "text": drop.to_string() }),
         ),
+        RelayNote::CutOff { conn, reason } => (
+            Level::Warn,
+            serde_json::json!({
+            "event": "cut_off", "conn": conn.0, "reason": format!("{reason:?}"),
+            "text": reason.to_string() }),
+        ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,
             serde_json::json!({ "event": "draining", "running": running, "grace_s": grace.as_micros() / 1_000_000 }),

@@ -79,10 +79,14 @@ pub enum Metric {
     HandoffConnectionsDropped,
     ClockSeqRepeated,
     ClockSeqJumped,
+    DropBulkRefused,
+    DropBulkExpired,
+    DropReorderRefused,
+    ConnectionsCutOff,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::ClockSeqJumped as usize + 1;
+const COUNT: usize = Metric::ConnectionsCutOff as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -235,6 +239,26 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Clock policy: inputs stamped anyway whose sequence number repeated or went back, or jumped far ahead",
     ),
     ("relay_clock_inputs_odd_total{kind=\"seq_jumped\"}", "", ""),
+    (
+        "relay_transport_drops_total{reason=\"bulk_refused\"}",
+        "counter",
+        "Bulk messages refused unread (not asked for) or thrown away after a stall, and reliable frames refused by the reorder cap (resent by the peer)",
+    ),
+    (
+        "relay_transport_drops_total{reason=\"bulk_expired\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_transport_drops_total{reason=\"reorder_refused\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_connections_cut_off_total",
+        "counter",
+        "Connections the transport cut off for acknowledging nothing or leaving their window full",
+    ),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

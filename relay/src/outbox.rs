@@ -108,6 +108,9 @@ pub(crate) struct Outbox {
     /// Connections a match let go of (a player dropped by silence): the
     /// router clears their seat so they no longer reach the match.
     pub(crate) detached: Vec<ConnId>,
+    /// Changes to which connections may send bulk data, and how large a
+    /// message: the transport refuses bulk data the relay did not ask for.
+    pub(crate) bulk_grants: VecDeque<(ConnId, usize)>,
 }
 
 impl Outbox {

@@ -403,6 +403,16 @@ impl Router {
         self.out.msgs.pop_front()
     }
 
+    /// The next change to a connection's bulk receive cap: the largest
+    /// bulk message it may now send (0: none). Pass it on to
+    /// `Server::set_bulk_receive` before the router's messages: the relay
+    /// accepts bulk data (a snapshot upload) only from the player it asked,
+    /// one chunk at a time.
+    #[must_use]
+    pub fn poll_bulk_grant(&mut self) -> Option<(ConnId, usize)> {
+        self.out.bulk_grants.pop_front()
+    }
+
     /// The next refused join, for the driver's log; one whose
     /// [`JoinRefusal::token`] is set goes to `Server::refuse` (which counts
     /// it and closes the connection after the `Rejected` message).

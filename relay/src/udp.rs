@@ -71,6 +71,15 @@ pub enum RelayNote<'a> {
         /// The latest one.
         drop: lockstep::backlog::SendDrop,
     },
+    /// The transport cut a connection off for misbehaving: it acknowledged
+    /// nothing for the back-pressure timeout while it kept sending
+    /// (`NoAcks`), or left its window full that long (`Backpressure`).
+    CutOff {
+        /// The connection.
+        conn: crate::router::ConnId,
+        /// Why.
+        reason: lockstep::transport::DisconnectReason,
+    },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
         /// Matches running when the shutdown began.
@@ -311,6 +320,10 @@ pub(crate) fn publish(
     set(Metric::SnapshotsRefused, r.snapshots_refused);
     set(Metric::Rejoins, r.rejoins);
     set(Metric::RejoinsRefused, r.rejoins_refused);
+    set(Metric::DropBulkRefused, s.bulk_refused);
+    set(Metric::DropBulkExpired, s.bulk_expired);
+    set(Metric::DropReorderRefused, s.reorder_refused);
+    set(Metric::ConnectionsCutOff, glue.cut_off_total());
     set(Metric::DropTokenMissing, s.token_missing);
     set(Metric::DropTokenExpired, s.token_expired);
     set(Metric::DropTokenForged, s.token_forged);

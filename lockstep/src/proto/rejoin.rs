@@ -13,6 +13,14 @@ use std::fmt;
 /// forward while it still receives.
 pub const MAX_SNAPSHOT_CHUNK: usize = 32 * 1024;
 
+/// Largest encoded message carrying one snapshot chunk
+/// ([`super::ToRelay::SnapshotChunk`] or [`super::ToPeer::SnapshotChunk`]):
+/// [`MAX_SNAPSHOT_CHUNK`] plus the framing (version byte, variant, turn,
+/// hash, total, offset and length). The largest bulk message a peer
+/// legitimately sends the relay, so the relay opens an uploader's bulk
+/// path for this much and no more.
+pub const MAX_SNAPSHOT_CHUNK_MESSAGE: usize = MAX_SNAPSHOT_CHUNK + 64;
+
 /// Largest snapshot the protocol can announce (64 MiB); a relay's own limit
 /// is usually much lower.
 pub const MAX_SNAPSHOT_TOTAL: u32 = 64 * 1024 * 1024;
@@ -135,5 +143,28 @@ impl SnapshotChunk {
         self.bytes.len() <= MAX_SNAPSHOT_CHUNK
             && self.total <= MAX_SNAPSHOT_TOTAL
             && u64::from(self.offset) + self.bytes.len() as u64 <= u64::from(self.total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{ToPeer, ToRelay};
+
+    /// The largest chunk with the largest field values, either way, fits
+    /// the bulk cap the relay opens for an uploader.
+    #[test]
+    fn the_largest_chunk_message_fits_its_cap() {
+        let c = SnapshotChunk {
+            turn: Turn(u32::MAX),
+            hash: StateHash([0xFF; 32]),
+            total: MAX_SNAPSHOT_TOTAL,
+            offset: MAX_SNAPSHOT_TOTAL - MAX_SNAPSHOT_CHUNK as u32,
+            bytes: vec![0xFF; MAX_SNAPSHOT_CHUNK],
+        };
+        let up = ToRelay::SnapshotChunk(c.clone()).to_bytes().len();
+        let down = ToPeer::SnapshotChunk(c).to_bytes().len();
+        assert!(up <= MAX_SNAPSHOT_CHUNK_MESSAGE, "{up}");
+        assert!(down <= MAX_SNAPSHOT_CHUNK_MESSAGE, "{down}");
     }
 }

@@ -120,6 +120,9 @@ struct Game {
     /// The Start every player got (`your_player` aside): a rejoin's resume.
     start_msg: Start,
     snapshots: snapshots::SnapshotStore,
+    /// The player asked for a snapshot and its connection, while the relay
+    /// accepts bulk data (the chunks) from it.
+    upload_grant: Option<(PlayerId, ConnId)>,
     spectators: Vec<spectators::Spectator>,
     /// Agreed hashes of recent turns, for the spectators' late reports.
     agreed: spectators::AgreedHashes,
@@ -373,6 +376,7 @@ impl MatchRoom {
             end_by: None,
             start_msg,
             snapshots: snapshots::SnapshotStore::default(),
+            upload_grant: None,
             spectators: Vec::new(),
             agreed: spectators::AgreedHashes::default(),
         }));

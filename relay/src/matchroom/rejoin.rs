@@ -12,7 +12,8 @@ use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
 use lockstep::proto::{
-    Delivery, MAX_SNAPSHOT_CHUNK, RejectReason, Rejoin, Resume, SnapshotChunk, ToPeer,
+    Delivery, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Resume,
+    SnapshotChunk, ToPeer,
 };
 use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
@@ -195,6 +196,16 @@ impl Game {
         let outcome = self.snapshots.request(turn, player);
         self.count(outcome, out);
         out.counters.snapshots_requested += 1;
+        // The chunks come on the bulk path, which the relay opens only for
+        // the player it asks, for one chunk at a time (the previous
+        // uploader's closes: its upload was just abandoned).
+        if let Some((_, old)) = self.upload_grant.replace((player, conn))
+            && old != conn
+        {
+            out.bulk_grants.push_back((old, 0));
+        }
+        out.bulk_grants
+            .push_back((conn, MAX_SNAPSHOT_CHUNK_MESSAGE));
         out.send(conn, &ToPeer::SnapshotRequest { turn });
     }
 
@@ -208,6 +219,21 @@ impl Game {
     ) {
         let outcome = self.snapshots.on_chunk(player, chunk, &config.rejoin);
         self.count(outcome, out);
+        self.settle_upload_grant(out);
+    }
+
+    /// Closes the uploader's bulk path once its upload no longer wants
+    /// chunks (complete, refused or judged without a majority). An
+    /// uploader dropped while its connection lives keeps it until the
+    /// next request goes elsewhere: bounded meanwhile by the one-chunk cap
+    /// and the transport's stall expiry.
+    fn settle_upload_grant(&mut self, out: &mut Outbox) {
+        if let Some((player, conn)) = self.upload_grant
+            && !self.snapshots.awaits_chunks_from(player)
+        {
+            self.upload_grant = None;
+            out.bulk_grants.push_back((conn, 0));
+        }
     }
 
     /// The relay judged `turn`: `agreed` is its majority hash, if one exists.
@@ -222,6 +248,7 @@ impl Game {
             None => self.snapshots.on_unagreed(turn),
         };
         self.count(outcome, out);
+        self.settle_upload_grant(out);
     }
 
     fn count(&self, outcome: Outcome, out: &mut Outbox) {

@@ -141,6 +141,14 @@ impl SnapshotStore {
         every > 0 && turn.0 > 0 && turn.0 % every == 0 && !busy
     }
 
+    /// Whether the upload under way still waits for chunks from `player`
+    /// (while it does, the relay accepts bulk data from that player).
+    pub(super) fn awaits_chunks_from(&self, player: PlayerId) -> bool {
+        self.upload
+            .as_ref()
+            .is_some_and(|u| u.from == player && !u.complete())
+    }
+
     /// Abandons the upload under way if `player` is its uploader (it left).
     pub(super) fn uploader_gone(&mut self, player: PlayerId) {
         if self.upload.as_ref().is_some_and(|u| u.from == player) {
