@@ -22,6 +22,9 @@ pub use crate::outbox::RouterCounters;
 
 mod rejoin;
 mod rooms;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod snapshot_tests;
 /// A transport connection, as numbered by the transport `Server`.
 pub use lockstep::transport::ConnId;
 

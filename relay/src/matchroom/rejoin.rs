@@ -176,9 +176,10 @@ impl Game {
     }
 
     /// Before turn `turn`'s bundle goes out: if a snapshot of it is due, ask
-    /// one live player for it (taking turns, so no one player uploads every
-    /// time). The request precedes the bundle on the reliable channel, so
-    /// the player has not simulated the turn yet when it arrives.
+    /// one live player for it: every live player in turn, skipping one whose
+    /// latest upload failed (see `SnapshotStore::next_uploader`). The
+    /// request precedes the bundle on the reliable channel, so the player
+    /// has not simulated the turn yet when it arrives.
     pub(super) fn request_snapshot(&mut self, turn: Turn, config: &RelayConfig, out: &mut Outbox) {
         if !self.snapshots.due(turn, &config.rejoin) || self.desynced {
             return;
@@ -188,8 +189,7 @@ impl Game {
             .filter(|(_, s)| s.live())
             .filter_map(|(seat, s)| s.conn.map(|c| (seat.id(), c)))
             .collect();
-        let round = (turn.0 / config.rejoin.snapshot_every.max(1)) as usize;
-        let Some(&(player, conn)) = live.get(round % live.len().max(1)) else {
+        let Some((player, conn)) = self.snapshots.next_uploader(&live) else {
             return;
         };
         let outcome = self.snapshots.request(turn, player);

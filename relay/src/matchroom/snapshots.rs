@@ -6,8 +6,9 @@
 use crate::rejoin::RejoinConfig;
 use lockstep::Instant;
 use lockstep::proto::SnapshotChunk;
+use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 /// What a rejoining peer restores from.
 #[derive(Debug)]
@@ -71,6 +72,14 @@ pub(super) struct SnapshotStore {
     floor: Option<Turn>,
     tail_bytes: usize,
     upload: Option<Upload>,
+    /// The player asked last: the next request goes to the live player
+    /// after it, so every live player takes its turn whatever their number.
+    last_asked: Option<PlayerId>,
+    /// Players whose latest upload failed (never completed, broke the
+    /// rules, or had another hash than the agreed one): skipped while
+    /// another live player has not failed, so one silent or lying uploader
+    /// cannot keep the match without a snapshot.
+    failed: BTreeSet<PlayerId>,
 }
 
 impl Default for SnapshotStore {
@@ -81,6 +90,8 @@ impl Default for SnapshotStore {
             floor: None,
             tail_bytes: 0,
             upload: None,
+            last_asked: None,
+            failed: BTreeSet::new(),
         }
     }
 }
@@ -148,9 +159,31 @@ impl SnapshotStore {
         }
     }
 
+    /// Whom to ask for the next snapshot among `live` (sorted by player):
+    /// the first after the player asked last, skipping players whose
+    /// latest upload failed unless every live player's did.
+    pub(super) fn next_uploader(&self, live: &[(PlayerId, ConnId)]) -> Option<(PlayerId, ConnId)> {
+        // Players after the last asked first, then from the lowest on.
+        let after = |p: PlayerId| self.last_asked.is_none_or(|l| p > l);
+        let order = live
+            .iter()
+            .filter(|(p, _)| after(*p))
+            .chain(live.iter().filter(|(p, _)| !after(*p)));
+        let mut first = None;
+        for &(p, c) in order {
+            if !self.failed.contains(&p) {
+                return Some((p, c));
+            }
+            first.get_or_insert((p, c));
+        }
+        first
+    }
+
     /// The relay asked `from` for its snapshot of `turn`; an upload still
-    /// under way is abandoned (refused, if it was).
+    /// under way is abandoned (refused, if it was) and its uploader counts
+    /// as failed.
     pub(super) fn request(&mut self, turn: Turn, from: PlayerId) -> Outcome {
+        self.last_asked = Some(from);
         let old = self.upload.replace(Upload {
             turn,
             from,
@@ -158,10 +191,12 @@ impl SnapshotStore {
             buf: Vec::new(),
             agreed: None,
         });
-        if old.is_some() {
-            Outcome::Refused
-        } else {
-            Outcome::Pending
+        match old {
+            Some(old) => {
+                self.failed.insert(old.from);
+                Outcome::Refused
+            }
+            None => Outcome::Pending,
         }
     }
 
@@ -204,6 +239,7 @@ impl SnapshotStore {
             || !fits
             || u64::from(chunk.offset) != up.buf.len() as u64
         {
+            self.failed.insert(player);
             self.upload = None;
             return Outcome::Refused;
         }
@@ -245,6 +281,7 @@ impl SnapshotStore {
             return Outcome::Pending;
         };
         if hash != agreed {
+            self.failed.insert(up.from);
             return Outcome::Refused;
         }
         // The tail must reach back to the snapshot's next turn, or the
@@ -259,6 +296,7 @@ impl SnapshotStore {
         if !continuous {
             return Outcome::Refused;
         }
+        self.failed.remove(&up.from);
         let floor = self.floor;
         while self
             .tail

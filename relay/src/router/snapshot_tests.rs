@@ -1,0 +1,239 @@
+//! Agreed snapshots under attack, at the router: players that never upload,
+//! upload garbage under the right hash or lie about their hash after every
+//! heal, and receivers whose restore fails. The players here are scripted
+//! message by message (the relay never sees a world: it judges hashes and
+//! forwards bytes), on a virtual clock one turn at a time.
+
+use super::*;
+use crate::rejoin::RejoinConfig;
+use lockstep::proto::{Join, SnapshotChunk};
+use sim::{StateHash, Turn};
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+/// What a scripted player does when the relay asks it for a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Uploads {
+    /// Uploads the true snapshot of the turn.
+    Honest,
+    /// Never uploads anything.
+    Never,
+}
+
+/// The world hash every honest peer reports after `turn`.
+fn world_hash(turn: Turn) -> StateHash {
+    let mut h = [7u8; 32];
+    h[..4].copy_from_slice(&turn.0.to_le_bytes());
+    StateHash(h)
+}
+
+/// The true snapshot of the world after `turn`: what restores to
+/// [`world_hash`] at a receiver.
+fn true_snapshot(turn: Turn) -> Vec<u8> {
+    turn.0.to_le_bytes().repeat(100)
+}
+
+fn join(players: u8) -> Join {
+    Join {
+        slots: players,
+        ..crate::test_support::join("m", "p")
+    }
+}
+
+/// A running match of scripted players on a virtual clock.
+struct Match {
+    r: Router,
+    now: Instant,
+    uploads: Vec<Uploads>,
+    /// Every message each connection got, decoded, in order.
+    got: BTreeMap<ConnId, Vec<ToPeer>>,
+    /// How many of `got` the script has acted on, per connection.
+    seen: BTreeMap<ConnId, usize>,
+    /// Snapshot requests, in order: (turn, player asked).
+    requests: Vec<(Turn, PlayerId)>,
+    /// Connections of players that stopped (left or were dropped).
+    gone: BTreeSet<ConnId>,
+}
+
+impl Match {
+    /// `uploads.len()` players (connection `i` is player `i`) start a match.
+    fn start(config: RelayConfig, uploads: &[Uploads]) -> Self {
+        let mut m = Self {
+            r: Router::new(config),
+            now: Instant::from_millis(10),
+            uploads: uploads.to_vec(),
+            got: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            requests: Vec::new(),
+            gone: BTreeSet::new(),
+        };
+        let n = u8::try_from(uploads.len()).unwrap_or(u8::MAX);
+        for c in 0..u32::from(n) {
+            m.connect(c);
+            m.send(c, &ToRelay::Join(join(n)));
+        }
+        m.act();
+        m
+    }
+
+    fn connect(&mut self, conn: u32) {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + conn as u16));
+        assert!(self.r.handle_connected(self.now, ConnId(conn), addr));
+    }
+
+    fn send(&mut self, conn: u32, msg: &ToRelay) {
+        self.r
+            .handle_message(self.now, ConnId(conn), &msg.to_bytes());
+    }
+
+    /// Moves the router's output to the connections' inboxes.
+    fn drain(&mut self) {
+        while let Some((conn, _, bytes)) = self.r.poll_outgoing() {
+            if let Ok(msg) = ToPeer::decode(&bytes) {
+                self.got.entry(conn).or_default().push(msg);
+            }
+        }
+    }
+
+    /// The scripted players answer what they got: a hash for every bundle,
+    /// an upload (or none) for every snapshot request; until nothing new.
+    fn act(&mut self) {
+        loop {
+            self.drain();
+            let mut replies = Vec::new();
+            for (i, up) in self.uploads.iter().enumerate() {
+                let conn = ConnId(i as u32);
+                if self.gone.contains(&conn) {
+                    continue;
+                }
+                let msgs = self.got.get(&conn).map_or(&[][..], Vec::as_slice);
+                let seen = self.seen.entry(conn).or_default();
+                for msg in &msgs[*seen..] {
+                    match msg {
+                        ToPeer::Bundle(b) => replies.push((
+                            conn,
+                            ToRelay::Hash {
+                                turn: b.turn,
+                                hash: world_hash(b.turn),
+                            },
+                        )),
+                        ToPeer::SnapshotRequest { turn } => {
+                            self.requests.push((*turn, PlayerId(i as u8)));
+                            let bytes = match up {
+                                Uploads::Never => continue,
+                                Uploads::Honest => true_snapshot(*turn),
+                            };
+                            replies.push((conn, upload(*turn, bytes)));
+                        }
+                        _ => {}
+                    }
+                }
+                *seen = msgs.len();
+            }
+            if replies.is_empty() {
+                return;
+            }
+            for (conn, msg) in replies {
+                self.send(conn.0, &msg);
+            }
+        }
+    }
+
+    /// Runs the clock `turns` turn lengths on, the players answering.
+    fn run(&mut self, turns: u32) {
+        for _ in 0..turns {
+            self.now += self.r.config().turn_length;
+            self.r.handle_timeout(self.now);
+            self.act();
+        }
+    }
+
+    /// Messages connection `conn` got since `from` (an index into its inbox).
+    fn inbox(&self, conn: u32, from: usize) -> &[ToPeer] {
+        self.got
+            .get(&ConnId(conn))
+            .map_or(&[][..], |v| v.get(from..).unwrap_or(&[]))
+    }
+
+    fn inbox_len(&self, conn: u32) -> usize {
+        self.got.get(&ConnId(conn)).map_or(0, Vec::len)
+    }
+
+    /// Connection `conn` asks to watch; what it got back.
+    fn spectate(&mut self, conn: u32) -> Vec<ToPeer> {
+        let from = self.inbox_len(conn);
+        self.connect(conn);
+        self.send(conn, &ToRelay::Spectate(join(self.uploads.len() as u8)));
+        self.act();
+        self.inbox(conn, from).to_vec()
+    }
+}
+
+/// One whole snapshot as a single chunk, declared under the true hash.
+fn upload(turn: Turn, bytes: Vec<u8>) -> ToRelay {
+    ToRelay::SnapshotChunk(SnapshotChunk {
+        turn,
+        hash: world_hash(turn),
+        total: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        offset: 0,
+        bytes,
+    })
+}
+
+fn config(snapshot_every: u32) -> RelayConfig {
+    RelayConfig {
+        rejoin: RejoinConfig {
+            snapshot_every,
+            key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+            ..RejoinConfig::default()
+        },
+        ..RelayConfig::default()
+    }
+}
+
+/// The snapshot a `Resume` announces and the bytes of the chunks after it.
+fn resumed(got: &[ToPeer]) -> (Option<(Turn, StateHash, u32)>, Vec<u8>) {
+    let snapshot = got.iter().find_map(|m| match m {
+        ToPeer::Resume(r) => Some(r.snapshot),
+        _ => None,
+    });
+    let bytes = got
+        .iter()
+        .filter_map(|m| match m {
+            ToPeer::SnapshotChunk(c) => Some(c.bytes.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    (snapshot.flatten(), bytes)
+}
+
+/// With 2 or 4 players, the seat the relay used to ask every time (1)
+/// never uploads: the relay asks every live player in turn and skips the
+/// one whose upload failed, so snapshots are agreed all match long and a
+/// spectator arriving after 450 turns (past the 400-turn tail) is admitted
+/// with a recent snapshot instead of `NoSnapshot`. With one player the
+/// only player is asked again.
+#[test]
+fn a_player_that_never_uploads_is_skipped_and_every_live_player_is_asked() {
+    for n in [2usize, 4] {
+        let mut uploads = vec![Uploads::Honest; n];
+        uploads[1] = Uploads::Never;
+        let mut m = Match::start(config(10), &uploads);
+        m.run(450);
+        let asked: BTreeSet<PlayerId> = m.requests.iter().map(|r| r.1).collect();
+        let all: BTreeSet<PlayerId> = (0..n as u8).map(PlayerId).collect();
+        assert_eq!(asked, all, "{n} players: {:?}", m.requests);
+        // Asked once, failed, then skipped while others can upload.
+        let silent = m.requests.iter().filter(|r| r.1 == PlayerId(1)).count();
+        assert_eq!(silent, 1, "{n} players: {:?}", m.requests);
+        let got = m.spectate(100);
+        let (snapshot, bytes) = resumed(&got);
+        let (turn, hash, _) = snapshot.unwrap_or_else(|| panic!("{n} players: {got:?}"));
+        assert!(turn >= Turn(420), "{n} players: snapshot of {turn:?}");
+        assert_eq!((hash, bytes), (world_hash(turn), true_snapshot(turn)));
+    }
+    let mut m = Match::start(config(10), &[Uploads::Never]);
+    m.run(100);
+    assert!(m.requests.len() >= 2, "{:?}", m.requests);
+}
