@@ -274,6 +274,7 @@ impl Router {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        self.out.in_flight.remove(&conn);
         if let Some(id) = c.spectating
             && let Some(m) = self.matches.get_mut(&id)
         {
@@ -344,7 +345,7 @@ impl Router {
                     m.spectator_gone(conn);
                 }
             } else if let Some(m) = self.matches.get_mut(&id) {
-                m.spectator_message(conn, msg, &mut self.out);
+                m.spectator_message(conn, msg, &self.config, &mut self.out);
             }
             return;
         }

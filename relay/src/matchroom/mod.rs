@@ -120,6 +120,8 @@ struct Game {
     /// The Start every player got (`your_player` aside): a rejoin's resume.
     start_msg: Start,
     snapshots: snapshots::SnapshotStore,
+    /// Receivers whose restore failed, waiting for the next agreed snapshot.
+    awaiting: Vec<rejoin::Receiver>,
     spectators: Vec<spectators::Spectator>,
     /// Agreed hashes of recent turns, for the spectators' late reports.
     agreed: spectators::AgreedHashes,
@@ -373,6 +375,7 @@ impl MatchRoom {
             end_by: None,
             start_msg,
             snapshots: snapshots::SnapshotStore::default(),
+            awaiting: Vec::new(),
             spectators: Vec::new(),
             agreed: spectators::AgreedHashes::default(),
         }));
@@ -451,6 +454,9 @@ impl MatchRoom {
             }
             ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
             ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
+            ToRelay::SnapshotFailed { turn } => {
+                g.on_restore_failed(rejoin::Receiver::Player(player), turn, config, out);
+            }
             ToRelay::Join(_) | ToRelay::Rejoin(_) | ToRelay::Spectate(_) => {
                 out.counters.bad_state += 1;
             }
@@ -601,6 +607,9 @@ impl Game {
         slot.rejoining = false;
         // Its upload will never complete: someone else is asked next time.
         self.snapshots.uploader_gone(player);
+        // A replacement snapshot must not reach a later rejoin of the slot.
+        self.awaiting
+            .retain(|w| *w != rejoin::Receiver::Player(player));
         // A clean leave gives the slot up; any other drop holds it.
         if reason != DropReason::Left {
             slot.held_since.get_or_insert(now);

@@ -76,10 +76,34 @@ pub(super) struct SnapshotStore {
     /// after it, so every live player takes its turn whatever their number.
     last_asked: Option<PlayerId>,
     /// Players whose latest upload failed (never completed, broke the
-    /// rules, or had another hash than the agreed one): skipped while
-    /// another live player has not failed, so one silent or lying uploader
-    /// cannot keep the match without a snapshot.
+    /// rules, had another hash than the agreed one, or did not restore at a
+    /// receiver): skipped while another live player has not failed, so one
+    /// silent or lying uploader cannot keep the match without a snapshot.
     failed: BTreeSet<PlayerId>,
+    /// Who uploaded the base (`Base::Agreed`).
+    base_from: Option<PlayerId>,
+    /// A receiver could not restore the base: a replacement is asked for
+    /// from this turn on, without waiting for the next `snapshot_every`-th.
+    wanted: Option<Turn>,
+    /// The turn of the last such early request: at most one per
+    /// `snapshot_every` turns, so receivers that lie about failed restores
+    /// can at most double the players' uploads.
+    last_wanted: Option<Turn>,
+}
+
+/// What a receiver's report that its restore of `turn` failed means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Dispute {
+    /// It is the base: its uploader is skipped from now on, a replacement
+    /// is asked for early, and the receiver waits for it.
+    Base,
+    /// A newer base was agreed since the receiver was sent the old one.
+    Superseded,
+    /// The relay holds no base to offer (the tail overflowed): the receiver
+    /// waits for the next one, asked for early.
+    Lost,
+    /// There is no such snapshot (never sent, or the base is the setup).
+    Unknown,
 }
 
 impl Default for SnapshotStore {
@@ -92,6 +116,9 @@ impl Default for SnapshotStore {
             upload: None,
             last_asked: None,
             failed: BTreeSet::new(),
+            base_from: None,
+            wanted: None,
+            last_wanted: None,
         }
     }
 }
@@ -104,13 +131,63 @@ impl SnapshotStore {
 
     /// The bundles after the base, in turn order.
     pub(super) fn tail(&self) -> impl Iterator<Item = &[u8]> {
+        let after = match &self.base {
+            Base::Agreed { turn, .. } => Some(*turn),
+            _ => None,
+        };
+        self.tail_after(after)
+    }
+
+    /// The bundles after turn `after` (`None`: all of them), in turn order.
+    pub(super) fn tail_after(&self, after: Option<Turn>) -> impl Iterator<Item = &[u8]> {
         self.tail
             .iter()
-            .filter(|(t, _, _)| match &self.base {
-                Base::Agreed { turn, .. } => t > turn,
-                _ => true,
-            })
+            .filter(move |(t, _, _)| after.is_none_or(|a| *t > a))
             .map(|(_, _, b)| b.as_slice())
+    }
+
+    /// The base as a `Resume`, `Heal` or `Reoffer` names it (turn, hash,
+    /// length); `None` when it is not an agreed snapshot.
+    pub(super) fn offer(&self) -> Option<(Turn, StateHash, u32)> {
+        match &self.base {
+            Base::Agreed { turn, hash, bytes } => {
+                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the tail still holds every bundle from the first turn on: a
+    /// receiver can then restore from the setup's world instead.
+    pub(super) fn holds_every_turn_from(&self, first: Turn) -> bool {
+        self.tail.front().is_some_and(|(t, _, _)| *t == first)
+    }
+
+    /// A receiver reports that the snapshot of `turn` it was sent did not
+    /// restore to its agreed hash. The relay cannot check snapshot bytes (it
+    /// does not know the game) and cannot tell whether the uploader or the
+    /// receiver lies, so the base stays for everyone else, but its uploader
+    /// is skipped from now on and a replacement is asked for at once (once
+    /// per `every` turns at most; `next` is the next turn to close).
+    pub(super) fn dispute(&mut self, turn: Turn, next: Turn, every: u32) -> Dispute {
+        let outcome = match &self.base {
+            Base::Agreed { turn: t, .. } if *t == turn => {
+                if let Some(from) = self.base_from {
+                    self.failed.insert(from);
+                }
+                Dispute::Base
+            }
+            Base::Agreed { turn: t, .. } if *t > turn => return Dispute::Superseded,
+            Base::Lost => Dispute::Lost,
+            _ => return Dispute::Unknown,
+        };
+        if self.wanted.is_none() {
+            let earliest = self
+                .last_wanted
+                .map_or(next, |l| next.max(Turn(l.0.saturating_add(every))));
+            self.wanted = Some(earliest);
+        }
+        outcome
     }
 
     /// The tail with closing times, for feeding spectators.
@@ -149,7 +226,8 @@ impl SnapshotStore {
             .upload
             .as_ref()
             .is_some_and(|u| turn.0.saturating_sub(u.turn.0) < every.saturating_mul(4));
-        every > 0 && turn.0 > 0 && turn.0 % every == 0 && !busy
+        let wanted = self.wanted.is_some_and(|w| turn >= w);
+        every > 0 && turn.0 > 0 && (turn.0 % every == 0 || wanted) && !busy
     }
 
     /// Abandons the upload under way if `player` is its uploader (it left).
@@ -184,6 +262,9 @@ impl SnapshotStore {
     /// as failed.
     pub(super) fn request(&mut self, turn: Turn, from: PlayerId) -> Outcome {
         self.last_asked = Some(from);
+        if self.wanted.take().is_some() {
+            self.last_wanted = Some(turn);
+        }
         let old = self.upload.replace(Upload {
             turn,
             from,
@@ -297,6 +378,7 @@ impl SnapshotStore {
             return Outcome::Refused;
         }
         self.failed.remove(&up.from);
+        self.base_from = Some(up.from);
         let floor = self.floor;
         while self
             .tail

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::rejoin::RejoinConfig;
-use lockstep::proto::{Join, SnapshotChunk};
+use lockstep::proto::{Join, Rejoin, SnapshotChunk};
 use sim::{StateHash, Turn};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -18,6 +18,8 @@ enum Uploads {
     Honest,
     /// Never uploads anything.
     Never,
+    /// Uploads bytes that do not restore, under the turn's true hash.
+    Garbage,
 }
 
 /// The world hash every honest peer reports after `turn`.
@@ -122,6 +124,7 @@ impl Match {
                             let bytes = match up {
                                 Uploads::Never => continue,
                                 Uploads::Honest => true_snapshot(*turn),
+                                Uploads::Garbage => b"not a world".to_vec(),
                             };
                             replies.push((conn, upload(*turn, bytes)));
                         }
@@ -191,8 +194,11 @@ fn config(snapshot_every: u32) -> RelayConfig {
     }
 }
 
+/// A base as a `Resume` or `Reoffer` names it: turn, hash, length.
+type Offer = Option<(Turn, StateHash, u32)>;
+
 /// The snapshot a `Resume` announces and the bytes of the chunks after it.
-fn resumed(got: &[ToPeer]) -> (Option<(Turn, StateHash, u32)>, Vec<u8>) {
+fn resumed(got: &[ToPeer]) -> (Offer, Vec<u8>) {
     let snapshot = got.iter().find_map(|m| match m {
         ToPeer::Resume(r) => Some(r.snapshot),
         _ => None,
@@ -236,4 +242,115 @@ fn a_player_that_never_uploads_is_skipped_and_every_live_player_is_asked() {
     let mut m = Match::start(config(10), &[Uploads::Never]);
     m.run(100);
     assert!(m.requests.len() >= 2, "{:?}", m.requests);
+}
+
+/// What a receiver restores from the messages it got since a `Resume` or
+/// `Reoffer`: the last base announced and the chunk bytes after it.
+fn last_offer(got: &[ToPeer]) -> Option<(Offer, Vec<u8>)> {
+    let at = got
+        .iter()
+        .rposition(|m| matches!(m, ToPeer::Resume(_) | ToPeer::Reoffer(_)))?;
+    let base = match &got[at] {
+        ToPeer::Resume(r) => r.snapshot,
+        ToPeer::Reoffer(r) => r.snapshot,
+        _ => None,
+    };
+    let (_, bytes) = resumed(&got[at..]);
+    Some((base, bytes))
+}
+
+/// Whether a receiver's world restores from `base` and `bytes`: what the
+/// game checks (its world's hash after restoring is the agreed hash).
+fn restores(base: Offer, bytes: &[u8]) -> bool {
+    base.is_none_or(|(t, h, _)| h == world_hash(t) && bytes == true_snapshot(t))
+}
+
+/// Player 0 uploads garbage under the right declared hash: the relay agrees
+/// it (it cannot check bytes), a spectator and a rejoining player are sent
+/// it and their restores fail. Both keep their place: the relay asks
+/// another player for a replacement at once (not at the next 10th turn),
+/// sends them that one, the rejoiner catches up and counts again, and
+/// player 0 is not asked again while the others can upload.
+#[test]
+fn a_garbage_snapshot_costs_its_receivers_only_time_and_its_uploader_its_turn() {
+    let uploads = [Uploads::Garbage, Uploads::Honest, Uploads::Honest];
+    let mut m = Match::start(config(10), &uploads);
+    m.run(15);
+    assert_eq!(m.requests, vec![(Turn(10), PlayerId(0))]);
+    assert_eq!(m.r.counters().snapshots_agreed, 1);
+    // A spectator gets the garbage and reports it.
+    let got = m.spectate(100);
+    let (base, bytes) = last_offer(&got).unwrap();
+    assert_eq!(base.map(|b| b.0), Some(Turn(10)));
+    assert!(!restores(base, &bytes));
+    m.send(100, &ToRelay::SnapshotFailed { turn: Turn(10) });
+    // Player 2 drops and comes back into its slot: the garbage too.
+    m.gone.insert(ConnId(2));
+    m.r.handle_disconnected(m.now, ConnId(2));
+    m.act();
+    let secret = m.r.config().rejoin.secret(MatchId(1), "m", PlayerId(2));
+    m.connect(9);
+    let rejoin = ToRelay::Rejoin(Rejoin {
+        join: join(3),
+        player: PlayerId(2),
+        secret,
+    });
+    m.send(9, &rejoin);
+    m.act();
+    let (base, bytes) = last_offer(m.inbox(9, 0)).unwrap();
+    assert_eq!(base.map(|b| b.0), Some(Turn(10)));
+    assert!(!restores(base, &bytes));
+    m.send(9, &ToRelay::SnapshotFailed { turn: Turn(10) });
+    let before = (m.inbox_len(100), m.inbox_len(9));
+    // The next turn's request goes to player 1, whose upload is agreed.
+    m.run(3);
+    assert_eq!(m.requests.len(), 2, "{:?}", m.requests);
+    let (turn, asked) = m.requests[1];
+    assert_eq!(asked, PlayerId(1));
+    assert!(
+        turn < Turn(20),
+        "asked at {turn:?}, not at the next 10th turn"
+    );
+    assert_eq!(m.r.counters().snapshot_restores_failed, 2);
+    for conn in [100, 9] {
+        let from = if conn == 100 { before.0 } else { before.1 };
+        let got = m.inbox(conn, from);
+        let (base, bytes) = last_offer(got).unwrap_or_else(|| panic!("{conn}: {got:?}"));
+        assert_eq!(base.map(|b| b.0), Some(turn), "{conn}");
+        assert!(restores(base, &bytes), "{conn}");
+        assert!(
+            !got.iter().any(|m| matches!(m, ToPeer::Rejected { .. })),
+            "{conn}: {got:?}"
+        );
+    }
+    // The rejoiner's tail after the new base, then it catches up and counts.
+    let got = m.inbox(9, before.1);
+    let reoffered = got
+        .iter()
+        .position(|m| matches!(m, ToPeer::Reoffer(_)))
+        .unwrap();
+    let tail: Vec<Turn> = got[reoffered..]
+        .iter()
+        .filter_map(|m| match m {
+            ToPeer::Bundle(b) => Some(b.turn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tail.first(), Some(&turn.next()), "{tail:?}");
+    let last = *tail.last().unwrap();
+    m.send(9, &ToRelay::CaughtUp { turn: last });
+    let rejoined = std::iter::from_fn(|| m.r.poll_event())
+        .any(|e| matches!(e, RouterEvent::Rejoined { player, .. } if player == PlayerId(2)));
+    assert!(rejoined);
+    // Player 0 is skipped from now on.
+    m.run(60);
+    assert!(
+        m.requests[1..].iter().all(|r| r.1 != PlayerId(0)),
+        "{:?}",
+        m.requests
+    );
+    // A second report of the same restore is refused; an unknown turn too.
+    let bad = m.r.counters().bad_state;
+    m.send(100, &ToRelay::SnapshotFailed { turn: Turn(3) });
+    assert_eq!(m.r.counters().bad_state, bad + 1);
 }
