@@ -31,7 +31,7 @@ use lockstep::{Duration, Instant};
 use pinger::PingTable;
 use seats::Seat;
 use sim::{MatchSetup, PlayerId, StateHash, Turn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use turns::{Closing, OpenTurn};
 
 /// How long after a silence RTT samples are not taken (the transport's
@@ -70,6 +70,9 @@ struct Slot {
     back_from: Option<Turn>,
     /// A `PlayerRejoined` notice goes into the next bundle.
     rejoin_pending: bool,
+    /// The turns its player was healed at (`--on-desync heal`), the
+    /// recent ones only: bounded by `RelayConfig::heal_limit`.
+    heals: VecDeque<Turn>,
 }
 
 impl Slot {
@@ -114,6 +117,9 @@ struct Game {
     desync_end: bool,
     /// `--on-desync heal`: the heal of the first desync, while it runs.
     healing: Option<heal::Healing>,
+    /// Odd players a heal refused because they were healed too often: they
+    /// are dropped on the next tick (`DropReason::TooManyHeals`).
+    overhealed: Vec<PlayerId>,
     /// When a `desync_end` match ends at the latest (the report's deadline).
     desync_end_by: Option<Instant>,
     end_by: Option<Instant>,
@@ -354,6 +360,7 @@ impl MatchRoom {
                 rejoining: false,
                 back_from: None,
                 rejoin_pending: false,
+                heals: VecDeque::new(),
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -371,6 +378,7 @@ impl MatchRoom {
             desynced: false,
             desync_end: false,
             healing: None,
+            overhealed: Vec::new(),
             desync_end_by: None,
             end_by: None,
             start_msg,
@@ -523,6 +531,7 @@ impl MatchRoom {
             g.close_turns(id, now, config, out, closing);
             g.judge_hashes(id, config, out, false);
             g.heal_tick(now, id, out);
+            g.drop_overhealed(now, out);
             g.prune_probe(now, id, config, out);
             g.probe_timeout(now, id, config, out);
             g.forensics_timeout(now, id, out);
@@ -610,8 +619,9 @@ impl Game {
         // A replacement snapshot must not reach a later rejoin of the slot.
         self.awaiting
             .retain(|w| *w != rejoin::Receiver::Player(player));
-        // A clean leave gives the slot up; any other drop holds it.
-        if reason != DropReason::Left {
+        // A clean leave gives the slot up, and so does a player healed too
+        // often (it would only desync again); any other drop holds it.
+        if !matches!(reason, DropReason::Left | DropReason::TooManyHeals) {
             slot.held_since.get_or_insert(now);
         }
         if slot.dropped_at.is_none() && slot.drop_pending.is_none() {
@@ -648,6 +658,7 @@ mod tests {
             rejoining: false,
             back_from: None,
             rejoin_pending: false,
+            heals: VecDeque::new(),
         }
     }
 

@@ -55,6 +55,8 @@ struct Match {
     requests: Vec<(Turn, PlayerId)>,
     /// Connections of players that stopped (left or were dropped).
     gone: BTreeSet<ConnId>,
+    /// Connections of players that report a wrong hash for every turn.
+    liars: BTreeSet<ConnId>,
 }
 
 impl Match {
@@ -68,6 +70,7 @@ impl Match {
             seen: BTreeMap::new(),
             requests: Vec::new(),
             gone: BTreeSet::new(),
+            liars: BTreeSet::new(),
         };
         let n = u8::try_from(uploads.len()).unwrap_or(u8::MAX);
         for c in 0..u32::from(n) {
@@ -110,13 +113,25 @@ impl Match {
                 }
                 let msgs = self.got.get(&conn).map_or(&[][..], Vec::as_slice);
                 let seen = self.seen.entry(conn).or_default();
+                let lies = self.liars.contains(&conn);
                 for msg in &msgs[*seen..] {
                     match msg {
                         ToPeer::Bundle(b) => replies.push((
                             conn,
                             ToRelay::Hash {
                                 turn: b.turn,
-                                hash: world_hash(b.turn),
+                                hash: if lies {
+                                    StateHash([0xEE; 32])
+                                } else {
+                                    world_hash(b.turn)
+                                },
+                            },
+                        )),
+                        // Healed at once (the tail needs no simulating here).
+                        ToPeer::Heal(h) => replies.push((
+                            conn,
+                            ToRelay::CaughtUp {
+                                turn: Turn(h.live.0.saturating_sub(1)),
                             },
                         )),
                         ToPeer::SnapshotRequest { turn } => {
@@ -353,4 +368,71 @@ fn a_garbage_snapshot_costs_its_receivers_only_time_and_its_uploader_its_turn() 
     let bad = m.r.counters().bad_state;
     m.send(100, &ToRelay::SnapshotFailed { turn: Turn(3) });
     assert_eq!(m.r.counters().bad_state, bad + 1);
+}
+
+/// `--on-desync heal`: player 3 of 4 reports a wrong hash for every turn,
+/// so every heal is followed by a new desync. It is healed as often as the
+/// default limit allows (3 times a minute), then the next desync drops it:
+/// `too_many_heals`, its slot given up, the reason in the report's notes
+/// (the replay and the log carry both); the others play on and agree.
+#[test]
+fn a_player_that_desyncs_after_every_heal_is_dropped_past_the_heal_limit() {
+    let mut config = config(10);
+    config.on_desync = crate::config::DesyncPolicy::Heal;
+    // Nobody answers the section probe: the report goes out at its deadline.
+    config.forensics_timeout = Duration::from_millis(300);
+    let mut m = Match::start(config, &[Uploads::Honest; 4]);
+    m.run(20);
+    m.liars.insert(ConnId(3));
+    let mut events = Vec::new();
+    for _ in 0..600 {
+        m.run(1);
+        events.extend(std::iter::from_fn(|| m.r.poll_event()));
+    }
+    let heals = events
+        .iter()
+        .filter(|e| matches!(e, RouterEvent::Healing { players, .. } if players == &[PlayerId(3)]))
+        .count();
+    assert_eq!(heals, 3, "healed within a minute of match time");
+    let dropped: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            RouterEvent::Dropped { player, reason, .. } if *player == PlayerId(3) => {
+                Some(reason.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped, vec!["too_many_heals".to_owned()]);
+    let noted = events.iter().any(|e| match e {
+        RouterEvent::DesyncReport { report, .. } => report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("heal refused: P3") && n.contains("too_many_heals")),
+        _ => false,
+    });
+    assert!(noted);
+    // Its slot is given up: no rejoin into it.
+    let secret = m.r.config().rejoin.secret(MatchId(1), "m", PlayerId(3));
+    m.connect(9);
+    let rejoin = ToRelay::Rejoin(Rejoin {
+        join: join(4),
+        player: PlayerId(3),
+        secret,
+    });
+    m.send(9, &rejoin);
+    m.act();
+    assert!(
+        m.inbox(9, 0)
+            .iter()
+            .any(|m| matches!(m, ToPeer::Rejected { .. })),
+        "{:?}",
+        m.inbox(9, 0)
+    );
+    // The others play on: the last turns agree.
+    let agreed = events
+        .iter()
+        .filter(|e| matches!(e, RouterEvent::HashAgreed { .. }))
+        .count();
+    assert!(agreed > 400, "{agreed} turns agreed");
 }
