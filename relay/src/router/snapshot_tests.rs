@@ -436,3 +436,40 @@ fn a_player_that_desyncs_after_every_heal_is_dropped_past_the_heal_limit() {
         .count();
     assert!(agreed > 400, "{agreed} turns agreed");
 }
+
+/// A spectator that leaves and spectates again 120 times a second on one
+/// connection (never acking what it is sent) gets one copy of the snapshot
+/// queued, not one per request: the copy in flight serves them all.
+#[test]
+fn a_spectator_asking_again_gets_no_second_snapshot_copy() {
+    let mut m = Match::start(config(10), &[Uploads::Honest; 3]);
+    m.run(15);
+    let got = m.spectate(100);
+    let (base, bytes) = resumed(&got);
+    let (turn, _, _) = base.unwrap();
+    assert_eq!(bytes, true_snapshot(turn));
+    let size = bytes.len() as u64;
+    for _ in 0..10 {
+        for _ in 0..12 {
+            m.send(100, &ToRelay::Leave);
+            m.send(100, &ToRelay::Spectate(join(3)));
+        }
+        m.run(1);
+    }
+    let chunks: usize = m
+        .inbox(100, 0)
+        .iter()
+        .filter_map(|m| match m {
+            ToPeer::SnapshotChunk(c) => Some(c.bytes.len()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(chunks as u64, size);
+    assert_eq!(m.r.counters().snapshot_bytes_out, size);
+    assert_eq!(m.r.counters().snapshot_copies_refused, 120);
+    // Once its connection closes, a new one gets its own copy.
+    m.r.handle_disconnected(m.now, ConnId(100));
+    let got = m.spectate(101);
+    let (base, bytes) = resumed(&got);
+    assert_eq!(bytes, true_snapshot(base.unwrap().0));
+}
