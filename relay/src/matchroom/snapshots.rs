@@ -509,6 +509,82 @@ mod tests {
         assert_eq!(s.timed_tail().next().map(|(t, _, _)| t), Some(Turn(6)));
     }
 
+    fn live(ids: &[u8]) -> Vec<(PlayerId, ConnId)> {
+        ids.iter()
+            .map(|&i| (PlayerId(i), ConnId(u32::from(i))))
+            .collect()
+    }
+
+    fn asked(s: &SnapshotStore, live: &[(PlayerId, ConnId)]) -> Option<u8> {
+        s.next_uploader(live).map(|(p, _)| p.0)
+    }
+
+    /// Every live player in turn from the one after the last asked; one
+    /// whose upload failed is skipped until every live player's did.
+    #[test]
+    fn uploaders_take_turns_and_a_failed_one_is_skipped_while_others_can_upload() {
+        let c = RejoinConfig::default();
+        let mut s = filled(&c, 0..80);
+        let agreed = |s: &mut SnapshotStore, turn: u32, p: u8| {
+            assert_eq!(s.request(Turn(turn), PlayerId(p)), Outcome::Pending);
+            s.on_chunk(PlayerId(p), chunk(turn, 1, 1, 0, &[9]), &c);
+            assert_eq!(
+                s.on_agreed(Turn(turn), StateHash([1; 32])),
+                Outcome::Accepted
+            );
+        };
+        let all = live(&[0, 1, 2]);
+        assert_eq!(asked(&s, &all), Some(0));
+        agreed(&mut s, 10, 0);
+        assert_eq!(asked(&s, &all), Some(1));
+        // Player 1 never completes: replaced, it failed.
+        assert_eq!(s.request(Turn(20), PlayerId(1)), Outcome::Pending);
+        assert_eq!(s.request(Turn(60), PlayerId(2)), Outcome::Refused);
+        s.on_chunk(PlayerId(2), chunk(60, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(60), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(asked(&s, &all), Some(0));
+        agreed(&mut s, 70, 0);
+        assert_eq!(asked(&s, &all), Some(2), "1 is skipped");
+        // With only failed players live, they are asked in turn anyway.
+        assert_eq!(asked(&s, &live(&[1])), Some(1));
+        assert_eq!(asked(&s, &[]), None);
+    }
+
+    /// A failed restore of the base marks its uploader failed and makes a
+    /// replacement due at once, but at most once per `every` turns.
+    #[test]
+    fn a_disputed_base_asks_for_a_replacement_early_once_per_interval() {
+        let c = RejoinConfig {
+            snapshot_every: 10,
+            ..RejoinConfig::default()
+        };
+        let mut s = filled(&c, 0..12);
+        s.request(Turn(10), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(10, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(10), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(
+            SnapshotStore::default().dispute(Turn(10), Turn(12), 10),
+            Dispute::Unknown
+        );
+        assert!(!s.due(Turn(12), &c));
+        assert_eq!(s.dispute(Turn(10), Turn(12), 10), Dispute::Base);
+        assert!(s.due(Turn(12), &c), "a replacement is due at once");
+        assert_eq!(
+            asked(&s, &live(&[0, 1])),
+            Some(1),
+            "its uploader is skipped"
+        );
+        s.request(Turn(12), PlayerId(1));
+        s.on_chunk(PlayerId(1), chunk(12, 2, 1, 0, &[8]), &c);
+        assert_eq!(s.on_agreed(Turn(12), StateHash([2; 32])), Outcome::Accepted);
+        assert_eq!(s.dispute(Turn(10), Turn(13), 10), Dispute::Superseded);
+        // Another dispute soon after: the next early request waits 10 turns.
+        assert_eq!(s.dispute(Turn(12), Turn(13), 10), Dispute::Base);
+        assert!(!s.due(Turn(13), &c));
+        assert!(!s.due(Turn(21), &c));
+        assert!(s.due(Turn(22), &c));
+    }
+
     #[test]
     fn a_tail_past_its_limit_loses_the_base_until_the_next_snapshot() {
         let c = RejoinConfig {
