@@ -148,6 +148,8 @@ impl Game {
         let names: Vec<String> = healed.iter().map(|p| format!("P{}", p.0)).collect();
         if let Some(h) = self.healing.as_mut() {
             h.pending.clone_from(&healed);
+            // Dropped or gone players are not reported as healed.
+            h.players.clone_from(&healed);
         }
         if healed.is_empty() {
             self.healing = None;
