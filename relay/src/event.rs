@@ -24,6 +24,10 @@ pub enum DropReason {
     Disconnected,
     /// The player sent Leave.
     Left,
+    /// `--on-desync heal`: it desynced again after being healed as often as
+    /// [`RelayConfig::heal_limit`](crate::RelayConfig::heal_limit) allows;
+    /// its slot is given up (a rejoin would only desync again).
+    TooManyHeals,
 }
 
 impl fmt::Display for DropReason {
@@ -32,6 +36,7 @@ impl fmt::Display for DropReason {
             Self::Timeout => "timeout",
             Self::Disconnected => "disconnected",
             Self::Left => "left",
+            Self::TooManyHeals => "too_many_heals",
         })
     }
 }

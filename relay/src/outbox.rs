@@ -5,7 +5,8 @@
 use crate::event::RouterEvent;
 use lockstep::proto::{Delivery, ToPeer};
 use lockstep::transport::ConnId;
-use std::collections::VecDeque;
+use sim::Turn;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Counters of everything the router did or refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -88,6 +89,16 @@ pub struct RouterCounters {
     pub snapshots_refused: u64,
     /// Snapshot bytes sent to rejoining peers and spectators.
     pub snapshot_bytes_out: u64,
+    /// Restores of an agreed snapshot that failed at a receiver (a
+    /// rejoining or healed player, a spectator): the snapshot did not
+    /// decode or its world's hash was not the agreed one. The receiver
+    /// keeps its place and gets a replacement; the uploader is skipped.
+    pub snapshot_restores_failed: u64,
+    /// Replacement bases sent to receivers whose restore failed.
+    pub snapshots_reoffered: u64,
+    /// Snapshot copies not queued because one was already on its way to
+    /// that connection, not yet reported restored or failed.
+    pub snapshot_copies_refused: u64,
     /// Spectators admitted.
     pub spectators_joined: u64,
     /// Spectator hash reports equal to the turn's agreed hash.
@@ -111,6 +122,12 @@ pub(crate) struct Outbox {
     /// Changes to which connections may send bulk data, and how large a
     /// message: the transport refuses bulk data the relay did not ask for.
     pub(crate) bulk_grants: VecDeque<(ConnId, usize)>,
+    /// Per connection, the turn of the snapshot whose chunks were queued for
+    /// it and that its receiver has not reported failed (nor, a player,
+    /// caught up from): at most one copy per connection is queued, so a
+    /// receiver that asks again meanwhile (a spectator leaving and
+    /// spectating again) cannot pile copies up. Cleared when it closes.
+    pub(crate) in_flight: BTreeMap<ConnId, Turn>,
 }
 
 impl Outbox {

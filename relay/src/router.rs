@@ -22,6 +22,9 @@ pub use crate::outbox::RouterCounters;
 
 mod rejoin;
 mod rooms;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod snapshot_tests;
 /// A transport connection, as numbered by the transport `Server`.
 pub use lockstep::transport::ConnId;
 
@@ -271,6 +274,7 @@ impl Router {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        self.out.in_flight.remove(&conn);
         if let Some(id) = c.spectating
             && let Some(m) = self.matches.get_mut(&id)
         {
@@ -341,7 +345,7 @@ impl Router {
                     m.spectator_gone(conn);
                 }
             } else if let Some(m) = self.matches.get_mut(&id) {
-                m.spectator_message(conn, msg, &mut self.out);
+                m.spectator_message(conn, msg, &self.config, &mut self.out);
             }
             return;
         }

@@ -274,9 +274,8 @@ impl RouterGlue {
                 }
             }
             let q = self.backlog.entry(conn).or_default();
-            if let Some(drop) = q.push(ch, bytes) {
-                self.drops.record((conn, drop));
-            }
+            let drops = &mut self.drops;
+            q.push(ch, bytes, |d| drops.record((conn, d)));
         }
         for (&conn, q) in &mut self.backlog {
             let drops = &mut self.drops;

@@ -402,13 +402,17 @@ impl<S: Simulation> GameSession<S> {
         })
     }
 
-    /// Rebuilds the world from the relay's agreed snapshot; one whose hash
-    /// is not the agreed one ends the session (nothing after it could agree).
+    /// Rebuilds the world from the relay's agreed snapshot (`None`: the
+    /// setup's world). One that does not decode or whose world's hash is not
+    /// the agreed one (its uploader lied: the relay cannot check the bytes)
+    /// costs only time: the session reports it and keeps this peer's place,
+    /// and the relay sends a replacement.
     fn restored(
         &mut self,
         snapshot: Option<(Turn, StateHash, Vec<u8>)>,
     ) -> Option<PeerEvent<S::Command>> {
         let Some((turn, hash, bytes)) = snapshot else {
+            // The world is the setup's: a failed restore never replaced it.
             return Some(PeerEvent::Restored { turn: None });
         };
         match S::restore(&bytes) {
@@ -417,16 +421,8 @@ impl<S: Simulation> GameSession<S> {
                 self.world = Some(world);
                 Some(PeerEvent::Restored { turn: Some(turn) })
             }
-            Ok(_) => {
-                self.note_error(format!(
-                    "the relay's snapshot of turn {turn} does not have the agreed hash"
-                ));
-                self.session.leave(self.now);
-                None
-            }
-            Err(e) => {
-                self.note_error(format!("the relay's snapshot of turn {turn}: {e}"));
-                self.session.leave(self.now);
+            Ok(_) | Err(_) => {
+                self.session.snapshot_failed();
                 None
             }
         }

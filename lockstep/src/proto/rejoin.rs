@@ -137,6 +137,19 @@ pub struct Heal {
     pub live: Turn,
 }
 
+/// The relay's answer to a peer whose restore failed
+/// ([`super::ToRelay::SnapshotFailed`]): a newer agreed snapshot (chunks
+/// follow) or, while the relay still holds every bundle, `None`: the
+/// setup's world. The peer drops what it buffered and restores from here;
+/// the tail of bundles after the base follows, as after a `Resume`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reoffer {
+    /// The base to restore, as in [`Resume::snapshot`].
+    pub snapshot: Option<(Turn, StateHash, u32)>,
+    /// The next turn the relay will close, as in [`Resume::live`].
+    pub live: Turn,
+}
+
 impl SnapshotChunk {
     /// Checks the chunk's own bounds.
     pub(super) fn valid(&self) -> bool {

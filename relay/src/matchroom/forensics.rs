@@ -602,9 +602,8 @@ fn advance(
                     .map(|d| d.fields.clone())
                     .unwrap_or_default()
             };
-            if !(o.is_empty() && m.is_empty())
-                && !report.notes.iter().any(|n| n == UNVERIFIED_VALUES)
-            {
+            let has_values = !o.is_empty() || !m.is_empty();
+            if has_values && report.notes.iter().all(|n| n != UNVERIFIED_VALUES) {
                 report.notes.push(UNVERIFIED_VALUES.to_owned());
             }
             for &id in ids.iter() {
