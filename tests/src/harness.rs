@@ -571,3 +571,26 @@ impl SplitMix {
         lo + u32::try_from(self.next_u64() % span).unwrap_or(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_and_metrics_are_read_by_their_exact_name() {
+        let status = "Name:\trelay\nVmHWM:\t  183204 kB\nVmRSS:\t   91696 kB\n";
+        assert_eq!(status_field_kib(status, "VmHWM"), Some(183_204));
+        assert_eq!(status_field_kib(status, "VmRSS"), Some(91_696));
+        assert_eq!(status_field_kib(status, "VmRS"), None);
+        let page = "# TYPE relay_peers gauge\nrelay_peers 256\nrelay_peers_max 9\n\
+                    relay_drops_total{reason=\"bulk_refused\"} 17\n";
+        assert_eq!(metric(page, "relay_peers"), Some(256));
+        assert_eq!(
+            metric(page, "relay_drops_total{reason=\"bulk_refused\"}"),
+            Some(17)
+        );
+        assert_eq!(metric(page, "relay_drops_total"), None);
+        let me = proc_status_kib(std::process::id(), "VmRSS");
+        assert!(me.is_some_and(|k| k > 0), "{me:?}");
+    }
+}

@@ -541,6 +541,10 @@ fn a_hostile_crowd_in_every_slot_leaves_the_honest_match_and_the_relays_memory_i
         assert_eq!(r.summary["final_turn"], TURNS - 1, "{}", r.summary);
         assert_eq!(r.summary["final_hash"], hash.as_str(), "{}", r.summary);
         assert_eq!(r.summary["desyncs"], serde_json::json!([]), "{}", r.summary);
+        eprintln!(
+            "hostile_crowd: honest peer: stall {} ms, turn latency {}, rtt {} ms",
+            r.summary["stall_ms"], r.summary["turn_latency_ms"], r.summary["rtt_ms"]
+        );
     }
 
     // What the relay saw of the crowd (the lines up to the honest end).
