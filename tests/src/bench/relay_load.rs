@@ -213,11 +213,7 @@ fn stop_on_stdin_close() -> Arc<AtomicBool> {
 pub fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
+        .and_then(|s| crate::harness::status_field_kib(&s, "VmHWM"))
         .unwrap_or(0)
 }
 
