@@ -56,6 +56,9 @@ pub struct RouterGlue {
     cut_off: Vec<(ConnId, DisconnectReason)>,
     /// Connections cut off (total).
     cut_off_total: u64,
+    /// Connections refused at establishment by the shared quota (the
+    /// relay's or the host's limit), which the router never saw.
+    quota_refused: u64,
 }
 
 impl RouterGlue {
@@ -100,6 +103,14 @@ impl RouterGlue {
     /// a connection cannot refill its budget by moving between loops.
     pub fn inherit_budget(&mut self, conn: ConnId, budget: TokenBucket) {
         self.budgets.insert(conn, budget);
+    }
+
+    /// Connections refused at establishment by the shared quota (the
+    /// relay-wide or per-host limit); the router's own refusals are in its
+    /// counters. Both feed `relay_drops_total{reason="connection_refused"}`.
+    #[must_use]
+    pub const fn quota_refused(&self) -> u64 {
+        self.quota_refused
     }
 
     /// Messages dropped because the transport refused them or a backlog
@@ -185,8 +196,13 @@ impl RouterGlue {
                     let claims = server.claims(conn).cloned();
                     let budget = self.budgets.remove(&conn);
                     let refused = match self.take(conn, addr) {
-                        Err(QuotaFull::Host) => Some("connection limit per host reached"),
-                        Err(QuotaFull::Relay) => Some("connection limit reached"),
+                        Err(full) => {
+                            self.quota_refused += 1;
+                            Some(match full {
+                                QuotaFull::Host => "connection limit per host reached",
+                                QuotaFull::Relay => "connection limit reached",
+                            })
+                        }
                         Ok(()) if !router.handle_connected_with_claims(now, conn, addr, claims) => {
                             Some("connection limit reached")
                         }
@@ -713,6 +729,8 @@ mod tests {
         assert_eq!(refused(&said), None);
         let third = refused(&connect(host(3), &mut now, s, r, g).1);
         assert_eq!(third.as_deref(), Some("connection limit per host reached"));
+        // Counted, though the router never saw it (it feeds the metric).
+        assert_eq!(g.quota_refused(), 1);
         let other = SocketAddr::from(([198, 51, 100, 8], 1));
         assert_eq!(
             refused(&connect(other, &mut now, s, r, g).1),

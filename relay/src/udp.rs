@@ -300,7 +300,10 @@ pub(crate) fn publish(
     set(Metric::ClockSeqJumped, r.clock_seq_jumped);
     set(Metric::DropHashRefused, r.hashes_refused);
     set(Metric::DropSendQueue, glue.dropped());
-    set(Metric::DropConnectionsRefused, r.connections_refused);
+    set(
+        Metric::DropConnectionsRefused,
+        r.connections_refused + glue.quota_refused(),
+    );
     set(Metric::DropJoinsRefused, r.joins_refused);
     set(Metric::DropRateLimitedConn, r.rate_limited);
     set(Metric::Desyncs, r.desynced_turns);

@@ -608,6 +608,9 @@ fn a_hostile_crowd_in_every_slot_leaves_the_honest_match_and_the_relays_memory_i
     assert!(cut_off >= (SLOTS - HONEST) as u64, "only {cut_off} cut off");
     assert!(cut_off_lines > 0, "no cut_off line");
     assert!(bulk_refused > 0, "no bulk data was refused");
+    // Clients the full relay turned away at establishment are counted.
+    let conn_refused = m("relay_drops_total{reason=\"connection_refused\"}");
+    assert!(conn_refused > 0, "no refused connection counted");
     assert!(
         peak <= bound,
         "relay peak RSS {peak} KiB over the bound {bound} KiB"
