@@ -12,6 +12,12 @@ use std::fmt;
 /// has in flight; beyond it the receiver is hopelessly behind.
 pub const MAX_BACKLOG: usize = 4096;
 
+/// Bytes a [`Backlog`] holds by default (16 MiB): what waits beyond the
+/// transport's own window. The largest snapshot a relay accepts by default
+/// (16 MiB, half of which the bulk window takes) and its bundle tail fit;
+/// a receiver that never acks cannot make one connection hold more.
+pub const MAX_BACKLOG_BYTES: usize = 16 * 1024 * 1024;
+
 /// Drop reports a [`DropLog`] keeps for its reader; beyond this the oldest
 /// report is discarded (its drop stays counted in [`DropLog::total`]).
 pub const MAX_DROP_REPORTS: usize = 256;
@@ -56,48 +62,67 @@ impl fmt::Display for SendDrop {
     }
 }
 
-/// Messages waiting for the transport, oldest first, at most a capacity.
-/// Use one per transport connection: [`Backlog::push`] what the core
-/// produced, then [`Backlog::flush`] into the transport. Reliable messages
-/// wait while the window is full; anything else the transport refuses is
-/// dropped and reported.
+/// Messages waiting for the transport, oldest first, at most a capacity in
+/// messages and one in bytes. Use one per transport connection:
+/// [`Backlog::push`] what the core produced, then [`Backlog::flush`] into
+/// the transport. Reliable and bulk messages wait while the window is full;
+/// anything else the transport refuses is dropped and reported.
 #[derive(Debug)]
 pub struct Backlog {
     queue: VecDeque<(Channel, Vec<u8>)>,
     capacity: usize,
+    max_bytes: usize,
+    /// Bytes of the messages in `queue`.
+    bytes: usize,
 }
 
 impl Default for Backlog {
     fn default() -> Self {
-        Self::new(MAX_BACKLOG)
+        Self::with_limits(MAX_BACKLOG, MAX_BACKLOG_BYTES)
     }
 }
 
 impl Backlog {
-    /// An empty backlog holding at most `capacity` messages (at least one).
+    /// An empty backlog holding at most `capacity` messages (at least one)
+    /// and [`MAX_BACKLOG_BYTES`].
     #[must_use]
     pub fn new(capacity: usize) -> Self {
+        Self::with_limits(capacity, MAX_BACKLOG_BYTES)
+    }
+
+    /// An empty backlog holding at most `capacity` messages (at least one)
+    /// and `max_bytes` bytes (the newest message is always kept, however
+    /// large: the transport bounds a message's size).
+    #[must_use]
+    pub fn with_limits(capacity: usize, max_bytes: usize) -> Self {
         Self {
             queue: VecDeque::new(),
             capacity: capacity.max(1),
+            max_bytes,
+            bytes: 0,
         }
     }
 
-    /// Queues a message; if the backlog was full, the oldest message is
-    /// dropped to make room and returned as the report.
-    #[must_use = "a dropped message must be counted or reported"]
-    pub fn push(&mut self, channel: Channel, bytes: Vec<u8>) -> Option<SendDrop> {
-        let dropped = if self.queue.len() >= self.capacity {
-            self.queue.pop_front().map(|(channel, b)| SendDrop {
+    /// Queues a message; while the backlog is over either limit with it,
+    /// the oldest message is dropped and its report passed to `on_drop`
+    /// (a receiver that never acks must not grow the sender's memory: its
+    /// messages are bounded in bytes as well as in number).
+    pub fn push(&mut self, channel: Channel, bytes: Vec<u8>, mut on_drop: impl FnMut(SendDrop)) {
+        self.bytes += bytes.len();
+        self.queue.push_back((channel, bytes));
+        while self.queue.len() > self.capacity
+            || (self.bytes > self.max_bytes && self.queue.len() > 1)
+        {
+            let Some((channel, b)) = self.queue.pop_front() else {
+                break;
+            };
+            self.bytes -= b.len();
+            on_drop(SendDrop {
                 channel,
                 len: b.len(),
                 cause: DropCause::Overflow,
-            })
-        } else {
-            None
-        };
-        self.queue.push_back((channel, bytes));
-        dropped
+            });
+        }
     }
 
     /// Hands waiting messages to `send` in order until a reliable one meets
@@ -116,8 +141,15 @@ impl Backlog {
                     Some(drop) => on_drop(drop),
                 }
             }
+            self.bytes -= len;
             self.queue.pop_front();
         }
+    }
+
+    /// Bytes waiting.
+    #[must_use]
+    pub const fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Whether nothing is waiting.
@@ -223,6 +255,58 @@ mod tests {
         }
     }
 
+    fn push(b: &mut Backlog, ch: Channel, bytes: Vec<u8>) -> Vec<SendDrop> {
+        let mut drops = Vec::new();
+        b.push(ch, bytes, |d| drops.push(d));
+        drops
+    }
+
+    /// A receiver that never acks: bulk messages wait for the window, and
+    /// the backlog drops its oldest ones (each reported once) to stay within
+    /// its bytes however many arrive, keeping the newest.
+    #[test]
+    fn a_backlog_stays_within_its_bytes_dropping_the_oldest() {
+        let mut b = Backlog::with_limits(MAX_BACKLOG, 100 * 1024);
+        let mut t = Fake {
+            room: 0,
+            max: usize::MAX,
+            sent: Vec::new(),
+        };
+        let mut drops = Vec::new();
+        for i in 0..50u8 {
+            drops.extend(push(&mut b, Channel::Bulk, vec![i; 32 * 1024]));
+            drops.extend(flush(&mut b, &mut t));
+            assert!(b.bytes() <= 100 * 1024, "{}", b.bytes());
+        }
+        assert_eq!((b.len(), b.bytes()), (3, 3 * 32 * 1024));
+        assert_eq!(drops.len(), 47);
+        assert!(drops.iter().all(|d| d.cause == DropCause::Overflow));
+        // The newest wait, in order, and go once there is room.
+        t.room = 10;
+        assert_eq!(flush(&mut b, &mut t), vec![]);
+        let firsts: Vec<u8> = t.sent.iter().map(|m| m[0]).collect();
+        assert_eq!(firsts, vec![47, 48, 49]);
+        assert_eq!(b.bytes(), 0);
+        // A message larger than the bound alone is kept.
+        assert_eq!(push(&mut b, Channel::Bulk, vec![0; 200 * 1024]), vec![]);
+        assert_eq!(b.len(), 1);
+    }
+
+    /// The default backlog is bounded in bytes too: 4 MiB messages for a
+    /// receiver that never acks (far fewer than its message cap) leave at
+    /// most `MAX_BACKLOG_BYTES` waiting.
+    #[test]
+    fn the_default_backlog_holds_at_most_its_bytes() {
+        let mut b = Backlog::default();
+        let mut dropped = 0;
+        for _ in 0..40 {
+            b.push(Channel::Bulk, vec![0; 4 * 1024 * 1024], |_| dropped += 1);
+        }
+        assert!(b.bytes() <= MAX_BACKLOG_BYTES);
+        assert_eq!(b.len() + dropped, 40);
+        assert_eq!(b.len(), MAX_BACKLOG_BYTES / (4 * 1024 * 1024));
+    }
+
     fn flush(b: &mut Backlog, t: &mut Fake) -> Vec<SendDrop> {
         let mut drops = Vec::new();
         b.flush(|ch, m| t.send(ch, m), |d| drops.push(d));
@@ -238,8 +322,8 @@ mod tests {
             sent: Vec::new(),
         };
         let big = vec![7; MAX_UNRELIABLE + 1];
-        assert_eq!(b.push(Channel::Unreliable, big), None);
-        assert_eq!(b.push(Channel::Reliable, vec![1]), None);
+        assert_eq!(push(&mut b, Channel::Unreliable, big), vec![]);
+        assert_eq!(push(&mut b, Channel::Reliable, vec![1]), vec![]);
         let drops = flush(&mut b, &mut t);
         let want = SendDrop {
             channel: Channel::Unreliable,
@@ -264,17 +348,17 @@ mod tests {
             max: 100,
             sent: Vec::new(),
         };
-        assert_eq!(b.push(Channel::Reliable, vec![1]), None);
-        assert_eq!(b.push(Channel::Reliable, vec![2, 2]), None);
+        assert_eq!(push(&mut b, Channel::Reliable, vec![1]), vec![]);
+        assert_eq!(push(&mut b, Channel::Reliable, vec![2, 2]), vec![]);
         assert_eq!(flush(&mut b, &mut t), vec![], "a full window only waits");
-        let over = b.push(Channel::Reliable, vec![3, 3, 3]);
+        let over = push(&mut b, Channel::Reliable, vec![3, 3, 3]);
         assert_eq!(
             over,
-            Some(SendDrop {
+            vec![SendDrop {
                 channel: Channel::Reliable,
                 len: 1,
                 cause: DropCause::Overflow,
-            })
+            }]
         );
         assert_eq!(b.len(), 2);
         t.room = 10;
@@ -291,8 +375,8 @@ mod tests {
             sent: Vec::new(),
         };
         let full = |_: Channel, _: &[u8]| Err(SendError::WindowFull { unacked: 1, max: 1 });
-        assert_eq!(b.push(Channel::Unreliable, vec![1]), None);
-        assert_eq!(b.push(Channel::Reliable, vec![2]), None);
+        assert_eq!(push(&mut b, Channel::Unreliable, vec![1]), vec![]);
+        assert_eq!(push(&mut b, Channel::Reliable, vec![2]), vec![]);
         let mut drops = Vec::new();
         b.flush(full, |d| drops.push(d));
         assert_eq!(drops.len(), 1);

@@ -14,6 +14,18 @@ pub enum BuildError {
     /// A name longer than the protocol allows.
     #[error("{0} is longer than {MAX_NAME_LEN} bytes")]
     NameTooLong(&'static str),
+    /// The peer's recording file could not be created (it is created when
+    /// the peer is built, before it joins, so nothing is played unrecorded).
+    #[error("cannot create the recording {}: {reason}", path.display())]
+    Record {
+        /// The file asked for.
+        path: std::path::PathBuf,
+        /// What kind of failure (`AlreadyExists`: the file is there and
+        /// overwriting was not asked for).
+        kind: std::io::ErrorKind,
+        /// What the operating system said.
+        reason: String,
+    },
 }
 
 /// Default snapshot upload chunk: the largest a chunk message may carry

@@ -98,9 +98,8 @@ impl PeerGlue {
         session.handle_link_stats(link.rtt, link.jitter, link.loss);
         session.handle_rtt_p99(link.rtt_p99);
         while let Some((d, bytes)) = session.poll_outgoing() {
-            if let Some(drop) = self.backlog.push(channel(d), bytes) {
-                self.drops.record(drop);
-            }
+            let drops = &mut self.drops;
+            self.backlog.push(channel(d), bytes, |d| drops.record(d));
         }
         let drops = &mut self.drops;
         self.backlog

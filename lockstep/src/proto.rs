@@ -21,7 +21,8 @@ pub use forensics::{
 mod rejoin;
 pub use reject::RejectReason;
 pub use rejoin::{
-    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret, Resume, SnapshotChunk,
+    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret,
+    Reoffer, Resume, SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -291,6 +292,13 @@ pub enum ToRelay {
     /// Watch a running match (read-only), a few seconds behind: the join's
     /// match, game and rules must match; slots and turns are ignored.
     Spectate(Join),
+    /// The snapshot of `turn` the relay sent (with a `Resume`, `Heal` or
+    /// `Reoffer`) did not restore to its agreed hash: the peer keeps its
+    /// place and waits for [`ToPeer::Reoffer`].
+    SnapshotFailed {
+        /// The turn of the snapshot that failed.
+        turn: Turn,
+    },
 }
 
 /// Messages from the relay to a peer.
@@ -401,6 +409,9 @@ pub enum ToPeer {
     /// `--on-desync heal`: drop your world and restore the agreed one
     /// (snapshot chunks and the tail of bundles follow).
     Heal(Heal),
+    /// The snapshot this peer reported as failed is replaced: restore this
+    /// one instead (snapshot chunks and the tail of bundles follow).
+    Reoffer(Reoffer),
 }
 
 /// Why bytes are not a valid protocol message.
@@ -528,7 +539,8 @@ impl ToRelay {
             | Self::Pong { .. }
             | Self::Report(_)
             | Self::Leave
-            | Self::CaughtUp { .. } => Ok(()),
+            | Self::CaughtUp { .. }
+            | Self::SnapshotFailed { .. } => Ok(()),
         }
     }
 
@@ -665,6 +677,10 @@ impl ToPeer {
             Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
             Self::Heal(h) => check(
                 h.snapshot.is_none_or(|(_, _, n)| n <= MAX_SNAPSHOT_TOTAL),
+                "snapshot length",
+            ),
+            Self::Reoffer(r) => check(
+                r.snapshot.is_none_or(|(_, _, n)| n <= MAX_SNAPSHOT_TOTAL),
                 "snapshot length",
             ),
             Self::SectionRequest { .. }

@@ -27,6 +27,31 @@ pub enum DesyncPolicy {
     Heal,
 }
 
+/// How often `--on-desync heal` may heal one player (see
+/// [`RelayConfig::heal_limit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealLimit {
+    /// Heals of one player allowed within `window` (default 3; 0: a desync
+    /// drops its odd players instead of healing them).
+    pub heals: u32,
+    /// The window, in match time (default 60 s; counted in turns of the
+    /// match's turn length).
+    pub window: Duration,
+}
+
+impl Default for HealLimit {
+    /// 3 heals a minute: an honest peer that desyncs now and then (a heal
+    /// costs it a snapshot and the tail) is never near it; a peer that
+    /// desyncs again right after each heal is broken or lying, and dropping
+    /// it bounds what it costs the relay and the others.
+    fn default() -> Self {
+        Self {
+            heals: 3,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
 /// How the relay runs matches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayConfig {
@@ -71,6 +96,14 @@ pub struct RelayConfig {
     /// How long desync forensics waits for the peers' answers before
     /// reporting what it has (default 10 s).
     pub forensics_timeout: Duration,
+    /// `--on-desync heal`: how often one player may be healed. A desync
+    /// that would heal a player already healed `heals` times within the
+    /// last `window` of match time drops it instead
+    /// ([`DropReason::TooManyHeals`](crate::DropReason::TooManyHeals), its
+    /// slot given up): a player that lies about its hash after every heal
+    /// otherwise costs the relay a snapshot and the honest peers a desync
+    /// notice on every turn.
+    pub heal_limit: HealLimit,
     /// Agreed snapshots and held slots (rejoin).
     pub rejoin: crate::rejoin::RejoinConfig,
 }
@@ -95,6 +128,7 @@ impl Default for RelayConfig {
             limits: Limits::default(),
             on_desync: DesyncPolicy::Continue,
             forensics_timeout: Duration::from_secs(10),
+            heal_limit: HealLimit::default(),
             rejoin: crate::rejoin::RejoinConfig::default(),
         }
     }
@@ -259,6 +293,7 @@ impl RelayConfig {
             ("limits.max_connections", l.max_connections),
             ("limits.max_matches", l.max_matches),
             ("limits.max_hash_turns", l.max_hash_turns),
+            ("--max-connections-per-host", l.max_connections_per_host),
         ] {
             if v == 0 {
                 return Err(bad(flag, 0, "at least 1".into()));

@@ -384,7 +384,13 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     let relay_socket = UdpSocket::bind("127.0.0.1:0")?;
     let relay_addr: SocketAddr = relay_socket.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let recorder = Recorder::new(&config.record_dir, known_rules_hash)?;
+    // The error names the directory: the bare OS message does not say which path.
+    let recorder = Recorder::new(&config.record_dir, known_rules_hash).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot use {}: {e}", config.record_dir.display()),
+        )
+    })?;
     let (note_tx, note_rx) = mpsc::channel::<Note>();
     let relay = {
         let stop = Arc::clone(&stop);
@@ -397,6 +403,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                     RelayNote::Recorded(r) => Note::Recorded(r.clone()),
                     RelayNote::RecordError(e) => Note::RecordError(e),
                     RelayNote::Draining { .. }
+                    | RelayNote::CutOff { .. }
                     | RelayNote::Refused { .. }
                     | RelayNote::SendDropped { .. }
                     | RelayNote::RefusalsSuppressed { .. } => return,

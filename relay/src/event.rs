@@ -24,6 +24,10 @@ pub enum DropReason {
     Disconnected,
     /// The player sent Leave.
     Left,
+    /// `--on-desync heal`: it desynced again after being healed as often as
+    /// [`RelayConfig::heal_limit`](crate::RelayConfig::heal_limit) allows;
+    /// its slot is given up (a rejoin would only desync again).
+    TooManyHeals,
 }
 
 impl fmt::Display for DropReason {
@@ -32,6 +36,7 @@ impl fmt::Display for DropReason {
             Self::Timeout => "timeout",
             Self::Disconnected => "disconnected",
             Self::Left => "left",
+            Self::TooManyHeals => "too_many_heals",
         })
     }
 }
@@ -64,6 +69,18 @@ pub struct MatchInfo {
 /// A router event, polled with `Router::poll_event`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouterEvent {
+    /// A join named a match the relay did not have: its lobby is open and
+    /// waits for `slots` players (the first join is in it).
+    LobbyOpened {
+        /// Which match.
+        id: MatchId,
+        /// Its name.
+        match_name: String,
+        /// Slots to fill before it starts.
+        slots: u8,
+        /// Game id the lobby plays.
+        game_id: String,
+    },
     /// All slots filled; the match started.
     MatchStarted {
         /// Which match.

@@ -5,8 +5,8 @@
 
 use lockstep::{Duration, Instant};
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Memory bounds of a router.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +26,18 @@ pub struct Limits {
     /// Messages one connection may send in a burst (a reliable backlog
     /// delivered at once after an outage).
     pub message_burst: u32,
+    /// Most established connections from one host (an IPv4 address, or an
+    /// IPv6 /64), over all event loops (`--max-connections-per-host`,
+    /// default [`DEFAULT_MAX_CONNECTIONS_PER_HOST`]); more are refused
+    /// with `RelayFull`, so one host cannot take every connection slot.
+    pub max_connections_per_host: usize,
 }
+
+/// Default of [`Limits::max_connections_per_host`]: 16, so a LAN party or
+/// a household behind one NAT (one public address) can fill an 8-player
+/// match and bring as many spectators, while one host still cannot take
+/// more than a sliver of the relay's 1,024 default slots.
+pub const DEFAULT_MAX_CONNECTIONS_PER_HOST: usize = 16;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -37,6 +48,7 @@ impl Default for Limits {
             max_hash_turns: 256,
             messages_per_sec: 300,
             message_burst: 600,
+            max_connections_per_host: DEFAULT_MAX_CONNECTIONS_PER_HOST,
         }
     }
 }
@@ -83,6 +95,15 @@ impl TokenBucket {
 /// time for everyone else. Memory is bounded: addresses idle for a while are
 /// forgotten, and when the table is full new addresses pass unlimited (the
 /// transport's stateless handshake still bounds what they cost).
+///
+/// Keyed by address and port, not by host, on purpose: a source address is
+/// unproven here (UDP can be spoofed), and players behind one NAT share
+/// their host, so a per-host rate would have to be many players' worth.
+/// And a full table lets new addresses through rather than refusing them:
+/// a flood of spoofed sources can fill the table, and refusing what does
+/// not fit would lock every new player out. Where one host's share is
+/// limited is on proven addresses: established connections,
+/// [`ConnectionQuota`]'s per-host limit.
 #[derive(Debug)]
 pub struct AddrLimiter {
     rate: u32,
@@ -183,50 +204,203 @@ mod tests {
         // 1 s of flood at 10k/s: the burst plus ~1 s of rate passes.
         assert!(l.dropped() >= 10_000 - 200 - 100 - 1, "{}", l.dropped());
     }
+
+    /// A flood of spoofed sources fills the table; a new player's address
+    /// still passes (unlimited, as the table is full) instead of being
+    /// locked out, and a known flooder stays limited.
+    #[test]
+    fn a_full_table_lets_new_addresses_through() {
+        let mut l = AddrLimiter::new(10, 10, 100);
+        let now = Instant::from_millis(1);
+        for i in 0..100u16 {
+            let spoofed = SocketAddr::from(([10, 9, (i >> 8) as u8, i as u8], 1000));
+            assert!(l.allow(now, spoofed));
+        }
+        let flooder = SocketAddr::from(([10, 9, 0, 0], 1000));
+        assert_eq!((0..50).filter(|_| l.allow(now, flooder)).count(), 9);
+        let player: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+        assert!((0..50).all(|_| l.allow(now, player)));
+    }
+
+    #[test]
+    fn hosts_are_ipv4_addresses_and_ipv6_slash_64s() {
+        let key = |s: &str| HostKey::of(s.parse().unwrap());
+        assert_eq!(key("192.0.2.1:1000"), key("192.0.2.1:2000"));
+        assert_ne!(key("192.0.2.1:1000"), key("192.0.2.2:1000"));
+        assert_eq!(
+            key("[2001:db8:1:2::1]:1000"),
+            key("[2001:db8:1:2:ffff::9]:7")
+        );
+        assert_ne!(key("[2001:db8:1:2::1]:1000"), key("[2001:db8:1:3::1]:1000"));
+        // A dual-stack socket's view of an IPv4 client is that client.
+        assert_eq!(key("[::ffff:192.0.2.1]:5"), key("192.0.2.1:6"));
+    }
+
+    #[test]
+    fn the_quota_limits_each_host_and_the_total() {
+        let q = ConnectionQuota::new(5).with_per_host(2);
+        let a = |port| SocketAddr::from(([192, 0, 2, 1], port));
+        let v6 = |last: u16, port| {
+            SocketAddr::from((
+                std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 7, 0, 0, 0, last),
+                port,
+            ))
+        };
+        assert_eq!(q.try_take(a(1)), Ok(()));
+        assert_eq!(q.try_take(a(2)), Ok(()));
+        assert_eq!(
+            q.try_take(a(3)),
+            Err(QuotaFull::Host),
+            "a third port of one host"
+        );
+        assert_eq!(q.try_take(v6(1, 1)), Ok(()));
+        assert_eq!(q.try_take(v6(2, 1)), Ok(()));
+        assert_eq!(q.try_take(v6(3, 9)), Err(QuotaFull::Host), "same /64");
+        assert_eq!(q.try_take(SocketAddr::from(([192, 0, 2, 9], 1))), Ok(()));
+        assert_eq!(
+            q.try_take(SocketAddr::from(([192, 0, 2, 10], 1))),
+            Err(QuotaFull::Relay)
+        );
+        assert_eq!((q.used(), q.used_by(a(9))), (5, 2));
+        q.give_back(a(1));
+        assert_eq!((q.used(), q.used_by(a(9))), (4, 1));
+        assert_eq!(q.try_take(a(3)), Ok(()), "its unit is free again");
+        // Giving back for a host holding nothing changes nothing.
+        q.give_back(SocketAddr::from(([198, 51, 100, 1], 1)));
+        assert_eq!(q.used(), 5);
+    }
 }
 
-/// The relay's connection limit (`--max-connections`) shared by its event
-/// loops: each loop's transport server and router count only their own
+/// Which host an address belongs to, for per-host limits: its IPv4
+/// address, or the /64 prefix of an IPv6 one (the usual allocation of one
+/// subscriber, who can pick any address in it); an IPv4-mapped IPv6
+/// address (a dual-stack socket's view of an IPv4 client) is that IPv4 address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostKey {
+    /// An IPv4 host.
+    V4([u8; 4]),
+    /// An IPv6 /64.
+    V6([u8; 8]),
+}
+
+impl HostKey {
+    /// The host `addr` belongs to.
+    #[must_use]
+    pub fn of(addr: SocketAddr) -> Self {
+        match addr.ip() {
+            IpAddr::V4(v4) => Self::V4(v4.octets()),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Self::V4(v4.octets()),
+                None => {
+                    let o = v6.octets();
+                    Self::V6([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]])
+                }
+            },
+        }
+    }
+}
+
+/// Why [`ConnectionQuota::try_take`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaFull {
+    /// Every connection slot is taken.
+    Relay,
+    /// The host already holds `max_connections_per_host` connections.
+    Host,
+}
+
+/// The relay's connection limits shared by its event loops: the total
+/// (`--max-connections`) and the per-host one (`--max-connections-per-host`).
+/// Each loop's transport server and router count only their own
 /// connections, and a client's address decides which loop's socket it
-/// reaches, so a per-loop limit would admit `threads` times the limit. Each
+/// reaches, so per-loop limits would admit `threads` times as many. Each
 /// loop's [`RouterGlue`](crate::server::RouterGlue) takes a unit here for
-/// every connection it admits and gives it back when the connection closes
-/// or moves to another loop (which takes it again).
+/// every connection once it is established (the completed handshake proved
+/// the address, so a spoofed source cannot use up a host's share) and gives
+/// it back when the connection closes or moves to another loop (which takes
+/// it again).
 #[derive(Debug)]
 pub struct ConnectionQuota {
-    used: AtomicUsize,
     max: usize,
+    per_host: usize,
+    /// Taken only when a connection opens, closes or moves: a lock is cheap.
+    state: Mutex<QuotaState>,
+}
+
+#[derive(Debug, Default)]
+struct QuotaState {
+    used: usize,
+    /// Connections per host; hosts with none are removed.
+    hosts: HashMap<HostKey, usize>,
 }
 
 impl ConnectionQuota {
-    /// A quota of `max` connections, none used.
+    /// A quota of `max` connections, none used, at most
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_HOST`] per host.
     #[must_use]
-    pub const fn new(max: usize) -> Self {
+    pub fn new(max: usize) -> Self {
         Self {
-            used: AtomicUsize::new(0),
             max,
+            per_host: DEFAULT_MAX_CONNECTIONS_PER_HOST,
+            state: Mutex::default(),
         }
     }
 
-    /// Takes one unit; false (nothing taken) when all `max` are in use.
-    pub fn try_take(&self) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.max).then_some(u + 1)
-            })
-            .is_ok()
+    /// The same with at most `per_host` connections per host.
+    #[must_use]
+    pub fn with_per_host(mut self, per_host: usize) -> Self {
+        self.per_host = per_host;
+        self
     }
 
-    /// Gives back a unit taken by [`ConnectionQuota::try_take`].
-    pub fn give_back(&self) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_sub(1));
+    fn state(&self) -> MutexGuard<'_, QuotaState> {
+        // Each update is a pair of counts changed together under the lock,
+        // consistent even if a holder panicked.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes one unit for a connection established from `addr`; refused
+    /// (nothing taken) when all `max` are in use or its host holds `per_host`.
+    pub fn try_take(&self, addr: SocketAddr) -> Result<(), QuotaFull> {
+        let mut s = self.state();
+        if s.used >= self.max {
+            return Err(QuotaFull::Relay);
+        }
+        let host = s.hosts.entry(HostKey::of(addr)).or_insert(0);
+        if *host >= self.per_host {
+            return Err(QuotaFull::Host);
+        }
+        *host += 1;
+        s.used += 1;
+        Ok(())
+    }
+
+    /// Gives back a unit taken by [`ConnectionQuota::try_take`] for `addr`.
+    pub fn give_back(&self, addr: SocketAddr) {
+        let mut s = self.state();
+        let key = HostKey::of(addr);
+        if let Some(n) = s.hosts.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                s.hosts.remove(&key);
+            }
+            s.used = s.used.saturating_sub(1);
+        }
     }
 
     /// Units in use.
     #[must_use]
     pub fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
+        self.state().used
+    }
+
+    /// Units `addr`'s host holds.
+    #[must_use]
+    pub fn used_by(&self, addr: SocketAddr) -> usize {
+        self.state()
+            .hosts
+            .get(&HostKey::of(addr))
+            .copied()
+            .unwrap_or(0)
     }
 }

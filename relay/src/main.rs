@@ -75,8 +75,9 @@ struct TokenArgs {
     /// Create the key file with a fresh random key (mode 0600) if it does not exist.
     #[arg(long)]
     create_key: bool,
-    /// Relay address written into the token (repeat for several).
-    #[arg(long = "relay", default_value = "127.0.0.1:7777")]
+    /// Relay address written into the token (repeat for several); a host
+    /// name is resolved here, IPv4 first (the token holds addresses).
+    #[arg(long = "relay", default_value = "127.0.0.1:7777", value_parser = resolve_addr)]
     relays: Vec<SocketAddr>,
     /// Print a JSON object (token, match, kind, slot, expiry) instead of the bare hex token.
     #[arg(long)]
@@ -121,6 +122,11 @@ struct RelayArgs {
     /// Most spectators per match.
     #[arg(long, default_value_t = 32)]
     max_spectators: usize,
+    /// Most connections from one host (an IPv4 address or an IPv6 /64),
+    /// counted once the handshake completed; enough for a LAN party behind
+    /// one NAT by default.
+    #[arg(long, default_value_t = relay::limits::DEFAULT_MAX_CONNECTIONS_PER_HOST)]
+    max_connections_per_host: usize,
 }
 
 /// `--on-desync` values.
@@ -154,6 +160,10 @@ impl RelayArgs {
                 max_spectators: self.max_spectators,
                 ..relay::rejoin::RejoinConfig::default()
             },
+            limits: relay::limits::Limits {
+                max_connections_per_host: self.max_connections_per_host,
+                ..relay::limits::Limits::default()
+            },
             ..RelayConfig::default()
         }
     }
@@ -161,8 +171,9 @@ impl RelayArgs {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// UDP address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7777")]
+    /// UDP address to listen on (a host name such as `localhost:7777` is
+    /// resolved, IPv4 first).
+    #[arg(long, default_value = "127.0.0.1:7777", value_parser = resolve_addr)]
     bind: SocketAddr,
     /// Directory for one replay file per match (no recording if omitted).
     #[arg(long)]
@@ -305,6 +316,11 @@ fn parse_key(text: &str) -> Result<[u8; 32], String> {
         *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
     }
     Ok(key)
+}
+
+/// Resolves an address flag (clap shows the error, naming the text, exit 2).
+fn resolve_addr(text: &str) -> Result<SocketAddr, String> {
+    lockstep::peer::udp::resolve(text).map_err(|e| e.to_string())
 }
 
 fn parse_lifetime(text: &str) -> Result<u64, String> {

@@ -71,6 +71,12 @@ pub(crate) fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             "channel": format!("{:?}", drop.channel).to_lowercase(), "bytes": drop.len,
             "text": drop.to_string() }),
         ),
+        RelayNote::CutOff { conn, reason } => (
+            Level::Warn,
+            serde_json::json!({
+            "event": "cut_off", "conn": conn.0, "reason": format!("{reason:?}"),
+            "text": reason.to_string() }),
+        ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,
             serde_json::json!({ "event": "draining", "running": running, "grace_s": grace.as_micros() / 1_000_000 }),
@@ -99,7 +105,8 @@ const fn event_level(e: &RouterEvent) -> Level {
         | RouterEvent::DesyncSections { .. }
         | RouterEvent::DesyncReport { .. } => Level::Error,
         RouterEvent::Dropped { .. } => Level::Warn,
-        RouterEvent::MatchStarted { .. }
+        RouterEvent::LobbyOpened { .. }
+        | RouterEvent::MatchStarted { .. }
         | RouterEvent::Rejoining { .. }
         | RouterEvent::Rejoined { .. }
         | RouterEvent::Healing { .. }
@@ -136,6 +143,14 @@ pub(crate) fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::V
     use serde_json::json;
     let hex = |h: &sim::StateHash| h.to_hex();
     Some(match e {
+        RouterEvent::LobbyOpened {
+            id,
+            match_name,
+            slots,
+            game_id,
+        } => json!({
+            "event": "lobby_opened", "match": id.0, "name": match_name, "slots": slots,
+            "game": game_id }),
         RouterEvent::MatchStarted { id, info } => json!({
             "event": "match_started", "match": id.0, "name": info.match_name,
             "game": info.game_id, "seed": info.setup.seed, "players": info.players.iter().map(|p| &p.name).collect::<Vec<_>>(),

@@ -77,10 +77,16 @@ pub enum Metric {
     RejoinsRefused,
     HandoffDatagramsDropped,
     HandoffConnectionsDropped,
+    ClockSeqRepeated,
+    ClockSeqJumped,
+    DropBulkRefused,
+    DropBulkExpired,
+    DropReorderRefused,
+    ConnectionsCutOff,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::HandoffConnectionsDropped as usize + 1;
+const COUNT: usize = Metric::ConnectionsCutOff as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -227,6 +233,32 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "Hand-overs between event loops lost: forwarded datagrams (the receiving loop's mailbox was full), connections (its mailbox or connection table was full)",
     ),
     ("relay_handoffs_dropped_total{kind=\"connection\"}", "", ""),
+    (
+        "relay_clock_inputs_odd_total{kind=\"seq_repeated\"}",
+        "counter",
+        "Clock policy: inputs stamped anyway whose sequence number repeated or went back, or jumped far ahead",
+    ),
+    ("relay_clock_inputs_odd_total{kind=\"seq_jumped\"}", "", ""),
+    (
+        "relay_transport_drops_total{reason=\"bulk_refused\"}",
+        "counter",
+        "Bulk messages refused unread (not asked for) or thrown away after a stall, and reliable frames refused by the reorder cap (resent by the peer)",
+    ),
+    (
+        "relay_transport_drops_total{reason=\"bulk_expired\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_transport_drops_total{reason=\"reorder_refused\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_connections_cut_off_total",
+        "counter",
+        "Connections the transport cut off for acknowledging nothing or leaving their window full",
+    ),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

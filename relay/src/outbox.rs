@@ -5,7 +5,8 @@
 use crate::event::RouterEvent;
 use lockstep::proto::{Delivery, ToPeer};
 use lockstep::transport::ConnId;
-use std::collections::VecDeque;
+use sim::Turn;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Counters of everything the router did or refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,6 +42,14 @@ pub struct RouterCounters {
     /// Inputs refused because they would take their player over its byte or
     /// entry budget for the turn (the sender gets `InputRefused`).
     pub inputs_over_budget: u64,
+    /// `clock` policy: inputs whose sequence number was not above the
+    /// player's previous one (a repeat or a step back). Stamped by arrival
+    /// like any other: the sequence only names the input in `InputRefused`.
+    pub clock_seq_repeated: u64,
+    /// `clock` policy: inputs whose sequence number jumped more than
+    /// `Limits::max_turns_ahead` past the player's previous one (a peer
+    /// sends one per turn). Stamped by arrival too.
+    pub clock_seq_jumped: u64,
     /// Turns closed.
     pub turns_closed: u64,
     /// Turns closed by the deadline with inputs missing.
@@ -80,6 +89,16 @@ pub struct RouterCounters {
     pub snapshots_refused: u64,
     /// Snapshot bytes sent to rejoining peers and spectators.
     pub snapshot_bytes_out: u64,
+    /// Restores of an agreed snapshot that failed at a receiver (a
+    /// rejoining or healed player, a spectator): the snapshot did not
+    /// decode or its world's hash was not the agreed one. The receiver
+    /// keeps its place and gets a replacement; the uploader is skipped.
+    pub snapshot_restores_failed: u64,
+    /// Replacement bases sent to receivers whose restore failed.
+    pub snapshots_reoffered: u64,
+    /// Snapshot copies not queued because one was already on its way to
+    /// that connection, not yet reported restored or failed.
+    pub snapshot_copies_refused: u64,
     /// Spectators admitted.
     pub spectators_joined: u64,
     /// Spectator hash reports equal to the turn's agreed hash.
@@ -100,6 +119,15 @@ pub(crate) struct Outbox {
     /// Connections a match let go of (a player dropped by silence): the
     /// router clears their seat so they no longer reach the match.
     pub(crate) detached: Vec<ConnId>,
+    /// Changes to which connections may send bulk data, and how large a
+    /// message: the transport refuses bulk data the relay did not ask for.
+    pub(crate) bulk_grants: VecDeque<(ConnId, usize)>,
+    /// Per connection, the turn of the snapshot whose chunks were queued for
+    /// it and that its receiver has not reported failed (nor, a player,
+    /// caught up from): at most one copy per connection is queued, so a
+    /// receiver that asks again meanwhile (a spectator leaving and
+    /// spectating again) cannot pile copies up. Cleared when it closes.
+    pub(crate) in_flight: BTreeMap<ConnId, Turn>,
 }
 
 impl Outbox {

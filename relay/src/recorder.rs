@@ -95,7 +95,8 @@ pub type RulesHashFn = fn(&MatchInfo) -> StateHash;
 /// The match an event belongs to.
 const fn event_match(ev: &RouterEvent) -> MatchId {
     match ev {
-        RouterEvent::MatchStarted { id, .. }
+        RouterEvent::LobbyOpened { id, .. }
+        | RouterEvent::MatchStarted { id, .. }
         | RouterEvent::TurnClosed { id, .. }
         | RouterEvent::HashAgreed { id, .. }
         | RouterEvent::HashDisputed { id, .. }
@@ -154,6 +155,18 @@ pub struct Recorder {
     errors: u64,
     /// Turns of inputs a desync report carries.
     report_turns: usize,
+    /// The file last tried to create, for an error naming it.
+    tried: Option<PathBuf>,
+}
+
+/// A storage error of one match's recording, naming the file.
+#[derive(Debug, thiserror::Error)]
+#[error("recording {}: {source}", path.display())]
+pub struct RecordError {
+    /// The replay file (the directory when no file was made yet).
+    pub path: PathBuf,
+    /// What failed.
+    pub source: ReplayError,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -212,6 +225,7 @@ impl Recorder {
             failed: BTreeSet::new(),
             errors: 0,
             report_turns: REPORT_INPUT_TURNS as usize,
+            tried: None,
         })
     }
 
@@ -253,8 +267,10 @@ impl Recorder {
         &mut self,
         unix_ms: u64,
         ev: &RouterEvent,
-    ) -> Result<Option<Recorded>, ReplayError> {
+    ) -> Result<Option<Recorded>, RecordError> {
         let id = event_match(ev);
+        // Taken first: a failed write removes the live recording.
+        let live_path = self.path(id).map(Path::to_owned);
         if self.failed.contains(&id) {
             if matches!(ev, RouterEvent::MatchEnded { .. }) {
                 self.failed.remove(&id);
@@ -269,7 +285,10 @@ impl Recorder {
                 if !matches!(ev, RouterEvent::MatchEnded { .. }) {
                     self.failed.insert(id);
                 }
-                Err(e)
+                let path = live_path
+                    .or_else(|| self.tried.take())
+                    .unwrap_or_else(|| self.dir.clone());
+                Err(RecordError { path, source: e })
             }
         }
     }
@@ -292,6 +311,7 @@ impl Recorder {
             let path = self
                 .dir
                 .join(file_name(&info.match_name, unix_ms, id, clash));
+            self.tried = Some(path.clone());
             match (self.open)(&path) {
                 Ok(sink) => return Ok((path, sink)),
                 Err(e)
@@ -475,7 +495,8 @@ impl Recorder {
                 }));
             }
             // A heal is recorded as the desync report's note.
-            RouterEvent::PeerReport { .. }
+            RouterEvent::LobbyOpened { .. }
+            | RouterEvent::PeerReport { .. }
             | RouterEvent::Rejoining { .. }
             | RouterEvent::Healing { .. }
             | RouterEvent::Healed { .. } => {}

@@ -22,6 +22,9 @@ pub use crate::outbox::RouterCounters;
 
 mod rejoin;
 mod rooms;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod snapshot_tests;
 /// A transport connection, as numbered by the transport `Server`.
 pub use lockstep::transport::ConnId;
 
@@ -271,6 +274,7 @@ impl Router {
         let Some(c) = self.conns.remove(&conn) else {
             return;
         };
+        self.out.in_flight.remove(&conn);
         if let Some(id) = c.spectating
             && let Some(m) = self.matches.get_mut(&id)
         {
@@ -341,7 +345,7 @@ impl Router {
                     m.spectator_gone(conn);
                 }
             } else if let Some(m) = self.matches.get_mut(&id) {
-                m.spectator_message(conn, msg, &mut self.out);
+                m.spectator_message(conn, msg, &self.config, &mut self.out);
             }
             return;
         }
@@ -401,6 +405,16 @@ impl Router {
     #[must_use]
     pub fn poll_outgoing(&mut self) -> Option<(ConnId, Delivery, Vec<u8>)> {
         self.out.msgs.pop_front()
+    }
+
+    /// The next change to a connection's bulk receive cap: the largest
+    /// bulk message it may now send (0: none). Pass it on to
+    /// `Server::set_bulk_receive` before the router's messages: the relay
+    /// accepts bulk data (a snapshot upload) only from the player it asked,
+    /// one chunk at a time.
+    #[must_use]
+    pub fn poll_bulk_grant(&mut self) -> Option<(ConnId, usize)> {
+        self.out.bulk_grants.pop_front()
     }
 
     /// The next refused join, for the driver's log; one whose
@@ -538,6 +552,12 @@ impl Router {
             self.next_match += self.match_id_step;
             self.matches.insert(id, MatchRoom::new(id, join));
             self.names.insert(join.match_name.clone(), id);
+            self.out.events.push_back(RouterEvent::LobbyOpened {
+                id,
+                match_name: join.match_name.clone(),
+                slots: join.slots,
+                game_id: join.game_id.clone(),
+            });
             id
         };
         if let Some(c) = self.conns.get_mut(&conn) {
@@ -694,6 +714,50 @@ mod tests {
             .filter(|m| matches!(m, ToPeer::InputRefused { .. }))
             .collect();
         assert_eq!(refused, vec![ToPeer::InputRefused { turn: Turn(11) }]);
+    }
+
+    /// Under `clock` the input's number only names it: a repeated or
+    /// far-jumping number is stamped like any input and counted; an input
+    /// after the match's last turn is refused and the sender is told.
+    #[test]
+    fn under_clock_odd_sequence_numbers_are_counted_and_every_refusal_is_announced() {
+        let mut r = Router::new(RelayConfig::default());
+        let now = Instant::from_millis(10);
+        for c in 0..2u32 {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + c as u16));
+            assert!(r.handle_connected(now, ConnId(c), addr));
+            let mut j = crate::test_support::join("m", &format!("p{c}"));
+            j.turns = 2;
+            r.handle_message(now, ConnId(c), &ToRelay::Join(j).to_bytes());
+        }
+        let input = |seq: u32| {
+            ToRelay::Input {
+                turn: Turn(seq),
+                commands: vec![vec![1]],
+            }
+            .to_bytes()
+        };
+        let ms = Duration::from_millis;
+        r.handle_message(now, ConnId(0), &input(5));
+        r.handle_message(now, ConnId(0), &input(5));
+        r.handle_message(now, ConnId(0), &input(4));
+        r.handle_message(now, ConnId(0), &input(5 + 129));
+        let c = r.counters();
+        assert_eq!((c.clock_seq_repeated, c.clock_seq_jumped), (2, 1), "{c:?}");
+        assert_eq!(c.inputs, 4, "odd numbers are stamped all the same");
+        // Turns 0 and 1 close; the match has no turn left for an input.
+        r.handle_timeout(now + ms(100));
+        r.handle_timeout(now + ms(200));
+        while r.poll_outgoing().is_some() {}
+        let before = r.counters().inputs_refused;
+        r.handle_message(now + ms(210), ConnId(1), &input(0));
+        assert_eq!(r.counters().inputs_refused, before + 1);
+        let told: Vec<ToPeer> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(1))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .filter(|m| matches!(m, ToPeer::InputRefused { .. }))
+            .collect();
+        assert_eq!(told, vec![ToPeer::InputRefused { turn: Turn(0) }]);
     }
 
     #[test]

@@ -3,14 +3,15 @@
 //! and each connection's link figures feed the input-delay choice. Sans-IO:
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
-use crate::limits::{ConnectionQuota, TokenBucket};
+use crate::limits::{ConnectionQuota, QuotaFull, TokenBucket};
 use crate::router::{ConnId, JoinRefusal, Router};
 use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
-use lockstep::transport::{Channel, Server, ServerEvent};
+use lockstep::transport::{Channel, DisconnectReason, Server, ServerEvent};
 use lockstep::{Duration, Instant};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
@@ -45,11 +46,19 @@ pub struct RouterGlue {
     refused: Vec<JoinRefusal>,
     /// The connection limit shared with other loops' glue, if any.
     quota: Option<Arc<ConnectionQuota>>,
-    /// Connections holding a unit of `quota`.
-    held: BTreeSet<ConnId>,
+    /// Connections holding a unit of `quota`, with the address it was taken for.
+    held: BTreeMap<ConnId, SocketAddr>,
     /// Rate budgets of connections moved in from another router, given to
     /// the router when their `Connected` comes (see [`RouterGlue::inherit_budget`]).
     budgets: BTreeMap<ConnId, TokenBucket>,
+    /// Connections the transport cut off for misbehaving, since the last
+    /// [`RouterGlue::take_cut_off`].
+    cut_off: Vec<(ConnId, DisconnectReason)>,
+    /// Connections cut off (total).
+    cut_off_total: u64,
+    /// Connections refused at establishment by the shared quota (the
+    /// relay's or the host's limit), which the router never saw.
+    quota_refused: u64,
 }
 
 impl RouterGlue {
@@ -68,25 +77,23 @@ impl RouterGlue {
         self
     }
 
-    /// Takes a unit of the shared quota for `conn`; false (nothing taken)
-    /// when the quota is full. Always true without a quota.
-    fn take(&mut self, conn: ConnId) -> bool {
-        match &self.quota {
-            None => true,
-            Some(q) if q.try_take() => {
-                self.held.insert(conn);
-                true
-            }
-            Some(_) => false,
+    /// Takes a unit of the shared quota for `conn`, established from
+    /// `addr`; refused (nothing taken) when the relay or the host is full.
+    /// Always taken without a quota.
+    fn take(&mut self, conn: ConnId, addr: SocketAddr) -> Result<(), QuotaFull> {
+        if let Some(q) = &self.quota {
+            q.try_take(addr)?;
+            self.held.insert(conn, addr);
         }
+        Ok(())
     }
 
     /// Gives back `conn`'s unit of the shared quota, if it holds one.
     fn release(&mut self, conn: ConnId) {
-        if self.held.remove(&conn)
+        if let Some(addr) = self.held.remove(&conn)
             && let Some(q) = &self.quota
         {
-            q.give_back();
+            q.give_back(addr);
         }
     }
 
@@ -96,6 +103,14 @@ impl RouterGlue {
     /// a connection cannot refill its budget by moving between loops.
     pub fn inherit_budget(&mut self, conn: ConnId, budget: TokenBucket) {
         self.budgets.insert(conn, budget);
+    }
+
+    /// Connections refused at establishment by the shared quota (the
+    /// relay-wide or per-host limit); the router's own refusals are in its
+    /// counters. Both feed `relay_drops_total{reason="connection_refused"}`.
+    #[must_use]
+    pub const fn quota_refused(&self) -> u64 {
+        self.quota_refused
     }
 
     /// Messages dropped because the transport refused them or a backlog
@@ -111,6 +126,19 @@ impl RouterGlue {
     #[must_use]
     pub fn poll_drop(&mut self) -> Option<(ConnId, SendDrop)> {
         self.drops.poll()
+    }
+
+    /// Connections the transport cut off for misbehaving since the last
+    /// call (a peer that acknowledged nothing while it kept sending, or left
+    /// its window full), with why: for the driver's logs.
+    pub fn take_cut_off(&mut self) -> Vec<(ConnId, DisconnectReason)> {
+        std::mem::take(&mut self.cut_off)
+    }
+
+    /// Connections cut off so far (see [`RouterGlue::take_cut_off`]).
+    #[must_use]
+    pub const fn cut_off_total(&self) -> u64 {
+        self.cut_off_total
     }
 
     /// Every join refused since the last call, for the driver's logs: the
@@ -167,17 +195,27 @@ impl RouterGlue {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
                     let budget = self.budgets.remove(&conn);
-                    if self.take(conn)
-                        && router.handle_connected_with_claims(now, conn, addr, claims)
-                    {
-                        if let Some(b) = budget {
-                            router.set_budget(conn, b);
+                    let refused = match self.take(conn, addr) {
+                        Err(full) => {
+                            self.quota_refused += 1;
+                            Some(match full {
+                                QuotaFull::Host => "connection limit per host reached",
+                                QuotaFull::Relay => "connection limit reached",
+                            })
                         }
-                    } else {
+                        Ok(()) if !router.handle_connected_with_claims(now, conn, addr, claims) => {
+                            Some("connection limit reached")
+                        }
+                        Ok(()) => None,
+                    };
+                    if let (None, Some(b)) = (refused, budget) {
+                        router.set_budget(conn, b);
+                    }
+                    if let Some(why) = refused {
                         self.release(conn);
                         // Say why before closing: the close delivers it first.
                         let reason = RejectReason::RelayFull;
-                        let detail = Some("connection limit reached".to_owned());
+                        let detail = Some(why.to_owned());
                         let msg = ToPeer::Rejected {
                             reason,
                             detail: detail.clone(),
@@ -204,7 +242,16 @@ impl RouterGlue {
                     }
                 },
                 ServerEvent::Backpressure { .. } => {}
-                ServerEvent::Disconnected { conn, .. } => {
+                ServerEvent::Disconnected { conn, reason } => {
+                    // A peer that stopped acking is the relay's to report
+                    // (bounded: one entry per connection, drained per wake-up).
+                    if matches!(
+                        reason,
+                        DisconnectReason::NoAcks | DisconnectReason::Backpressure
+                    ) {
+                        self.cut_off.push((conn, reason));
+                        self.cut_off_total += 1;
+                    }
                     self.backlog.remove(&conn);
                     self.release(conn);
                     router.handle_disconnected(now, conn);
@@ -218,6 +265,11 @@ impl RouterGlue {
                     router.handle_link_stats(conn, link.rtt, link.jitter, link.loss);
                 }
             }
+        }
+        // Bulk grants before the messages: the request that asks for an
+        // upload must not reach the peer before its bulk path is open.
+        while let Some((conn, max)) = router.poll_bulk_grant() {
+            server.set_bulk_receive(conn, max);
         }
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
             let ch = channel(d);
@@ -238,9 +290,8 @@ impl RouterGlue {
                 }
             }
             let q = self.backlog.entry(conn).or_default();
-            if let Some(drop) = q.push(ch, bytes) {
-                self.drops.record((conn, drop));
-            }
+            let drops = &mut self.drops;
+            q.push(ch, bytes, |d| drops.record((conn, d)));
         }
         for (&conn, q) in &mut self.backlog {
             let drops = &mut self.drops;
@@ -403,5 +454,316 @@ mod tests {
         let (_d, said) = connect(&mut loops[1], 9004, &mut now);
         assert!(!full(&said), "{said:?}");
         assert_eq!(quota.used(), 2);
+    }
+
+    /// The relay accepts bulk data only from the player it asked for a
+    /// snapshot, only while that upload wants chunks, and one chunk at a
+    /// time: an unasked upload is refused by the transport unread (the
+    /// router never sees it), the asked player's chunk reaches the upload.
+    #[test]
+    fn bulk_data_is_taken_only_from_the_player_asked_for_a_snapshot() {
+        use lockstep::proto::{MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToRelay};
+        use sim::{StateHash, Turn};
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        let mut server = Server::new(cfg, [2; 32]);
+        let mut config = RelayConfig::default();
+        config.rejoin.snapshot_every = 5;
+        let mut router = Router::new(config);
+        let mut glue = RouterGlue::new();
+        let addrs: Vec<SocketAddr> = (0..2u16)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 7100 + i)))
+            .collect();
+        let mut clients: Vec<Client> = (0..2u64)
+            .map(|i| Client::new(Instant::ZERO, srv, cfg, 40 + i))
+            .collect();
+        let mut said: Vec<Vec<ToPeer>> = vec![Vec::new(); 2];
+        let mut now = Instant::ZERO;
+        let mut buf = Vec::new();
+        let mut run = |ms: u64,
+                       clients: &mut [Client],
+                       said: &mut [Vec<ToPeer>],
+                       server: &mut Server,
+                       router: &mut Router,
+                       glue: &mut RouterGlue| {
+            for _ in 0..ms / 10 {
+                for (c, &a) in clients.iter_mut().zip(&addrs) {
+                    while c.poll_transmit(now, &mut buf).is_some() {
+                        server.handle_datagram(now, a, &buf);
+                    }
+                }
+                glue.step(now, router, server);
+                while let Some(to) = server.poll_transmit(now, &mut buf) {
+                    if let Some(i) = addrs.iter().position(|&a| a == to) {
+                        clients[i].handle_datagram(now, srv, &buf);
+                    }
+                }
+                for (c, s) in clients.iter_mut().zip(said.iter_mut()) {
+                    c.handle_timeout(now);
+                    while let Some(ev) = c.poll_event() {
+                        if let lockstep::transport::ClientEvent::Message(b) = ev
+                            && let Ok(m) = ToPeer::decode(&b)
+                        {
+                            s.push(m);
+                        }
+                    }
+                }
+                now += Duration::from_millis(10);
+            }
+        };
+        let chunk = |turn: u32, len: usize| {
+            ToRelay::SnapshotChunk(SnapshotChunk {
+                turn: Turn(turn),
+                hash: StateHash([9; 32]),
+                total: 2 * MAX_SNAPSHOT_CHUNK as u32,
+                offset: 0,
+                bytes: vec![7; len],
+            })
+            .to_bytes()
+        };
+        run(
+            300,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        for (i, c) in clients.iter_mut().enumerate() {
+            let join = crate::test_support::join_bytes("m", &format!("p{i}"));
+            c.send(Channel::Reliable, &join).unwrap();
+        }
+        run(
+            300,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        // Nobody was asked yet: an upload is refused by the transport.
+        clients[0].send(Channel::Bulk, &chunk(1, 1000)).unwrap();
+        let bad_state = router.counters().bad_state;
+        run(
+            300,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        assert_eq!(server.counters().bulk_refused, 1);
+        assert_eq!(
+            router.counters().bad_state,
+            bad_state,
+            "the router never saw it"
+        );
+        // Play until the relay asks someone for a snapshot.
+        let mut asked = None;
+        for _ in 0..50 {
+            run(
+                100,
+                &mut clients,
+                &mut said,
+                &mut server,
+                &mut router,
+                &mut glue,
+            );
+            asked = said.iter().enumerate().find_map(|(i, s)| {
+                s.iter().find_map(|m| match m {
+                    ToPeer::SnapshotRequest { turn } => Some((i, turn.0)),
+                    _ => None,
+                })
+            });
+            if asked.is_some() {
+                break;
+            }
+        }
+        let (asked, turn) = asked.expect("the relay asked for a snapshot");
+        let other = 1 - asked;
+        // The other player's upload is refused; the asked player's first
+        // chunk (the largest allowed) reaches the upload.
+        clients[other]
+            .send(Channel::Bulk, &chunk(turn, 1000))
+            .unwrap();
+        clients[asked]
+            .send(Channel::Bulk, &chunk(turn, MAX_SNAPSHOT_CHUNK))
+            .unwrap();
+        run(
+            1000,
+            &mut clients,
+            &mut said,
+            &mut server,
+            &mut router,
+            &mut glue,
+        );
+        assert_eq!(server.counters().bulk_refused, 2, "only the other's");
+        assert_eq!(
+            router.snapshot_memory().1,
+            MAX_SNAPSHOT_CHUNK,
+            "the asked one's"
+        );
+    }
+
+    /// A client whose packets reach the relay but which hears nothing (so
+    /// acks nothing) is cut off by the transport with `NoAcks` within the
+    /// back-pressure timeout, reported for the driver's log, and forgotten
+    /// by the router; a client that acks stays.
+    #[test]
+    fn a_client_that_acks_nothing_is_cut_off_and_reported() {
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        // The clients' own silence timeout is long: the deaf one keeps talking.
+        let client_cfg = TransportConfig {
+            timeout: Duration::from_secs(60),
+            ..cfg
+        };
+        let mut server = Server::new(cfg, [4; 32]);
+        let mut router = Router::new(RelayConfig::default());
+        let mut glue = RouterGlue::new();
+        let addrs = [
+            SocketAddr::from(([127, 0, 0, 1], 7200)),
+            SocketAddr::from(([127, 0, 0, 1], 7201)),
+        ];
+        let mut clients: Vec<Client> = (0..2u64)
+            .map(|i| Client::new(Instant::ZERO, srv, client_cfg, 60 + i))
+            .collect();
+        let mut now = Instant::ZERO;
+        let mut buf = Vec::new();
+        let mut cut = Vec::new();
+        let mut deaf_from = None;
+        for step in 0..1500u32 {
+            if step == 30 {
+                for (i, c) in clients.iter_mut().enumerate() {
+                    let join = crate::test_support::join_bytes(&format!("m{i}"), "p");
+                    c.send(Channel::Reliable, &join).unwrap();
+                }
+            }
+            if step == 100 {
+                deaf_from = Some(now);
+            }
+            for (c, &a) in clients.iter_mut().zip(&addrs) {
+                c.handle_timeout(now);
+                while c.poll_transmit(now, &mut buf).is_some() {
+                    server.handle_datagram(now, a, &buf);
+                }
+            }
+            glue.step(now, &mut router, &mut server);
+            cut.extend(glue.take_cut_off().into_iter().map(|(c, r)| (now, c, r)));
+            while let Some(to) = server.poll_transmit(now, &mut buf) {
+                // From `deaf_from` on, client 0 hears nothing.
+                if to == addrs[1] || deaf_from.is_none() {
+                    let i = usize::from(to == addrs[1]);
+                    clients[i].handle_datagram(now, srv, &buf);
+                }
+            }
+            now += Duration::from_millis(10);
+        }
+        let deaf_from = deaf_from.unwrap();
+        assert_eq!(cut.len(), 1, "{cut:?}");
+        let (at, conn, reason) = cut[0];
+        assert_eq!(reason, DisconnectReason::NoAcks);
+        assert!(
+            at.saturating_since(deaf_from) <= cfg.backpressure_timeout + Duration::from_secs(2),
+            "cut off {:?} after it went deaf",
+            at.saturating_since(deaf_from)
+        );
+        assert_eq!(server.addr(conn), None);
+        assert_eq!(router.connection_count(), 1, "the router forgot it");
+        assert!(clients[1].is_connected());
+    }
+
+    /// Connections are limited per host once established: a third from one
+    /// IPv4 address (another port) is refused with `RelayFull` and a
+    /// reason, another host is admitted, and a closed connection frees its
+    /// host's unit.
+    #[test]
+    fn a_host_gets_at_most_its_share_of_connections() {
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        let quota = Arc::new(ConnectionQuota::new(100).with_per_host(2));
+        let mut server = Server::new(cfg, [6; 32]);
+        let mut router = Router::new(RelayConfig::default());
+        let mut glue = RouterGlue::new().with_quota(Arc::clone(&quota));
+        let mut now = Instant::ZERO;
+        let connect = |from: SocketAddr,
+                       now: &mut Instant,
+                       server: &mut Server,
+                       router: &mut Router,
+                       glue: &mut RouterGlue| {
+            let mut client = Client::new(*now, srv, cfg, u64::from(from.port()));
+            let (mut said, mut buf) = (Vec::new(), Vec::new());
+            for _ in 0..20 {
+                while client.poll_transmit(*now, &mut buf).is_some() {
+                    server.handle_datagram(*now, from, &buf);
+                }
+                glue.step(*now, router, server);
+                while server.poll_transmit(*now, &mut buf).is_some() {
+                    client.handle_datagram(*now, srv, &buf);
+                }
+                while let Some(ev) = client.poll_event() {
+                    if let lockstep::transport::ClientEvent::Message(b) = ev
+                        && let Ok(m) = ToPeer::decode(&b)
+                    {
+                        said.push(m);
+                    }
+                }
+                *now += Duration::from_millis(10);
+            }
+            (client, said)
+        };
+        let refused = |said: &[ToPeer]| {
+            said.iter().find_map(|m| match m {
+                ToPeer::Rejected {
+                    reason: RejectReason::RelayFull,
+                    detail,
+                } => Some(detail.clone().unwrap_or_default()),
+                _ => None,
+            })
+        };
+        let host = |port| SocketAddr::from(([198, 51, 100, 7], port));
+        let (s, r, g) = (&mut server, &mut router, &mut glue);
+        let (mut one, said) = connect(host(1), &mut now, s, r, g);
+        assert_eq!(refused(&said), None);
+        let (mut two, said) = connect(host(2), &mut now, s, r, g);
+        assert_eq!(refused(&said), None);
+        let third = refused(&connect(host(3), &mut now, s, r, g).1);
+        assert_eq!(third.as_deref(), Some("connection limit per host reached"));
+        // Counted, though the router never saw it (it feeds the metric).
+        assert_eq!(g.quota_refused(), 1);
+        let other = SocketAddr::from(([198, 51, 100, 8], 1));
+        assert_eq!(
+            refused(&connect(other, &mut now, s, r, g).1),
+            None,
+            "another host"
+        );
+        assert_eq!((quota.used(), quota.used_by(host(9))), (3, 2));
+        // The first closes: its host may connect once more.
+        let first = server
+            .connections()
+            .find(|&c| server.addr(c) == Some(host(1)))
+            .expect("the first connection");
+        server.disconnect(first, now);
+        let mut buf = Vec::new();
+        for _ in 0..100 {
+            now += Duration::from_millis(10);
+            for (c, from) in [(&mut one, host(1)), (&mut two, host(2))] {
+                c.handle_timeout(now);
+                while c.poll_transmit(now, &mut buf).is_some() {
+                    server.handle_datagram(now, from, &buf);
+                }
+            }
+            glue.step(now, &mut router, &mut server);
+            while let Some(to) = server.poll_transmit(now, &mut buf) {
+                match to {
+                    t if t == host(1) => one.handle_datagram(now, srv, &buf),
+                    t if t == host(2) => two.handle_datagram(now, srv, &buf),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(quota.used_by(host(9)), 1);
+        let (s, r, g) = (&mut server, &mut router, &mut glue);
+        assert_eq!(refused(&connect(host(4), &mut now, s, r, g).1), None);
     }
 }

@@ -71,6 +71,15 @@ pub enum RelayNote<'a> {
         /// The latest one.
         drop: lockstep::backlog::SendDrop,
     },
+    /// The transport cut a connection off for misbehaving: it acknowledged
+    /// nothing for the back-pressure timeout while it kept sending
+    /// (`NoAcks`), or left its window full that long (`Backpressure`).
+    CutOff {
+        /// The connection.
+        conn: crate::router::ConnId,
+        /// Why.
+        reason: lockstep::transport::DisconnectReason,
+    },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
         /// Matches running when the shutdown began.
@@ -287,9 +296,14 @@ pub(crate) fn publish(
     set(Metric::DropInputDuplicate, r.inputs_duplicate);
     set(Metric::DropInputRefused, r.inputs_refused);
     set(Metric::DropInputOverBudget, r.inputs_over_budget);
+    set(Metric::ClockSeqRepeated, r.clock_seq_repeated);
+    set(Metric::ClockSeqJumped, r.clock_seq_jumped);
     set(Metric::DropHashRefused, r.hashes_refused);
     set(Metric::DropSendQueue, glue.dropped());
-    set(Metric::DropConnectionsRefused, r.connections_refused);
+    set(
+        Metric::DropConnectionsRefused,
+        r.connections_refused + glue.quota_refused(),
+    );
     set(Metric::DropJoinsRefused, r.joins_refused);
     set(Metric::DropRateLimitedConn, r.rate_limited);
     set(Metric::Desyncs, r.desynced_turns);
@@ -309,6 +323,10 @@ pub(crate) fn publish(
     set(Metric::SnapshotsRefused, r.snapshots_refused);
     set(Metric::Rejoins, r.rejoins);
     set(Metric::RejoinsRefused, r.rejoins_refused);
+    set(Metric::DropBulkRefused, s.bulk_refused);
+    set(Metric::DropBulkExpired, s.bulk_expired);
+    set(Metric::DropReorderRefused, s.reorder_refused);
+    set(Metric::ConnectionsCutOff, glue.cut_off_total());
     set(Metric::DropTokenMissing, s.token_missing);
     set(Metric::DropTokenExpired, s.token_expired);
     set(Metric::DropTokenForged, s.token_forged);

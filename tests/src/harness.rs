@@ -157,6 +157,20 @@ impl Proc {
         &self.name
     }
 
+    /// The child's process id (for `/proc/<pid>/status`).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the child has not exited (yet); an exit seen here is kept.
+    pub fn is_running(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status.is_none()
+    }
+
     /// The last lines printed, for a panic message.
     #[must_use]
     pub fn tail(&self) -> String {
@@ -336,6 +350,22 @@ impl Relay {
         }
     }
 
+    /// The `/metrics` address of a relay started with `--metrics ADDR`
+    /// (its `metrics` line, waited for if not read yet).
+    ///
+    /// # Panics
+    /// If no such line comes (started without `--metrics`).
+    pub fn metrics_addr(&mut self) -> SocketAddr {
+        let seen = self.events_of("metrics").first().map(|v| (*v).clone());
+        let v = seen.unwrap_or_else(|| {
+            self.wait_event("metrics line", STARTUP, |v| v["event"] == "metrics")
+        });
+        v["addr"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("relay: bad metrics line {v}"))
+    }
+
     /// Waits for the next event matching `pred`, keeping every event read.
     pub fn wait_event(
         &mut self,
@@ -466,6 +496,51 @@ pub fn replay_verify(path: &Path) -> (Option<i32>, Value) {
     (status.code(), v)
 }
 
+/// The body of `GET /metrics` from a relay's metrics address (empty if
+/// it cannot be reached: a scrape is a diagnostic, the caller asserts).
+#[must_use]
+pub fn scrape_metrics(addr: SocketAddr) -> String {
+    use std::io::Write;
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return String::new();
+    };
+    // The relay answers each request within 2 s of its accept.
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    r
+}
+
+/// The value of the sample `name` (with its labels, e.g.
+/// `relay_transport_drops_total{reason="bulk_refused"}`) in a metrics page.
+#[must_use]
+pub fn metric(page: &str, name: &str) -> Option<u64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// A `kB` field (`VmRSS`, `VmHWM`, ...) of a `/proc/<pid>/status` text.
+#[must_use]
+pub fn status_field_kib(status: &str, field: &str) -> Option<u64> {
+    status.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// A `kB` field (`VmRSS`: resident now, `VmHWM`: peak resident) of process
+/// `pid`, from `/proc/<pid>/status` (Linux); `None` if it cannot be read.
+#[must_use]
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status_field_kib(&text, field)
+}
+
 /// A fresh scratch directory for one test, removed first if left over.
 #[must_use]
 pub fn scratch_dir(test: &str) -> PathBuf {
@@ -494,5 +569,28 @@ impl SplitMix {
     pub fn range(&mut self, lo: u32, hi: u32) -> u32 {
         let span = u64::from(hi.saturating_sub(lo).max(1));
         lo + u32::try_from(self.next_u64() % span).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_fields_and_metrics_are_read_by_their_exact_name() {
+        let status = "Name:\trelay\nVmHWM:\t  183204 kB\nVmRSS:\t   91696 kB\n";
+        assert_eq!(status_field_kib(status, "VmHWM"), Some(183_204));
+        assert_eq!(status_field_kib(status, "VmRSS"), Some(91_696));
+        assert_eq!(status_field_kib(status, "VmRS"), None);
+        let page = "# TYPE relay_peers gauge\nrelay_peers 256\nrelay_peers_max 9\n\
+                    relay_drops_total{reason=\"bulk_refused\"} 17\n";
+        assert_eq!(metric(page, "relay_peers"), Some(256));
+        assert_eq!(
+            metric(page, "relay_drops_total{reason=\"bulk_refused\"}"),
+            Some(17)
+        );
+        assert_eq!(metric(page, "relay_drops_total"), None);
+        let me = proc_status_kib(std::process::id(), "VmRSS");
+        assert!(me.is_some_and(|k| k > 0), "{me:?}");
     }
 }

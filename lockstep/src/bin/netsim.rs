@@ -42,11 +42,11 @@ use std::sync::atomic::AtomicBool;
 #[derive(Parser, Debug)]
 #[command(name = "netsim", version)]
 struct Args {
-    /// Address clients send to, e.g. 127.0.0.1:7000.
-    #[arg(long)]
+    /// Address clients send to, e.g. 127.0.0.1:7000 (a host name is resolved, IPv4 first).
+    #[arg(long, value_parser = resolve)]
     listen: SocketAddr,
-    /// Address of the real server, e.g. 127.0.0.1:7777.
-    #[arg(long)]
+    /// Address of the real server, e.g. 127.0.0.1:7777 or localhost:7777.
+    #[arg(long, value_parser = resolve)]
     upstream: SocketAddr,
     /// Independent loss probability per datagram (0..1).
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
@@ -84,6 +84,11 @@ struct Args {
     /// Print the final counters as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Resolves an address flag (clap shows the error, naming the text, exit 2).
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    lockstep::peer::udp::resolve(text).map_err(|e| e.to_string())
 }
 
 fn probability(s: &str) -> Result<f64, String> {

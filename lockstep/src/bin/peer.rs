@@ -9,6 +9,7 @@
 
 use clap::{Parser, ValueEnum};
 use lockstep::Duration;
+use lockstep::builder::BuildError;
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
 use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
@@ -34,8 +35,9 @@ struct Cli {
     /// The game to play: the reference RTS or the arena shooter.
     #[arg(long, value_enum, default_value_t = Game::Rts)]
     game: Game,
-    /// The relay's UDP address.
-    #[arg(long)]
+    /// The relay's UDP address, `HOST:PORT` (an IP address or a host name
+    /// such as `localhost:7777`; a name is resolved once, IPv4 first).
+    #[arg(long, value_parser = resolve_relay)]
     relay: SocketAddr,
     /// Match name; peers giving the same name play together.
     #[arg(long = "match", default_value = "default")]
@@ -43,9 +45,10 @@ struct Cli {
     /// Number of players in the match.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
     players: u8,
-    /// Turns to play.
-    #[arg(long, default_value_t = 300)]
-    turns: u32,
+    /// Turns to play: a number (at least 1), or `unbounded` to play until
+    /// the relay ends the match.
+    #[arg(long, default_value = "300", value_parser = parse_turns)]
+    turns: TurnLimit,
     /// Seed of this peer's bot (and transport).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -56,16 +59,25 @@ struct Cli {
     /// a name another player of the match already has.
     #[arg(long)]
     name: Option<String>,
-    /// Record this peer's view of the match (with keyframes) to this replay file.
-    #[arg(long)]
+    /// Record this peer's view of the match (with keyframes) to this replay
+    /// file. It is created before joining (a path that cannot be created
+    /// stops the peer with exit 1 at once) and an existing file is refused
+    /// unless `--force`.
+    #[arg(long, conflicts_with = "spectate")]
     record: Option<PathBuf>,
+    /// Let `--record` replace an existing file.
+    #[arg(long, requires = "record")]
+    force: bool,
     /// Fault switch: perturb the own world after simulating this turn.
     #[arg(long)]
     desync_at: Option<u32>,
     /// Local UDP address to bind.
     #[arg(long, default_value = "0.0.0.0:0")]
     bind: SocketAddr,
-    /// Give up after this many seconds.
+    /// Give up (exit 1) when the match has not ended this many seconds after
+    /// the start of this process: the wait for the relay and for the other
+    /// players in the lobby counts, so a lobby that never fills ends here.
+    /// Raise it for matches longer than about 10 minutes (`--turns unbounded`).
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
     /// Simulated loss on this peer's link, each way (0..1).
@@ -95,6 +107,31 @@ struct Cli {
     /// (`--players` and `--turns` are not needed).
     #[arg(long, conflicts_with_all = ["rejoin_file", "desync_at"])]
     spectate: bool,
+}
+
+/// Resolves `--relay` (clap shows the error, naming the text, exit 2).
+fn resolve_relay(text: &str) -> Result<SocketAddr, String> {
+    lockstep::peer::udp::resolve(text).map_err(|e| e.to_string())
+}
+
+/// `--turns`: how many turns to play, `None` for `unbounded`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TurnLimit(Option<std::num::NonZeroU32>);
+
+/// Parses `--turns`: `0` used to mean "unbounded" silently, so it is
+/// refused with a pointer to the explicit word.
+fn parse_turns(text: &str) -> Result<TurnLimit, String> {
+    if text.eq_ignore_ascii_case("unbounded") {
+        return Ok(TurnLimit(None));
+    }
+    let n: u32 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of turns or `unbounded`"))?;
+    std::num::NonZeroU32::new(n)
+        .map(|n| TurnLimit(Some(n)))
+        .ok_or_else(|| {
+            "0 turns: to play until the relay ends the match, pass `--turns unbounded`".to_owned()
+        })
 }
 
 /// A held slot to come back into: what `--rejoin-file` holds (three lines:
@@ -152,22 +189,31 @@ fn run<S: Simulation, A: Agent<S>>(
         .unwrap_or_else(|| format!("bot{}", cli.seed));
     let mut builder = PeerBuilder::<S>::new(&cli.match_name, cli.players)
         .with_name(&name)
-        .with_turns(cli.turns)
+        // The builder's 0 is its own "until the match ends".
+        .with_turns(cli.turns.0.map_or(0, std::num::NonZeroU32::get))
         .with_seed(cli.seed)
         .with_ticks_per_turn(ticks_per_turn);
     if let Some(t) = token {
         builder = builder.with_token(t);
     }
-    if let Some(path) = &cli.record {
-        builder = builder.with_record(path);
-    }
-    if let Some(turn) = cli.desync_at {
-        builder = builder.with_fault(Turn(turn), fault);
-    }
     let rejoin = cli
         .rejoin_file
         .as_deref()
         .and_then(|p| read_rejoin(p, &cli.match_name));
+    if let Some(path) = &cli.record {
+        if rejoin.is_some() {
+            // A rejoined peer's recording would lack the turns it missed.
+            eprintln!(
+                "peer: not recording to {}: a rejoining peer records nothing (the relay's recording is the match's record)",
+                path.display()
+            );
+        } else {
+            builder = builder.with_record(path).with_record_overwrite(cli.force);
+        }
+    }
+    if let Some(turn) = cli.desync_at {
+        builder = builder.with_fault(Turn(turn), fault);
+    }
     if let Some((player, secret)) = rejoin {
         eprintln!("peer: rejoining slot {} of {}", player.0, cli.match_name);
         builder = builder.with_rejoin(player, secret);
@@ -175,7 +221,13 @@ fn run<S: Simulation, A: Agent<S>>(
     if cli.spectate {
         builder = builder.with_spectate();
     }
-    let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| e.to_string())?;
+    let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| match e {
+        BuildError::Record {
+            kind: std::io::ErrorKind::AlreadyExists,
+            ..
+        } => format!("{e}; pass --force to overwrite it"),
+        e => e.to_string(),
+    })?;
     let impaired = cli.loss > 0.0 || cli.latency_ms > 0 || cli.jitter_ms > 0;
     if impaired {
         let link = LinkConfig {
@@ -205,7 +257,15 @@ fn run<S: Simulation, A: Agent<S>>(
                     eprintln!("peer: cannot write {}: {e}", path.display());
                 }
             }
-            eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now)));
+            // Before the start there are no turns to report: say what it waits for.
+            if peer.world().is_some() {
+                eprintln!("{}", lockstep::peer::progress_line(&peer.stats(now)));
+            } else {
+                eprintln!(
+                    "peer: {}",
+                    lockstep::peer::waiting_line(&cli.match_name, peer.lobby())
+                );
+            }
         },
     )
     .map_err(|e| e.to_string())

@@ -52,6 +52,9 @@ pub struct GameSession<S: Simulation> {
     /// After a heal: the last turn already recorded (turns up to it run
     /// again and are not written twice).
     pub(super) recorded_through: Option<Turn>,
+    /// Players joined and slots, from the relay's last lobby message
+    /// before the start.
+    pub(super) lobby: Option<(u8, u8)>,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -151,6 +154,18 @@ impl<S: Simulation> GameSession<S> {
         self.spectating || (self.rejoin_sent.is_some() && self.rejoin_took.is_none())
     }
 
+    /// While the match has not started: how many players have joined its
+    /// lobby and how many slots it has, from the relay's last lobby message
+    /// (`None` before the first one, and from the start on). Show it while
+    /// waiting ("1 of 2 players joined").
+    #[must_use]
+    pub const fn lobby(&self) -> Option<(u8, u8)> {
+        match self.started_at {
+            Some(_) => None,
+            None => self.lobby,
+        }
+    }
+
     /// Whether this session watches the match instead of playing.
     #[must_use]
     pub const fn is_spectating(&self) -> bool {
@@ -181,7 +196,7 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut()
             && let Err(e) = rec.close(completed)
         {
-            self.error = Some(format!("recording: {e}"));
+            self.error = Some(format!("recording {}: {e}", rec.path.display()));
         }
     }
 
@@ -261,7 +276,10 @@ impl<S: Simulation> GameSession<S> {
     fn on_event(&mut self, ev: Event) -> Option<PeerEvent<S::Command>> {
         let now = self.now;
         Some(match ev {
-            Event::Lobby { joined, slots } => PeerEvent::Lobby { joined, slots },
+            Event::Lobby { joined, slots } => {
+                self.lobby = Some((joined, slots));
+                PeerEvent::Lobby { joined, slots }
+            }
             Event::Started {
                 your_player,
                 setup,
@@ -384,13 +402,17 @@ impl<S: Simulation> GameSession<S> {
         })
     }
 
-    /// Rebuilds the world from the relay's agreed snapshot; one whose hash
-    /// is not the agreed one ends the session (nothing after it could agree).
+    /// Rebuilds the world from the relay's agreed snapshot (`None`: the
+    /// setup's world). One that does not decode or whose world's hash is not
+    /// the agreed one (its uploader lied: the relay cannot check the bytes)
+    /// costs only time: the session reports it and keeps this peer's place,
+    /// and the relay sends a replacement.
     fn restored(
         &mut self,
         snapshot: Option<(Turn, StateHash, Vec<u8>)>,
     ) -> Option<PeerEvent<S::Command>> {
         let Some((turn, hash, bytes)) = snapshot else {
+            // The world is the setup's: a failed restore never replaced it.
             return Some(PeerEvent::Restored { turn: None });
         };
         match S::restore(&bytes) {
@@ -399,16 +421,8 @@ impl<S: Simulation> GameSession<S> {
                 self.world = Some(world);
                 Some(PeerEvent::Restored { turn: Some(turn) })
             }
-            Ok(_) => {
-                self.note_error(format!(
-                    "the relay's snapshot of turn {turn} does not have the agreed hash"
-                ));
-                self.session.leave(self.now);
-                None
-            }
-            Err(e) => {
-                self.note_error(format!("the relay's snapshot of turn {turn}: {e}"));
-                self.session.leave(self.now);
+            Ok(_) | Err(_) => {
+                self.session.snapshot_failed();
                 None
             }
         }
@@ -434,7 +448,8 @@ impl<S: Simulation> GameSession<S> {
             start_time_unix_ms,
         };
         if let Err(e) = rec.start(world, &info) {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
     }
 
@@ -445,7 +460,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut()
             && let Err(e) = rec.write(f)
         {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
     }
 
@@ -489,7 +505,8 @@ impl<S: Simulation> GameSession<S> {
         if let Some(rec) = self.record.as_mut().filter(|_| !rerun)
             && let Err(e) = rec.turn(turn, raw, hash, keyframe.as_deref())
         {
-            self.note_error(format!("recording: {e}"));
+            let text = format!("recording {}: {e}", rec.path.display());
+            self.note_error(text);
         }
         PeerEvent::TurnReady { turn, inputs, hash }
     }

@@ -38,7 +38,9 @@ pub use agent::{Agent, Autopilot, MakeAgent};
 pub use event::PeerEvent;
 pub use forensics::FORENSICS_HISTORY;
 pub use game::GameSession;
-pub use summary::{DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line};
+pub use summary::{
+    DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line, waiting_line,
+};
 
 use crate::builder::{BuildError, SessionBuilder};
 use crate::netsim::Endpoint;
@@ -83,6 +85,7 @@ pub struct PeerBuilder<S: Simulation> {
     turns: u32,
     token: Option<ConnectToken>,
     record: Option<PathBuf>,
+    record_overwrite: bool,
     keyframes: u32,
     transport: TransportConfig,
     seed: u64,
@@ -107,6 +110,7 @@ impl<S: Simulation> PeerBuilder<S> {
             turns: 0,
             token: None,
             record: None,
+            record_overwrite: false,
             keyframes: KEYFRAME_EVERY,
             transport: TransportConfig::default(),
             seed: 0,
@@ -186,10 +190,22 @@ impl<S: Simulation> PeerBuilder<S> {
     }
 
     /// Record this peer's view of the match to `path` (bundles, own hashes,
-    /// drops, delay changes and keyframes), closed when the match ends.
+    /// drops, delay changes and keyframes), closed when the match ends. The
+    /// file is created by [`build`](Self::build), before the join (an
+    /// existing file is refused: see
+    /// [`with_record_overwrite`](Self::with_record_overwrite)); it is
+    /// removed again if the match never starts.
     #[must_use]
     pub fn with_record(mut self, path: impl Into<PathBuf>) -> Self {
         self.record = Some(path.into());
+        self
+    }
+
+    /// Let [`with_record`](Self::with_record) replace an existing file
+    /// (default: refused, like the relay, which never overwrites a recording).
+    #[must_use]
+    pub const fn with_record_overwrite(mut self, overwrite: bool) -> Self {
+        self.record_overwrite = overwrite;
         self
     }
 
@@ -255,7 +271,8 @@ impl<S: Simulation> PeerBuilder<S> {
     /// its handshake with `relay`.
     ///
     /// # Errors
-    /// Slots outside `1..=8` or a name longer than the protocol allows.
+    /// Slots outside `1..=8`, a name longer than the protocol allows, or a
+    /// recording file that cannot be created.
     pub fn build(self, now: Instant, relay: SocketAddr) -> Result<Peer<S>, BuildError> {
         let client = match &self.token {
             Some(t) => Client::with_token(now, relay, self.transport, t, self.seed),
@@ -278,7 +295,8 @@ impl<S: Simulation> PeerBuilder<S> {
     /// transport options do not apply.
     ///
     /// # Errors
-    /// Slots outside `1..=8` or a name longer than the protocol allows.
+    /// Slots outside `1..=8`, a name longer than the protocol allows, or a
+    /// recording file that cannot be created.
     pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
         let mut builder = SessionBuilder::new()
             .with_match(&self.match_name, self.players)
@@ -296,6 +314,11 @@ impl<S: Simulation> PeerBuilder<S> {
             builder = builder.with_upload_pacing(chunk, interval);
         }
         let session = builder.build(now)?;
+        // Last: a file is created only once nothing else can fail.
+        let record = self
+            .record
+            .map(|p| Recording::create(p, self.keyframes, self.record_overwrite))
+            .transpose()?;
         Ok(GameSession {
             session,
             match_name: self.match_name,
@@ -303,7 +326,7 @@ impl<S: Simulation> PeerBuilder<S> {
             player: None,
             fault: self.fault,
             history: forensics::History::new(self.forensics_history),
-            record: self.record.map(|p| Recording::new(p, self.keyframes)),
+            record,
             now,
             started_at: None,
             last: None,
@@ -321,6 +344,7 @@ impl<S: Simulation> PeerBuilder<S> {
             spectating: self.spectate,
             setup: None,
             recorded_through: None,
+            lobby: None,
         })
     }
 }
@@ -424,6 +448,13 @@ impl<S: Simulation> Peer<S> {
     #[must_use]
     pub fn is_done(&self) -> bool {
         self.game.is_done()
+    }
+
+    /// Players joined and slots of the lobby this peer waits in, before the
+    /// start (see [`GameSession::lobby`]).
+    #[must_use]
+    pub const fn lobby(&self) -> Option<(u8, u8)> {
+        self.game.lobby()
     }
 
     /// This slot's rejoin secret, once the relay gave it (see

@@ -4,12 +4,16 @@
 use crate::proto::PlayerInfo;
 use crate::time::Duration;
 use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
+use std::fs::File;
 use std::path::PathBuf;
 
-/// Where the recording goes and, once the match started, its writer.
+/// Where the recording goes: the file, created when the peer is built, and
+/// once the match started its writer.
 pub(super) struct Recording {
     pub(super) path: PathBuf,
     pub(super) keyframe_every: u32,
+    /// Created before the join; the header goes in at the start.
+    file: Option<File>,
     writer: Option<replays::Writer>,
 }
 
@@ -18,6 +22,7 @@ impl std::fmt::Debug for Recording {
         f.debug_struct("Recording")
             .field("path", &self.path)
             .field("keyframe_every", &self.keyframe_every)
+            .field("created", &self.file.is_some())
             .field("open", &self.writer.is_some())
             .finish()
     }
@@ -33,11 +38,37 @@ pub(super) struct StartInfo<'a> {
 }
 
 impl Recording {
-    pub(super) const fn new(path: PathBuf, keyframe_every: u32) -> Self {
-        Self {
-            path,
-            keyframe_every,
-            writer: None,
+    /// Creates the file now, so that a path that cannot be written is
+    /// known before the peer joins a match; an existing file is refused
+    /// unless `overwrite`.
+    pub(super) fn create(
+        path: PathBuf,
+        keyframe_every: u32,
+        overwrite: bool,
+    ) -> Result<Self, crate::builder::BuildError> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true);
+        if overwrite {
+            opts.create(true).truncate(true);
+        } else {
+            opts.create_new(true);
+        }
+        match opts.open(&path) {
+            Ok(file) => Ok(Self {
+                path,
+                keyframe_every,
+                file: Some(file),
+                writer: None,
+            }),
+            Err(e) => Err(crate::builder::BuildError::Record {
+                kind: e.kind(),
+                reason: if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    "the file already exists".to_owned()
+                } else {
+                    e.to_string()
+                },
+                path,
+            }),
         }
     }
 
@@ -60,7 +91,9 @@ impl Recording {
             })
             .collect();
         header.start_time_unix_ms = info.start_time_unix_ms;
-        self.writer = Some(replays::Writer::create(&self.path, &header)?);
+        // The file was created at build; a second start has none left.
+        let file = self.file.take().ok_or(replays::ReplayError::Closed)?;
+        self.writer = Some(replays::Writer::new(file, &header, replays::DEFAULT_SYNC)?);
         Ok(())
     }
 
@@ -104,11 +137,15 @@ impl Recording {
     }
 
     /// Closes the file: a trailer when the match completed at `last`, else
-    /// left readable up to its last turn.
+    /// left readable up to its last turn. A file the match never started
+    /// in is empty, not a replay: it is removed.
     pub(super) fn close(
         &mut self,
         completed: Option<(Turn, StateHash)>,
     ) -> Result<(), replays::ReplayError> {
+        if self.file.take().is_some() {
+            std::fs::remove_file(&self.path)?;
+        }
         let Some(mut w) = self.writer.take() else {
             return Ok(());
         };

@@ -105,6 +105,20 @@ pub struct PeerSummary {
     pub snapshots_uploaded: u32,
 }
 
+/// One human line about a peer that has not started playing yet: waiting
+/// in the lobby of `match_name` with `lobby` = (joined, slots), or (`None`)
+/// still waiting for the relay to seat it. Print it instead of
+/// [`progress_line`] until the match starts.
+#[must_use]
+pub fn waiting_line(match_name: &str, lobby: Option<(u8, u8)>) -> String {
+    match lobby {
+        Some((joined, slots)) => format!(
+            "waiting in the lobby of match {match_name:?}: {joined} of {slots} players joined"
+        ),
+        None => format!("waiting for the relay to seat this peer in match {match_name:?}"),
+    }
+}
+
 /// One human progress line from a peer's figures (turn, RTT, loss, stall,
 /// input delay), as the `peer` binary and `relay demo` print it about once
 /// a second.

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::Duration;
-use crate::proto::{Bundle, EndReason, PlayerInfo, Start, ToPeer};
+use crate::proto::{Bundle, EndReason, PlayerInfo, Start, ToPeer, ToRelay};
 use sim::arena::Arena;
 use sim::game::World;
 
@@ -289,4 +289,143 @@ fn a_connection_closed_before_the_match_ended_is_reported_once() {
     assert!(!peer.is_done(), "the session itself never ended");
     let error = peer.summary(harness.now()).error.unwrap();
     assert!(error.contains("connection to the relay ended"), "{error}");
+}
+
+/// The recording file is created at build, before the join: an existing
+/// file is refused (unless overwriting is asked for), and a file the match
+/// never started in is removed when the recording closes.
+#[test]
+fn the_recording_file_is_created_at_build_and_never_overwritten_by_default() {
+    let dir = std::env::temp_dir().join(format!("peer-record-build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("me.lsr");
+    let t0 = Instant::from_millis(1);
+    let mut peer = PeerBuilder::<World>::new("m", 2)
+        .with_record(&path)
+        .build(t0, RELAY.into())
+        .unwrap();
+    assert!(path.exists(), "created before any message");
+    let again = PeerBuilder::<World>::new("m", 2)
+        .with_record(&path)
+        .build(t0, RELAY.into());
+    assert!(
+        matches!(&again, Err(crate::builder::BuildError::Record { kind: std::io::ErrorKind::AlreadyExists, path: p, .. }) if *p == path),
+        "{again:?}"
+    );
+    let mut forced = PeerBuilder::<World>::new("m", 2)
+        .with_record(&path)
+        .with_record_overwrite(true)
+        .build(t0, RELAY.into())
+        .unwrap();
+    forced.close_recording();
+    peer.close_recording();
+    assert!(!path.exists(), "no match, no file");
+    let missing = dir.join("gone").join("me.lsr");
+    let err = PeerBuilder::<World>::new("m", 2)
+        .with_record(&missing)
+        .build(t0, RELAY.into())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A spectator (or rejoiner) handed a snapshot that does not restore to the
+/// agreed hash (its uploader sent garbage under the right hash) keeps its
+/// place instead of leaving: it reports the snapshot, runs no turn from it,
+/// and restores the relay's replacement, after which it simulates exactly
+/// what an independent world does.
+#[test]
+fn a_garbage_snapshot_is_reported_and_the_replacement_restores() {
+    let t0 = Instant::from_millis(1_000);
+    let mut gs = PeerBuilder::<World>::new("m", 2)
+        .with_spectate()
+        .build_session(t0)
+        .unwrap();
+    while gs.poll_outgoing().is_some() {}
+    let start = match ToPeer::decode(&start_msg(2, 100)) {
+        Ok(ToPeer::Start(s)) => s,
+        other => panic!("{other:?}"),
+    };
+    let mut truth = World::new(&start.setup);
+    for t in 0..=4 {
+        truth.step(Turn(t), &[]);
+    }
+    let (hash, bytes) = (truth.state_hash(), truth.snapshot());
+    let garbage = vec![0xA5; 64];
+    let resume = ToPeer::Resume(crate::proto::Resume {
+        start: start.clone(),
+        elapsed_us: 2_000_000,
+        delay: 3,
+        snapshot: Some((Turn(4), hash, garbage.len() as u32)),
+        live: Turn(10),
+        spectator: true,
+    });
+    let chunk = |bytes: &[u8]| {
+        ToPeer::SnapshotChunk(crate::proto::SnapshotChunk {
+            turn: Turn(4),
+            hash,
+            total: bytes.len() as u32,
+            offset: 0,
+            bytes: bytes.to_vec(),
+        })
+        .to_bytes()
+    };
+    gs.handle_message(t0, &resume.to_bytes());
+    for t in 5..10 {
+        gs.handle_message(t0, &bundle::<sim::game::Command>(t, 1, &[]));
+    }
+    gs.handle_message(t0, &chunk(&garbage));
+    let later = t0 + Duration::from_secs(1);
+    gs.handle_timeout(later);
+    let evs: Vec<_> = std::iter::from_fn(|| gs.poll_event()).collect();
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, PeerEvent::TurnReady { .. } | PeerEvent::Restored { .. })),
+        "{evs:?}"
+    );
+    let out: Vec<ToRelay> = std::iter::from_fn(|| gs.poll_outgoing())
+        .filter_map(|(_, b)| ToRelay::decode(&b).ok())
+        .collect();
+    assert!(!out.contains(&ToRelay::Leave), "{out:?}");
+    assert!(!gs.is_done());
+    assert!(out.contains(&ToRelay::SnapshotFailed { turn: Turn(4) }));
+    // The relay's replacement (here the true snapshot of the same turn).
+    let reoffer = ToPeer::Reoffer(crate::proto::Reoffer {
+        snapshot: Some((Turn(4), hash, bytes.len() as u32)),
+        live: Turn(10),
+    });
+    gs.handle_message(later, &reoffer.to_bytes());
+    gs.handle_message(later, &chunk(&bytes));
+    for t in 5..10 {
+        gs.handle_message(later, &bundle::<sim::game::Command>(t, 1, &[]));
+    }
+    gs.handle_timeout(later + Duration::from_secs(1));
+    let evs: Vec<_> = std::iter::from_fn(|| gs.poll_event()).collect();
+    assert!(
+        matches!(
+            evs.first(),
+            Some(PeerEvent::Restored {
+                turn: Some(Turn(4))
+            })
+        ),
+        "{evs:?}"
+    );
+    let hashes: Vec<(Turn, StateHash)> = evs
+        .iter()
+        .filter_map(|e| match e {
+            PeerEvent::TurnReady { turn, hash, .. } => Some((*turn, *hash)),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<(Turn, StateHash)> = (5..10)
+        .map(|t| {
+            truth.step(Turn(t), &[]);
+            (Turn(t), truth.state_hash())
+        })
+        .collect();
+    assert_eq!(hashes, expected);
 }

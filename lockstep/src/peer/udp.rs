@@ -44,6 +44,50 @@ pub fn is_transient(e: &io::Error) -> bool {
     )
 }
 
+/// Why an address given on a command line could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The name lookup failed (or the text is not `HOST:PORT`).
+    #[error("cannot resolve `{name}`: {source} (expected HOST:PORT, e.g. localhost:7777)")]
+    Lookup {
+        /// The text given.
+        name: String,
+        /// What the resolver said.
+        source: io::Error,
+    },
+    /// The name resolved, but to no address.
+    #[error("`{name}` resolves to no address")]
+    NoAddress {
+        /// The text given.
+        name: String,
+    },
+}
+
+/// Resolves a `HOST:PORT` (an IP address or a host name such as
+/// `localhost:7777`) to one socket address, preferring the first IPv4
+/// address (a relay bound to `127.0.0.1` does not answer on `::1`). Use it
+/// for every relay or peer address a binary takes, as a clap value parser.
+///
+/// # Errors
+/// A name that does not resolve, or resolves to nothing.
+pub fn resolve(text: &str) -> Result<SocketAddr, ResolveError> {
+    use std::net::ToSocketAddrs;
+    let all: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|source| ResolveError::Lookup {
+            name: text.to_owned(),
+            source,
+        })?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| all.first())
+        .copied()
+        .ok_or_else(|| ResolveError::NoAddress {
+            name: text.to_owned(),
+        })
+}
+
 /// Whether a receive error only means "nothing arrived in time".
 #[must_use]
 pub fn is_timeout(e: &io::Error) -> bool {
@@ -301,7 +345,18 @@ pub fn play<S: Simulation, A: Agent<S>>(
         }
         if now >= deadline {
             if !peer.is_done() {
-                error = Some(format!("gave up after {}", opts.timeout));
+                // Say what it was still waiting for, if the match never began.
+                error = Some(match (peer.world(), peer.lobby()) {
+                    (None, Some((joined, slots))) => format!(
+                        "gave up after {} waiting in the lobby ({joined} of {slots} players joined)",
+                        opts.timeout
+                    ),
+                    (None, None) => format!(
+                        "gave up after {} waiting for the relay to seat this peer",
+                        opts.timeout
+                    ),
+                    (Some(_), _) => format!("gave up after {}", opts.timeout),
+                });
             }
             break;
         }

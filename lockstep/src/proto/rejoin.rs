@@ -13,6 +13,14 @@ use std::fmt;
 /// forward while it still receives.
 pub const MAX_SNAPSHOT_CHUNK: usize = 32 * 1024;
 
+/// Largest encoded message carrying one snapshot chunk
+/// ([`super::ToRelay::SnapshotChunk`] or [`super::ToPeer::SnapshotChunk`]):
+/// [`MAX_SNAPSHOT_CHUNK`] plus the framing (version byte, variant, turn,
+/// hash, total, offset and length). The largest bulk message a peer
+/// legitimately sends the relay, so the relay opens an uploader's bulk
+/// path for this much and no more.
+pub const MAX_SNAPSHOT_CHUNK_MESSAGE: usize = MAX_SNAPSHOT_CHUNK + 64;
+
 /// Largest snapshot the protocol can announce (64 MiB); a relay's own limit
 /// is usually much lower.
 pub const MAX_SNAPSHOT_TOTAL: u32 = 64 * 1024 * 1024;
@@ -129,11 +137,47 @@ pub struct Heal {
     pub live: Turn,
 }
 
+/// The relay's answer to a peer whose restore failed
+/// ([`super::ToRelay::SnapshotFailed`]): a newer agreed snapshot (chunks
+/// follow) or, while the relay still holds every bundle, `None`: the
+/// setup's world. The peer drops what it buffered and restores from here;
+/// the tail of bundles after the base follows, as after a `Resume`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reoffer {
+    /// The base to restore, as in [`Resume::snapshot`].
+    pub snapshot: Option<(Turn, StateHash, u32)>,
+    /// The next turn the relay will close, as in [`Resume::live`].
+    pub live: Turn,
+}
+
 impl SnapshotChunk {
     /// Checks the chunk's own bounds.
     pub(super) fn valid(&self) -> bool {
         self.bytes.len() <= MAX_SNAPSHOT_CHUNK
             && self.total <= MAX_SNAPSHOT_TOTAL
             && u64::from(self.offset) + self.bytes.len() as u64 <= u64::from(self.total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{ToPeer, ToRelay};
+
+    /// The largest chunk with the largest field values, either way, fits
+    /// the bulk cap the relay opens for an uploader.
+    #[test]
+    fn the_largest_chunk_message_fits_its_cap() {
+        let c = SnapshotChunk {
+            turn: Turn(u32::MAX),
+            hash: StateHash([0xFF; 32]),
+            total: MAX_SNAPSHOT_TOTAL,
+            offset: MAX_SNAPSHOT_TOTAL - MAX_SNAPSHOT_CHUNK as u32,
+            bytes: vec![0xFF; MAX_SNAPSHOT_CHUNK],
+        };
+        let up = ToRelay::SnapshotChunk(c.clone()).to_bytes().len();
+        let down = ToPeer::SnapshotChunk(c).to_bytes().len();
+        assert!(up <= MAX_SNAPSHOT_CHUNK_MESSAGE, "{up}");
+        assert!(down <= MAX_SNAPSHOT_CHUNK_MESSAGE, "{down}");
     }
 }

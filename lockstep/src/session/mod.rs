@@ -279,6 +279,7 @@ impl Session {
     /// Handles one message from the relay.
     pub fn handle_message(&mut self, now: Instant, bytes: &[u8]) {
         self.wake(now);
+        self.accept_restore();
         self.stats.bytes_received += bytes.len() as u64;
         let Ok(msg) = ToPeer::decode(bytes) else {
             self.stats.bad_messages += 1;
@@ -398,6 +399,7 @@ impl Session {
             ToPeer::Resume(resume) => self.resume(now, resume),
             ToPeer::SnapshotChunk(chunk) => self.on_snapshot_chunk(chunk),
             ToPeer::Heal(heal) => self.heal(heal),
+            ToPeer::Reoffer(reoffer) => self.reoffer(reoffer),
         }
         self.advance(now);
     }
@@ -405,6 +407,7 @@ impl Session {
     /// Advances timers: due turns, input scheduling, stall notices, reports.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.wake(now);
+        self.accept_restore();
         if matches!(self.phase, Phase::Joining)
             && let Some(retry) = &mut self.rejoin_retry
             && retry.next.is_some_and(|t| t <= now)
@@ -467,11 +470,31 @@ impl Session {
     /// The next event for the game loop.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
+        if let Phase::Running(r) = &mut self.phase
+            && r.restore_accepted()
+        {
+            // The game polled the snapshot and did not report it failed:
+            // the tail runs now, not at the next message or timer.
+            let now = r.now;
+            self.advance(now);
+        }
         let ev = self.events.pop_front();
-        if let (Some(Event::TurnReady { turn, .. }), Phase::Running(r)) = (&ev, &mut self.phase) {
-            r.consumed = Some(*turn);
+        if let Phase::Running(r) = &mut self.phase {
+            match &ev {
+                Some(Event::TurnReady { turn, .. }) => r.consumed = Some(*turn),
+                Some(Event::Restored { snapshot: Some(_) }) => r.restore_polled(),
+                _ => {}
+            }
         }
         ev
+    }
+
+    /// The game came back after polling a restored snapshot without
+    /// reporting it failed: the restore stands.
+    fn accept_restore(&mut self) {
+        if let Phase::Running(r) = &mut self.phase {
+            r.restore_accepted();
+        }
     }
 
     fn send(&mut self, msg: &ToRelay) {

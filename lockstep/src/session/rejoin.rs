@@ -7,7 +7,7 @@ use super::playout::{Ledger, Playout};
 use super::{Phase, Running, Session};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
-use crate::proto::{Heal, MAX_SNAPSHOT_CHUNK, Resume, SnapshotChunk, ToRelay};
+use crate::proto::{Heal, MAX_SNAPSHOT_CHUNK, Reoffer, Resume, SnapshotChunk, ToRelay};
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
 use sim::{StateHash, Turn};
@@ -20,12 +20,43 @@ pub(super) struct Restoring {
     snapshot: Option<(Turn, StateHash, u32)>,
     /// Snapshot bytes received so far.
     buf: Vec<u8>,
-    /// Whether the world was handed over ([`Event::Restored`]).
-    restored: bool,
+    /// How far the restore is.
+    stage: Stage,
     /// The relay's next turn to close when it accepted the rejoin: every
     /// turn before it comes as the tail.
     live: Turn,
 }
+
+/// Where a restore stands. No turn runs before `Restored`: the game checks
+/// the snapshot when it polls [`Event::Restored`] and may report it failed
+/// ([`Session::snapshot_failed`]) before it polls the next event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Snapshot chunks are coming.
+    Receiving,
+    /// The whole snapshot is in an [`Event::Restored`] the game has not
+    /// polled yet.
+    Handed,
+    /// The game polled it; the turns run from its next poll (or the next
+    /// message or timer) unless it reports the snapshot failed first.
+    Polled,
+    /// The world is restored: the tail runs.
+    Restored,
+    /// The game could not restore it; the relay was told and a
+    /// [`Reoffer`] is awaited.
+    Failed,
+}
+
+const fn first_stage(snapshot: Option<(Turn, StateHash, u32)>) -> Stage {
+    if snapshot.is_some() {
+        Stage::Receiving
+    } else {
+        Stage::Restored
+    }
+}
+
+/// A spectator's `live`: it never catches up (it sends no input, ever).
+const NEVER: Turn = Turn(u32::MAX);
 
 /// Snapshot chunks waiting to be sent, one per pacing interval (all at once
 /// with the default zero interval).
@@ -48,9 +79,41 @@ impl Running {
         self.restoring.is_some()
     }
 
-    /// Whether the world may not step yet: a rejoin's snapshot is incomplete.
+    /// Whether the world may not step yet: a rejoin's snapshot is
+    /// incomplete, not checked by the game yet, or failed.
     pub(super) fn awaiting_snapshot(&self) -> bool {
-        self.restoring.as_ref().is_some_and(|r| !r.restored)
+        self.restoring
+            .as_ref()
+            .is_some_and(|r| r.stage != Stage::Restored)
+    }
+
+    /// The game polled an [`Event::Restored`] with a snapshot: it checks
+    /// it now; turns wait for its next poll.
+    pub(super) fn restore_polled(&mut self) {
+        if let Some(rs) = self
+            .restoring
+            .as_mut()
+            .filter(|rs| rs.stage == Stage::Handed)
+        {
+            rs.stage = Stage::Polled;
+        }
+    }
+
+    /// The game came back after polling the snapshot without reporting it
+    /// failed: the world is restored and the tail may run. True if it was
+    /// waiting for that.
+    pub(super) fn restore_accepted(&mut self) -> bool {
+        match self
+            .restoring
+            .as_mut()
+            .filter(|rs| rs.stage == Stage::Polled)
+        {
+            Some(rs) => {
+                rs.stage = Stage::Restored;
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -148,8 +211,7 @@ impl Session {
         // is counted from it, as at every other peer.
         let mut delay = DelaySchedule::new(s.first_turn, s.input_delay);
         delay.change(next_exec, resume.delay);
-        let restored = resume.snapshot.is_none();
-        if restored {
+        if resume.snapshot.is_none() {
             self.events.push_back(Event::Restored { snapshot: None });
         }
         self.phase = Phase::Running(Box::new(Running {
@@ -186,13 +248,8 @@ impl Session {
             restoring: Some(Restoring {
                 snapshot: resume.snapshot,
                 buf: Vec::new(),
-                restored,
-                // A spectator never catches up: it sends no input, ever.
-                live: if resume.spectator {
-                    Turn(u32::MAX)
-                } else {
-                    resume.live
-                },
+                stage: first_stage(resume.snapshot),
+                live: if resume.spectator { NEVER } else { resume.live },
             }),
             upload: Upload::default(),
         }));
@@ -212,28 +269,66 @@ impl Session {
             self.stats.bad_messages += 1;
             return;
         }
-        let next_exec = heal.snapshot.map_or(r.first_turn, |(t, _, _)| t.next());
-        let restored = heal.snapshot.is_none();
-        r.next_exec = next_exec;
-        r.consumed = next_exec.0.checked_sub(1).map(Turn);
-        r.last_hashed = r.consumed;
-        r.buffer = TurnBuffer::default();
-        r.arrived.clear();
-        r.sections.clear();
-        r.waiting = None;
-        r.stall_notified = None;
         r.upload = Upload::default();
-        r.restoring = Some(Restoring {
-            snapshot: heal.snapshot,
-            buf: Vec::new(),
-            restored,
-            live: heal.live,
-        });
+        restart(r, heal.snapshot, heal.live);
         self.stats.heals += 1;
         self.events.push_back(Event::Healing {
             desync_turn: heal.desync_turn,
         });
-        if restored {
+        if heal.snapshot.is_none() {
+            self.events.push_back(Event::Restored { snapshot: None });
+        }
+    }
+
+    /// The game could not restore the snapshot of the [`Event::Restored`]
+    /// it just polled (it does not decode, or its world's hash is not the
+    /// agreed one). Call it before polling the next event: no turn has run
+    /// from the snapshot yet. The session tells the relay, keeps its place
+    /// (its slot, or its seat as a spectator) and waits for the relay's
+    /// replacement ([`ToPeer::Reoffer`](crate::proto::ToPeer::Reoffer): a
+    /// newer agreed snapshot, or the setup's world while the relay still
+    /// holds every bundle). Does nothing at any other time.
+    pub fn snapshot_failed(&mut self) {
+        let Phase::Running(r) = &mut self.phase else {
+            return;
+        };
+        let Some(rs) = r
+            .restoring
+            .as_mut()
+            .filter(|rs| matches!(rs.stage, Stage::Handed | Stage::Polled))
+        else {
+            return;
+        };
+        let Some((turn, _, _)) = rs.snapshot else {
+            return;
+        };
+        rs.stage = Stage::Failed;
+        rs.buf = Vec::new();
+        self.stats.snapshots_failed += 1;
+        self.send(&ToRelay::SnapshotFailed { turn });
+    }
+
+    /// The relay's replacement for a snapshot this session reported failed:
+    /// restore from it as from a resume, dropping every bundle buffered
+    /// since (the tail after the new base follows).
+    pub(super) fn reoffer(&mut self, reoffer: Reoffer) {
+        let Phase::Running(r) = &mut self.phase else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        if r.restoring
+            .as_ref()
+            .is_none_or(|rs| rs.stage != Stage::Failed)
+        {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let live = match &r.restoring {
+            Some(rs) if rs.live == NEVER => NEVER,
+            _ => reoffer.live,
+        };
+        restart(r, reoffer.snapshot, live);
+        if reoffer.snapshot.is_none() {
             self.events.push_back(Event::Restored { snapshot: None });
         }
     }
@@ -253,7 +348,7 @@ impl Session {
             self.stats.bad_messages += 1;
             return;
         };
-        if rs.restored
+        if rs.stage != Stage::Receiving
             || chunk.turn != turn
             || chunk.total != total
             || u64::from(chunk.offset) != rs.buf.len() as u64
@@ -263,7 +358,7 @@ impl Session {
         }
         rs.buf.extend_from_slice(&chunk.bytes);
         if rs.buf.len() as u64 == u64::from(total) {
-            rs.restored = true;
+            rs.stage = Stage::Handed;
             let bytes = std::mem::take(&mut rs.buf);
             self.events.push_back(Event::Restored {
                 snapshot: Some((turn, hash, bytes)),
@@ -281,7 +376,7 @@ impl Session {
         let Some(rs) = &r.restoring else {
             return;
         };
-        if !rs.restored || r.next_exec < rs.live || r.buffer.has(r.next_exec) {
+        if rs.stage != Stage::Restored || r.next_exec < rs.live || r.buffer.has(r.next_exec) {
             return;
         }
         r.restoring = None;
@@ -294,6 +389,28 @@ impl Session {
         self.events.push_back(Event::CaughtUp { turn });
         self.send(&ToRelay::CaughtUp { turn });
     }
+}
+
+/// Restores a running session from `snapshot` (`None`: the setup's world)
+/// on: every turn after it runs again from the tail that follows, turns
+/// already buffered are dropped (the tail holds them), own inputs pause
+/// until the session caught up with `live`.
+fn restart(r: &mut Running, snapshot: Option<(Turn, StateHash, u32)>, live: Turn) {
+    let next_exec = snapshot.map_or(r.first_turn, |(t, _, _)| t.next());
+    r.next_exec = next_exec;
+    r.consumed = next_exec.0.checked_sub(1).map(Turn);
+    r.last_hashed = r.consumed;
+    r.buffer = TurnBuffer::default();
+    r.arrived.clear();
+    r.sections.clear();
+    r.waiting = None;
+    r.stall_notified = None;
+    r.restoring = Some(Restoring {
+        snapshot,
+        buf: Vec::new(),
+        stage: first_stage(snapshot),
+        live,
+    });
 }
 
 #[cfg(test)]
@@ -564,7 +681,10 @@ mod tests {
             bytes: vec![1, 2],
         });
         s.handle_message(late, &chunk.to_bytes());
-        let (out, ev) = drain(&mut s);
+        // The tail runs once the game polled the snapshot (and did not
+        // report it failed): `CaughtUp` leaves after the events.
+        let (mut out, ev) = drain(&mut s);
+        out.extend(drain(&mut s).0);
         assert_eq!(
             ev[0],
             Event::Restored {
@@ -588,6 +708,81 @@ mod tests {
         // A second heal while restoring would be refused; here it is
         // accepted again once caught up.
         assert_eq!(s.stats(late).bad_messages, 0);
+    }
+
+    /// A snapshot the game cannot restore costs the rejoining peer nothing
+    /// but time: no turn runs from it, the session reports it (no `Leave`),
+    /// keeps its place, ignores the rest of the old tail and restores the
+    /// relay's replacement, then catches up as usual.
+    #[test]
+    fn a_failed_restore_is_reported_and_the_relays_replacement_restores() {
+        let t0 = Instant::from_millis(5);
+        let mut s = rejoining(t0);
+        let bad = StateHash([9; 32]);
+        s.handle_message(t0, &resume(Some((Turn(49), bad, 2)), 6_000, 55));
+        for t in 50..55 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let chunk = |turn: u32, hash: StateHash, bytes: &[u8]| {
+            ToPeer::SnapshotChunk(SnapshotChunk {
+                turn: Turn(turn),
+                hash,
+                total: bytes.len() as u32,
+                offset: 0,
+                bytes: bytes.to_vec(),
+            })
+            .to_bytes()
+        };
+        s.handle_message(t0, &chunk(49, bad, &[0xde, 0xad]));
+        let mut polled = Vec::new();
+        while let Some(ev) = s.poll_event() {
+            if matches!(ev, Event::Restored { snapshot: Some(_) }) {
+                // The game's check fails.
+                s.snapshot_failed();
+            }
+            polled.push(ev);
+        }
+        assert!(
+            !polled.iter().any(|e| matches!(e, Event::TurnReady { .. })),
+            "{polled:?}"
+        );
+        let (out, _) = drain(&mut s);
+        assert!(out.contains(&ToRelay::SnapshotFailed { turn: Turn(49) }));
+        assert!(!out.contains(&ToRelay::Leave), "{out:?}");
+        assert!(!s.is_ended());
+        assert_eq!(s.stats(t0).snapshots_failed, 1);
+        // The relay's replacement: a newer snapshot and the tail after it.
+        let good = StateHash([3; 32]);
+        let reoffer = ToPeer::Reoffer(Reoffer {
+            snapshot: Some((Turn(52), good, 1)),
+            live: Turn(56),
+        });
+        s.handle_message(t0, &reoffer.to_bytes());
+        s.handle_message(t0, &chunk(52, good, &[7]));
+        for t in 53..56 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let (mut out, ev) = drain(&mut s);
+        out.extend(drain(&mut s).0);
+        assert_eq!(
+            ev[0],
+            Event::Restored {
+                snapshot: Some((Turn(52), good, vec![7]))
+            }
+        );
+        let turns: Vec<u32> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::TurnReady { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(turns, vec![53, 54, 55]);
+        assert!(out.contains(&ToRelay::CaughtUp { turn: Turn(55) }));
+        // A reoffer nobody asked for is refused.
+        let before = s.stats(t0).bad_messages;
+        s.handle_message(t0, &reoffer.to_bytes());
+        assert_eq!(s.stats(t0).bad_messages, before + 1);
     }
 
     /// An upload leaves in paced chunks of the configured size, in order.

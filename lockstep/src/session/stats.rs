@@ -96,6 +96,10 @@ pub struct SessionStats {
     pub snapshots_uploaded: u32,
     /// Times the relay re-synchronised this peer (`--on-desync heal`).
     pub heals: u32,
+    /// Snapshots the relay sent that the game could not restore to their
+    /// agreed hash ([`Session::snapshot_failed`](super::Session::snapshot_failed)):
+    /// each was reported and replaced by the relay.
+    pub snapshots_failed: u32,
 }
 
 /// The `p`th percentile of `sorted` (zero when empty).

@@ -139,6 +139,8 @@ enum Fate {
 struct Sent {
     at: Instant,
     bytes: usize,
+    /// Bytes sent on the connection up to and including this packet.
+    through: u64,
     eliciting: bool,
     fate: Fate,
     messages: MessageIds,
@@ -179,6 +181,10 @@ pub struct SentPackets {
     /// the new ones are looked up in the 1024-slot buffer (a cache miss
     /// each, a few percent of a busy relay's CPU).
     acked_known: Option<(u16, u64)>,
+    /// Bytes sent (total).
+    bytes_sent: u64,
+    /// Bytes sent up to and including the newest packet acknowledged.
+    acked_through: u64,
 }
 
 impl Default for SentPackets {
@@ -195,6 +201,8 @@ impl Default for SentPackets {
             bytes_acked: 0,
             newest_acked_sent: None,
             acked_known: None,
+            bytes_sent: 0,
+            acked_through: 0,
         }
     }
 }
@@ -216,9 +224,11 @@ impl SentPackets {
         self.acked_in_window -=
             self.acked_bits.advance(seq) + u32::from(self.acked_bits.remove(seq));
         self.lost_in_window -= self.lost_bits.advance(seq) + u32::from(self.lost_bits.remove(seq));
+        self.bytes_sent += bytes as u64;
         let entry = Sent {
             at: now,
             bytes,
+            through: self.bytes_sent,
             eliciting,
             fate: Fate::InFlight,
             messages,
@@ -289,6 +299,7 @@ impl SentPackets {
             }
             e.fate = Fate::Acked;
             self.bytes_acked += e.bytes as u64;
+            self.acked_through = self.acked_through.max(e.through);
             if self.newest_acked_sent.is_none_or(|t| e.at > t) {
                 self.newest_acked_sent = Some(e.at);
             }
@@ -354,6 +365,15 @@ impl SentPackets {
     #[must_use]
     pub fn records(&self) -> usize {
         self.buf.capacity()
+    }
+
+    /// Bytes sent after the newest packet the peer acknowledged: what it
+    /// has not confirmed receiving, whatever became of it (lost or not).
+    /// A peer that acks keeps this near one round trip of sending; one
+    /// that never acks makes it grow with everything sent to it.
+    #[must_use]
+    pub const fn unconfirmed_bytes(&self) -> u64 {
+        self.bytes_sent - self.acked_through
     }
 
     /// Whether our packet `seq` (still in the window) was ack-eliciting.

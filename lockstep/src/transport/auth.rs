@@ -144,11 +144,10 @@ pub fn token_conn_keys(token: &ConnKeys, cookie: &Cookie) -> ConnKeys {
 /// find the counter, and is authenticated. Packets keep their size.
 ///
 /// Why not ChaCha20-Poly1305 (netcode.io's choice, and the token seal's
-/// here): measured on the relay's machine, the `chacha20poly1305` crate
-/// costs 0.7-3.5 µs a packet (its runtime-selected Poly1305 backend alone
-/// 2.9 µs), against 0.2-0.9 µs for this keystream on top of the MAC every
-/// packet pays already; the relay seals and opens every datagram of every
-/// match.
+/// here): tried first, it cost several times more per packet on the
+/// benchmark machine than this keystream on top of the MAC every packet
+/// pays already, and the relay seals and opens every datagram of every
+/// match (`bench --only crypto` measures what the keystream adds).
 #[derive(Clone)]
 pub(crate) struct PayloadCipher {
     stream_key: [u8; 32],

@@ -9,14 +9,15 @@
 //! `2 × max_message` bytes and keeps at most [`BULK_WINDOW`] fragments in
 //! flight; the receiver assembles one message at a time, at most
 //! `max_message` bytes, on the fixed fragment grid (a fragment can neither
-//! overlap another nor land outside its message).
+//! overlap another nor land outside its message), holding only the
+//! fragments that arrived, and throws a message away when it stalls.
 
 use super::messages::SendError;
 use crate::time::{Duration, Instant};
 use crate::wire::{
     BULK_CHUNK, Frame, MAX_BULK_FRAGMENTS, bulk_fragments, bulk_range, encode_frame, frame_len,
 };
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Most bulk fragments in flight (sent, neither acked nor presumed lost).
 pub const BULK_WINDOW: usize = 128;
@@ -292,12 +293,21 @@ impl BulkOut {
     }
 }
 
-/// The message being reassembled.
+/// The message being reassembled. Memory follows the fragments that
+/// arrived, never the total the sender claims: in-order fragments are
+/// appended to `data`, early ones wait in `ahead` until the gap before them
+/// fills.
 #[derive(Clone, Debug)]
 struct Assembly {
+    total: usize,
+    count: usize,
+    /// Fragments `0..next`, concatenated.
     data: Vec<u8>,
-    have: Vec<bool>,
-    missing: usize,
+    next: usize,
+    ahead: BTreeMap<usize, Vec<u8>>,
+    ahead_bytes: usize,
+    /// When the last new fragment arrived (the stall clock).
+    last_progress: Instant,
 }
 
 /// Receiving side of the bulk path: one message at a time, in order.
@@ -311,10 +321,19 @@ pub struct BulkIn {
     /// Fragments refused: a total that disagrees with the message being
     /// assembled, or a message over `max_message` (that message is skipped).
     pub dropped: u64,
+    /// Messages refused because this side accepts no bulk data at all
+    /// (`max_message` 0: a server's connection the application has not
+    /// opened with `Server::set_bulk_receive`), or whose assembly was cut
+    /// short by a lowered cap; each is skipped.
+    pub refused: u64,
+    /// Incomplete messages thrown away after a stall (no new fragment for
+    /// the stall timeout); each is skipped.
+    pub expired: u64,
 }
 
 impl BulkIn {
-    /// A receiver of bulk messages up to `max_message` bytes (capped at [`MAX_BULK_MESSAGE`]).
+    /// A receiver of bulk messages up to `max_message` bytes (capped at
+    /// [`MAX_BULK_MESSAGE`]; 0 refuses every bulk message).
     #[must_use]
     pub fn new(max_message: usize) -> Self {
         Self {
@@ -323,20 +342,83 @@ impl BulkIn {
             cur: None,
             duplicates: 0,
             dropped: 0,
+            refused: 0,
+            expired: 0,
         }
+    }
+
+    /// Changes the largest message accepted from now on (0: none). A
+    /// message being assembled that no longer fits is thrown away and skipped.
+    pub fn set_max_message(&mut self, max_message: usize) {
+        self.max_message = max_message.min(MAX_BULK_MESSAGE);
+        if self
+            .cur
+            .as_ref()
+            .is_some_and(|a| self.max_message == 0 || a.total > self.max_message)
+        {
+            self.refused += 1;
+            self.skip();
+        }
+    }
+
+    /// The largest message accepted now.
+    #[must_use]
+    pub const fn max_message(&self) -> usize {
+        self.max_message
     }
 
     /// Bytes held for the message being reassembled.
     #[must_use]
     pub fn buffered(&self) -> usize {
-        self.cur.as_ref().map_or(0, |a| a.data.len())
+        self.cur
+            .as_ref()
+            .map_or(0, |a| a.data.len() + a.ahead_bytes)
+    }
+
+    /// Gives up on the current message (if any) and waits for the next:
+    /// the sender moves on once every fragment it sent is acked, which
+    /// they are (packets are acked whatever their frames did), so the
+    /// message ids stay in step.
+    fn skip(&mut self) {
+        self.cur = None;
+        self.next_msg = self.next_msg.wrapping_add(1);
+    }
+
+    /// Appends a fragment, growing `data` geometrically (amortised copies)
+    /// but never past the message's `total`, so the buffer stays within
+    /// what the message can hold, not twice it.
+    fn append(data: &mut Vec<u8>, total: usize, fragment: &[u8]) {
+        let need = data.len() + fragment.len();
+        if need > data.capacity() {
+            let grow = need.max(data.capacity().saturating_mul(2)).min(total);
+            data.reserve_exact(grow.max(need) - data.len());
+        }
+        data.extend_from_slice(fragment);
+    }
+
+    /// When the message being assembled expires if nothing new arrives.
+    #[must_use]
+    pub fn deadline(&self, stall: Duration) -> Option<Instant> {
+        self.cur.as_ref().map(|a| a.last_progress + stall)
+    }
+
+    /// Throws away a message that made no progress for `stall` (counted in
+    /// [`BulkIn::expired`]), so a sender that stops mid-message cannot pin
+    /// its partial message for the life of the connection.
+    pub fn expire(&mut self, now: Instant, stall: Duration) {
+        if self.deadline(stall).is_some_and(|d| now >= d) {
+            self.expired += 1;
+            self.skip();
+        }
     }
 
     /// Accepts one fragment; returns the whole message when this completed it.
-    /// Never panics and never allocates more than `max_message` bytes,
-    /// whatever the fragment says.
+    /// Never panics, never allocates more than `max_message` bytes, and
+    /// allocates only for fragments that arrived (never from the total a
+    /// fragment claims).
     pub fn on_fragment(
         &mut self,
+        now: Instant,
         msg: u16,
         total: u32,
         index: u16,
@@ -349,42 +431,59 @@ impl BulkIn {
             return None;
         }
         let total = total as usize;
-        let Some(range) = bulk_range(total, usize::from(index)).filter(|r| r.len() == data.len())
-        else {
+        if bulk_range(total, usize::from(index)).is_none_or(|r| r.len() != data.len()) {
             self.dropped += 1;
             return None;
-        };
+        }
+        if self.max_message == 0 {
+            // Nothing asked for: skip the message, as an oversize one.
+            self.refused += 1;
+            self.skip();
+            return None;
+        }
         if total > self.max_message {
             // Too large for this side: skip the message rather than stall the path.
             self.dropped += 1;
-            self.next_msg = self.next_msg.wrapping_add(1);
+            self.skip();
             return None;
         }
-        let a = self.cur.get_or_insert_with(|| {
-            let count = bulk_fragments(total);
-            Assembly {
-                data: vec![0; total],
-                have: vec![false; count],
-                missing: count,
-            }
+        let a = self.cur.get_or_insert_with(|| Assembly {
+            total,
+            count: bulk_fragments(total),
+            data: Vec::new(),
+            next: 0,
+            ahead: BTreeMap::new(),
+            ahead_bytes: 0,
+            last_progress: now,
         });
-        if a.data.len() != total {
+        if a.total != total {
             self.dropped += 1;
             return None;
         }
         let i = usize::from(index);
-        if a.have[i] {
+        if i < a.next || a.ahead.contains_key(&i) {
             self.duplicates += 1;
             return None;
         }
-        a.have[i] = true;
-        a.missing -= 1;
-        a.data[range].copy_from_slice(data);
-        if a.missing > 0 {
+        a.last_progress = now;
+        if i > a.next {
+            a.ahead_bytes += data.len();
+            a.ahead.insert(i, data.to_vec());
             return None;
         }
+        Self::append(&mut a.data, a.total, data);
+        a.next += 1;
+        while let Some(d) = a.ahead.remove(&a.next) {
+            a.ahead_bytes -= d.len();
+            Self::append(&mut a.data, a.total, &d);
+            a.next += 1;
+        }
+        if a.next < a.count {
+            return None;
+        }
+        let done = self.cur.take().map(|a| a.data);
         self.next_msg = self.next_msg.wrapping_add(1);
-        self.cur.take().map(|a| a.data)
+        done
     }
 }
 
@@ -480,7 +579,7 @@ mod tests {
         let mut got = None;
         for p in packets.iter().rev().chain(packets.iter()) {
             for (m, total, index, data) in bulk_frames(p) {
-                if let Some(done) = inc.on_fragment(m, total, index, &data) {
+                if let Some(done) = inc.on_fragment(t(0), m, total, index, &data) {
                     got = Some(done);
                 }
             }
@@ -535,7 +634,7 @@ mod tests {
             let (mut buf, mut serials) = (Vec::new(), crate::transport::acks::BulkSerials::new());
             o.fill(t(k), BUDGET, &mut buf, &mut serials);
             for (m, total, index, data) in bulk_frames(&buf) {
-                got.extend(inc.on_fragment(m, total, index, &data));
+                got.extend(inc.on_fragment(t(0), m, total, index, &data));
             }
             if k == 0 {
                 old = buf.clone();
@@ -544,7 +643,7 @@ mod tests {
         }
         assert_eq!(got, vec![b"first".to_vec(), Vec::new(), vec![9; 3000]]);
         for (m, total, index, data) in bulk_frames(&old) {
-            assert_eq!(inc.on_fragment(m, total, index, &data), None);
+            assert_eq!(inc.on_fragment(t(0), m, total, index, &data), None);
         }
         assert!(o.is_idle());
     }
@@ -553,37 +652,120 @@ mod tests {
     fn hostile_fragments_neither_panic_nor_allocate_beyond_the_cap() {
         let mut inc = BulkIn::new(10_000);
         // Off the grid: bad index, wrong length, index past the end.
-        assert_eq!(inc.on_fragment(0, 5000, 9, &[0; 10]), None);
-        assert_eq!(inc.on_fragment(0, 5000, 0, &[0; 10]), None);
-        assert_eq!(inc.on_fragment(0, 0, 1, &[]), None);
+        assert_eq!(inc.on_fragment(t(0), 0, 5000, 9, &[0; 10]), None);
+        assert_eq!(inc.on_fragment(t(0), 0, 5000, 0, &[0; 10]), None);
+        assert_eq!(inc.on_fragment(t(0), 0, 0, 1, &[]), None);
         assert_eq!(inc.dropped, 3);
         assert_eq!(inc.buffered(), 0, "nothing allocated for refused fragments");
         // An oversize total is refused before any allocation, and its message skipped.
         let huge = u32::MAX - 7;
-        assert_eq!(inc.on_fragment(0, huge, 0, &[0; BULK_CHUNK]), None);
+        assert_eq!(inc.on_fragment(t(0), 0, huge, 0, &[0; BULK_CHUNK]), None);
         assert_eq!(inc.buffered(), 0);
         // The next message: a second total for the same message is refused.
         assert_eq!(
-            inc.on_fragment(1, 2 * BULK_CHUNK as u32, 0, &[1; BULK_CHUNK]),
+            inc.on_fragment(t(0), 1, 2 * BULK_CHUNK as u32, 0, &[1; BULK_CHUNK]),
             None
         );
-        assert_eq!(inc.buffered(), 2 * BULK_CHUNK);
+        assert_eq!(inc.buffered(), BULK_CHUNK, "only what arrived is held");
         assert_eq!(
-            inc.on_fragment(1, 3 * BULK_CHUNK as u32, 2, &[1; BULK_CHUNK]),
+            inc.on_fragment(t(0), 1, 3 * BULK_CHUNK as u32, 2, &[1; BULK_CHUNK]),
             None
         );
         // Repeating a fragment cannot overwrite or double count it.
         assert_eq!(
-            inc.on_fragment(1, 2 * BULK_CHUNK as u32, 0, &[7; BULK_CHUNK]),
+            inc.on_fragment(t(0), 1, 2 * BULK_CHUNK as u32, 0, &[7; BULK_CHUNK]),
             None
         );
         let done = inc
-            .on_fragment(1, 2 * BULK_CHUNK as u32, 1, &[2; BULK_CHUNK])
+            .on_fragment(t(0), 1, 2 * BULK_CHUNK as u32, 1, &[2; BULK_CHUNK])
             .unwrap();
         assert!(done[..BULK_CHUNK].iter().all(|&b| b == 1));
         assert!(done[BULK_CHUNK..].iter().all(|&b| b == 2));
         assert_eq!(inc.dropped, 5);
         assert_eq!(inc.duplicates, 1);
         assert_eq!(inc.buffered(), 0);
+    }
+
+    #[test]
+    fn a_claimed_total_allocates_nothing_until_fragments_arrive() {
+        let max = 4 << 20;
+        let mut inc = BulkIn::new(max);
+        // One fragment claiming the largest message: only the fragment is held.
+        assert_eq!(
+            inc.on_fragment(t(0), 0, max as u32, 0, &[1; BULK_CHUNK]),
+            None
+        );
+        assert_eq!(inc.buffered(), BULK_CHUNK);
+        let capacity = inc.cur.as_ref().map_or(0, |a| a.data.capacity());
+        assert_eq!(capacity, BULK_CHUNK, "nor reserved");
+        // Fragments ahead of a gap are held as they come, not as a full buffer.
+        let last = (max / BULK_CHUNK) as u16 - 1;
+        assert_eq!(
+            inc.on_fragment(t(0), 0, max as u32, last, &[2; BULK_CHUNK]),
+            None
+        );
+        assert_eq!(inc.buffered(), 2 * BULK_CHUNK);
+        // A small message arriving backwards is still reassembled byte-exact.
+        let mut inc = BulkIn::new(max);
+        let msg: Vec<u8> = (0..3 * BULK_CHUNK + 7).map(|i| (i * 7) as u8).collect();
+        let total = msg.len() as u32;
+        let chunks: Vec<&[u8]> = msg.chunks(BULK_CHUNK).collect();
+        let mut got = None;
+        for (i, c) in chunks.iter().enumerate().rev() {
+            got = inc.on_fragment(t(0), 0, total, i as u16, c);
+        }
+        assert!(got == Some(msg), "reassembled byte-exact");
+        assert_eq!(inc.buffered(), 0);
+    }
+
+    #[test]
+    fn a_stalled_message_expires_and_the_next_one_goes_through() {
+        let stall = Duration::from_secs(10);
+        let mut inc = BulkIn::new(1 << 20);
+        let total = 2 * BULK_CHUNK as u32;
+        assert_eq!(inc.on_fragment(t(0), 0, total, 0, &[1; BULK_CHUNK]), None);
+        assert_eq!(inc.deadline(stall), Some(t(10_000)));
+        inc.expire(t(9_999), stall);
+        assert_eq!((inc.buffered(), inc.expired), (BULK_CHUNK, 0), "not yet");
+        inc.expire(t(10_000), stall);
+        assert_eq!(
+            (inc.buffered(), inc.expired),
+            (0, 1),
+            "thrown away, counted"
+        );
+        assert_eq!(inc.deadline(stall), None);
+        // The rest of the expired message is a late copy; the next one arrives.
+        assert_eq!(
+            inc.on_fragment(t(10_001), 0, total, 1, &[1; BULK_CHUNK]),
+            None
+        );
+        assert_eq!(inc.buffered(), 0);
+        assert_eq!(
+            inc.on_fragment(t(10_002), 1, 3, 0, b"abc"),
+            Some(b"abc".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_closed_receiver_refuses_every_message_and_an_opened_one_takes_the_next() {
+        let mut inc = BulkIn::new(0);
+        assert_eq!(
+            inc.on_fragment(t(0), 0, 0, 0, &[]),
+            None,
+            "even an empty one"
+        );
+        assert_eq!(inc.on_fragment(t(0), 1, 5, 0, b"12345"), None);
+        assert_eq!((inc.refused, inc.buffered()), (2, 0));
+        inc.set_max_message(100);
+        assert_eq!(
+            inc.on_fragment(t(0), 2, 3, 0, b"abc"),
+            Some(b"abc".to_vec())
+        );
+        // Closing mid-message throws the partial message away.
+        let total = 2 * BULK_CHUNK as u32;
+        inc.set_max_message(1 << 20);
+        assert_eq!(inc.on_fragment(t(0), 3, total, 0, &[1; BULK_CHUNK]), None);
+        inc.set_max_message(0);
+        assert_eq!((inc.refused, inc.buffered()), (3, 0));
     }
 }

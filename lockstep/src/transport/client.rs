@@ -286,6 +286,15 @@ impl Client {
         }
     }
 
+    /// Tests only: from now on this client acknowledges nothing (a broken
+    /// or hostile peer the server must cut off).
+    #[cfg(test)]
+    pub(crate) fn never_ack(&mut self) {
+        if let Phase::Connected(conn) = &mut self.phase {
+            conn.never_ack = true;
+        }
+    }
+
     /// Link measurements (defaults before the handshake completes).
     #[must_use]
     pub fn stats(&self) -> LinkStats {

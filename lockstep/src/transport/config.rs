@@ -41,9 +41,26 @@ pub struct TransportConfig {
     /// 96 KiB: the largest bundle fits; at most 255 KiB).
     pub max_message: usize,
     /// Largest bulk message (`Channel::Bulk`, default 4 MiB, at most
-    /// `bulk::MAX_BULK_MESSAGE`); the receiver never buffers more than this
-    /// for one connection's bulk path, the sender at most twice this.
+    /// `bulk::MAX_BULK_MESSAGE`) a client accepts and either side sends;
+    /// the receiver holds only the fragments that arrived (never the total
+    /// a fragment claims), at most this for one connection's bulk path, the
+    /// sender at most twice this. A server's connections accept no bulk data
+    /// until the application opens them with `Server::set_bulk_receive`
+    /// (a server asks for what it receives: a relay, a snapshot chunk).
     pub max_bulk_message: usize,
+    /// How long a bulk message being received may go without a new
+    /// fragment before it is thrown away (10 s; counted in
+    /// `LinkStats::bulk_expired`): an honest sender resends a lost
+    /// fragment within about a second, so only a sender that stopped
+    /// mid-message trips it, twice the silence `timeout` after it went quiet.
+    pub bulk_stall_timeout: Duration,
+    /// Bytes of reliable frames a connection holds ahead of a gap (default
+    /// `messages::DEFAULT_MAX_REORDER_BYTES`, 128 KiB; keep it at least
+    /// `max_message`). Frames beyond it are refused and their packet left
+    /// unacknowledged, so the sender resends them later (counted in
+    /// `LinkStats::reorder_refused`): a peer cannot make the receiver hold
+    /// its whole 1,024-frame receive window (~1.2 MiB).
+    pub max_reorder_bytes: usize,
     /// Redundancy sized from measured loss (on by default; none below 2.5 %
     /// loss, one copy up to 15 %): new urgent messages (`Channel::Urgent`)
     /// get extra early repeats within one packet interval, so a lost input
@@ -65,8 +82,17 @@ pub struct TransportConfig {
     pub handshake_resend: Duration,
     /// Copies of the clean-disconnect packet (3).
     pub disconnect_copies: u8,
-    /// How long the un-acked window may stay full before the connection is dropped (5 s).
+    /// How long the un-acked window may stay full before the connection is
+    /// dropped (5 s; `DisconnectReason::Backpressure`); also how long a peer
+    /// that keeps sending may leave our data unacknowledged before it is
+    /// dropped (`DisconnectReason::NoAcks`).
     pub backpressure_timeout: Duration,
+    /// Most bytes sent after the newest packet the peer acknowledged (256
+    /// KiB): at the cap only acks and keep-alives go out until it acks, so
+    /// a peer that never acks gets at most this much data. Above what an
+    /// honest peer has unconfirmed (a round trip of turn traffic plus the
+    /// bulk path's 128-fragment window, ~150 KB).
+    pub max_unconfirmed_bytes: usize,
     /// Most connections a server accepts (64).
     pub max_connections: usize,
     /// How long a challenge cookie stays valid (10 s).
@@ -82,6 +108,8 @@ impl Default for TransportConfig {
             max_unacked: 256,
             max_message: crate::proto::MAX_MESSAGE_LEN,
             max_bulk_message: 4 << 20,
+            bulk_stall_timeout: Duration::from_secs(10),
+            max_reorder_bytes: super::messages::DEFAULT_MAX_REORDER_BYTES,
             redundancy: true,
             congestion: CongestionConfig::default(),
             burst: 3,
@@ -89,6 +117,7 @@ impl Default for TransportConfig {
             handshake_resend: Duration::from_millis(250),
             disconnect_copies: 3,
             backpressure_timeout: Duration::from_secs(5),
+            max_unconfirmed_bytes: 256 * 1024,
             max_connections: 64,
             cookie_lifetime: Duration::from_secs(10),
         }

@@ -42,6 +42,11 @@ pub enum DisconnectReason {
     /// A new handshake from the same address replaced this connection.
     #[error("replaced by a new connection from the same address")]
     Replaced,
+    /// The peer kept sending but acknowledged none of our data for
+    /// `backpressure_timeout` (a broken or hostile client that would
+    /// otherwise be sent to for ever).
+    #[error("peer acknowledged nothing")]
+    NoAcks,
     /// The 64-bit packet counter ran out (never in practice).
     #[error("packet counter exhausted")]
     CounterExhausted,
@@ -137,6 +142,9 @@ pub(crate) struct Connection {
     state: State,
     events: VecDeque<ConnEvent>,
     full_since: Option<Instant>,
+    /// Since when data we sent has waited for an ack with none arriving
+    /// (restarted by every ack of a newer packet; `None`: nothing awaits).
+    ack_wait_since: Option<Instant>,
     backpressure_armed: bool,
     ack_events: Vec<AckEvent>,
     ids: super::acks::MessageIds,
@@ -152,6 +160,22 @@ pub(crate) struct Connection {
     dropped_auth: u64,
     dropped_replay: u64,
     dropped_malformed: u64,
+    /// Tests only: play a peer that never acknowledges anything.
+    #[cfg(test)]
+    pub(crate) never_ack: bool,
+    /// The drop totals already handed to the server by `take_drops`.
+    reported: Drops,
+}
+
+/// Per-connection refusals and expiries a server adds to its counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Drops {
+    /// Bulk messages refused (none asked for, or the cap was lowered mid-message).
+    pub(crate) bulk_refused: u64,
+    /// Bulk messages thrown away after a stall.
+    pub(crate) bulk_expired: u64,
+    /// Reliable frames refused by the reorder cap.
+    pub(crate) reorder_refused: u64,
 }
 
 impl Connection {
@@ -183,10 +207,15 @@ impl Connection {
             rtt: RttEstimator::default(),
             congestion,
             out: Outgoing::new(cfg.max_unacked, cfg.max_message),
-            inc: Incoming::new(cfg.max_message),
+            inc: Incoming::new(cfg.max_message).with_reorder_cap(cfg.max_reorder_bytes),
             credit,
             bulk_out: BulkOut::new(cfg.max_bulk_message),
-            bulk_in: BulkIn::new(cfg.max_bulk_message),
+            // A server accepts bulk data only where it asked for it
+            // (`Server::set_bulk_receive`): closed until then.
+            bulk_in: BulkIn::new(match role {
+                Role::Client => cfg.max_bulk_message,
+                Role::Server => 0,
+            }),
             bulk_credit: 0,
             bulk_serials: super::acks::BulkSerials::new(),
             now,
@@ -202,6 +231,7 @@ impl Connection {
             state: State::Open,
             events: VecDeque::new(),
             full_since: None,
+            ack_wait_since: None,
             backpressure_armed: true,
             ack_events: Vec::new(),
             ids: super::acks::MessageIds::new(),
@@ -217,6 +247,35 @@ impl Connection {
             dropped_auth: 0,
             dropped_replay: 0,
             dropped_malformed: 0,
+            #[cfg(test)]
+            never_ack: false,
+            reported: Drops::default(),
+        }
+    }
+
+    /// Sets the largest bulk message accepted from the peer (0: none).
+    pub(crate) fn set_bulk_receive(&mut self, max_message: usize) {
+        self.bulk_in.set_max_message(max_message);
+    }
+
+    /// What this connection refused or threw away since the last call,
+    /// for the server's totals ([`super::ServerCounters`]).
+    pub(crate) fn take_drops(&mut self) -> Drops {
+        let now = self.drops();
+        let delta = Drops {
+            bulk_refused: now.bulk_refused - self.reported.bulk_refused,
+            bulk_expired: now.bulk_expired - self.reported.bulk_expired,
+            reorder_refused: now.reorder_refused - self.reported.reorder_refused,
+        };
+        self.reported = now;
+        delta
+    }
+
+    fn drops(&self) -> Drops {
+        Drops {
+            bulk_refused: self.bulk_in.refused,
+            bulk_expired: self.bulk_in.expired,
+            reorder_refused: self.inc.reorder_refused,
         }
     }
 
@@ -296,9 +355,13 @@ impl Connection {
         self.bytes_received += bytes.len() as u64;
         self.recv_bytes.add(now, bytes.len() as u64);
         self.recv_packets.add(now, 1);
-        self.received.record(header.seq, now);
+        // Recorded (so acknowledged) once its frames were taken: a packet
+        // whose reliable frame was refused by the reorder cap stays
+        // unacknowledged, and the sender resends what it carried.
+        let mut refused = false;
         match header.kind {
             AuthKind::Disconnect => {
+                self.received.record(header.seq, now);
                 self.state = State::Closed;
                 self.events
                     .push_back(ConnEvent::Closed(DisconnectReason::Remote));
@@ -321,7 +384,7 @@ impl Connection {
                 for f in &frames {
                     match *f {
                         Frame::Reliable { id, fragment, data } => {
-                            self.inc.on_reliable(id, fragment, data, &mut delivered);
+                            refused |= !self.inc.on_reliable(id, fragment, data, &mut delivered);
                         }
                         Frame::Unreliable { id, data } => {
                             if let Some(m) = self.inc.on_unreliable(id, data) {
@@ -337,7 +400,8 @@ impl Connection {
                             data,
                         } => {
                             news = true;
-                            if let Some(m) = self.bulk_in.on_fragment(msg, total, index, data) {
+                            if let Some(m) = self.bulk_in.on_fragment(now, msg, total, index, data)
+                            {
                                 delivered.push_back(m);
                             }
                         }
@@ -373,6 +437,9 @@ impl Connection {
                 self.finish_flush();
             }
         }
+        if !refused {
+            self.received.record(header.seq, now);
+        }
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
         }
@@ -384,6 +451,7 @@ impl Connection {
             return;
         }
         let before = self.sent.bytes_acked;
+        let unconfirmed = self.sent.unconfirmed_bytes();
         let samples = self.rtt.samples();
         self.sent.on_ack(
             h.ack,
@@ -403,6 +471,14 @@ impl Connection {
             self.learn_peer_ack_delay(held.min(Self::MAX_PEER_ACK_DELAY));
         }
         self.acked_bytes.add(now, self.sent.bytes_acked - before);
+        if self.sent.unconfirmed_bytes() < unconfirmed {
+            // A newer packet was acked: the peer acks; the wait restarts
+            // for whatever it has not acked yet.
+            let waiting = self
+                .last_eliciting_send
+                .is_some_and(|t| self.sent.newest_acked_sent.is_none_or(|a| t > a));
+            self.ack_wait_since = waiting.then_some(now);
+        }
         for ev in self.ack_events.drain(..) {
             if let AckEvent::Acked { messages, bulk, .. } = ev {
                 self.out.on_acked(&messages);
@@ -431,6 +507,21 @@ impl Connection {
         };
     }
 
+    /// When a peer that talks but acks nothing is dropped: `backpressure_timeout`
+    /// after our data began waiting, once the peer was heard at least a
+    /// loss bound into that wait (an honest peer would have acked by then;
+    /// a silent one is left to the silence timeout).
+    fn no_ack_deadline(&self) -> Option<Instant> {
+        let since = self.ack_wait_since?;
+        (self.last_recv >= since + self.loss_bound()).then(|| since + self.cfg.backpressure_timeout)
+    }
+
+    /// Whether the peer has left `max_unconfirmed_bytes` unacknowledged:
+    /// only acks and keep-alives go out until it acks.
+    pub(super) fn unconfirmed_full(&self) -> bool {
+        self.sent.unconfirmed_bytes() >= self.cfg.max_unconfirmed_bytes as u64
+    }
+
     /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
     /// RTO plus the peer's ack hold allowance, at most ~1 s unless the RTT itself is longer.
     pub(crate) fn loss_bound(&self) -> Duration {
@@ -456,6 +547,7 @@ impl Connection {
                 .push_back(ConnEvent::Closed(DisconnectReason::Timeout));
             return;
         }
+        self.bulk_in.expire(now, self.cfg.bulk_stall_timeout);
         let bound = self.loss_bound();
         self.sent.detect_lost(now, bound, &mut self.ack_events);
         self.ack_events.clear();
@@ -463,6 +555,10 @@ impl Connection {
         self.refresh_copies();
         if let Some(srtt) = self.rtt.srtt() {
             self.congestion.update(now, srtt);
+        }
+        if self.no_ack_deadline().is_some_and(|d| now >= d) {
+            self.close(DisconnectReason::NoAcks);
+            return;
         }
         if self.out.is_full() {
             let since = *self.full_since.get_or_insert(now);
@@ -566,8 +662,14 @@ impl Connection {
                 if let Some(b) = self.bulk_out.next_timeout(self.bulk_timeout()) {
                     t = t.min(b);
                 }
+                if let Some(b) = self.bulk_in.deadline(self.cfg.bulk_stall_timeout) {
+                    t = t.min(b);
+                }
                 if let State::Flushing { until, .. } = self.state {
                     t = t.min(until);
+                }
+                if let Some(d) = self.no_ack_deadline() {
+                    t = t.min(d);
                 }
                 // What `handle_timeout` would change with no packet in
                 // between, so a server that wakes only connections whose
@@ -588,6 +690,17 @@ impl Connection {
     }
 
     fn header(&self, kind: AuthKind, now: Instant) -> Header {
+        #[cfg(test)]
+        if self.never_ack {
+            // The first packet the server sent (its Accepted), every time.
+            return Header {
+                kind,
+                seq: self.send_counter as u16,
+                ack: 0,
+                ack_bits: 0,
+                ack_delay: wire::ACK_DELAY_UNKNOWN,
+            };
+        }
         let (ack, ack_bits, mut ack_delay) = self.received.ack_fields(now);
         if self.lazy_seq == Some(ack) {
             // Our newest packet was held on purpose (duplicates only): its
@@ -625,6 +738,7 @@ impl Connection {
         self.send_counter += 1;
         if eliciting {
             self.last_eliciting_send = Some(now);
+            self.ack_wait_since.get_or_insert(now);
         }
         self.credit = self.credit.saturating_sub(self.charge(buf.len()));
         self.last_send = now;
@@ -693,10 +807,16 @@ impl Connection {
                 // with a bulk token; ride-along copies of turn messages do not
                 // take the room of the fragment a packet is sent for.
                 let bulk_token = self.congestion.bulk_interval().as_micros();
-                let bulk_now = self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
+                // At the unconfirmed-bytes cap no data goes: only the owed
+                // ack or a keep-alive ping (which an honest peer acks, with
+                // everything before it, should its earlier acks have been lost).
+                let capped = self.unconfirmed_full();
+                let bulk_now =
+                    !capped && self.bulk_credit >= bulk_token && self.bulk_out.wants_packet();
                 // Large new turn data does not wait for a turn token (Nagle's
                 // rule: a full segment goes now); it spends a bulk token.
-                let large_fresh = free
+                let large_fresh = !capped
+                    && free
                     && self.bulk_credit >= bulk_token
                     && self.out.fresh_bytes() >= Self::LARGE_FRESH;
                 let keep = if bulk_now {
@@ -704,7 +824,9 @@ impl Connection {
                 } else {
                     0
                 };
-                self.out.fill(now, r, budget, keep, buf, &mut self.ids);
+                if !capped {
+                    self.out.fill(now, r, budget, keep, buf, &mut self.ids);
+                }
                 if bulk_now {
                     let left = MAX_PACKET - TAG_LEN - buf.len();
                     self.bulk_out.fill(now, left, buf, &mut self.bulk_serials);
@@ -798,6 +920,9 @@ impl Connection {
             dropped_auth: self.dropped_auth,
             dropped_replay: self.dropped_replay,
             dropped_malformed: self.dropped_malformed,
+            bulk_refused: self.bulk_in.refused,
+            bulk_expired: self.bulk_in.expired,
+            reorder_refused: self.inc.reorder_refused,
         }
     }
 }

@@ -23,6 +23,13 @@ use thiserror::Error;
 /// Ids the receiver buffers ahead of the next in-order id; also the ceiling of
 /// the sender's un-acked window, so a sender never gets ahead of this.
 pub const RECV_WINDOW: usize = 1024;
+/// Default cap on the bytes of reliable frames held ahead of a gap, per
+/// connection (128 KiB: the largest reliable message, 96 KiB, arriving
+/// whole behind its lost first fragment, plus turn traffic meanwhile).
+/// A sender within its window keeps well under it at the loss the
+/// transport is built for; beyond it frames are refused and their packet
+/// left unacknowledged, so the sender resends them: flow control, never loss.
+pub const DEFAULT_MAX_REORDER_BYTES: usize = 128 * 1024;
 /// Largest unreliable message: it must fit one packet.
 pub const MAX_UNRELIABLE: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - MAX_FRAME_OVERHEAD;
 /// Unreliable messages waiting for a packet; beyond this the oldest is dropped.
@@ -487,8 +494,15 @@ pub struct Incoming {
     /// 1 KiB slot ring).
     unreliable_seen: SeqBits<4>,
     max_message: usize,
+    /// Bytes of the frames held in `slots` (all ahead of `next_id`).
+    held: usize,
+    max_held: usize,
     /// Reliable frames ignored as already delivered or outside the window.
     pub duplicates: u64,
+    /// Reliable frames refused because holding them ahead of a gap would
+    /// exceed the reorder cap (their packet goes unacknowledged, so the
+    /// sender resends them).
+    pub reorder_refused: u64,
     /// Messages discarded by the reassembly caps or a broken fragment sequence.
     pub reassembly_dropped: u64,
 }
@@ -503,7 +517,10 @@ impl Incoming {
             assembly: None,
             unreliable_seen: SeqBits::default(),
             max_message: max_message.min(FRAGMENT_SIZE * MAX_FRAGMENTS),
+            held: 0,
+            max_held: DEFAULT_MAX_REORDER_BYTES,
             duplicates: 0,
+            reorder_refused: 0,
             reassembly_dropped: 0,
         }
     }
@@ -526,32 +543,55 @@ impl Incoming {
             + self.assembly.as_ref().map_or(0, |a| a.data.capacity())
     }
 
-    /// Accepts one reliable frame and appends every message now deliverable in order.
+    /// Caps the bytes of frames held ahead of a gap (default
+    /// [`DEFAULT_MAX_REORDER_BYTES`]); the next in-order frame is always taken.
+    #[must_use]
+    pub const fn with_reorder_cap(mut self, bytes: usize) -> Self {
+        self.max_held = bytes;
+        self
+    }
+
+    /// Bytes of frames held ahead of a gap.
+    #[must_use]
+    pub const fn held_bytes(&self) -> usize {
+        self.held
+    }
+
+    /// Accepts one reliable frame and appends every message now deliverable
+    /// in order. False when the frame was refused because holding it ahead
+    /// of a gap would exceed the reorder cap: the caller must then leave
+    /// its packet unacknowledged, so the sender resends the frame.
     pub fn on_reliable(
         &mut self,
         id: u16,
         fragment: Option<Fragment>,
         data: &[u8],
         out: &mut VecDeque<Vec<u8>>,
-    ) {
+    ) -> bool {
         let ahead = usize::from(id.wrapping_sub(self.next_id));
         if ahead >= RECV_WINDOW {
             self.duplicates += 1;
-            return;
+            return true;
         }
+        if self.slots.get(ahead).is_some_and(Option::is_some) {
+            self.duplicates += 1;
+            return true;
+        }
+        if ahead > 0 && self.held + data.len() > self.max_held {
+            self.reorder_refused += 1;
+            return false;
+        }
+        // Room up to `ahead` only for a frame kept (a refused one takes none).
         if self.slots.len() <= ahead {
             self.slots.resize_with(ahead + 1, || None);
         }
-        let slot = &mut self.slots[ahead];
-        if slot.is_some() {
-            self.duplicates += 1;
-            return;
-        }
-        *slot = Some(InMsg {
+        self.slots[ahead] = Some(InMsg {
             fragment,
             data: data.to_vec(),
         });
+        self.held += data.len();
         self.drain(out);
+        true
     }
 
     fn drain(&mut self, out: &mut VecDeque<Vec<u8>>) {
@@ -563,6 +603,7 @@ impl Incoming {
                 }
                 return;
             };
+            self.held -= m.data.len();
             self.slots.pop_front();
             self.next_id = self.next_id.wrapping_add(1);
             match m.fragment {

@@ -264,3 +264,33 @@ fn copies_follow_the_measured_loss_and_unreliable_messages_go_once() {
     assert_eq!(delivered, 1);
     assert!(!o.has_fresh() && o.next_due(Resend::every(GAP)).is_none());
 }
+
+/// A peer that sends frames far ahead of a gap cannot make the receiver
+/// hold more than the reorder cap: frames beyond it are refused (the
+/// caller leaves their packet unacknowledged), the next in-order frame is
+/// always taken, and the refused ones, sent again, complete the stream.
+#[test]
+fn frames_ahead_of_a_gap_are_held_only_up_to_the_reorder_cap() {
+    let cap = 10 * 1000;
+    let mut inc = Incoming::new(1 << 20).with_reorder_cap(cap);
+    let mut out = VecDeque::new();
+    let msg = |id: u16| vec![id as u8; 1000];
+    // Ids 1..1023 arrive, 0 is missing: only ten fit the cap.
+    let taken: Vec<u16> = (1..RECV_WINDOW as u16)
+        .filter(|&id| inc.on_reliable(id, None, &msg(id), &mut out))
+        .collect();
+    assert_eq!(taken, (1..=10).collect::<Vec<u16>>());
+    assert_eq!(inc.held_bytes(), cap);
+    assert_eq!(inc.reorder_refused, RECV_WINDOW as u64 - 11);
+    assert!(out.is_empty());
+    // The gap fills: 0..=10 are delivered, and the buffer is empty again.
+    assert!(inc.on_reliable(0, None, &msg(0), &mut out));
+    assert_eq!(out.len(), 11);
+    assert_eq!(inc.held_bytes(), 0);
+    // The sender resends what was refused: everything arrives, in order.
+    for id in 11..RECV_WINDOW as u16 {
+        assert!(inc.on_reliable(id, None, &msg(id), &mut out));
+    }
+    let got: Vec<Vec<u8>> = out.into_iter().collect();
+    assert_eq!(got, (0..RECV_WINDOW as u16).map(msg).collect::<Vec<_>>());
+}

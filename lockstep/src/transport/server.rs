@@ -104,6 +104,15 @@ pub struct ServerCounters {
     pub token_wrong_slot: u64,
     /// Relay layer: a spectator token asked to play, or a player token to spectate.
     pub token_wrong_kind: u64,
+    /// Bulk messages refused unread: the connection was not opened for
+    /// bulk data ([`Server::set_bulk_receive`]) or was closed mid-message.
+    pub bulk_refused: u64,
+    /// Incomplete bulk messages thrown away after `bulk_stall_timeout`
+    /// without a new fragment.
+    pub bulk_expired: u64,
+    /// Reliable frames refused by a connection's reorder cap
+    /// (`max_reorder_bytes`); their packets went unacknowledged.
+    pub reorder_refused: u64,
 }
 
 /// How a [`Server`] admits clients.
@@ -600,6 +609,10 @@ impl Server {
         let Some(slot) = self.conns.get_mut(&id) else {
             return;
         };
+        let drops = slot.conn.take_drops();
+        self.counters.bulk_refused += drops.bulk_refused;
+        self.counters.bulk_expired += drops.bulk_expired;
+        self.counters.reorder_refused += drops.reorder_refused;
         let mut closed = None;
         while let Some(ev) = slot.conn.poll_event() {
             match ev {
@@ -714,6 +727,21 @@ impl Server {
         let r = slot.conn.send(channel, msg);
         self.pump(conn);
         r
+    }
+
+    /// Lets `conn` send bulk messages (`Channel::Bulk`) of up to
+    /// `max_message` bytes; 0 closes it again. A server's connections start
+    /// closed: open one only while you expect bulk data from it (a relay,
+    /// while a snapshot upload it asked for is under way), sized to the
+    /// largest message that upload legitimately sends. Fragments arriving
+    /// on a closed connection are refused unread (counted in
+    /// [`ServerCounters::bulk_refused`]); closing it mid-message throws the
+    /// partial message away. Unknown connections are ignored.
+    pub fn set_bulk_receive(&mut self, conn: ConnId, max_message: usize) {
+        if let Some(slot) = self.conns.get_mut(&conn) {
+            slot.conn.set_bulk_receive(max_message);
+        }
+        self.pump(conn);
     }
 
     /// Link measurements of `conn`.

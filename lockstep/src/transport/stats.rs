@@ -73,6 +73,17 @@ pub struct LinkStats {
     pub dropped_replay: u64,
     /// Packets dropped as malformed.
     pub dropped_malformed: u64,
+    /// Bulk messages refused unread: none was asked for (a server's
+    /// connection not opened by `Server::set_bulk_receive`), or the cap was
+    /// lowered while one was arriving.
+    pub bulk_refused: u64,
+    /// Incomplete bulk messages thrown away after `bulk_stall_timeout`
+    /// without a new fragment.
+    pub bulk_expired: u64,
+    /// Reliable frames refused because holding them ahead of a gap would
+    /// exceed `max_reorder_bytes` (their packet went unacknowledged, so
+    /// the peer resent them).
+    pub reorder_refused: u64,
 }
 
 impl Default for LinkStats {
@@ -101,6 +112,9 @@ impl Default for LinkStats {
             dropped_auth: 0,
             dropped_replay: 0,
             dropped_malformed: 0,
+            bulk_refused: 0,
+            bulk_expired: 0,
+            reorder_refused: 0,
         }
     }
 }

@@ -29,40 +29,56 @@ impl Game {
 
     /// Stamps `player`'s input (sequence number `seq`) into the turn the
     /// relay closes next, if it fits the player's budget there; otherwise
-    /// the player gets `InputRefused { turn: seq }`.
+    /// the player gets `InputRefused { turn: seq }`, as it does for an input
+    /// refused because the match has no turn left or the player is not live
+    /// (catching up after a rejoin): every refusal is announced, so the
+    /// peer's latency ledger never waits on an input that will not come
+    /// back. The sequence number only names the input: one that repeats,
+    /// goes back or jumps far ahead is stamped by arrival all the same (its
+    /// commands count against its sender's budget only) and counted.
     pub(super) fn on_clock_input(
         &mut self,
         player: PlayerId,
         seq: Turn,
         commands: Vec<Vec<u8>>,
+        config: &RelayConfig,
         out: &mut Outbox,
     ) {
         let Some(seat) = Seat::new(player) else {
             return;
         };
-        let Some(slot) = self.slots.get(seat.index()) else {
+        let Some(slot) = self.slots.get_mut(seat.index()) else {
             return;
         };
-        if !slot.live() {
-            out.counters.inputs_refused += 1;
-            return;
-        }
+        let refuse = |conn: Option<lockstep::transport::ConnId>, out: &mut Outbox| {
+            if let Some(conn) = conn {
+                out.send(conn, &ToPeer::InputRefused { turn: seq });
+            }
+        };
         let target = self.next_close;
-        if self.last.is_some_and(|l| target > l) {
-            // The match has no turn left to put it in.
+        // Not live (catching up), or the match has no turn left to put it in.
+        if !slot.live() || self.last.is_some_and(|l| target > l) {
             out.counters.inputs_refused += 1;
+            refuse(slot.conn, out);
             return;
         }
+        match slot.last_seq {
+            Some(prev) if seq <= prev => out.counters.clock_seq_repeated += 1,
+            Some(prev) if seq.0 - prev.0 > config.limits.max_turns_ahead => {
+                out.counters.clock_seq_jumped += 1;
+            }
+            _ => {}
+        }
+        slot.last_seq = Some(slot.last_seq.map_or(seq, |p| p.max(seq)));
         if commands.is_empty() {
             return;
         }
+        let conn = slot.conn;
         let open = self.open.entry(target).or_default();
         open.received.insert(seat);
         if !open.has_room(player, &commands, false) {
             out.counters.inputs_over_budget += 1;
-            if let Some(conn) = slot.conn {
-                out.send(conn, &ToPeer::InputRefused { turn: seq });
-            }
+            refuse(conn, out);
             return;
         }
         open.add(player, commands, false);

@@ -13,7 +13,9 @@
 //! sections must combine to the hash it reported for the turn, its entity
 //! list must combine to its section hash, dumps must be of the entities
 //! asked. An answer that does not check is ignored and noted; who is odd
-//! comes from the hash vote alone, so no answer can shift the blame.
+//! comes from the hash vote alone, so no answer can shift the blame. Field
+//! values cannot be checked (a dump is not its hash's preimage): a report
+//! that has them says so in a note ([`UNVERIFIED_VALUES`]).
 
 use super::Game;
 use crate::config::RelayConfig;
@@ -30,6 +32,13 @@ use std::collections::BTreeMap;
 
 /// Most differing sections narrowed per compared pair.
 pub(crate) const MAX_SECTIONS_NARROWED: usize = 4;
+
+/// The note every report with field values carries: which entities differ
+/// is checked (entity lists against section hashes, sections against the
+/// turn's hash), but a dump is the game's rendering of an entity, not the
+/// preimage of its leaf hash, so the relay cannot check the values: they are
+/// each peer's own word, marked so in the JSON and the text alike.
+pub(crate) const UNVERIFIED_VALUES: &str = "field values are each peer's own report, not verified: the relay checks which entities differ against the reported hashes, but cannot check a dump against its entity hash";
 
 /// The narrowing of one desync, in progress.
 #[derive(Debug)]
@@ -593,6 +602,10 @@ fn advance(
                     .map(|d| d.fields.clone())
                     .unwrap_or_default()
             };
+            let has_values = !o.is_empty() || !m.is_empty();
+            if has_values && report.notes.iter().all(|n| n != UNVERIFIED_VALUES) {
+                report.notes.push(UNVERIFIED_VALUES.to_owned());
+            }
             for &id in ids.iter() {
                 let fields: Vec<FieldReport> = diff_fields(&fields_of(m, id), &fields_of(o, id))
                     .into_iter()

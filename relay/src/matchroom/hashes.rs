@@ -96,7 +96,7 @@ impl Game {
                     if config.on_desync == crate::config::DesyncPolicy::Heal
                         && majority_member.is_some()
                     {
-                        self.plan_heal(turn, &odd);
+                        self.plan_heal(turn, &odd, config);
                     }
                     self.broadcast(
                         out,

@@ -12,7 +12,8 @@
 
 use super::Game;
 use super::snapshots::Base;
-use crate::event::{MatchId, RouterEvent};
+use crate::config::RelayConfig;
+use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
 use lockstep::proto::{Delivery, Heal, ToPeer};
@@ -34,12 +35,19 @@ pub(super) struct Healing {
     detected_at: Option<Instant>,
     /// The first turn from `from` on that agreed, once judged.
     agreed_at: Option<Turn>,
+    /// Heals one player may have had within `window` turns before this one.
+    max_heals: u32,
+    /// `RelayConfig::heal_limit`'s window in turns (at least one).
+    window: u32,
 }
 
 impl Game {
     /// The desync of `turn` has a majority and the policy is `heal`: the odd
     /// players are healed once its report is done.
-    pub(super) fn plan_heal(&mut self, turn: Turn, odd: &[PlayerId]) {
+    pub(super) fn plan_heal(&mut self, turn: Turn, odd: &[PlayerId], config: &RelayConfig) {
+        let limit = config.heal_limit;
+        let turn_us = config.turn_length.as_micros().max(1);
+        let window = u32::try_from(limit.window.as_micros() / turn_us).unwrap_or(u32::MAX);
         self.healing = Some(Healing {
             desync_turn: turn,
             players: odd.to_vec(),
@@ -48,7 +56,21 @@ impl Game {
             from: None,
             detected_at: None,
             agreed_at: None,
+            max_heals: limit.heals,
+            window: window.max(1),
         });
+    }
+
+    /// Drops the players a heal refused for being healed too often
+    /// (`RelayConfig::heal_limit`): their connections leave the match and
+    /// their slots are given up.
+    pub(super) fn drop_overhealed(&mut self, now: Instant, out: &mut Outbox) {
+        for p in std::mem::take(&mut self.overhealed) {
+            if let Some(conn) = self.slots.get(usize::from(p.0)).and_then(|s| s.conn) {
+                out.detached.push(conn);
+            }
+            self.drop_player(now, p, DropReason::TooManyHeals);
+        }
     }
 
     /// Sends the planned heal (called as the desync report is emitted);
@@ -75,7 +97,9 @@ impl Game {
             }
         };
         let live = self.next_close;
+        let (max_heals, window) = (h.max_heals, h.window);
         let mut healed = Vec::new();
+        let mut notes = Vec::new();
         for p in players {
             let Some(slot) = self.slots.get_mut(usize::from(p.0)) else {
                 continue;
@@ -83,6 +107,25 @@ impl Game {
             let Some(conn) = slot.conn.filter(|_| slot.live() && !slot.rejoining) else {
                 continue;
             };
+            // Heals older than the window no longer count.
+            while slot
+                .heals
+                .front()
+                .is_some_and(|t| t.0.saturating_add(window) <= live.0)
+            {
+                slot.heals.pop_front();
+            }
+            if slot.heals.len() >= max_heals as usize {
+                notes.push(format!(
+                    "heal refused: P{} was healed {} times in the last {window} turns; dropped ({})",
+                    p.0,
+                    slot.heals.len(),
+                    DropReason::TooManyHeals
+                ));
+                self.overhealed.push(p);
+                continue;
+            }
+            slot.heals.push_back(live);
             slot.rejoining = true;
             out.send(
                 conn,
@@ -105,10 +148,15 @@ impl Game {
         let names: Vec<String> = healed.iter().map(|p| format!("P{}", p.0)).collect();
         if let Some(h) = self.healing.as_mut() {
             h.pending.clone_from(&healed);
+            // Dropped or gone players are not reported as healed.
+            h.players.clone_from(&healed);
         }
         if healed.is_empty() {
             self.healing = None;
-            return vec!["heal: no odd player is connected; the match continues".into()];
+            if notes.is_empty() {
+                notes.push("heal: no odd player is connected; the match continues".into());
+            }
+            return notes;
         }
         out.events.push_back(RouterEvent::Healing {
             id,
@@ -116,10 +164,11 @@ impl Game {
             players: healed,
             snapshot: snapshot.map(|(t, _, _)| t),
         });
-        vec![format!(
+        notes.push(format!(
             "healed: {} re-synchronised from {from} and the bundles after it (live from turn {live})",
             names.join(", ")
-        )]
+        ));
+        notes
     }
 
     /// A healing `player` caught up: it counts again from `turn`. True if

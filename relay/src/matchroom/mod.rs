@@ -31,7 +31,7 @@ use lockstep::{Duration, Instant};
 use pinger::PingTable;
 use seats::Seat;
 use sim::{MatchSetup, PlayerId, StateHash, Turn};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use turns::{Closing, OpenTurn};
 
 /// How long after a silence RTT samples are not taken (the transport's
@@ -60,6 +60,8 @@ struct Slot {
     /// RTT samples taken before this are not link RTT: the player had been
     /// silent (frozen, or its path backlogged) and its answers queued.
     rtt_hold_until: Instant,
+    /// `clock` policy: the sequence number of the player's latest input.
+    last_seq: Option<Turn>,
     /// Since when the slot is held for a rejoin (its player dropped).
     held_since: Option<Instant>,
     /// Its player came back and is catching up (not live yet).
@@ -68,6 +70,9 @@ struct Slot {
     back_from: Option<Turn>,
     /// A `PlayerRejoined` notice goes into the next bundle.
     rejoin_pending: bool,
+    /// The turns its player was healed at (`--on-desync heal`), the
+    /// recent ones only: bounded by `RelayConfig::heal_limit`.
+    heals: VecDeque<Turn>,
 }
 
 impl Slot {
@@ -112,12 +117,20 @@ struct Game {
     desync_end: bool,
     /// `--on-desync heal`: the heal of the first desync, while it runs.
     healing: Option<heal::Healing>,
+    /// Odd players a heal refused because they were healed too often: they
+    /// are dropped on the next tick (`DropReason::TooManyHeals`).
+    overhealed: Vec<PlayerId>,
     /// When a `desync_end` match ends at the latest (the report's deadline).
     desync_end_by: Option<Instant>,
     end_by: Option<Instant>,
     /// The Start every player got (`your_player` aside): a rejoin's resume.
     start_msg: Start,
     snapshots: snapshots::SnapshotStore,
+    /// The player asked for a snapshot and its connection, while the relay
+    /// accepts bulk data (the chunks) from it.
+    upload_grant: Option<(PlayerId, ConnId)>,
+    /// Receivers whose restore failed, waiting for the next agreed snapshot.
+    awaiting: Vec<rejoin::Receiver>,
     spectators: Vec<spectators::Spectator>,
     /// Agreed hashes of recent turns, for the spectators' late reports.
     agreed: spectators::AgreedHashes,
@@ -345,10 +358,12 @@ impl MatchRoom {
                 next_ping: now,
                 pings: PingTable::default(),
                 rtt_hold_until: now,
+                last_seq: None,
                 held_since: None,
                 rejoining: false,
                 back_from: None,
                 rejoin_pending: false,
+                heals: VecDeque::new(),
             })
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
@@ -366,10 +381,13 @@ impl MatchRoom {
             desynced: false,
             desync_end: false,
             healing: None,
+            overhealed: Vec::new(),
             desync_end_by: None,
             end_by: None,
             start_msg,
             snapshots: snapshots::SnapshotStore::default(),
+            upload_grant: None,
+            awaiting: Vec::new(),
             spectators: Vec::new(),
             agreed: spectators::AgreedHashes::default(),
         }));
@@ -448,6 +466,9 @@ impl MatchRoom {
             }
             ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
             ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
+            ToRelay::SnapshotFailed { turn } => {
+                g.on_restore_failed(rejoin::Receiver::Player(player), turn, config, out);
+            }
             ToRelay::Join(_) | ToRelay::Rejoin(_) | ToRelay::Spectate(_) => {
                 out.counters.bad_state += 1;
             }
@@ -514,6 +535,7 @@ impl MatchRoom {
             g.close_turns(id, now, config, out, closing);
             g.judge_hashes(id, config, out, false);
             g.heal_tick(now, id, out);
+            g.drop_overhealed(now, out);
             g.prune_probe(now, id, config, out);
             g.probe_timeout(now, id, config, out);
             g.forensics_timeout(now, id, out);
@@ -598,8 +620,12 @@ impl Game {
         slot.rejoining = false;
         // Its upload will never complete: someone else is asked next time.
         self.snapshots.uploader_gone(player);
-        // A clean leave gives the slot up; any other drop holds it.
-        if reason != DropReason::Left {
+        // A replacement snapshot must not reach a later rejoin of the slot.
+        self.awaiting
+            .retain(|w| *w != rejoin::Receiver::Player(player));
+        // A clean leave gives the slot up, and so does a player healed too
+        // often (it would only desync again); any other drop holds it.
+        if !matches!(reason, DropReason::Left | DropReason::TooManyHeals) {
             slot.held_since.get_or_insert(now);
         }
         if slot.dropped_at.is_none() && slot.drop_pending.is_none() {
@@ -631,10 +657,12 @@ mod tests {
             next_ping: now,
             pings: PingTable::default(),
             rtt_hold_until: now,
+            last_seq: None,
             held_since: None,
             rejoining: false,
             back_from: None,
             rejoin_pending: false,
+            heals: VecDeque::new(),
         }
     }
 

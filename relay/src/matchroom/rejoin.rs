@@ -5,14 +5,15 @@
 //! turn it caught up. Also the relay's side of agreed snapshots: whom to ask
 //! and what to do with the chunks.
 
-use super::snapshots::{Base, Outcome};
+use super::snapshots::{Base, Dispute, Outcome};
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
 use lockstep::proto::{
-    Delivery, MAX_SNAPSHOT_CHUNK, RejectReason, Rejoin, Resume, SnapshotChunk, ToPeer,
+    Delivery, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer,
+    Resume, SnapshotChunk, ToPeer,
 };
 use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
@@ -154,6 +155,10 @@ impl Game {
             out.counters.bad_state += 1;
             return;
         }
+        // It restored: a later heal may send it a snapshot again.
+        if let Some(conn) = slot.conn {
+            out.in_flight.remove(&conn);
+        }
         // A healed player never left: no rejoin notice, no rejoin event.
         let healed = self.heal_caught_up(player, next);
         let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
@@ -176,9 +181,10 @@ impl Game {
     }
 
     /// Before turn `turn`'s bundle goes out: if a snapshot of it is due, ask
-    /// one live player for it (taking turns, so no one player uploads every
-    /// time). The request precedes the bundle on the reliable channel, so
-    /// the player has not simulated the turn yet when it arrives.
+    /// one live player for it: every live player in turn, skipping one whose
+    /// latest upload failed (see `SnapshotStore::next_uploader`). The
+    /// request precedes the bundle on the reliable channel, so the player
+    /// has not simulated the turn yet when it arrives.
     pub(super) fn request_snapshot(&mut self, turn: Turn, config: &RelayConfig, out: &mut Outbox) {
         if !self.snapshots.due(turn, &config.rejoin) || self.desynced {
             return;
@@ -188,13 +194,22 @@ impl Game {
             .filter(|(_, s)| s.live())
             .filter_map(|(seat, s)| s.conn.map(|c| (seat.id(), c)))
             .collect();
-        let round = (turn.0 / config.rejoin.snapshot_every.max(1)) as usize;
-        let Some(&(player, conn)) = live.get(round % live.len().max(1)) else {
+        let Some((player, conn)) = self.snapshots.next_uploader(&live) else {
             return;
         };
         let outcome = self.snapshots.request(turn, player);
         self.count(outcome, out);
         out.counters.snapshots_requested += 1;
+        // The chunks come on the bulk path, which the relay opens only for
+        // the player it asks, for one chunk at a time (the previous
+        // uploader's closes: its upload was just abandoned).
+        if let Some((_, old)) = self.upload_grant.replace((player, conn))
+            && old != conn
+        {
+            out.bulk_grants.push_back((old, 0));
+        }
+        out.bulk_grants
+            .push_back((conn, MAX_SNAPSHOT_CHUNK_MESSAGE));
         out.send(conn, &ToPeer::SnapshotRequest { turn });
     }
 
@@ -208,6 +223,21 @@ impl Game {
     ) {
         let outcome = self.snapshots.on_chunk(player, chunk, &config.rejoin);
         self.count(outcome, out);
+        self.settle_upload_grant(out);
+    }
+
+    /// Closes the uploader's bulk path once its upload no longer wants
+    /// chunks (complete, refused or judged without a majority). An
+    /// uploader dropped while its connection lives keeps it until the
+    /// next request goes elsewhere: bounded meanwhile by the one-chunk cap
+    /// and the transport's stall expiry.
+    fn settle_upload_grant(&mut self, out: &mut Outbox) {
+        if let Some((player, conn)) = self.upload_grant
+            && !self.snapshots.awaits_chunks_from(player)
+        {
+            self.upload_grant = None;
+            out.bulk_grants.push_back((conn, 0));
+        }
     }
 
     /// The relay judged `turn`: `agreed` is its majority hash, if one exists.
@@ -222,16 +252,111 @@ impl Game {
             None => self.snapshots.on_unagreed(turn),
         };
         self.count(outcome, out);
+        self.settle_upload_grant(out);
     }
 
-    fn count(&self, outcome: Outcome, out: &mut Outbox) {
+    fn count(&mut self, outcome: Outcome, out: &mut Outbox) {
         match outcome {
             Outcome::Pending => {}
-            Outcome::Accepted => out.counters.snapshots_agreed += 1,
+            Outcome::Accepted => {
+                out.counters.snapshots_agreed += 1;
+                // Receivers whose restore failed get the new base.
+                for who in std::mem::take(&mut self.awaiting) {
+                    let base = self.snapshots.offer();
+                    self.reoffer(who, base, out);
+                }
+            }
             Outcome::Refused => out.counters.snapshots_refused += 1,
             Outcome::Ignored => out.counters.bad_state += 1,
         }
     }
+
+    /// The connection of `who` if it is restoring from a snapshot of this
+    /// match (a rejoining or healing player, a spectator).
+    fn receiver_conn(&self, who: Receiver) -> Option<ConnId> {
+        match who {
+            Receiver::Player(p) => self
+                .slots
+                .get(usize::from(p.0))
+                .filter(|s| s.rejoining)
+                .and_then(|s| s.conn),
+            Receiver::Spectator(c) => self.is_spectator(c).then_some(c),
+        }
+    }
+
+    /// `who` reports that the snapshot of `turn` it was sent did not restore
+    /// to the agreed hash (see `SnapshotStore::dispute`). It keeps its
+    /// place: it gets a newer base at once if there is one, the setup's
+    /// world if the tail still reaches back to the first turn, else the
+    /// next agreed snapshot, asked for early from another player.
+    pub(super) fn on_restore_failed(
+        &mut self,
+        who: Receiver,
+        turn: Turn,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
+        // Only the snapshot this receiver was sent and has not reported on.
+        let sent = self
+            .receiver_conn(who)
+            .filter(|c| out.in_flight.get(c) == Some(&turn));
+        let Some(conn) = sent else {
+            out.counters.bad_state += 1;
+            return;
+        };
+        out.in_flight.remove(&conn);
+        let every = config.rejoin.snapshot_every;
+        match self.snapshots.dispute(turn, self.next_close, every) {
+            Dispute::Unknown => {
+                out.counters.bad_state += 1;
+                return;
+            }
+            Dispute::Superseded => {
+                let base = self.snapshots.offer();
+                self.reoffer(who, base, out);
+            }
+            Dispute::Base if self.snapshots.holds_every_turn_from(self.first) => {
+                self.reoffer(who, None, out);
+            }
+            Dispute::Base | Dispute::Lost => self.awaiting.push(who),
+        }
+        out.counters.snapshot_restores_failed += 1;
+    }
+
+    /// Sends `who` a `Reoffer` of `base` (`None`: the setup's world), its
+    /// chunks and the bundles after it (a spectator's come at its delay).
+    fn reoffer(&mut self, who: Receiver, base: Option<(Turn, StateHash, u32)>, out: &mut Outbox) {
+        // A player who left or a spectator who went meanwhile gets nothing.
+        let Some(conn) = self.receiver_conn(who) else {
+            return;
+        };
+        let reoffer = Reoffer {
+            snapshot: base,
+            live: self.next_close,
+        };
+        out.send(conn, &ToPeer::Reoffer(reoffer));
+        self.send_snapshot(conn, base, out);
+        let after = base.map(|(t, _, _)| t);
+        match who {
+            Receiver::Player(_) => {
+                for bundle in self.snapshots.tail_after(after) {
+                    out.push(conn, Delivery::Urgent, bundle.to_vec());
+                }
+            }
+            Receiver::Spectator(c) => self.refeed_spectator(c, after),
+        }
+        out.counters.snapshots_reoffered += 1;
+    }
+}
+
+/// Who restores from the relay's snapshot: a rejoining or healing player,
+/// or a spectator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Receiver {
+    /// A player slot that is rejoining or being healed.
+    Player(PlayerId),
+    /// A spectator's connection.
+    Spectator(ConnId),
 }
 
 impl Game {
@@ -250,6 +375,13 @@ impl Game {
         else {
             return;
         };
+        if out.in_flight.contains_key(&conn) {
+            // A copy is on its way to this receiver already (it asked
+            // again before restoring): a second would only pile up.
+            out.counters.snapshot_copies_refused += 1;
+            return;
+        }
+        out.in_flight.insert(conn, turn);
         let mut offset = 0u32;
         for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
             out.counters.snapshot_bytes_out += piece.len() as u64;

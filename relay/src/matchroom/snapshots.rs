@@ -6,8 +6,9 @@
 use crate::rejoin::RejoinConfig;
 use lockstep::Instant;
 use lockstep::proto::SnapshotChunk;
+use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 /// What a rejoining peer restores from.
 #[derive(Debug)]
@@ -71,6 +72,38 @@ pub(super) struct SnapshotStore {
     floor: Option<Turn>,
     tail_bytes: usize,
     upload: Option<Upload>,
+    /// The player asked last: the next request goes to the live player
+    /// after it, so every live player takes its turn whatever their number.
+    last_asked: Option<PlayerId>,
+    /// Players whose latest upload failed (never completed, broke the
+    /// rules, had another hash than the agreed one, or did not restore at a
+    /// receiver): skipped while another live player has not failed, so one
+    /// silent or lying uploader cannot keep the match without a snapshot.
+    failed: BTreeSet<PlayerId>,
+    /// Who uploaded the base (`Base::Agreed`).
+    base_from: Option<PlayerId>,
+    /// A receiver could not restore the base: a replacement is asked for
+    /// from this turn on, without waiting for the next `snapshot_every`-th.
+    wanted: Option<Turn>,
+    /// The turn of the last such early request: at most one per
+    /// `snapshot_every` turns, so receivers that lie about failed restores
+    /// can at most double the players' uploads.
+    last_wanted: Option<Turn>,
+}
+
+/// What a receiver's report that its restore of `turn` failed means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Dispute {
+    /// It is the base: its uploader is skipped from now on, a replacement
+    /// is asked for early, and the receiver waits for it.
+    Base,
+    /// A newer base was agreed since the receiver was sent the old one.
+    Superseded,
+    /// The relay holds no base to offer (the tail overflowed): the receiver
+    /// waits for the next one, asked for early.
+    Lost,
+    /// There is no such snapshot (never sent, or the base is the setup).
+    Unknown,
 }
 
 impl Default for SnapshotStore {
@@ -81,6 +114,11 @@ impl Default for SnapshotStore {
             floor: None,
             tail_bytes: 0,
             upload: None,
+            last_asked: None,
+            failed: BTreeSet::new(),
+            base_from: None,
+            wanted: None,
+            last_wanted: None,
         }
     }
 }
@@ -93,13 +131,63 @@ impl SnapshotStore {
 
     /// The bundles after the base, in turn order.
     pub(super) fn tail(&self) -> impl Iterator<Item = &[u8]> {
+        let after = match &self.base {
+            Base::Agreed { turn, .. } => Some(*turn),
+            _ => None,
+        };
+        self.tail_after(after)
+    }
+
+    /// The bundles after turn `after` (`None`: all of them), in turn order.
+    pub(super) fn tail_after(&self, after: Option<Turn>) -> impl Iterator<Item = &[u8]> {
         self.tail
             .iter()
-            .filter(|(t, _, _)| match &self.base {
-                Base::Agreed { turn, .. } => t > turn,
-                _ => true,
-            })
+            .filter(move |(t, _, _)| after.is_none_or(|a| *t > a))
             .map(|(_, _, b)| b.as_slice())
+    }
+
+    /// The base as a `Resume`, `Heal` or `Reoffer` names it (turn, hash,
+    /// length); `None` when it is not an agreed snapshot.
+    pub(super) fn offer(&self) -> Option<(Turn, StateHash, u32)> {
+        match &self.base {
+            Base::Agreed { turn, hash, bytes } => {
+                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the tail still holds every bundle from the first turn on: a
+    /// receiver can then restore from the setup's world instead.
+    pub(super) fn holds_every_turn_from(&self, first: Turn) -> bool {
+        self.tail.front().is_some_and(|(t, _, _)| *t == first)
+    }
+
+    /// A receiver reports that the snapshot of `turn` it was sent did not
+    /// restore to its agreed hash. The relay cannot check snapshot bytes (it
+    /// does not know the game) and cannot tell whether the uploader or the
+    /// receiver lies, so the base stays for everyone else, but its uploader
+    /// is skipped from now on and a replacement is asked for at once (once
+    /// per `every` turns at most; `next` is the next turn to close).
+    pub(super) fn dispute(&mut self, turn: Turn, next: Turn, every: u32) -> Dispute {
+        let outcome = match &self.base {
+            Base::Agreed { turn: t, .. } if *t == turn => {
+                if let Some(from) = self.base_from {
+                    self.failed.insert(from);
+                }
+                Dispute::Base
+            }
+            Base::Agreed { turn: t, .. } if *t > turn => return Dispute::Superseded,
+            Base::Lost => Dispute::Lost,
+            _ => return Dispute::Unknown,
+        };
+        if self.wanted.is_none() {
+            let earliest = self
+                .last_wanted
+                .map_or(next, |l| next.max(Turn(l.0.saturating_add(every))));
+            self.wanted = Some(earliest);
+        }
+        outcome
     }
 
     /// The tail with closing times, for feeding spectators.
@@ -138,7 +226,16 @@ impl SnapshotStore {
             .upload
             .as_ref()
             .is_some_and(|u| turn.0.saturating_sub(u.turn.0) < every.saturating_mul(4));
-        every > 0 && turn.0 > 0 && turn.0 % every == 0 && !busy
+        let wanted = self.wanted.is_some_and(|w| turn >= w);
+        every > 0 && turn.0 > 0 && (turn.0 % every == 0 || wanted) && !busy
+    }
+
+    /// Whether the upload under way still waits for chunks from `player`
+    /// (while it does, the relay accepts bulk data from that player).
+    pub(super) fn awaits_chunks_from(&self, player: PlayerId) -> bool {
+        self.upload
+            .as_ref()
+            .is_some_and(|u| u.from == player && !u.complete())
     }
 
     /// Abandons the upload under way if `player` is its uploader (it left).
@@ -148,9 +245,34 @@ impl SnapshotStore {
         }
     }
 
+    /// Whom to ask for the next snapshot among `live` (sorted by player):
+    /// the first after the player asked last, skipping players whose
+    /// latest upload failed unless every live player's did.
+    pub(super) fn next_uploader(&self, live: &[(PlayerId, ConnId)]) -> Option<(PlayerId, ConnId)> {
+        // Players after the last asked first, then from the lowest on.
+        let after = |p: PlayerId| self.last_asked.is_none_or(|l| p > l);
+        let order = live
+            .iter()
+            .filter(|(p, _)| after(*p))
+            .chain(live.iter().filter(|(p, _)| !after(*p)));
+        let mut first = None;
+        for &(p, c) in order {
+            if !self.failed.contains(&p) {
+                return Some((p, c));
+            }
+            first.get_or_insert((p, c));
+        }
+        first
+    }
+
     /// The relay asked `from` for its snapshot of `turn`; an upload still
-    /// under way is abandoned (refused, if it was).
+    /// under way is abandoned (refused, if it was) and its uploader counts
+    /// as failed.
     pub(super) fn request(&mut self, turn: Turn, from: PlayerId) -> Outcome {
+        self.last_asked = Some(from);
+        if self.wanted.take().is_some() {
+            self.last_wanted = Some(turn);
+        }
         let old = self.upload.replace(Upload {
             turn,
             from,
@@ -158,10 +280,12 @@ impl SnapshotStore {
             buf: Vec::new(),
             agreed: None,
         });
-        if old.is_some() {
-            Outcome::Refused
-        } else {
-            Outcome::Pending
+        match old {
+            Some(old) => {
+                self.failed.insert(old.from);
+                Outcome::Refused
+            }
+            None => Outcome::Pending,
         }
     }
 
@@ -204,6 +328,7 @@ impl SnapshotStore {
             || !fits
             || u64::from(chunk.offset) != up.buf.len() as u64
         {
+            self.failed.insert(player);
             self.upload = None;
             return Outcome::Refused;
         }
@@ -245,6 +370,7 @@ impl SnapshotStore {
             return Outcome::Pending;
         };
         if hash != agreed {
+            self.failed.insert(up.from);
             return Outcome::Refused;
         }
         // The tail must reach back to the snapshot's next turn, or the
@@ -259,6 +385,8 @@ impl SnapshotStore {
         if !continuous {
             return Outcome::Refused;
         }
+        self.failed.remove(&up.from);
+        self.base_from = Some(up.from);
         let floor = self.floor;
         while self
             .tail
@@ -387,6 +515,82 @@ mod tests {
         s.on_chunk(PlayerId(0), chunk(12, 1, 1, 0, &[9]), &c);
         assert_eq!(s.on_agreed(Turn(12), StateHash([1; 32])), Outcome::Accepted);
         assert_eq!(s.timed_tail().next().map(|(t, _, _)| t), Some(Turn(6)));
+    }
+
+    fn live(ids: &[u8]) -> Vec<(PlayerId, ConnId)> {
+        ids.iter()
+            .map(|&i| (PlayerId(i), ConnId(u32::from(i))))
+            .collect()
+    }
+
+    fn asked(s: &SnapshotStore, live: &[(PlayerId, ConnId)]) -> Option<u8> {
+        s.next_uploader(live).map(|(p, _)| p.0)
+    }
+
+    /// Every live player in turn from the one after the last asked; one
+    /// whose upload failed is skipped until every live player's did.
+    #[test]
+    fn uploaders_take_turns_and_a_failed_one_is_skipped_while_others_can_upload() {
+        let c = RejoinConfig::default();
+        let mut s = filled(&c, 0..80);
+        let agreed = |s: &mut SnapshotStore, turn: u32, p: u8| {
+            assert_eq!(s.request(Turn(turn), PlayerId(p)), Outcome::Pending);
+            s.on_chunk(PlayerId(p), chunk(turn, 1, 1, 0, &[9]), &c);
+            assert_eq!(
+                s.on_agreed(Turn(turn), StateHash([1; 32])),
+                Outcome::Accepted
+            );
+        };
+        let all = live(&[0, 1, 2]);
+        assert_eq!(asked(&s, &all), Some(0));
+        agreed(&mut s, 10, 0);
+        assert_eq!(asked(&s, &all), Some(1));
+        // Player 1 never completes: replaced, it failed.
+        assert_eq!(s.request(Turn(20), PlayerId(1)), Outcome::Pending);
+        assert_eq!(s.request(Turn(60), PlayerId(2)), Outcome::Refused);
+        s.on_chunk(PlayerId(2), chunk(60, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(60), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(asked(&s, &all), Some(0));
+        agreed(&mut s, 70, 0);
+        assert_eq!(asked(&s, &all), Some(2), "1 is skipped");
+        // With only failed players live, they are asked in turn anyway.
+        assert_eq!(asked(&s, &live(&[1])), Some(1));
+        assert_eq!(asked(&s, &[]), None);
+    }
+
+    /// A failed restore of the base marks its uploader failed and makes a
+    /// replacement due at once, but at most once per `every` turns.
+    #[test]
+    fn a_disputed_base_asks_for_a_replacement_early_once_per_interval() {
+        let c = RejoinConfig {
+            snapshot_every: 10,
+            ..RejoinConfig::default()
+        };
+        let mut s = filled(&c, 0..12);
+        s.request(Turn(10), PlayerId(0));
+        s.on_chunk(PlayerId(0), chunk(10, 1, 1, 0, &[9]), &c);
+        assert_eq!(s.on_agreed(Turn(10), StateHash([1; 32])), Outcome::Accepted);
+        assert_eq!(
+            SnapshotStore::default().dispute(Turn(10), Turn(12), 10),
+            Dispute::Unknown
+        );
+        assert!(!s.due(Turn(12), &c));
+        assert_eq!(s.dispute(Turn(10), Turn(12), 10), Dispute::Base);
+        assert!(s.due(Turn(12), &c), "a replacement is due at once");
+        assert_eq!(
+            asked(&s, &live(&[0, 1])),
+            Some(1),
+            "its uploader is skipped"
+        );
+        s.request(Turn(12), PlayerId(1));
+        s.on_chunk(PlayerId(1), chunk(12, 2, 1, 0, &[8]), &c);
+        assert_eq!(s.on_agreed(Turn(12), StateHash([2; 32])), Outcome::Accepted);
+        assert_eq!(s.dispute(Turn(10), Turn(13), 10), Dispute::Superseded);
+        // Another dispute soon after: the next early request waits 10 turns.
+        assert_eq!(s.dispute(Turn(12), Turn(13), 10), Dispute::Base);
+        assert!(!s.due(Turn(13), &c));
+        assert!(!s.due(Turn(21), &c));
+        assert!(s.due(Turn(22), &c));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! are checked against the turns' agreed hashes, so each one is a free
 //! extra verifier.
 
+use super::rejoin::Receiver;
 use super::snapshots::Base;
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
@@ -118,13 +119,26 @@ impl MatchRoom {
         Ok(())
     }
 
-    /// A message from spectator `conn`: only hash reports mean something.
-    pub(crate) fn spectator_message(&mut self, conn: ConnId, msg: ToRelay, out: &mut Outbox) {
+    /// A message from spectator `conn`: only hash reports and a failed
+    /// restore mean something.
+    pub(crate) fn spectator_message(
+        &mut self,
+        conn: ConnId,
+        msg: ToRelay,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) {
         let Phase::Running(g) = &mut self.phase else {
             return;
         };
         match msg {
+            // A hash does not clear the snapshot in flight: a spectator can
+            // claim one without having received anything, and an honest one
+            // never asks twice on one connection.
             ToRelay::Hash { turn, hash } => g.check_spectator_hash(conn, turn, hash, out),
+            ToRelay::SnapshotFailed { turn } => {
+                g.on_restore_failed(Receiver::Spectator(conn), turn, config, out);
+            }
             ToRelay::Pong { .. } | ToRelay::Report(_) | ToRelay::Sections { .. } => {}
             _ => out.counters.bad_state += 1,
         }
@@ -134,6 +148,7 @@ impl MatchRoom {
     pub(crate) fn spectator_gone(&mut self, conn: ConnId) {
         if let Phase::Running(g) = &mut self.phase {
             g.spectators.retain(|s| s.conn != conn);
+            g.awaiting.retain(|w| *w != Receiver::Spectator(conn));
             g.snapshots.set_floor(g.spectator_floor());
         }
     }
@@ -153,6 +168,21 @@ impl Game {
             let from = *turn;
             self.agreed.forget_before(from);
         }
+    }
+
+    /// Spectator `conn` restores from `base` (`None`: the setup) again, its
+    /// first restore having failed: the bundles after it follow at the
+    /// spectator delay.
+    pub(super) fn refeed_spectator(&mut self, conn: ConnId, base: Option<Turn>) {
+        if let Some(s) = self.spectators.iter_mut().find(|s| s.conn == conn) {
+            s.sent_through = base;
+        }
+        self.snapshots.set_floor(self.spectator_floor());
+    }
+
+    /// Whether `conn` is a spectator of this match.
+    pub(super) fn is_spectator(&self, conn: ConnId) -> bool {
+        self.spectators.iter().any(|s| s.conn == conn)
     }
 
     /// The first turn a spectator still needs (kept in the tail).

@@ -101,7 +101,7 @@ impl Game {
         out: &mut Outbox,
     ) {
         if config.policy == TurnPolicy::Clock {
-            return self.on_clock_input(player, turn, commands, out);
+            return self.on_clock_input(player, turn, commands, config, out);
         }
         let Some(seat) = Seat::new(player) else {
             return;

@@ -344,6 +344,9 @@ impl<'a> EventLoop<'a> {
     ) {
         let core = &mut self.core;
         drop_notes.note(now, std::iter::from_fn(|| core.glue.poll_drop()), note);
+        for (conn, reason) in core.glue.take_cut_off() {
+            note(RelayNote::CutOff { conn, reason });
+        }
         for r in core.glue.take_refusals() {
             if refusal_notes.allow(now, note) {
                 note(RelayNote::Refused {

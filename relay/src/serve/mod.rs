@@ -144,6 +144,7 @@ fn with_loops(
         mail.push(Mailbox { tx, waker });
         parts.push((BatchSocket::new(s)?, poll, rx));
     }
+    let per_host = config.limits.max_connections_per_host;
     let shared = Shared {
         opts,
         config,
@@ -158,7 +159,7 @@ fn with_loops(
         mail,
         unfinished: AtomicUsize::new(n),
         failed: AtomicBool::new(false),
-        quota: Arc::new(ConnectionQuota::new(transport.max_connections)),
+        quota: Arc::new(ConnectionQuota::new(transport.max_connections).with_per_host(per_host)),
     };
     let mut recorders = recorders.into_iter();
     let mut loops = Vec::with_capacity(n);

@@ -195,6 +195,16 @@ fn assert_names_the_fault(r: &Run) {
     assert_eq!(e.fields[0].majority, majority);
     assert_eq!(e.fields[0].odd, odd_value);
     assert_ne!(majority, odd_value);
+    // The values are each peer's word (a dump is not its hash's preimage):
+    // the report says so, in its JSON and its text alike.
+    let marked = |n: &String| n.contains("not verified");
+    assert_eq!(
+        rep.notes.iter().filter(|n| marked(n)).count(),
+        1,
+        "{:?}",
+        rep.notes
+    );
+    assert!(rep.to_text().contains("not verified"), "{}", rep.to_text());
 }
 
 /// Under 10 % loss each way, the RTS's perturbed `hp` is reported exactly

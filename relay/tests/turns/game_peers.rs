@@ -326,6 +326,11 @@ fn a_full_disk_or_vanished_directory_is_reported_once_and_recording_stops_cleanl
         .filter_map(|e| rec.handle(T0_UNIX_MS, e).err().map(|e| e.to_string()))
         .collect();
     assert_eq!(errors.len(), 1, "{errors:?}");
+    // The error names the file it could not create, in that directory.
+    assert!(
+        errors[0].contains(&dir.display().to_string()) && errors[0].contains(".lsr"),
+        "{errors:?}"
+    );
     assert_eq!(rec.errors(), 1);
     std::fs::remove_file(&dir).unwrap();
 }

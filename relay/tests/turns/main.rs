@@ -19,6 +19,7 @@ mod forensics_hostile;
 mod game_peers;
 mod heal;
 mod hostile;
+mod limits;
 mod netsim;
 mod pipe;
 mod refusals;

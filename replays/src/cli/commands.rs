@@ -10,14 +10,27 @@ use crate::reader::group_thousands;
 use crate::{Ending, ReadSummary, Reader, RecordedDesync, ReplayError};
 use serde_json::{Value, json};
 use sim::{PlayerId, StateHash, Turn};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Why a subcommand failed (exit 1, `replay: {error}` on stderr).
+/// Why a subcommand failed (`replay: {error}` on stderr; exit 2 for
+/// [`CliError::Usage`], else 1).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
-    /// The file could not be read, or re-simulating it failed.
+    /// Re-simulating the file failed.
     #[error(transparent)]
     Replay(#[from] ReplayError),
+    /// A file could not be opened, read or created: the path comes first,
+    /// so the user knows which of the files it was.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        source: ReplayError,
+    },
+    /// The arguments cannot work together (exit 2, nothing touched).
+    #[error("{0}")]
+    Usage(String),
     /// The file is of a game this tool does not know.
     #[error(transparent)]
     UnknownGame(#[from] UnknownGame),
@@ -49,13 +62,41 @@ pub(crate) fn dispatch(games: &Games, command: Command, c: &mut Console<'_>, pro
             // Results printed before the failure come first.
             c.flush_out();
             errln!(c, "replay: {e}");
-            1
+            if matches!(e, CliError::Usage(_)) {
+                2
+            } else {
+                1
+            }
         }
     }
 }
 
-fn open(path: &Path) -> Result<FileReader, ReplayError> {
-    Reader::open(path)
+/// Opens a replay file; an error names it.
+pub(super) fn open(path: &Path) -> Result<FileReader, CliError> {
+    Reader::open(path).map_err(|source| file_error(path, source))
+}
+
+/// An error about the file at `path`.
+pub(super) fn file_error(path: &Path, source: impl Into<ReplayError>) -> CliError {
+    CliError::File {
+        path: path.to_owned(),
+        source: source.into(),
+    }
+}
+
+/// Whether `a` and `b` are one file (the same inode on Unix, so a hard
+/// link or another spelling of the path counts); false when either is missing.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        #[cfg(unix)]
+        (Ok(x), Ok(y)) => {
+            use std::os::unix::fs::MetadataExt;
+            x.dev() == y.dev() && x.ino() == y.ino()
+        }
+        #[cfg(not(unix))]
+        (Ok(_), Ok(_)) => std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok(),
+        _ => false,
+    }
 }
 
 /// Opens a file and finds the game that plays it.
@@ -173,8 +214,11 @@ pub(super) fn print_desyncs(c: &mut Console<'_>, list: &[RecordedDesync]) {
     }
 }
 
+/// Prints the file's header and contents; `Ok(false)` (exit 1, as
+/// `verify`) when the file is torn, damaged or has no trailer.
 fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliError> {
-    let (h, s, desyncs) = crate::verify::recorded_desyncs(open(path)?)?;
+    let (h, s, desyncs) =
+        crate::verify::recorded_desyncs(open(path)?).map_err(|e| file_error(path, e))?;
     let turns = s.last_turn.map_or(0, |t| u64::from(t.0) + 1);
     let game_us = turns * h.turn_length_us;
     let fin = final_hash(&s);
@@ -210,7 +254,7 @@ fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliErro
             "file_status": status_json(&s),
         });
         outln!(c, "{out:#}");
-        return Ok(true);
+        return Ok(s.is_complete());
     }
     let players: Vec<String> = h
         .players
@@ -283,7 +327,7 @@ fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliErro
         print_desyncs(c, &desyncs);
     }
     outln!(c, "status:      {s}");
-    Ok(true)
+    Ok(s.is_complete())
 }
 
 pub(super) fn hash_opt(h: Option<StateHash>) -> Value {
@@ -458,12 +502,15 @@ fn reindex(
     every: u32,
     out: &Path,
 ) -> Result<bool, CliError> {
-    if std::fs::canonicalize(path).ok() == std::fs::canonicalize(out).ok() {
-        errln!(c, "replay: --out must be a different file than the input");
-        return Ok(false);
+    // Creating the output truncates it: checked before anything is opened.
+    if same_file(path, out) {
+        return Err(CliError::Usage(format!(
+            "--out {} is the input file; write the copy to another file",
+            out.display()
+        )));
     }
     let (reader, game) = open_game(games, path)?;
-    let file = std::fs::File::create(out).map_err(ReplayError::from)?;
+    let file = std::fs::File::create(out).map_err(|e| file_error(out, e))?;
     let rep = game.reindex(reader, file, every)?;
     outln!(
         c,

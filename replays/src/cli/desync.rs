@@ -5,7 +5,7 @@
 use super::commands::CliError;
 use super::console::{Console, errln, outln};
 use super::games::Games;
-use crate::{DesyncReport, Reader, Record};
+use crate::{DesyncReport, Record};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -16,7 +16,7 @@ pub(super) fn desync(
     path: &Path,
     as_json: bool,
 ) -> Result<bool, CliError> {
-    let reader = Reader::open(path)?;
+    let reader = super::commands::open(path)?;
     let header = reader.header().clone();
     let mut reports: Vec<DesyncReport> = Vec::new();
     for item in reader {

@@ -45,8 +45,9 @@
 //! ```
 //!
 //! Exit codes: 0 success (`verify`: every recorded hash matches and no desync
-//! is recorded; `diff`: no difference), 1 divergence, damaged file,
-//! difference, unknown game or any other failure, 2 bad usage, 3 (`verify`)
+//! is recorded; `diff`: no difference), 1 divergence, damaged or
+//! incomplete file (`info` and `verify` alike), difference, unknown game or
+//! any other failure, 2 bad usage (`reindex -o` onto its input), 3 (`verify`)
 //! the recorded (majority) hashes verify but the recording holds desyncs.
 //! Results go to stdout, errors and progress to stderr.
 

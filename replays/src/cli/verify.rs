@@ -4,9 +4,9 @@
 use super::commands::{CliError, desync_json, hash_opt, open_game, print_desyncs, status_json};
 use super::console::{Console, errln, outln};
 use super::games::Games;
+use crate::VerifyReport;
 use crate::reader::group_thousands;
 use crate::verify::DivergenceSource;
-use crate::{ReplayError, VerifyReport};
 use serde_json::{Value, json};
 use sim::{StateHash, Turn};
 use std::path::Path;
@@ -69,7 +69,9 @@ pub(super) fn verify(
 ) -> Result<Verified, CliError> {
     let mut turn_hashes: Vec<(Turn, StateHash)> = Vec::new();
     let mut run = |c: &mut Console<'_>| -> Result<VerifyReport, CliError> {
-        let total = std::fs::metadata(path).map_err(ReplayError::from)?.len();
+        let total = std::fs::metadata(path)
+            .map_err(|e| super::commands::file_error(path, e))?
+            .len();
         let (reader, game) = open_game(games, path)?;
         let mut bar = ProgressBar::new(total, progress);
         let report = game.verify(reader, &mut |p| {

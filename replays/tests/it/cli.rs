@@ -44,8 +44,9 @@ fn info_snapshots() {
         assert_eq!(code, 0);
         insta::assert_snapshot!(format!("info_{name}"), out);
     }
+    // A torn file is shown, and exits 1 like `verify` (damaged or incomplete).
     let (code, out, _) = run(&["info".as_ref(), torn_economy().as_os_str()]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 1);
     assert!(out.contains("the last record was torn"), "{out}");
     insta::assert_snapshot!("info_torn_economy", out);
 }
@@ -175,6 +176,73 @@ fn bad_usage_exits_2_and_damage_exits_1() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["file_status"]["ending"], "corrupt");
     assert!(v["file_status"]["damage_offset"].as_u64().unwrap() <= 5000);
+}
+
+/// `info` on a damaged file prints what it recovered and exits 1, as
+/// `verify` does; `--json` too.
+#[test]
+fn info_on_a_damaged_file_exits_1_like_verify() {
+    let mut flipped = SKIRMISH.to_vec();
+    flipped[5000] ^= 4;
+    let path = scratch("flipped_info.replay", &flipped);
+    let (code, out, _) = run(&["info".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("status:"), "{out}");
+    let (code, out, _) = run(&["info".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["file_status"]["ending"], "corrupt");
+    let (code, _, _) = run(&["verify".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 1);
+}
+
+/// Every file error names the file it is about.
+#[test]
+fn file_errors_name_the_path() {
+    for cmd in ["info", "verify", "export", "desync"] {
+        let (code, _, err) = run(&[cmd.as_ref(), "/nonexistent/x.replay".as_ref()]);
+        assert_eq!(code, 1, "{cmd}");
+        assert!(err.contains("/nonexistent/x.replay"), "{cmd}: {err}");
+    }
+    let (code, _, err) = run(&[
+        "diff".as_ref(),
+        data("peer_skirmish_2p.replay").as_os_str(),
+        "/nonexistent/b.replay".as_ref(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/b.replay"), "{err}");
+    let (code, _, err) = run(&[
+        "reindex".as_ref(),
+        data("peer_skirmish_2p.replay").as_os_str(),
+        "-o".as_ref(),
+        "/nonexistent/dir/out.replay".as_ref(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("/nonexistent/dir/out.replay"), "{err}");
+}
+
+/// `reindex -o` onto its own input is bad usage (exit 2) and leaves the
+/// file as it was, however the path is spelled.
+#[test]
+fn reindex_onto_its_own_input_exits_2_untouched() {
+    let path = scratch("reindex_self.replay", ECONOMY);
+    let dir = path.parent().unwrap();
+    let respelled = dir.join(".").join(path.file_name().unwrap());
+    for out in [path.clone(), respelled] {
+        let (code, _, err) = run(&[
+            "reindex".as_ref(),
+            path.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("is the input file"), "{err}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            ECONOMY,
+            "the input was touched"
+        );
+    }
 }
 
 #[test]

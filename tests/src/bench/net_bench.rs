@@ -323,6 +323,33 @@ pub struct NetSection {
     pub turn_ms: f64,
 }
 
+impl NetSection {
+    /// Why some point has no figures (every run of it failed), if so: the
+    /// run must then fail rather than print a table of gaps. The TCP
+    /// baseline counts only where it was run (real loss available).
+    #[must_use]
+    pub fn unmeasured(&self) -> Option<String> {
+        let tcp_ran = self.fallback.is_none();
+        let failed: Vec<String> = self
+            .points
+            .iter()
+            .flat_map(|(u, t)| [Some(u), tcp_ran.then_some(t)])
+            .flatten()
+            .filter(|p| p.runs.is_empty())
+            .map(|p| {
+                format!(
+                    "{} players, {:.0} % loss, {}: {}",
+                    p.players,
+                    p.loss * 100.0,
+                    p.carrier.map_or("?", |c| c.name()),
+                    p.errors.first().map_or("no run", String::as_str)
+                )
+            })
+            .collect();
+        (!failed.is_empty()).then(|| failed.join("; "))
+    }
+}
+
 /// The loss rates `players` play (all of [`LOSSES`], or [`QUICK_LOSSES_8`]
 /// for more than 4 players under `--quick`).
 #[must_use]

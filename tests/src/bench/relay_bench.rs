@@ -402,6 +402,25 @@ pub struct Capacity {
     pub stages: Vec<super::hotpath::Stages>,
 }
 
+impl Capacity {
+    /// Why the section measured nothing for some thread count (no step
+    /// held: a worker could not start, or even one match failed), if so:
+    /// the run must then fail rather than print an empty table.
+    #[must_use]
+    pub fn unmeasured(&self) -> Option<String> {
+        if self.ladders.is_empty() {
+            return Some("no ladder ran".into());
+        }
+        let failed: Vec<String> = self
+            .ladders
+            .iter()
+            .filter(|l| l.held.is_none())
+            .map(|l| format!("--threads {}: {}", l.threads, l.stopped))
+            .collect();
+        (!failed.is_empty()).then(|| failed.join("; "))
+    }
+}
+
 /// Whether `step` holds against the unloaded p99.
 pub fn holds(step: &Step, unloaded_p99: f64) -> Result<(), String> {
     if step.load.completed < step.load.peers {
@@ -664,6 +683,29 @@ mod tests {
         assert!(f.p99_ms >= f.p50_ms && f.p50_ms > 0.0);
         assert_eq!(metrics.get(Metric::MatchesEnded), 3);
         assert!(metrics.get(Metric::PacketsIn) > 0 && metrics.get(Metric::PacketsOut) > 0);
+    }
+
+    /// A worker that cannot start leaves a ladder without a held step:
+    /// the section reports it as unmeasured (the run then fails) instead
+    /// of an empty table.
+    #[test]
+    fn a_ladder_that_held_no_step_makes_the_section_unmeasured() {
+        let exe = "/nonexistent/bench-worker";
+        let lad = ladder(exe, 1, 10, &[1], 1, 2);
+        assert!(lad.held.is_none() && lad.steps.is_empty(), "{lad:?}");
+        assert!(lad.stopped.contains("cannot start"), "{}", lad.stopped);
+        let mut cap = Capacity {
+            ladders: vec![lad],
+            ..Capacity::default()
+        };
+        let why = cap.unmeasured().unwrap();
+        assert!(
+            why.contains("--threads 1") && why.contains("cannot start"),
+            "{why}"
+        );
+        cap.ladders[0].held = Some(Step::default());
+        assert_eq!(cap.unmeasured(), None);
+        assert!(Capacity::default().unmeasured().is_some());
     }
 
     #[test]

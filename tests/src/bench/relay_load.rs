@@ -49,12 +49,22 @@ fn flag<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
     args.get(i + 1)?.parse().ok()
 }
 
+/// The address after `--name` in `args`: `HOST:PORT`, a host name
+/// resolved (IPv4 first); one that does not resolve is said on stderr.
+fn addr_flag(args: &[String], name: &str) -> Option<SocketAddr> {
+    let i = args.iter().position(|a| a == name)?;
+    let text = args.get(i + 1)?;
+    lockstep::peer::udp::resolve(text)
+        .map_err(|e| replays::err_println!("bench: {name}: {e}"))
+        .ok()
+}
+
 /// `bench relay-load --relay ADDR --matches M --turns T --seed S`.
 #[must_use]
 pub fn relay_load_main(args: &[String]) -> ExitCode {
     let parsed = (|| {
         Some((
-            flag::<SocketAddr>(args, "--relay")?,
+            addr_flag(args, "--relay")?,
             flag::<usize>(args, "--matches")?,
             flag::<u32>(args, "--turns")?,
             flag::<u64>(args, "--seed")?,
@@ -83,7 +93,7 @@ pub fn relay_load_main(args: &[String]) -> ExitCode {
 pub fn echo_load_main(args: &[String]) -> ExitCode {
     let parsed = (|| {
         Some((
-            flag::<SocketAddr>(args, "--target")?,
+            addr_flag(args, "--target")?,
             flag::<usize>(args, "--sockets")?,
             flag::<u64>(args, "--pps")?,
             flag::<f64>(args, "--secs")?,
@@ -203,11 +213,7 @@ fn stop_on_stdin_close() -> Arc<AtomicBool> {
 pub fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
+        .and_then(|s| crate::harness::status_field_kib(&s, "VmHWM"))
         .unwrap_or(0)
 }
 
@@ -236,6 +242,9 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         limits: relay::Limits {
             max_matches: 8192,
             max_connections: 32_768,
+            // Every load generator runs on this host: one host is the
+            // whole load here, not a hostile share of it.
+            max_connections_per_host: usize::MAX,
             ..relay::Limits::default()
         },
         ..RelayConfig::default()

@@ -153,6 +153,10 @@ fn main() -> ExitCode {
     if wanted(&args, "net") {
         eprintln!("[net] turn latency, ours vs TCP, under loss");
         let section = net_bench::measure(args.quick);
+        if let Some(why) = section.unmeasured() {
+            eprintln!("error: net benchmark could not measure: {why}");
+            return ExitCode::from(1);
+        }
         let svg_path = args
             .out
             .parent()
@@ -182,6 +186,10 @@ fn main() -> ExitCode {
             "[relay] capacity: concurrent 4-player matches on one relay process, --threads 1 and 2"
         );
         let cap = relay_bench::measure(args.quick);
+        if let Some(why) = cap.unmeasured() {
+            eprintln!("error: relay capacity benchmark could not measure: {why}");
+            return ExitCode::from(1);
+        }
         md.push_str("## Relay capacity\n\n");
         md.push_str(&section_stamp);
         md.push_str(&relay_report::markdown(&cap));

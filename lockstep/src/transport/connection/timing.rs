@@ -176,6 +176,14 @@ impl Connection {
         let reserve = self.tokens_at(2);
         let mut best: Option<Instant> = None;
         let mut consider = |t: Instant| best = Some(best.map_or(t, |b: Instant| b.min(t)));
+        if self.unconfirmed_full() {
+            // No data until the peer acks: the owed ack and the keep-alive only.
+            if let Some(due) = self.ack_due() {
+                consider(due);
+            }
+            consider((self.last_send + self.cfg.keepalive).max(reserve));
+            return best;
+        }
         if self.out.has_fresh() {
             consider(self.tokens_at(1));
         }

@@ -193,3 +193,49 @@ fn an_oversize_bulk_message_is_skipped_and_later_ones_arrive_in_order() {
     );
     assert!(h.clients[0].is_connected());
 }
+
+/// A server accepts bulk data only where it asked for it: a client's bulk
+/// message on a connection the server has not opened is refused unread
+/// (counted; the connection and later messages go on), and once opened
+/// with `set_bulk_receive` only messages up to the cap are taken.
+#[test]
+fn a_server_takes_bulk_only_on_a_connection_it_opened_and_up_to_its_cap() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        loss: 0.05,
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(1, link, TransportConfig::default(), 73);
+    h.connect();
+    let conn = h.conn_of(0);
+    let unasked = vec![0xAA; 200_000];
+    h.clients[0].send(Channel::Bulk, &unasked).unwrap();
+    h.clients[0].send(Channel::Reliable, b"after").unwrap();
+    let t = h.now + Duration::from_secs(5);
+    h.run_until(t, |_| {});
+    let got = h.server_messages(conn);
+    assert_eq!(
+        got,
+        vec![b"after".to_vec()],
+        "the unasked upload is not delivered"
+    );
+    assert_eq!(h.server.counters().bulk_refused, 1);
+    assert_eq!(h.server.stats(conn).unwrap().bulk_refused, 1);
+    assert_eq!(
+        h.clients[0].stats().bulk_pending_bytes,
+        0,
+        "the client's fragments were acked: its bulk path is free again"
+    );
+    // Opened for 40 KB: a 30 KB message arrives, a 50 KB one is skipped,
+    // the next 30 KB one arrives in order.
+    h.server.set_bulk_receive(conn, 40_000);
+    let (a, big, b) = (vec![1u8; 30_000], vec![2u8; 50_000], vec![3u8; 30_000]);
+    for m in [&a, &big, &b] {
+        h.clients[0].send(Channel::Bulk, m).unwrap();
+    }
+    let t = h.now + Duration::from_secs(10);
+    h.run_until(t, |_| {});
+    let got = h.server_messages(conn);
+    assert_eq!(got[1..], [a, b]);
+    assert!(h.clients[0].is_connected());
+}

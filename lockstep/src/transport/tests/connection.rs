@@ -465,3 +465,65 @@ fn a_silent_peer_gets_no_early_copies() {
     });
     assert_eq!(copies(&h), Some(0));
 }
+
+/// A client that keeps sending but never acknowledges anything: the
+/// server sends it at most `max_unconfirmed_bytes` of data (then only acks
+/// and keep-alives), and drops it with `NoAcks` once its data waited
+/// `backpressure_timeout`, instead of sending to it for as long as it talks.
+/// An honest client under the same traffic is neither capped nor dropped.
+#[test]
+fn a_client_that_never_acks_is_capped_then_dropped() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        ..LinkConfig::default()
+    };
+    let cfg = TransportConfig::default();
+    let mut h = Harness::new(2, link, cfg, 31);
+    h.connect();
+    h.clients[0].never_ack();
+    let (bad, good) = (h.conn_of(0), h.conn_of(1));
+    let start = h.now;
+    let mark = h.sizes.len();
+    // 40 s of the relay's turn traffic: a 600-byte bundle every 50 ms to
+    // each client, an input every 50 ms from each.
+    let mut next = h.now;
+    let mut k = 0u32;
+    let mut dropped_at = None;
+    h.run_until(start + Duration::from_secs(40), |h| {
+        while h.now >= next {
+            for conn in [bad, good] {
+                let _ = h.server.send(conn, Channel::Urgent, &numbered(b'b', k, 600));
+            }
+            for c in &mut h.clients {
+                let _ = c.send(Channel::Urgent, &numbered(b'i', k, 20));
+            }
+            k += 1;
+            next += Duration::from_millis(50);
+        }
+        if dropped_at.is_none()
+            && h.seen.server.iter().any(|e| {
+                matches!(e, ServerEvent::Disconnected { conn, reason: DisconnectReason::NoAcks } if *conn == bad)
+            })
+        {
+            dropped_at = Some(h.now);
+        }
+    });
+    let dropped_at = dropped_at.expect("the client that never acks was dropped");
+    let after = dropped_at.saturating_since(start);
+    assert!(
+        after <= cfg.backpressure_timeout + Duration::from_secs(1),
+        "dropped {after:?} after it stopped acking"
+    );
+    let to_bad: usize = h.sizes[mark..]
+        .iter()
+        .filter(|&&(from, to, _)| from == addr(SERVER) && to == client_addr(0))
+        .map(|&(_, _, len)| len)
+        .sum();
+    assert!(
+        to_bad <= cfg.max_unconfirmed_bytes + 16 * 1024,
+        "{to_bad} bytes sent to a client that acked none"
+    );
+    assert!(h.clients[1].is_connected(), "the honest client stays");
+    assert!(h.server.stats(good).is_some());
+    assert_eq!(h.client_messages(1).len() as u32, k, "and got every bundle");
+}

@@ -1,0 +1,475 @@
+//! Agreed snapshots under attack, at the router: players that never upload,
+//! upload garbage under the right hash or lie about their hash after every
+//! heal, and receivers whose restore fails. The players here are scripted
+//! message by message (the relay never sees a world: it judges hashes and
+//! forwards bytes), on a virtual clock one turn at a time.
+
+use super::*;
+use crate::rejoin::RejoinConfig;
+use lockstep::proto::{Join, Rejoin, SnapshotChunk};
+use sim::{StateHash, Turn};
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+/// What a scripted player does when the relay asks it for a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Uploads {
+    /// Uploads the true snapshot of the turn.
+    Honest,
+    /// Never uploads anything.
+    Never,
+    /// Uploads bytes that do not restore, under the turn's true hash.
+    Garbage,
+}
+
+/// The world hash every honest peer reports after `turn`.
+fn world_hash(turn: Turn) -> StateHash {
+    let mut h = [7u8; 32];
+    h[..4].copy_from_slice(&turn.0.to_le_bytes());
+    StateHash(h)
+}
+
+/// The true snapshot of the world after `turn`: what restores to
+/// [`world_hash`] at a receiver.
+fn true_snapshot(turn: Turn) -> Vec<u8> {
+    turn.0.to_le_bytes().repeat(100)
+}
+
+fn join(players: u8) -> Join {
+    Join {
+        slots: players,
+        ..crate::test_support::join("m", "p")
+    }
+}
+
+/// A running match of scripted players on a virtual clock.
+struct Match {
+    r: Router,
+    now: Instant,
+    uploads: Vec<Uploads>,
+    /// Every message each connection got, decoded, in order.
+    got: BTreeMap<ConnId, Vec<ToPeer>>,
+    /// How many of `got` the script has acted on, per connection.
+    seen: BTreeMap<ConnId, usize>,
+    /// Snapshot requests, in order: (turn, player asked).
+    requests: Vec<(Turn, PlayerId)>,
+    /// Connections of players that stopped (left or were dropped).
+    gone: BTreeSet<ConnId>,
+    /// Connections of players that report a wrong hash for every turn.
+    liars: BTreeSet<ConnId>,
+}
+
+impl Match {
+    /// `uploads.len()` players (connection `i` is player `i`) start a match.
+    fn start(config: RelayConfig, uploads: &[Uploads]) -> Self {
+        let mut m = Self {
+            r: Router::new(config),
+            now: Instant::from_millis(10),
+            uploads: uploads.to_vec(),
+            got: BTreeMap::new(),
+            seen: BTreeMap::new(),
+            requests: Vec::new(),
+            gone: BTreeSet::new(),
+            liars: BTreeSet::new(),
+        };
+        let n = u8::try_from(uploads.len()).unwrap_or(u8::MAX);
+        for c in 0..u32::from(n) {
+            m.connect(c);
+            m.send(c, &ToRelay::Join(join(n)));
+        }
+        m.act();
+        m
+    }
+
+    fn connect(&mut self, conn: u32) {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 5000 + conn as u16));
+        assert!(self.r.handle_connected(self.now, ConnId(conn), addr));
+    }
+
+    fn send(&mut self, conn: u32, msg: &ToRelay) {
+        self.r
+            .handle_message(self.now, ConnId(conn), &msg.to_bytes());
+    }
+
+    /// Moves the router's output to the connections' inboxes.
+    fn drain(&mut self) {
+        while let Some((conn, _, bytes)) = self.r.poll_outgoing() {
+            if let Ok(msg) = ToPeer::decode(&bytes) {
+                self.got.entry(conn).or_default().push(msg);
+            }
+        }
+    }
+
+    /// The scripted players answer what they got: a hash for every bundle,
+    /// an upload (or none) for every snapshot request; until nothing new.
+    fn act(&mut self) {
+        loop {
+            self.drain();
+            let mut replies = Vec::new();
+            for (i, up) in self.uploads.iter().enumerate() {
+                let conn = ConnId(i as u32);
+                if self.gone.contains(&conn) {
+                    continue;
+                }
+                let msgs = self.got.get(&conn).map_or(&[][..], Vec::as_slice);
+                let seen = self.seen.entry(conn).or_default();
+                let lies = self.liars.contains(&conn);
+                for msg in &msgs[*seen..] {
+                    match msg {
+                        ToPeer::Bundle(b) => replies.push((
+                            conn,
+                            ToRelay::Hash {
+                                turn: b.turn,
+                                hash: if lies {
+                                    StateHash([0xEE; 32])
+                                } else {
+                                    world_hash(b.turn)
+                                },
+                            },
+                        )),
+                        // Healed at once (the tail needs no simulating here).
+                        ToPeer::Heal(h) => replies.push((
+                            conn,
+                            ToRelay::CaughtUp {
+                                turn: Turn(h.live.0.saturating_sub(1)),
+                            },
+                        )),
+                        ToPeer::SnapshotRequest { turn } => {
+                            self.requests.push((*turn, PlayerId(i as u8)));
+                            let bytes = match up {
+                                Uploads::Never => continue,
+                                Uploads::Honest => true_snapshot(*turn),
+                                Uploads::Garbage => b"not a world".to_vec(),
+                            };
+                            replies.push((conn, upload(*turn, bytes)));
+                        }
+                        _ => {}
+                    }
+                }
+                *seen = msgs.len();
+            }
+            if replies.is_empty() {
+                return;
+            }
+            for (conn, msg) in replies {
+                self.send(conn.0, &msg);
+            }
+        }
+    }
+
+    /// Runs the clock `turns` turn lengths on, the players answering.
+    fn run(&mut self, turns: u32) {
+        for _ in 0..turns {
+            self.now += self.r.config().turn_length;
+            self.r.handle_timeout(self.now);
+            self.act();
+        }
+    }
+
+    /// Messages connection `conn` got since `from` (an index into its inbox).
+    fn inbox(&self, conn: u32, from: usize) -> &[ToPeer] {
+        self.got
+            .get(&ConnId(conn))
+            .map_or(&[][..], |v| v.get(from..).unwrap_or(&[]))
+    }
+
+    fn inbox_len(&self, conn: u32) -> usize {
+        self.got.get(&ConnId(conn)).map_or(0, Vec::len)
+    }
+
+    /// Connection `conn` asks to watch; what it got back.
+    fn spectate(&mut self, conn: u32) -> Vec<ToPeer> {
+        let from = self.inbox_len(conn);
+        self.connect(conn);
+        self.send(conn, &ToRelay::Spectate(join(self.uploads.len() as u8)));
+        self.act();
+        self.inbox(conn, from).to_vec()
+    }
+}
+
+/// One whole snapshot as a single chunk, declared under the true hash.
+fn upload(turn: Turn, bytes: Vec<u8>) -> ToRelay {
+    ToRelay::SnapshotChunk(SnapshotChunk {
+        turn,
+        hash: world_hash(turn),
+        total: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+        offset: 0,
+        bytes,
+    })
+}
+
+fn config(snapshot_every: u32) -> RelayConfig {
+    RelayConfig {
+        rejoin: RejoinConfig {
+            snapshot_every,
+            key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+            ..RejoinConfig::default()
+        },
+        ..RelayConfig::default()
+    }
+}
+
+/// A base as a `Resume` or `Reoffer` names it: turn, hash, length.
+type Offer = Option<(Turn, StateHash, u32)>;
+
+/// The snapshot a `Resume` announces and the bytes of the chunks after it.
+fn resumed(got: &[ToPeer]) -> (Offer, Vec<u8>) {
+    let snapshot = got.iter().find_map(|m| match m {
+        ToPeer::Resume(r) => Some(r.snapshot),
+        _ => None,
+    });
+    let bytes = got
+        .iter()
+        .filter_map(|m| match m {
+            ToPeer::SnapshotChunk(c) => Some(c.bytes.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    (snapshot.flatten(), bytes)
+}
+
+/// With 2 or 4 players, the seat the relay used to ask every time (1)
+/// never uploads: the relay asks every live player in turn and skips the
+/// one whose upload failed, so snapshots are agreed all match long and a
+/// spectator arriving after 450 turns (past the 400-turn tail) is admitted
+/// with a recent snapshot instead of `NoSnapshot`. With one player the
+/// only player is asked again.
+#[test]
+fn a_player_that_never_uploads_is_skipped_and_every_live_player_is_asked() {
+    for n in [2usize, 4] {
+        let mut uploads = vec![Uploads::Honest; n];
+        uploads[1] = Uploads::Never;
+        let mut m = Match::start(config(10), &uploads);
+        m.run(450);
+        let asked: BTreeSet<PlayerId> = m.requests.iter().map(|r| r.1).collect();
+        let all: BTreeSet<PlayerId> = (0..n as u8).map(PlayerId).collect();
+        assert_eq!(asked, all, "{n} players: {:?}", m.requests);
+        // Asked once, failed, then skipped while others can upload.
+        let silent = m.requests.iter().filter(|r| r.1 == PlayerId(1)).count();
+        assert_eq!(silent, 1, "{n} players: {:?}", m.requests);
+        let got = m.spectate(100);
+        let (snapshot, bytes) = resumed(&got);
+        let (turn, hash, _) = snapshot.unwrap_or_else(|| panic!("{n} players: {got:?}"));
+        assert!(turn >= Turn(420), "{n} players: snapshot of {turn:?}");
+        assert_eq!((hash, bytes), (world_hash(turn), true_snapshot(turn)));
+    }
+    let mut m = Match::start(config(10), &[Uploads::Never]);
+    m.run(100);
+    assert!(m.requests.len() >= 2, "{:?}", m.requests);
+}
+
+/// What a receiver restores from the messages it got since a `Resume` or
+/// `Reoffer`: the last base announced and the chunk bytes after it.
+fn last_offer(got: &[ToPeer]) -> Option<(Offer, Vec<u8>)> {
+    let at = got
+        .iter()
+        .rposition(|m| matches!(m, ToPeer::Resume(_) | ToPeer::Reoffer(_)))?;
+    let base = match &got[at] {
+        ToPeer::Resume(r) => r.snapshot,
+        ToPeer::Reoffer(r) => r.snapshot,
+        _ => None,
+    };
+    let (_, bytes) = resumed(&got[at..]);
+    Some((base, bytes))
+}
+
+/// Whether a receiver's world restores from `base` and `bytes`: what the
+/// game checks (its world's hash after restoring is the agreed hash).
+fn restores(base: Offer, bytes: &[u8]) -> bool {
+    base.is_none_or(|(t, h, _)| h == world_hash(t) && bytes == true_snapshot(t))
+}
+
+/// Player 0 uploads garbage under the right declared hash: the relay agrees
+/// it (it cannot check bytes), a spectator and a rejoining player are sent
+/// it and their restores fail. Both keep their place: the relay asks
+/// another player for a replacement at once (not at the next 10th turn),
+/// sends them that one, the rejoiner catches up and counts again, and
+/// player 0 is not asked again while the others can upload.
+#[test]
+fn a_garbage_snapshot_costs_its_receivers_only_time_and_its_uploader_its_turn() {
+    let uploads = [Uploads::Garbage, Uploads::Honest, Uploads::Honest];
+    let mut m = Match::start(config(10), &uploads);
+    m.run(15);
+    assert_eq!(m.requests, vec![(Turn(10), PlayerId(0))]);
+    assert_eq!(m.r.counters().snapshots_agreed, 1);
+    // A spectator gets the garbage and reports it.
+    let got = m.spectate(100);
+    let (base, bytes) = last_offer(&got).unwrap();
+    assert_eq!(base.map(|b| b.0), Some(Turn(10)));
+    assert!(!restores(base, &bytes));
+    m.send(100, &ToRelay::SnapshotFailed { turn: Turn(10) });
+    // Player 2 drops and comes back into its slot: the garbage too.
+    m.gone.insert(ConnId(2));
+    m.r.handle_disconnected(m.now, ConnId(2));
+    m.act();
+    let secret = m.r.config().rejoin.secret(MatchId(1), "m", PlayerId(2));
+    m.connect(9);
+    let rejoin = ToRelay::Rejoin(Rejoin {
+        join: join(3),
+        player: PlayerId(2),
+        secret,
+    });
+    m.send(9, &rejoin);
+    m.act();
+    let (base, bytes) = last_offer(m.inbox(9, 0)).unwrap();
+    assert_eq!(base.map(|b| b.0), Some(Turn(10)));
+    assert!(!restores(base, &bytes));
+    m.send(9, &ToRelay::SnapshotFailed { turn: Turn(10) });
+    let before = (m.inbox_len(100), m.inbox_len(9));
+    // The next turn's request goes to player 1, whose upload is agreed.
+    m.run(3);
+    assert_eq!(m.requests.len(), 2, "{:?}", m.requests);
+    let (turn, asked) = m.requests[1];
+    assert_eq!(asked, PlayerId(1));
+    assert!(
+        turn < Turn(20),
+        "asked at {turn:?}, not at the next 10th turn"
+    );
+    assert_eq!(m.r.counters().snapshot_restores_failed, 2);
+    for conn in [100, 9] {
+        let from = if conn == 100 { before.0 } else { before.1 };
+        let got = m.inbox(conn, from);
+        let (base, bytes) = last_offer(got).unwrap_or_else(|| panic!("{conn}: {got:?}"));
+        assert_eq!(base.map(|b| b.0), Some(turn), "{conn}");
+        assert!(restores(base, &bytes), "{conn}");
+        assert!(
+            !got.iter().any(|m| matches!(m, ToPeer::Rejected { .. })),
+            "{conn}: {got:?}"
+        );
+    }
+    // The rejoiner's tail after the new base, then it catches up and counts.
+    let got = m.inbox(9, before.1);
+    let reoffered = got
+        .iter()
+        .position(|m| matches!(m, ToPeer::Reoffer(_)))
+        .unwrap();
+    let tail: Vec<Turn> = got[reoffered..]
+        .iter()
+        .filter_map(|m| match m {
+            ToPeer::Bundle(b) => Some(b.turn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tail.first(), Some(&turn.next()), "{tail:?}");
+    let last = *tail.last().unwrap();
+    m.send(9, &ToRelay::CaughtUp { turn: last });
+    let rejoined = std::iter::from_fn(|| m.r.poll_event())
+        .any(|e| matches!(e, RouterEvent::Rejoined { player, .. } if player == PlayerId(2)));
+    assert!(rejoined);
+    // Player 0 is skipped from now on.
+    m.run(60);
+    assert!(
+        m.requests[1..].iter().all(|r| r.1 != PlayerId(0)),
+        "{:?}",
+        m.requests
+    );
+    // A second report of the same restore is refused; an unknown turn too.
+    let bad = m.r.counters().bad_state;
+    m.send(100, &ToRelay::SnapshotFailed { turn: Turn(3) });
+    assert_eq!(m.r.counters().bad_state, bad + 1);
+}
+
+/// `--on-desync heal`: player 3 of 4 reports a wrong hash for every turn,
+/// so every heal is followed by a new desync. It is healed as often as the
+/// default limit allows (3 times a minute), then the next desync drops it:
+/// `too_many_heals`, its slot given up, the reason in the report's notes
+/// (the replay and the log carry both); the others play on and agree.
+#[test]
+fn a_player_that_desyncs_after_every_heal_is_dropped_past_the_heal_limit() {
+    let mut config = config(10);
+    config.on_desync = crate::config::DesyncPolicy::Heal;
+    // Nobody answers the section probe: the report goes out at its deadline.
+    config.forensics_timeout = Duration::from_millis(300);
+    let mut m = Match::start(config, &[Uploads::Honest; 4]);
+    m.run(20);
+    m.liars.insert(ConnId(3));
+    let mut events = Vec::new();
+    for _ in 0..600 {
+        m.run(1);
+        events.extend(std::iter::from_fn(|| m.r.poll_event()));
+    }
+    let heals = events
+        .iter()
+        .filter(|e| matches!(e, RouterEvent::Healing { players, .. } if players == &[PlayerId(3)]))
+        .count();
+    assert_eq!(heals, 3, "healed within a minute of match time");
+    let dropped: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            RouterEvent::Dropped { player, reason, .. } if *player == PlayerId(3) => {
+                Some(reason.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped, vec!["too_many_heals".to_owned()]);
+    let noted = events.iter().any(|e| match e {
+        RouterEvent::DesyncReport { report, .. } => report
+            .notes
+            .iter()
+            .any(|n| n.starts_with("heal refused: P3") && n.contains("too_many_heals")),
+        _ => false,
+    });
+    assert!(noted);
+    // Its slot is given up: no rejoin into it.
+    let secret = m.r.config().rejoin.secret(MatchId(1), "m", PlayerId(3));
+    m.connect(9);
+    let rejoin = ToRelay::Rejoin(Rejoin {
+        join: join(4),
+        player: PlayerId(3),
+        secret,
+    });
+    m.send(9, &rejoin);
+    m.act();
+    assert!(
+        m.inbox(9, 0)
+            .iter()
+            .any(|m| matches!(m, ToPeer::Rejected { .. })),
+        "{:?}",
+        m.inbox(9, 0)
+    );
+    // The others play on: the last turns agree.
+    let agreed = events
+        .iter()
+        .filter(|e| matches!(e, RouterEvent::HashAgreed { .. }))
+        .count();
+    assert!(agreed > 400, "{agreed} turns agreed");
+}
+
+/// A spectator that leaves and spectates again 120 times a second on one
+/// connection (never acking what it is sent) gets one copy of the snapshot
+/// queued, not one per request: the copy in flight serves them all.
+#[test]
+fn a_spectator_asking_again_gets_no_second_snapshot_copy() {
+    let mut m = Match::start(config(10), &[Uploads::Honest; 3]);
+    m.run(15);
+    let got = m.spectate(100);
+    let (base, bytes) = resumed(&got);
+    let (turn, _, _) = base.unwrap();
+    assert_eq!(bytes, true_snapshot(turn));
+    let size = bytes.len() as u64;
+    for _ in 0..10 {
+        for _ in 0..12 {
+            m.send(100, &ToRelay::Leave);
+            m.send(100, &ToRelay::Spectate(join(3)));
+        }
+        m.run(1);
+    }
+    let chunks: usize = m
+        .inbox(100, 0)
+        .iter()
+        .filter_map(|m| match m {
+            ToPeer::SnapshotChunk(c) => Some(c.bytes.len()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(chunks as u64, size);
+    assert_eq!(m.r.counters().snapshot_bytes_out, size);
+    assert_eq!(m.r.counters().snapshot_copies_refused, 120);
+    // Once its connection closes, a new one gets its own copy.
+    m.r.handle_disconnected(m.now, ConnId(100));
+    let got = m.spectate(101);
+    let (base, bytes) = resumed(&got);
+    assert_eq!(bytes, true_snapshot(base.unwrap().0));
+}
