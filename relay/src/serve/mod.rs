@@ -140,7 +140,9 @@ fn with_loops(
     for s in sockets {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), event_loop::MAIL)?);
-        let (tx, rx) = crossbeam_channel::bounded(handoff::MAILBOX);
+        // Room for every connection the relay admits (each moves at most
+        // once) beside `MAILBOX` messages of datagrams and routes.
+        let (tx, rx) = crossbeam_channel::bounded(handoff::MAILBOX + transport.max_connections);
         mail.push(Mailbox { tx, waker });
         parts.push((BatchSocket::new(s)?, poll, rx));
     }
