@@ -83,10 +83,13 @@ pub enum Metric {
     DropBulkExpired,
     DropReorderRefused,
     ConnectionsCutOff,
+    SnapshotRestoresFailed,
+    SnapshotsReoffered,
+    SnapshotCopiesRefused,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::ConnectionsCutOff as usize + 1;
+const COUNT: usize = Metric::SnapshotCopiesRefused as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -258,6 +261,21 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "relay_connections_cut_off_total",
         "counter",
         "Connections the transport cut off for acknowledging nothing or leaving their window full",
+    ),
+    (
+        "relay_snapshot_receivers_total{event=\"restore_failed\"}",
+        "counter",
+        "Snapshot receivers whose restore failed (reported SnapshotFailed), receivers sent a Reoffer, and second snapshot copies refused to a receiver that had one queued",
+    ),
+    (
+        "relay_snapshot_receivers_total{event=\"reoffered\"}",
+        "",
+        "",
+    ),
+    (
+        "relay_snapshot_receivers_total{event=\"copy_refused\"}",
+        "",
+        "",
     ),
 ];
 

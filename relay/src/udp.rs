@@ -321,6 +321,9 @@ pub(crate) fn publish(
     }
     set(Metric::SnapshotsAgreed, r.snapshots_agreed);
     set(Metric::SnapshotsRefused, r.snapshots_refused);
+    set(Metric::SnapshotRestoresFailed, r.snapshot_restores_failed);
+    set(Metric::SnapshotsReoffered, r.snapshots_reoffered);
+    set(Metric::SnapshotCopiesRefused, r.snapshot_copies_refused);
     set(Metric::Rejoins, r.rejoins);
     set(Metric::RejoinsRefused, r.rejoins_refused);
     set(Metric::DropBulkRefused, s.bulk_refused);
