@@ -321,6 +321,40 @@ mod tests {
     use lockstep::transport::{Client, SendError, TransportConfig};
     use std::net::SocketAddr;
 
+    /// Connects a new client from `from` to `srv` through one loop's
+    /// transport, glue and router, stepping 20 times 10 ms apart: the
+    /// client and what the relay said to it.
+    fn connect_through(
+        now: &mut Instant,
+        srv: SocketAddr,
+        from: SocketAddr,
+        server: &mut Server,
+        router: &mut Router,
+        glue: &mut RouterGlue,
+    ) -> (Client, Vec<ToPeer>) {
+        let cfg = TransportConfig::default();
+        let mut client = Client::new(*now, srv, cfg, u64::from(from.port()));
+        let (mut said, mut buf) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            while client.poll_transmit(*now, &mut buf).is_some() {
+                server.handle_datagram(*now, from, &buf);
+            }
+            glue.step(*now, router, server);
+            while server.poll_transmit(*now, &mut buf).is_some() {
+                client.handle_datagram(*now, srv, &buf);
+            }
+            while let Some(ev) = client.poll_event() {
+                if let lockstep::transport::ClientEvent::Message(b) = ev
+                    && let Ok(m) = ToPeer::decode(&b)
+                {
+                    said.push(m);
+                }
+            }
+            *now += Duration::from_millis(10);
+        }
+        (client, said)
+    }
+
     #[test]
     fn a_message_the_transport_refuses_is_reported_once() {
         let (srv, cli) = (
@@ -386,28 +420,9 @@ mod tests {
         let mut now = Instant::ZERO;
         // Connects a client from port `port` to a loop; what the relay said.
         let connect = |lp: &mut (Server, Router, RouterGlue), port: u16, now: &mut Instant| {
-            let cli = SocketAddr::from(([127, 0, 0, 1], port));
-            let mut client = Client::new(*now, srv, cfg, u64::from(port));
             let (server, router, glue) = lp;
-            let (mut said, mut buf) = (Vec::new(), Vec::new());
-            for _ in 0..20 {
-                while client.poll_transmit(*now, &mut buf).is_some() {
-                    server.handle_datagram(*now, cli, &buf);
-                }
-                glue.pump(*now, router, server);
-                while server.poll_transmit(*now, &mut buf).is_some() {
-                    client.handle_datagram(*now, srv, &buf);
-                }
-                while let Some(ev) = client.poll_event() {
-                    if let lockstep::transport::ClientEvent::Message(bytes) = ev
-                        && let Ok(m) = ToPeer::decode(&bytes)
-                    {
-                        said.push(m);
-                    }
-                }
-                *now += Duration::from_millis(10);
-            }
-            (client, said)
+            let cli = SocketAddr::from(([127, 0, 0, 1], port));
+            connect_through(now, srv, cli, server, router, glue)
         };
         let full = |said: &[ToPeer]| {
             said.iter().any(|m| {
@@ -691,26 +706,7 @@ mod tests {
                        server: &mut Server,
                        router: &mut Router,
                        glue: &mut RouterGlue| {
-            let mut client = Client::new(*now, srv, cfg, u64::from(from.port()));
-            let (mut said, mut buf) = (Vec::new(), Vec::new());
-            for _ in 0..20 {
-                while client.poll_transmit(*now, &mut buf).is_some() {
-                    server.handle_datagram(*now, from, &buf);
-                }
-                glue.step(*now, router, server);
-                while server.poll_transmit(*now, &mut buf).is_some() {
-                    client.handle_datagram(*now, srv, &buf);
-                }
-                while let Some(ev) = client.poll_event() {
-                    if let lockstep::transport::ClientEvent::Message(b) = ev
-                        && let Ok(m) = ToPeer::decode(&b)
-                    {
-                        said.push(m);
-                    }
-                }
-                *now += Duration::from_millis(10);
-            }
-            (client, said)
+            connect_through(now, srv, from, server, router, glue)
         };
         let refused = |said: &[ToPeer]| {
             said.iter().find_map(|m| match m {
