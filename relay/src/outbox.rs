@@ -3,10 +3,11 @@
 //! apart from both so that a match room never imports the router.
 
 use crate::event::RouterEvent;
-use lockstep::proto::{Delivery, ToPeer};
+use lockstep::proto::{Delivery, MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToPeer};
 use lockstep::transport::ConnId;
-use sim::Turn;
+use sim::{StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// Counters of everything the router did or refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -122,12 +123,54 @@ pub(crate) struct Outbox {
     /// Changes to which connections may send bulk data, and how large a
     /// message: the transport refuses bulk data the relay did not ask for.
     pub(crate) bulk_grants: VecDeque<(ConnId, usize)>,
-    /// Per connection, the turn of the snapshot whose chunks were queued for
-    /// it and that its receiver has not reported failed (nor, a player,
-    /// caught up from): at most one copy per connection is queued, so a
-    /// receiver that asks again meanwhile (a spectator leaving and
-    /// spectating again) cannot pile copies up. Cleared when it closes.
-    pub(crate) in_flight: BTreeMap<ConnId, Turn>,
+    /// Per connection, the snapshot being streamed to it (or streamed and
+    /// not yet reported on by its receiver: failed, nor, a player, caught
+    /// up from): at most one per connection, so a receiver that asks again
+    /// meanwhile (a spectator leaving and spectating again) cannot pile
+    /// copies up. Every stream shares the match's one copy of the bytes;
+    /// the glue takes the next chunk only when the connection's bulk path
+    /// has room. Cleared when the connection closes.
+    pub(crate) in_flight: BTreeMap<ConnId, SnapshotStream>,
+}
+
+/// One receiver's place in the snapshot it is being sent: the bytes are
+/// shared with the match and every other receiver, so a stream costs a
+/// few words, not a copy.
+#[derive(Clone, Debug)]
+pub(crate) struct SnapshotStream {
+    pub(crate) turn: Turn,
+    pub(crate) hash: StateHash,
+    pub(crate) bytes: Arc<[u8]>,
+    /// Bytes already handed to the transport.
+    pub(crate) offset: usize,
+}
+
+impl SnapshotStream {
+    /// The next chunk message and the snapshot bytes it carries, or
+    /// `None` once every chunk was handed out; [`SnapshotStream::advance`]
+    /// by those bytes once the transport took it.
+    pub(crate) fn next_chunk(&self) -> Option<(Vec<u8>, usize)> {
+        let rest = self.bytes.get(self.offset..).filter(|r| !r.is_empty())?;
+        let piece = &rest[..rest.len().min(MAX_SNAPSHOT_CHUNK)];
+        let msg = ToPeer::SnapshotChunk(SnapshotChunk {
+            turn: self.turn,
+            hash: self.hash,
+            total: u32::try_from(self.bytes.len()).unwrap_or(u32::MAX),
+            offset: u32::try_from(self.offset).unwrap_or(u32::MAX),
+            bytes: piece.to_vec(),
+        });
+        Some((msg.to_bytes(), piece.len()))
+    }
+
+    /// Moves past a chunk the transport took.
+    pub(crate) fn advance(&mut self, piece: usize) {
+        self.offset += piece;
+    }
+
+    /// Whether chunks remain to be handed out.
+    pub(crate) fn streaming(&self) -> bool {
+        self.offset < self.bytes.len()
+    }
 }
 
 impl Outbox {
@@ -138,5 +181,41 @@ impl Outbox {
     pub(crate) fn push(&mut self, conn: ConnId, delivery: Delivery, bytes: Vec<u8>) {
         self.counters.bytes_out += bytes.len() as u64;
         self.msgs.push_back((conn, delivery, bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream cuts the shared bytes into chunks of at most
+    /// `MAX_SNAPSHOT_CHUNK` on their offsets, and moves on only past a
+    /// chunk the transport took.
+    #[test]
+    fn a_stream_hands_out_the_shared_bytes_chunk_by_chunk() {
+        let bytes: Arc<[u8]> = (0..100_000u32).map(|i| i as u8).collect();
+        let mut s = SnapshotStream {
+            turn: Turn(9),
+            hash: StateHash([1; 32]),
+            bytes: Arc::clone(&bytes),
+            offset: 0,
+        };
+        let mut got = Vec::new();
+        let mut offsets = Vec::new();
+        while let Some((msg, piece)) = s.next_chunk() {
+            // Not taken: the same chunk again.
+            assert_eq!(s.next_chunk().map(|(m, _)| m), Some(msg.clone()));
+            let Ok(ToPeer::SnapshotChunk(c)) = ToPeer::decode(&msg) else {
+                panic!("not a chunk");
+            };
+            assert_eq!((c.turn, c.hash, c.total), (Turn(9), StateHash([1; 32]), 100_000));
+            assert_eq!(c.bytes.len(), piece);
+            offsets.push(c.offset);
+            got.extend(c.bytes);
+            s.advance(piece);
+        }
+        assert!(!s.streaming());
+        assert_eq!(offsets, [0, 32_768, 65_536, 98_304]);
+        assert_eq!(&got[..], &bytes[..]);
     }
 }

@@ -417,6 +417,35 @@ impl Router {
         self.out.bulk_grants.pop_front()
     }
 
+    /// Connections with snapshot chunks still to send. The driver hands
+    /// each one chunk at a time ([`Router::stream_snapshot`]) while its
+    /// bulk path has room, so every receiver streams from the match's one
+    /// copy instead of holding its own in the send queue.
+    #[must_use]
+    pub fn snapshot_receivers(&self) -> Vec<ConnId> {
+        self.out
+            .in_flight
+            .iter()
+            .filter(|(_, s)| s.streaming())
+            .map(|(c, _)| *c)
+            .collect()
+    }
+
+    /// Hands `conn`'s next snapshot chunk messages (bulk delivery) to
+    /// `send` while it takes them (returns `true`) and chunks remain.
+    pub fn stream_snapshot(&mut self, conn: ConnId, mut send: impl FnMut(&[u8]) -> bool) {
+        let Some(stream) = self.out.in_flight.get_mut(&conn) else {
+            return;
+        };
+        while let Some((msg, piece)) = stream.next_chunk() {
+            if !send(&msg) {
+                break;
+            }
+            stream.advance(piece);
+            self.out.counters.bytes_out += msg.len() as u64;
+        }
+    }
+
     /// The next refused join, for the driver's log; one whose
     /// [`JoinRefusal::token`] is set goes to `Server::refuse` (which counts
     /// it and closes the connection after the `Rejected` message).

@@ -13,6 +13,10 @@ use lockstep::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+/// Bulk bytes a snapshot receiver may have queued or in flight before the
+/// glue hands its transport the next chunk: two chunks keep the bulk path
+/// busy (one flies while the next waits) without a copy per receiver.
+const STREAM_AHEAD: usize = 2 * lockstep::proto::MAX_SNAPSHOT_CHUNK_MESSAGE;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
@@ -301,6 +305,30 @@ impl RouterGlue {
             );
         }
         self.backlog.retain(|_, q| !q.is_empty());
+        // Snapshot streams: a receiver gets its next chunk only once the
+        // messages before it left the backlog and its bulk path holds
+        // less than two chunks, so a slow or silent receiver costs the
+        // relay at most that, whatever the snapshot's size.
+        for conn in router.snapshot_receivers() {
+            if self.backlog.contains_key(&conn) {
+                continue;
+            }
+            let drops = &mut self.drops;
+            router.stream_snapshot(conn, |bytes| {
+                if server.bulk_pending(conn).is_none_or(|p| p >= STREAM_AHEAD) {
+                    return false;
+                }
+                match server.send(conn, Channel::Bulk, bytes) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        if let Some(drop) = refused(Channel::Bulk, bytes.len(), e) {
+                            drops.record((conn, drop));
+                        }
+                        false
+                    }
+                }
+            });
+        }
         // Refusals last, so the `Rejected` message is already in the
         // transport, which delivers it before the close.
         while let Some(r) = router.poll_refusal() {

@@ -851,6 +851,11 @@ impl Connection {
         }
     }
 
+    /// Bulk bytes queued or sent and not yet acknowledged.
+    pub(crate) fn bulk_pending(&self) -> usize {
+        self.bulk_out.pending_bytes()
+    }
+
     /// Smoothed RTT, jitter, loss and the RTT tail: the part of
     /// [`Connection::stats`] read for every connection several times a
     /// second (a relay's link pass, a peer's every pump), without the rate

@@ -758,6 +758,15 @@ impl Server {
         self.conns.get(&conn).map(|s| s.conn.estimate())
     }
 
+    /// Bulk bytes `conn` has queued or in flight and not yet acknowledged:
+    /// a sender streaming a large transfer in pieces hands over the next
+    /// piece only when this is low, so it never holds the whole transfer
+    /// per receiver.
+    #[must_use]
+    pub fn bulk_pending(&self, conn: ConnId) -> Option<usize> {
+        self.conns.get(&conn).map(|s| s.conn.bulk_pending())
+    }
+
     /// What `conn` holds in memory, by part (`inline` includes the
     /// server's slot around the boxed connection).
     #[must_use]

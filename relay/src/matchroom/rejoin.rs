@@ -9,14 +9,15 @@ use super::snapshots::{Base, Dispute, Outcome};
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::event::{DropReason, MatchId, RouterEvent};
-use crate::outbox::Outbox;
+use crate::outbox::{Outbox, SnapshotStream};
 use lockstep::Instant;
 use lockstep::proto::{
-    Delivery, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer,
+    Delivery, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer,
     Resume, SnapshotChunk, ToPeer,
 };
 use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
+use std::sync::Arc;
 
 /// Why a rejoin was refused: the typed reason and a detail for humans.
 pub(crate) type Refused = (RejectReason, Option<String>);
@@ -299,7 +300,7 @@ impl Game {
         // Only the snapshot this receiver was sent and has not reported on.
         let sent = self
             .receiver_conn(who)
-            .filter(|c| out.in_flight.get(c) == Some(&turn));
+            .filter(|c| out.in_flight.get(c).map(|s| s.turn) == Some(turn));
         let Some(conn) = sent else {
             out.counters.bad_state += 1;
             return;
@@ -381,21 +382,17 @@ impl Game {
             out.counters.snapshot_copies_refused += 1;
             return;
         }
-        out.in_flight.insert(conn, turn);
-        let mut offset = 0u32;
-        for piece in bytes.chunks(MAX_SNAPSHOT_CHUNK) {
-            out.counters.snapshot_bytes_out += piece.len() as u64;
-            out.send(
-                conn,
-                &ToPeer::SnapshotChunk(SnapshotChunk {
-                    turn,
-                    hash,
-                    total,
-                    offset,
-                    bytes: piece.to_vec(),
-                }),
-            );
-            offset += u32::try_from(piece.len()).unwrap_or(u32::MAX);
-        }
+        // Streamed: the glue takes one chunk at a time as the receiver's
+        // bulk path drains, all from the match's one copy.
+        out.counters.snapshot_bytes_out += u64::from(total);
+        out.in_flight.insert(
+            conn,
+            SnapshotStream {
+                turn,
+                hash,
+                bytes: Arc::clone(bytes),
+                offset: 0,
+            },
+        );
     }
 }

@@ -9,6 +9,7 @@ use lockstep::proto::SnapshotChunk;
 use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 /// What a rejoining peer restores from.
 #[derive(Debug)]
@@ -19,7 +20,8 @@ pub(super) enum Base {
     Agreed {
         turn: Turn,
         hash: StateHash,
-        bytes: Vec<u8>,
+        /// Shared with every receiver it is being streamed to.
+        bytes: Arc<[u8]>,
     },
     /// The tail overflowed before a newer snapshot was agreed: nothing to
     /// restore from until the next one.
@@ -400,7 +402,7 @@ impl SnapshotStore {
         self.base = Base::Agreed {
             turn: up.turn,
             hash,
-            bytes: up.buf,
+            bytes: up.buf.into(),
         };
         Outcome::Accepted
     }
@@ -450,7 +452,7 @@ mod tests {
         assert_eq!(s.on_agreed(Turn(10), StateHash([7; 32])), Outcome::Accepted);
         match s.base() {
             Base::Agreed { turn, bytes, .. } => {
-                assert_eq!((*turn, bytes.as_slice()), (Turn(10), &[1, 2, 3, 4][..]))
+                assert_eq!((*turn, &bytes[..]), (Turn(10), &[1, 2, 3, 4][..]))
             }
             b => panic!("{b:?}"),
         }

@@ -9,6 +9,7 @@ use crate::rejoin::RejoinConfig;
 use lockstep::proto::{Join, Rejoin, SnapshotChunk};
 use sim::{StateHash, Turn};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::net::Ipv4Addr;
 
 /// What a scripted player does when the relay asks it for a snapshot.
@@ -91,12 +92,20 @@ impl Match {
             .handle_message(self.now, ConnId(conn), &msg.to_bytes());
     }
 
-    /// Moves the router's output to the connections' inboxes.
+    /// Moves the router's output to the connections' inboxes, snapshot
+    /// streams included (as if every bulk path had room).
     fn drain(&mut self) {
         while let Some((conn, _, bytes)) = self.r.poll_outgoing() {
             if let Ok(msg) = ToPeer::decode(&bytes) {
                 self.got.entry(conn).or_default().push(msg);
             }
+        }
+        for conn in self.r.snapshot_receivers() {
+            let got = self.got.entry(conn).or_default();
+            self.r.stream_snapshot(conn, |bytes| {
+                got.extend(ToPeer::decode(bytes).ok());
+                true
+            });
         }
     }
 
@@ -471,5 +480,45 @@ fn a_spectator_asking_again_gets_no_second_snapshot_copy() {
     m.r.handle_disconnected(m.now, ConnId(100));
     let got = m.spectate(101);
     let (base, bytes) = resumed(&got);
+    assert_eq!(bytes, true_snapshot(base.unwrap().0));
+}
+
+/// Many receivers of one snapshot share the match's one copy: the router
+/// queues no chunk for them, each stream hands out a chunk only when the
+/// driver takes it (a receiver whose bulk path is full costs nothing more),
+/// and every stream points at the agreed base's bytes.
+#[test]
+fn every_receiver_streams_the_snapshot_from_the_matchs_one_copy() {
+    let mut config = config(10);
+    config.rejoin.max_spectators = 8;
+    let mut m = Match::start(config, &[Uploads::Honest; 3]);
+    m.run(15);
+    for conn in 100..108 {
+        m.connect(conn);
+        m.send(conn, &ToRelay::Spectate(join(3)));
+    }
+    while let Some((conn, _, b)) = m.r.poll_outgoing() {
+        let msg = ToPeer::decode(&b).unwrap();
+        assert!(
+            !matches!(msg, ToPeer::SnapshotChunk(_)),
+            "no chunk is queued per receiver"
+        );
+        m.got.entry(conn).or_default().push(msg);
+    }
+    let receivers = m.r.snapshot_receivers();
+    assert_eq!(receivers, (100..108).map(ConnId).collect::<Vec<_>>());
+    // A driver with no room takes nothing, and the stream waits.
+    for &conn in &receivers {
+        m.r.stream_snapshot(conn, |_| false);
+    }
+    assert_eq!(m.r.snapshot_receivers().len(), 8);
+    let shared: Vec<_> = m.r.out.in_flight.values().map(|s| s.bytes.clone()).collect();
+    assert!(shared.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
+    // The base plus eight streams hold the one allocation.
+    assert_eq!(Arc::strong_count(&shared[0]), 1 + 8 + shared.len());
+    // Room again: each gets the whole snapshot, then is done.
+    m.drain();
+    assert!(m.r.snapshot_receivers().is_empty());
+    let (base, bytes) = resumed(m.inbox(105, 0));
     assert_eq!(bytes, true_snapshot(base.unwrap().0));
 }
