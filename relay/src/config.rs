@@ -299,6 +299,23 @@ impl RelayConfig {
                 return Err(bad(flag, 0, "at least 1".into()));
             }
         }
+        if l.bundle_bytes_per_sec < 1024 {
+            return Err(bad(
+                "--bundle-kib-per-s",
+                l.bundle_bytes_per_sec / 1024,
+                "at least 1 KiB/s".into(),
+            ));
+        }
+        // One bundle of the largest size must fit, or a single turn would
+        // cut a connection off.
+        let floor = lockstep::proto::MAX_MESSAGE_LEN;
+        if l.max_backlog_bytes < floor {
+            return Err(bad(
+                "--max-backlog-kib",
+                l.max_backlog_bytes / 1024,
+                format!("at least {} KiB (the largest message)", floor / 1024),
+            ));
+        }
         for (flag, v) in [
             ("limits.messages_per_sec", l.messages_per_sec),
             ("limits.message_burst", l.message_burst),
@@ -369,6 +386,14 @@ mod tests {
         check(|c| c.limits.messages_per_sec = 0, "limits.messages_per_sec");
         check(|c| c.rejoin.snapshot_every = 400, "--snapshot-every");
         check(|c| c.rejoin.max_tail_turns = 513, "rejoin.max_tail_turns");
+        check(
+            |c| c.limits.bundle_bytes_per_sec = 1000,
+            "--bundle-kib-per-s",
+        );
+        check(
+            |c| c.limits.max_backlog_bytes = 64 * 1024,
+            "--max-backlog-kib",
+        );
         // A fixed delay of 25 (the clean-end example) is valid.
         let fixed = RelayConfig {
             adaptive_delay: false,

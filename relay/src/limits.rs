@@ -31,6 +31,52 @@ pub struct Limits {
     /// default [`DEFAULT_MAX_CONNECTIONS_PER_HOST`]); more are refused
     /// with `RelayFull`, so one host cannot take every connection slot.
     pub max_connections_per_host: usize,
+    /// Bytes per second of turn bundles a match may make every connection
+    /// carry (`--bundle-kib-per-s`, default [`DEFAULT_BUNDLE_BYTES_PER_SEC`]):
+    /// each player's share of a turn ([`Limits::player_turn_bytes`]) is cut
+    /// so that a bundle with every player at its share stays under it, and
+    /// input over the share is refused (`InputRefused`). So the relay never
+    /// builds bundles faster than a connection's pacing delivers them.
+    pub bundle_bytes_per_sec: usize,
+    /// Bytes of messages one connection may have waiting for room in its
+    /// window (`--max-backlog-kib`, default [`DEFAULT_MAX_BACKLOG_BYTES`]):
+    /// a receiver so far behind is cut off (`relay_cut_off_total`, reason
+    /// `backpressure`) rather than have its turns dropped one by one.
+    pub max_backlog_bytes: usize,
+}
+
+/// Default of [`Limits::bundle_bytes_per_sec`]: 128 KiB/s, a quarter of
+/// what one connection's paced window delivered on loopback (about 550 KB/s
+/// in the crowd test), so a lossy link in the transport's bad mode still
+/// keeps up; at 50 ms turns it leaves each of 8 players 819 bytes a turn,
+/// dozens of RTS commands.
+pub const DEFAULT_BUNDLE_BYTES_PER_SEC: usize = 128 * 1024;
+
+/// Default of [`Limits::max_backlog_bytes`]: 2 MiB, above a rejoin's
+/// whole bundle tail (at most 400 bundles) at the default bundle budget and
+/// 50 ms turns (about 1.3 MB), which is queued at once.
+pub const DEFAULT_MAX_BACKLOG_BYTES: usize = 2 * 1024 * 1024;
+
+/// The smallest share of a turn [`Limits::player_turn_bytes`] gives a
+/// player, whatever the bundle budget: a handful of commands always fit.
+pub const MIN_PLAYER_TURN_BYTES: usize = 256;
+
+impl Limits {
+    /// A player's byte budget in one turn's bundle (its own input and
+    /// carried late input together) in a match of `players` with turns of
+    /// `turn`: the bundle budget's share, between [`MIN_PLAYER_TURN_BYTES`]
+    /// and the protocol's `MAX_PLAYER_TURN_BYTES`.
+    #[must_use]
+    pub fn player_turn_bytes(&self, players: u8, turn: Duration) -> usize {
+        let per_turn = (self.bundle_bytes_per_sec as u128)
+            .saturating_mul(u128::from(turn.as_micros()))
+            / 1_000_000;
+        let share = per_turn / u128::from(players.max(1));
+        usize::try_from(share).unwrap_or(usize::MAX).clamp(
+            MIN_PLAYER_TURN_BYTES,
+            lockstep::proto::MAX_PLAYER_TURN_BYTES,
+        )
+    }
 }
 
 /// Default of [`Limits::max_connections_per_host`]: 16, so a LAN party or
@@ -49,6 +95,8 @@ impl Default for Limits {
             messages_per_sec: 300,
             message_burst: 600,
             max_connections_per_host: DEFAULT_MAX_CONNECTIONS_PER_HOST,
+            bundle_bytes_per_sec: DEFAULT_BUNDLE_BYTES_PER_SEC,
+            max_backlog_bytes: DEFAULT_MAX_BACKLOG_BYTES,
         }
     }
 }
@@ -168,6 +216,27 @@ impl AddrLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A player's share of a turn is the bundle budget's, split among the
+    /// players, never below the floor nor above the protocol's own cap.
+    #[test]
+    fn a_players_turn_share_follows_the_bundle_budget() {
+        let l = Limits::default();
+        let ms = Duration::from_millis;
+        // 128 KiB/s x 50 ms / 8 players.
+        assert_eq!(l.player_turn_bytes(8, ms(50)), 819);
+        assert_eq!(l.player_turn_bytes(2, ms(50)), 3_276);
+        // A slow turn or a lone player: the protocol's cap.
+        assert_eq!(
+            l.player_turn_bytes(1, ms(1_000)),
+            lockstep::proto::MAX_PLAYER_TURN_BYTES
+        );
+        let tight = Limits {
+            bundle_bytes_per_sec: 1024,
+            ..Limits::default()
+        };
+        assert_eq!(tight.player_turn_bytes(8, ms(25)), MIN_PLAYER_TURN_BYTES);
+    }
 
     #[test]
     fn bucket_allows_the_burst_then_the_rate() {

@@ -127,6 +127,20 @@ struct RelayArgs {
     /// one NAT by default.
     #[arg(long, default_value_t = relay::limits::DEFAULT_MAX_CONNECTIONS_PER_HOST)]
     max_connections_per_host: usize,
+    /// Turn bundle bytes a match may send each connection per second
+    /// (KiB/s): each player's share of a turn is cut to fit, and input over
+    /// it is refused (the peer is told), so bundles never outrun a
+    /// connection's pacing.
+    #[arg(long, default_value_t = relay::limits::DEFAULT_BUNDLE_BYTES_PER_SEC / 1024)]
+    bundle_kib_per_s: usize,
+    /// Messages one connection may have waiting for its window (KiB); a
+    /// receiver that far behind is cut off (reason `backpressure`).
+    #[arg(long, default_value_t = relay::limits::DEFAULT_MAX_BACKLOG_BYTES / 1024)]
+    max_backlog_kib: usize,
+    /// `--on-desync heal`: heals one player may get per minute; one more
+    /// drops it (0: a desync drops its odd players instead of healing).
+    #[arg(long, default_value_t = relay::config::HealLimit::default().heals)]
+    max_heals_per_min: u32,
 }
 
 /// `--on-desync` values.
@@ -162,7 +176,13 @@ impl RelayArgs {
             },
             limits: relay::limits::Limits {
                 max_connections_per_host: self.max_connections_per_host,
+                bundle_bytes_per_sec: self.bundle_kib_per_s.saturating_mul(1024),
+                max_backlog_bytes: self.max_backlog_kib.saturating_mul(1024),
                 ..relay::limits::Limits::default()
+            },
+            heal_limit: relay::config::HealLimit {
+                heals: self.max_heals_per_min,
+                window: Duration::from_secs(60),
             },
             ..RelayConfig::default()
         }

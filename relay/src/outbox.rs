@@ -208,7 +208,10 @@ mod tests {
             let Ok(ToPeer::SnapshotChunk(c)) = ToPeer::decode(&msg) else {
                 panic!("not a chunk");
             };
-            assert_eq!((c.turn, c.hash, c.total), (Turn(9), StateHash([1; 32]), 100_000));
+            assert_eq!(
+                (c.turn, c.hash, c.total),
+                (Turn(9), StateHash([1; 32]), 100_000)
+            );
             assert_eq!(c.bytes.len(), piece);
             offsets.push(c.offset);
             got.extend(c.bytes);

@@ -5,12 +5,12 @@
 
 use crate::limits::{ConnectionQuota, QuotaFull, TokenBucket};
 use crate::router::{ConnId, JoinRefusal, Router};
-use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
+use lockstep::backlog::{Backlog, DropLog, MAX_BACKLOG, SendDrop, refused};
 use lockstep::peer_glue::channel;
 use lockstep::proto::{RejectReason, ToPeer};
 use lockstep::transport::{Channel, DisconnectReason, Server, ServerEvent};
 use lockstep::{Duration, Instant};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 /// Bulk bytes a snapshot receiver may have queued or in flight before the
@@ -60,6 +60,9 @@ pub struct RouterGlue {
     cut_off: Vec<(ConnId, DisconnectReason)>,
     /// Connections cut off (total).
     cut_off_total: u64,
+    /// Connections the glue cut off itself (backlog over its bound) that
+    /// the transport has not closed yet: reported once, when cut.
+    cutting: BTreeSet<ConnId>,
     /// Connections refused at establishment by the shared quota (the
     /// relay's or the host's limit), which the router never saw.
     quota_refused: u64,
@@ -249,10 +252,13 @@ impl RouterGlue {
                 ServerEvent::Disconnected { conn, reason } => {
                     // A peer that stopped acking is the relay's to report
                     // (bounded: one entry per connection, drained per wake-up).
-                    if matches!(
-                        reason,
-                        DisconnectReason::NoAcks | DisconnectReason::Backpressure
-                    ) {
+                    // One the glue cut off itself was reported then.
+                    if !self.cutting.remove(&conn)
+                        && matches!(
+                            reason,
+                            DisconnectReason::NoAcks | DisconnectReason::Backpressure
+                        )
+                    {
                         self.cut_off.push((conn, reason));
                         self.cut_off_total += 1;
                     }
@@ -275,6 +281,7 @@ impl RouterGlue {
         while let Some((conn, max)) = router.poll_bulk_grant() {
             server.set_bulk_receive(conn, max);
         }
+        let max_backlog = router.config().limits.max_backlog_bytes;
         while let Some((conn, d, bytes)) = router.poll_outgoing() {
             let ch = channel(d);
             // Nothing waiting for this connection: straight to the
@@ -293,9 +300,22 @@ impl RouterGlue {
                     }
                 }
             }
-            let q = self.backlog.entry(conn).or_default();
+            // The byte bound is the relay's to enforce, by cutting the
+            // connection off: dropping its oldest turns one by one would
+            // leave a peer that can never catch up still connected.
+            let q = self
+                .backlog
+                .entry(conn)
+                .or_insert_with(|| Backlog::with_limits(MAX_BACKLOG, usize::MAX));
             let drops = &mut self.drops;
             q.push(ch, bytes, |d| drops.record((conn, d)));
+            if q.bytes() > max_backlog {
+                self.backlog.remove(&conn);
+                self.cut_off.push((conn, DisconnectReason::Backpressure));
+                self.cut_off_total += 1;
+                self.cutting.insert(conn);
+                server.disconnect(conn, now);
+            }
         }
         for (&conn, q) in &mut self.backlog {
             let drops = &mut self.drops;
@@ -714,6 +734,88 @@ mod tests {
         assert_eq!(server.addr(conn), None);
         assert_eq!(router.connection_count(), 1, "the router forgot it");
         assert!(clients[1].is_connected());
+    }
+
+    /// A player that stops hearing the relay while its match sends full
+    /// bundles is cut off for backpressure once what waits for its window
+    /// passes `max_backlog_bytes`: its backlog
+    /// never holds more than the bound plus one message, and the other
+    /// player plays on. It is reported once, though the transport closes it
+    /// later.
+    #[test]
+    fn a_receiver_whose_backlog_passes_its_bound_is_cut_off() {
+        let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let cfg = TransportConfig::default();
+        let client_cfg = TransportConfig {
+            timeout: Duration::from_secs(60),
+            ..cfg
+        };
+        let mut config = RelayConfig::default();
+        config.limits.max_backlog_bytes = lockstep::proto::MAX_MESSAGE_LEN;
+        let share = config.limits.player_turn_bytes(2, config.turn_length);
+        let mut server = Server::new(cfg, [4; 32]);
+        let mut router = Router::new(config.clone());
+        let mut glue = RouterGlue::new();
+        let addrs = [
+            SocketAddr::from(([127, 0, 0, 1], 7300)),
+            SocketAddr::from(([127, 0, 0, 1], 7301)),
+        ];
+        let mut clients: Vec<Client> = (0..2u64)
+            .map(|i| Client::new(Instant::ZERO, srv, client_cfg, 70 + i))
+            .collect();
+        let (mut now, mut buf, mut cut) = (Instant::ZERO, Vec::new(), Vec::new());
+        let (mut deaf_from, mut most_waiting, mut turn) = (None, 0, 0u32);
+        for step in 0..1500u32 {
+            if step == 30 {
+                for (i, c) in clients.iter_mut().enumerate() {
+                    let join = crate::test_support::join_bytes("m", &format!("p{i}"));
+                    c.send(Channel::Reliable, &join).unwrap();
+                }
+            }
+            if step == 100 {
+                deaf_from = Some(now);
+            }
+            // Half of each player's share every turn: full bundles.
+            if step > 100 && step % 5 == 0 {
+                turn += 1;
+                let input = lockstep::proto::ToRelay::Input {
+                    turn: sim::Turn(turn),
+                    commands: vec![vec![7; share / 2]],
+                }
+                .to_bytes();
+                for c in &mut clients {
+                    let _ = c.send(Channel::Urgent, &input);
+                }
+            }
+            for (c, &a) in clients.iter_mut().zip(&addrs) {
+                c.handle_timeout(now);
+                while c.poll_transmit(now, &mut buf).is_some() {
+                    server.handle_datagram(now, a, &buf);
+                }
+            }
+            glue.step(now, &mut router, &mut server);
+            most_waiting =
+                most_waiting.max(glue.backlog.values().map(Backlog::bytes).max().unwrap_or(0));
+            cut.extend(glue.take_cut_off().into_iter().map(|(c, r)| (now, c, r)));
+            while let Some(to) = server.poll_transmit(now, &mut buf) {
+                if to == addrs[1] || deaf_from.is_none() {
+                    let i = usize::from(to == addrs[1]);
+                    clients[i].handle_datagram(now, srv, &buf);
+                }
+            }
+            now += Duration::from_millis(10);
+        }
+        assert_eq!(cut.len(), 1, "{cut:?}");
+        let (at, conn, reason) = cut[0];
+        assert_eq!(reason, DisconnectReason::Backpressure);
+        assert!(at > deaf_from.unwrap());
+        assert!(
+            most_waiting <= config.limits.max_backlog_bytes,
+            "{most_waiting} bytes waited"
+        );
+        assert_eq!(router.connection_count(), 1, "the router forgot it");
+        assert!(clients[1].is_connected());
+        assert_ne!(server.addr(conn), Some(addrs[1]));
     }
 
     /// Connections are limited per host once established: a third from one

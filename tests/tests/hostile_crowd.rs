@@ -621,21 +621,16 @@ fn a_hostile_crowd_in_every_slot_leaves_the_honest_match_and_the_relays_memory_i
 const BUDGET_TURNS: u64 = 400;
 
 /// The relay's memory when eight players that acknowledge everything all
-/// send the largest input every turn (each within its budget): every
-/// bundle is ~33 KB, 40 a second, for each of the eight, while the
-/// transport paces a connection at 30 turn packets/s plus 200 bulk-budget
-/// packets/s (~230 KB/s), under the 1.3 MB/s the bundles need. What the
-/// window cannot take waits in the relay's per-connection send backlog,
-/// which is bounded in messages (4096), not bytes, and the peer acks, so
-/// nothing cuts it off. The bound is the crowd test's: every connection at
-/// its caps, plus the match's rejoin tail (`max_tail_turns` bundles of the
-/// largest size this match makes).
-///
-/// Measured on main at 9e3af68: the relay grows ~6 MB/s and passes 100 MB
-/// within 15 s for these eight connections (the bound is about 30 MB), and
-/// keeps growing until each backlog holds 4096 bundles (~135 MB each).
+/// send half the input the relay accepts every turn (their own and a late
+/// one carried beside it make the whole share). The protocol allows
+/// 4 KiB a player a turn: ~33 KB bundles 40 times a second, 1.3 MB/s per
+/// connection, several times what a connection's paced window delivers, so
+/// the relay's send backlogs grew ~6 MB/s (past 100 MB within 15 s) before
+/// each player's share was cut to the relay's bundle budget
+/// (`Limits::player_turn_bytes`). The bound is the crowd test's: every
+/// connection at its caps, plus the match's rejoin tail (`max_tail_turns`
+/// bundles of the largest size this match makes).
 #[test]
-#[ignore = "fails on main: the relay's per-connection send backlog is bounded in messages, not bytes"]
 fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
     let dir = scratch_dir("budget-match");
     let mut relay = Relay::start(
@@ -676,11 +671,16 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
             (socket, c)
         })
         .collect();
-    let chunk = lockstep::proto::MAX_INPUT_BYTES / lockstep::proto::MAX_INPUT_CHUNKS;
+    // Half of each player's share of a turn (a late input carried into the
+    // next turn then fits beside that turn's own), in as many chunks as
+    // allowed.
+    let share = relay::Limits::default()
+        .player_turn_bytes(HOSTILE_SLOTS, lockstep::Duration::from_millis(TURN_MS));
+    let chunks = lockstep::proto::MAX_INPUT_CHUNKS;
     let input = |seq| {
         ToRelay::Input {
             turn: Turn(seq),
-            commands: vec![vec![0x5a; chunk]; lockstep::proto::MAX_INPUT_CHUNKS],
+            commands: vec![vec![0x5a; share / 2 / chunks]; chunks],
         }
         .to_bytes()
     };
@@ -735,10 +735,14 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
         "relay died:\n{}",
         relay.proc.tail()
     );
+    // Input at the share is taken, none refused: the cap is what the
+    // relay's bundle budget promises, not a guess.
+    let page = scrape_metrics(metrics_addr);
+    assert_eq!(metric(&page, "relay_input_over_budget_total"), Some(0));
     let peak = proc_status_kib(pid, "VmHWM").unwrap().max(max_rss);
-    // The largest bundle this match makes: eight inputs of 4 KiB and their
-    // framing, kept `max_tail_turns` times in the rejoin tail.
-    let bundle_kib = (u64::from(HOSTILE_SLOTS) * input(0).len() as u64).div_ceil(1024) + 1;
+    // The largest bundle this match makes: eight players at their whole
+    // share and the framing, kept `max_tail_turns` times in the rejoin tail.
+    let bundle_kib = (u64::from(HOSTILE_SLOTS) * 2 * input(0).len() as u64).div_ceil(1024) + 1;
     let tail_kib = u64::from(relay::rejoin::RejoinConfig::default().max_tail_turns) * bundle_kib;
     let bound = idle_hwm + u64::from(HOSTILE_SLOTS) * CONNECTION_KIB + tail_kib;
     eprintln!(

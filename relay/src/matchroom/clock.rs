@@ -74,9 +74,10 @@ impl Game {
             return;
         }
         let conn = slot.conn;
+        let cap = self.turn_cap(config);
         let open = self.open.entry(target).or_default();
         open.received.insert(seat);
-        if !open.has_room(player, &commands, false) {
+        if !open.has_room(player, &commands, false, cap) {
             out.counters.inputs_over_budget += 1;
             refuse(conn, out);
             return;

@@ -12,8 +12,8 @@ use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::{Outbox, SnapshotStream};
 use lockstep::Instant;
 use lockstep::proto::{
-    Delivery, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer,
-    Resume, SnapshotChunk, ToPeer,
+    Delivery, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer, Resume, SnapshotChunk,
+    ToPeer,
 };
 use lockstep::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};

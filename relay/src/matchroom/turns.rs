@@ -45,8 +45,16 @@ impl OpenTurn {
     /// always fits, carried input fits up to the same again. So one player
     /// spamming late inputs can neither crowd out the others' input nor
     /// make the bundle larger than the transport can deliver
-    /// (`MAX_BUNDLE_LEN`).
-    pub(super) fn has_room(&self, player: PlayerId, commands: &[Vec<u8>], late: bool) -> bool {
+    /// (`MAX_BUNDLE_LEN`). `cap` is the player's share of the relay's
+    /// bundle budget (`Limits::player_turn_bytes`), at most
+    /// `MAX_PLAYER_TURN_BYTES`: bundles never outrun a connection's pacing.
+    pub(super) fn has_room(
+        &self,
+        player: PlayerId,
+        commands: &[Vec<u8>],
+        late: bool,
+        cap: usize,
+    ) -> bool {
         let n = commands.len();
         let bytes: usize = commands.iter().map(Vec::len).sum();
         let Some(&(carried_n, carried_bytes)) = self.carried.get(usize::from(player.0)) else {
@@ -64,7 +72,7 @@ impl OpenTurn {
         };
         fits_share
             && mine_n + n <= MAX_PLAYER_TURN_ENTRIES
-            && mine_bytes + bytes <= MAX_PLAYER_TURN_BYTES
+            && mine_bytes + bytes <= MAX_PLAYER_TURN_BYTES.min(cap)
             && self.entries.len() + n <= MAX_BUNDLE_ENTRIES
     }
 
@@ -80,6 +88,12 @@ impl OpenTurn {
 }
 
 impl Game {
+    /// Each player's byte budget in one turn of this match.
+    pub(super) fn turn_cap(&self, config: &RelayConfig) -> usize {
+        let players = u8::try_from(self.slots.len()).unwrap_or(u8::MAX);
+        config.limits.player_turn_bytes(players, config.turn_length)
+    }
+
     /// A little before turn `t` is due at the peers (they use the same
     /// schedule from the moment the Start arrived); under `deadline` it closes then.
     pub(super) fn deadline(&self, t: Turn, config: &RelayConfig) -> Instant {
@@ -136,6 +150,7 @@ impl Game {
             }
             turn
         };
+        let cap = self.turn_cap(config);
         let open = self.open.entry(target).or_default();
         if !late {
             if open.received.contains(seat) {
@@ -146,7 +161,7 @@ impl Game {
             // the turn must not wait for an input it will never get.
             open.received.insert(seat);
         }
-        if !open.has_room(player, &commands, late) {
+        if !open.has_room(player, &commands, late, cap) {
             out.counters.inputs_over_budget += 1;
             if let Some(conn) = slot.conn {
                 out.send(conn, &ToPeer::InputRefused { turn });

@@ -9,8 +9,8 @@ use crate::rejoin::RejoinConfig;
 use lockstep::proto::{Join, Rejoin, SnapshotChunk};
 use sim::{StateHash, Turn};
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// What a scripted player does when the relay asks it for a snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -512,7 +512,12 @@ fn every_receiver_streams_the_snapshot_from_the_matchs_one_copy() {
         m.r.stream_snapshot(conn, |_| false);
     }
     assert_eq!(m.r.snapshot_receivers().len(), 8);
-    let shared: Vec<_> = m.r.out.in_flight.values().map(|s| s.bytes.clone()).collect();
+    let shared: Vec<_> =
+        m.r.out
+            .in_flight
+            .values()
+            .map(|s| s.bytes.clone())
+            .collect();
     assert!(shared.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
     // The base plus eight streams hold the one allocation.
     assert_eq!(Arc::strong_count(&shared[0]), 1 + 8 + shared.len());

@@ -404,16 +404,18 @@ fn chunks(n: usize, len: usize, fill: u8) -> Vec<Vec<u8>> {
 /// at 8 KiB per player more than the old 64 KiB limit, reaches every
 /// client. Before the per-player byte budget the relay carried all 20 late
 /// inputs and its glue dropped the oversize bundle: every peer waited on
-/// turn 1 until it gave up.
+/// turn 1 until it gave up. The relay's bundle budget is lifted here, so
+/// each player's share is the protocol's whole `MAX_PLAYER_TURN_BYTES`.
 #[test]
 fn the_worst_bundle_hostile_players_can_force_is_delivered() {
     use lockstep::proto::{MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_MESSAGE_LEN};
-    let config = RelayConfig {
+    let mut config = RelayConfig {
         policy: relay::TurnPolicy::Deadline,
         adaptive_delay: false,
         initial_delay: 30,
         ..RelayConfig::default()
     };
+    config.limits.bundle_bytes_per_sec = usize::MAX;
     let mut w = Wire::new(8, config, Instant::from_millis(1));
     let mut now = w.start(Instant::from_millis(1), 10);
     let small = MAX_INPUT_BYTES / MAX_INPUT_CHUNKS;
