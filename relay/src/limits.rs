@@ -6,6 +6,7 @@
 use lockstep::{Duration, Instant};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Memory bounds of a router.
@@ -98,6 +99,91 @@ impl Default for Limits {
             bundle_bytes_per_sec: DEFAULT_BUNDLE_BYTES_PER_SEC,
             max_backlog_bytes: DEFAULT_MAX_BACKLOG_BYTES,
         }
+    }
+}
+
+/// Default of `relay serve --max-memory-mib`: 1 GiB. A running 4-player
+/// match holds about 51 KiB and a connection at every per-connection cap
+/// about 600 KiB (BENCHMARKS.md, relay section), so the default admits
+/// tens of thousands of matches, and still about 1,700 connections all at
+/// their worst at once.
+pub const DEFAULT_MAX_MEMORY_BYTES: usize = 1024 * 1024 * 1024;
+
+/// The relay-wide memory budget (`relay serve --max-memory-mib`), shared by
+/// every event loop: each loop publishes what it holds (connections, send
+/// backlogs, snapshots and rejoin tails, recordings) a few times a second,
+/// and while the sum is at the budget every loop refuses what would add to
+/// it: new connections (`RelayFull` at the handshake), joins and
+/// spectators (`MemoryFull`), snapshot uploads (asked for again later).
+/// Running matches keep every turn: what they hold is bounded per
+/// connection and per match, so they cannot grow the relay far past it.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    max: usize,
+    /// What each loop held when it last published.
+    held: Vec<AtomicUsize>,
+    full: AtomicBool,
+}
+
+/// What one event loop holds, by part, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Transport connections (windows, reorder buffers, bulk transfers).
+    pub connections: usize,
+    /// Messages waiting for a connection's window.
+    pub backlogs: usize,
+    /// Agreed snapshots, uploads in progress and rejoin tails.
+    pub snapshots: usize,
+    /// Open recordings' buffered data.
+    pub recordings: usize,
+}
+
+impl MemoryUse {
+    /// All parts.
+    #[must_use]
+    pub const fn total(&self) -> usize {
+        self.connections + self.backlogs + self.snapshots + self.recordings
+    }
+}
+
+impl MemoryBudget {
+    /// A budget of `max` bytes for `loops` event loops.
+    #[must_use]
+    pub fn new(max: usize, loops: usize) -> Self {
+        Self {
+            max,
+            held: (0..loops.max(1)).map(|_| AtomicUsize::new(0)).collect(),
+            full: AtomicBool::new(false),
+        }
+    }
+
+    /// Loop `index` now holds `bytes`; returns whether the relay is at its
+    /// budget (the sum over every loop's latest figure).
+    pub fn publish(&self, index: usize, bytes: usize) -> bool {
+        if let Some(h) = self.held.get(index) {
+            h.store(bytes, Ordering::Relaxed);
+        }
+        let full = self.held() >= self.max;
+        self.full.store(full, Ordering::Relaxed);
+        full
+    }
+
+    /// What every loop held when it last published.
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Whether the relay was at its budget when a loop last published.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    /// The budget, in bytes.
+    #[must_use]
+    pub const fn max(&self) -> usize {
+        self.max
     }
 }
 
@@ -216,6 +302,32 @@ impl AddrLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The budget is the sum over every loop's latest figure: one loop
+    /// alone under it can still make the relay full, and the relay is no
+    /// longer full once a loop's figure falls.
+    #[test]
+    fn the_memory_budget_sums_every_loops_latest_figure() {
+        let b = MemoryBudget::new(1000, 2);
+        assert!(!b.publish(0, 600));
+        assert!(!b.is_full());
+        assert!(b.publish(1, 400), "600 + 400 reaches 1000");
+        assert!(b.is_full());
+        assert_eq!(b.held(), 1000);
+        // A loop's newer figure replaces its older one.
+        assert!(!b.publish(0, 100));
+        assert!(!b.is_full());
+        assert_eq!(b.held(), 500);
+        // An index past the loops changes nothing.
+        assert!(!b.publish(7, 10_000));
+        let parts = MemoryUse {
+            connections: 1,
+            backlogs: 2,
+            snapshots: 3,
+            recordings: 4,
+        };
+        assert_eq!(parts.total(), 10);
+    }
 
     /// A player's share of a turn is the bundle budget's, split among the
     /// players, never below the floor nor above the protocol's own cap.

@@ -214,6 +214,16 @@ struct ServeArgs {
     /// transport's own default is 64, i.e. only 16 four-player matches).
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// The relay's memory budget (MiB) for connections, send backlogs,
+    /// snapshots and recordings together: at it, new connections, joins and
+    /// spectators are refused (`memory_full`) and no snapshot upload is
+    /// asked for; running matches play on.
+    #[arg(
+        long,
+        default_value_t = relay::limits::DEFAULT_MAX_MEMORY_BYTES as u64 / (1024 * 1024),
+        value_parser = clap::value_parser!(u64).range(1..=(1 << 30))
+    )]
+    max_memory_mib: u64,
     /// Event loops (threads) to run, each with its own socket on the same
     /// port (SO_REUSEPORT); a match lives on one of them. Default: one per core.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -593,6 +603,8 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         metrics,
         auth,
         home_key: a.home_key,
+        max_memory: usize::try_from(a.max_memory_mib.saturating_mul(1024 * 1024))
+            .unwrap_or(usize::MAX),
     };
     let transport = config.server_transport(TransportConfig {
         max_connections: a.max_connections,

@@ -86,10 +86,17 @@ pub enum Metric {
     SnapshotRestoresFailed,
     SnapshotsReoffered,
     SnapshotCopiesRefused,
+    MemoryConnections,
+    MemoryBacklogs,
+    MemorySnapshots,
+    MemoryRecordings,
+    MemoryBudget,
+    MemoryFull,
+    MemoryRefused,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::SnapshotCopiesRefused as usize + 1;
+const COUNT: usize = Metric::MemoryRefused as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -276,6 +283,29 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "relay_snapshot_receivers_total{event=\"copy_refused\"}",
         "",
         "",
+    ),
+    (
+        "relay_memory_bytes{part=\"connections\"}",
+        "gauge",
+        "Bytes the relay holds, by part, as its memory budget counts them (measured every 250 ms): transport connections, send backlogs, snapshots with uploads and rejoin tails, recordings",
+    ),
+    ("relay_memory_bytes{part=\"backlogs\"}", "", ""),
+    ("relay_memory_bytes{part=\"snapshots\"}", "", ""),
+    ("relay_memory_bytes{part=\"recordings\"}", "", ""),
+    (
+        "relay_memory_budget_bytes",
+        "gauge",
+        "The relay's memory budget (--max-memory-mib)",
+    ),
+    (
+        "relay_memory_full",
+        "gauge",
+        "1 while the relay is at its memory budget: new connections, joins and spectators are refused (memory_full), running matches play on",
+    ),
+    (
+        "relay_memory_refused_total",
+        "counter",
+        "New connections, joins and spectators refused at the memory budget",
     ),
 ];
 

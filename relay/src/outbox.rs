@@ -32,6 +32,10 @@ pub struct RouterCounters {
     pub connections_refused: u64,
     /// Joins refused.
     pub joins_refused: u64,
+    /// New connections, joins and spectators refused because the relay was
+    /// at its memory budget (`MemoryFull`; also counted as refused joins or
+    /// connections).
+    pub memory_refused: u64,
     /// Inputs accepted on time.
     pub inputs: u64,
     /// Inputs that arrived after their turn closed.
@@ -131,6 +135,9 @@ pub(crate) struct Outbox {
     /// the glue takes the next chunk only when the connection's bulk path
     /// has room. Cleared when the connection closes.
     pub(crate) in_flight: BTreeMap<ConnId, SnapshotStream>,
+    /// The relay is at its memory budget: no snapshot upload is asked for
+    /// (see `Router::set_memory_full`).
+    pub(crate) memory_full: bool,
 }
 
 /// One receiver's place in the snapshot it is being sent: the bytes are

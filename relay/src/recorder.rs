@@ -159,6 +159,33 @@ pub struct Recorder {
     tried: Option<PathBuf>,
 }
 
+impl Recorder {
+    /// Bytes the open recordings hold in memory: the input history a desync
+    /// report carries and each file's write buffer.
+    #[must_use]
+    pub fn memory(&self) -> usize {
+        self.live
+            .values()
+            .map(|r| {
+                let inputs = |t: &TurnInputs| {
+                    std::mem::size_of::<TurnInputs>()
+                        + t.inputs
+                            .iter()
+                            .map(|i| std::mem::size_of::<PlayerInput>() + i.bytes.capacity())
+                            .sum::<usize>()
+                };
+                std::mem::size_of::<Recording>()
+                    + WRITE_BUFFER
+                    + r.recent.iter().map(inputs).sum::<usize>()
+                    + r.report_inputs.iter().map(inputs).sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+/// A recording's write buffer (`std::io::BufWriter`'s default capacity).
+const WRITE_BUFFER: usize = 8 * 1024;
+
 /// A storage error of one match's recording, naming the file.
 #[derive(Debug, thiserror::Error)]
 #[error("recording {}: {source}", path.display())]

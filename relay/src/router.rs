@@ -140,6 +140,27 @@ impl Router {
         self.conns.len()
     }
 
+    /// Tells the router whether the relay is at its memory budget
+    /// (`limits::MemoryBudget`): while it is, joins and spectators are
+    /// refused with `MemoryFull` and no snapshot upload is asked for;
+    /// running matches and rejoins of their players go on.
+    pub fn set_memory_full(&mut self, full: bool) {
+        self.out.memory_full = full;
+    }
+
+    /// Whether the relay was last said to be at its memory budget.
+    #[must_use]
+    pub const fn is_memory_full(&self) -> bool {
+        self.out.memory_full
+    }
+
+    /// Counts a refusal the driver made at the memory budget (a new
+    /// connection refused at its handshake).
+    pub fn count_memory_refusal(&mut self) {
+        self.out.counters.memory_refused += 1;
+        self.out.counters.connections_refused += 1;
+    }
+
     /// Whether [`Router::begin_drain`] was called.
     #[must_use]
     pub const fn is_draining(&self) -> bool {
@@ -533,6 +554,11 @@ impl Router {
             self.reject(conn, join, RejectReason::ShuttingDown, None, None);
             return;
         }
+        if self.out.memory_full {
+            self.out.counters.memory_refused += 1;
+            self.reject(conn, join, RejectReason::MemoryFull, None, None);
+            return;
+        }
         let slot = self
             .conns
             .get(&conn)
@@ -861,5 +887,57 @@ mod tests {
         );
         assert_eq!(logged.match_name, "m");
         assert_eq!(r.poll_refusal(), None);
+    }
+
+    /// At the memory budget a new lobby's player and a spectator are
+    /// refused with `MemoryFull` (counted), while the running match keeps
+    /// closing turns; below it again they are admitted.
+    #[test]
+    fn at_the_memory_budget_new_joins_and_spectators_are_refused_and_the_match_plays_on() {
+        let (mut r, mut now, _) = started_router();
+        let closed = |r: &Router| r.counters().turns_closed;
+        r.set_memory_full(true);
+        assert!(r.is_memory_full());
+        let addr = |p| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
+        r.handle_connected(now, ConnId(20), addr(6020));
+        r.handle_message(
+            now,
+            ConnId(20),
+            &crate::test_support::join_bytes("other", "q"),
+        );
+        r.handle_connected(now, ConnId(21), addr(6021));
+        let watch = ToRelay::Spectate(crate::test_support::join("m", "w")).to_bytes();
+        r.handle_message(now, ConnId(21), &watch);
+        let refused: Vec<(ConnId, ToPeer)> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| c.0 >= 20)
+            .filter_map(|(c, _, b)| Some((c, ToPeer::decode(&b).ok()?)))
+            .collect();
+        let memory_full = ToPeer::Rejected {
+            reason: RejectReason::MemoryFull,
+            detail: None,
+        };
+        assert_eq!(
+            refused,
+            vec![(ConnId(20), memory_full.clone()), (ConnId(21), memory_full)]
+        );
+        assert_eq!(r.counters().memory_refused, 2);
+        assert_eq!(r.match_count(), 1, "no lobby was made");
+        // The running match goes on closing turns meanwhile.
+        let before = closed(&r);
+        for _ in 0..20 {
+            now += r.config().turn_length;
+            r.handle_timeout(now);
+            while r.poll_outgoing().is_some() {}
+        }
+        assert!(closed(&r) > before, "turns kept closing");
+        // Below the budget again, the same join is admitted.
+        r.set_memory_full(false);
+        r.handle_connected(now, ConnId(22), addr(6022));
+        r.handle_message(
+            now,
+            ConnId(22),
+            &crate::test_support::join_bytes("other", "q"),
+        );
+        assert_eq!(r.match_count(), 2);
     }
 }

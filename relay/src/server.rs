@@ -184,6 +184,12 @@ impl RouterGlue {
         self.pump_with(now, router, server, place);
     }
 
+    /// Bytes of messages waiting in every connection's backlog.
+    #[must_use]
+    pub fn backlog_bytes(&self) -> usize {
+        self.backlog.values().map(Backlog::bytes).sum()
+    }
+
     /// Moves everything pending in both directions.
     pub fn pump(&mut self, now: Instant, router: &mut Router, server: &mut Server) {
         self.pump_with(now, router, server, &mut Placement::here);
@@ -202,26 +208,39 @@ impl RouterGlue {
                 ServerEvent::Connected { conn, addr } => {
                     let claims = server.claims(conn).cloned();
                     let budget = self.budgets.remove(&conn);
-                    let refused = match self.take(conn, addr) {
-                        Err(full) => {
-                            self.quota_refused += 1;
-                            Some(match full {
-                                QuotaFull::Host => "connection limit per host reached",
-                                QuotaFull::Relay => "connection limit reached",
-                            })
+                    // A connection moved in from another loop (it brings its
+                    // budget) is already the relay's: only new ones are
+                    // refused at the memory budget.
+                    let refused = if budget.is_none() && router.is_memory_full() {
+                        router.count_memory_refusal();
+                        Some((RejectReason::MemoryFull, "memory budget reached"))
+                    } else {
+                        match self.take(conn, addr) {
+                            Err(full) => {
+                                self.quota_refused += 1;
+                                Some((
+                                    RejectReason::RelayFull,
+                                    match full {
+                                        QuotaFull::Host => "connection limit per host reached",
+                                        QuotaFull::Relay => "connection limit reached",
+                                    },
+                                ))
+                            }
+                            Ok(())
+                                if !router
+                                    .handle_connected_with_claims(now, conn, addr, claims) =>
+                            {
+                                Some((RejectReason::RelayFull, "connection limit reached"))
+                            }
+                            Ok(()) => None,
                         }
-                        Ok(()) if !router.handle_connected_with_claims(now, conn, addr, claims) => {
-                            Some("connection limit reached")
-                        }
-                        Ok(()) => None,
                     };
                     if let (None, Some(b)) = (refused, budget) {
                         router.set_budget(conn, b);
                     }
-                    if let Some(why) = refused {
+                    if let Some((reason, why)) = refused {
                         self.release(conn);
                         // Say why before closing: the close delivers it first.
-                        let reason = RejectReason::RelayFull;
                         let detail = Some(why.to_owned());
                         let msg = ToPeer::Rejected {
                             reason,

@@ -110,6 +110,10 @@ pub struct ServeOptions<'a> {
     /// that all land on one loop. A fixed key is for tests that must know
     /// where a match lives.
     pub home_key: Option<[u8; 32]>,
+    /// The relay-wide memory budget in bytes (`--max-memory-mib`, default
+    /// [`crate::limits::DEFAULT_MAX_MEMORY_BYTES`]): see
+    /// [`crate::limits::MemoryBudget`] for what is refused at it.
+    pub max_memory: usize,
 }
 
 /// Most [`RelayNote::Refused`] per second: a flood of bad handshakes must
@@ -224,6 +228,7 @@ pub fn serve(
         metrics: None,
         auth: AuthMode::Open,
         home_key: None,
+        max_memory: crate::limits::DEFAULT_MAX_MEMORY_BYTES,
     };
     serve_with(socket, config, transport, recorder, &opts, note)
 }
@@ -324,6 +329,7 @@ pub(crate) fn publish(
     set(Metric::SnapshotRestoresFailed, r.snapshot_restores_failed);
     set(Metric::SnapshotsReoffered, r.snapshots_reoffered);
     set(Metric::SnapshotCopiesRefused, r.snapshot_copies_refused);
+    set(Metric::MemoryRefused, r.memory_refused);
     set(Metric::Rejoins, r.rejoins);
     set(Metric::RejoinsRefused, r.rejoins_refused);
     set(Metric::DropBulkRefused, s.bulk_refused);

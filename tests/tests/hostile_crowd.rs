@@ -754,3 +754,104 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
         "relay peak RSS {peak} KiB over the bound {bound} KiB"
     );
 }
+
+/// A relay at its memory budget (`--max-memory-mib 1`) turns new
+/// connections away with `MemoryFull` (counted, and shown by
+/// `relay_memory_full`), through the real binary and real sockets: 300
+/// clients from one host (the per-host limit lifted) connect and hold
+/// their connections; the relay admits them until what it holds reaches
+/// the budget, then refuses the rest.
+#[test]
+fn a_relay_at_its_memory_budget_refuses_new_connections_with_memory_full() {
+    const CLIENTS: usize = 300;
+    let dir = scratch_dir("memory-budget");
+    let mut relay = Relay::start(
+        &dir,
+        &[
+            "--max-memory-mib",
+            "1",
+            "--max-connections-per-host",
+            "1024",
+            "--metrics",
+            "127.0.0.1:0",
+        ],
+    );
+    let metrics_addr = relay.metrics_addr();
+    let epoch = Instant::now();
+    let mut clients: Vec<(std::net::UdpSocket, Client, Option<ToPeer>)> = Vec::new();
+    let (mut rx, mut tx) = (vec![0u8; 2048], Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut memory_full = 0;
+    while memory_full == 0 {
+        assert!(Instant::now() < deadline, "never refused at the budget");
+        // A batch of new connections at a time, so the relay measures
+        // itself (every 250 ms) between batches.
+        if clients.len() < CLIENTS {
+            for i in 0..20 {
+                let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+                s.set_nonblocking(true).unwrap();
+                let now = clock(epoch, Instant::now());
+                let seed = (clients.len() + i) as u64;
+                let c = Client::new(now, relay.addr, TransportConfig::default(), seed);
+                clients.push((s, c, None));
+            }
+        }
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            let t = clock(epoch, Instant::now());
+            for (s, c, got) in &mut clients {
+                while let Ok((n, from)) = s.recv_from(&mut rx) {
+                    c.handle_datagram(t, from, &rx[..n]);
+                }
+                c.handle_timeout(t);
+                while let Some(ev) = c.poll_event() {
+                    if let ClientEvent::Message(m) = ev
+                        && let Ok(msg @ ToPeer::Rejected { .. }) = ToPeer::decode(&m)
+                    {
+                        *got = Some(msg);
+                    }
+                }
+                while let Some(to) = c.poll_transmit(t, &mut tx) {
+                    let _ = s.send_to(&tx, to);
+                }
+            }
+            std::thread::yield_now();
+        }
+        memory_full = clients
+            .iter()
+            .filter(|(_, _, got)| {
+                matches!(
+                    got,
+                    Some(ToPeer::Rejected {
+                        reason: lockstep::proto::RejectReason::MemoryFull,
+                        ..
+                    })
+                )
+            })
+            .count();
+        if clients.len() >= CLIENTS && memory_full == 0 {
+            break;
+        }
+    }
+    assert!(memory_full > 0, "no connection was refused at the budget");
+    let admitted = clients
+        .iter()
+        .filter(|(_, c, got)| got.is_none() && c.is_connected())
+        .count();
+    assert!(
+        admitted > 0,
+        "the relay admitted connections below its budget"
+    );
+    let page = scrape_metrics(metrics_addr);
+    assert_eq!(metric(&page, "relay_memory_full"), Some(1));
+    assert_eq!(metric(&page, "relay_memory_budget_bytes"), Some(1 << 20));
+    assert!(metric(&page, "relay_memory_refused_total").unwrap_or(0) >= memory_full as u64);
+    let held = metric(&page, "relay_memory_bytes{part=\"connections\"}").unwrap_or(0);
+    assert!(held >= 1 << 20, "{held} bytes held at the budget");
+    eprintln!("memory_budget: {admitted} admitted, {memory_full} refused, {held} bytes held");
+    assert!(
+        relay.proc.is_running(),
+        "relay died:\n{}",
+        relay.proc.tail()
+    );
+}

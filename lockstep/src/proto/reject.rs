@@ -61,6 +61,11 @@ pub enum RejectReason {
     /// frozen process), never while it plays. A restarted peer retries until
     /// the relay has noticed its old connection is gone.
     SlotInUse,
+    /// The relay is at its memory budget (`relay serve --max-memory-mib`):
+    /// it takes no new match, player or spectator until running matches
+    /// end or shrink; running matches play on. Try again later or another
+    /// relay.
+    MemoryFull,
 }
 
 impl RejectReason {
@@ -88,11 +93,12 @@ impl RejectReason {
             Self::SpectatorsFull => "spectators_full",
             Self::WrongTokenKind => "wrong_token_kind",
             Self::SlotInUse => "slot_in_use",
+            Self::MemoryFull => "memory_full",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -113,6 +119,7 @@ impl RejectReason {
         Self::SpectatorsFull,
         Self::WrongTokenKind,
         Self::SlotInUse,
+        Self::MemoryFull,
     ];
 }
 
@@ -145,6 +152,7 @@ impl fmt::Display for RejectReason {
             Self::SlotInUse => {
                 "the slot's connection is still playing; it is taken over only once that connection falls silent"
             }
+            Self::MemoryFull => "the relay is at its memory budget; running matches play on, new ones wait",
         })
     }
 }

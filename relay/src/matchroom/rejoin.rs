@@ -187,7 +187,9 @@ impl Game {
     /// request precedes the bundle on the reliable channel, so the player
     /// has not simulated the turn yet when it arrives.
     pub(super) fn request_snapshot(&mut self, turn: Turn, config: &RelayConfig, out: &mut Outbox) {
-        if !self.snapshots.due(turn, &config.rejoin) || self.desynced {
+        // At the memory budget an upload would hold a second snapshot
+        // beside the base: ask again at the next interval.
+        if !self.snapshots.due(turn, &config.rejoin) || self.desynced || out.memory_full {
             return;
         }
         let live: Vec<(PlayerId, ConnId)> = self

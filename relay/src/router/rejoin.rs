@@ -66,6 +66,11 @@ impl Router {
             self.reject(conn, join, RejectReason::ShuttingDown, None, None);
             return;
         }
+        if self.out.memory_full {
+            self.out.counters.memory_refused += 1;
+            self.reject(conn, join, RejectReason::MemoryFull, None, None);
+            return;
+        }
         // Token mode: only a spectator token for the match admits a spectator.
         let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
         if let Some(c) = &claims {

@@ -7,7 +7,7 @@ use super::handoff::{Handoff, Inbox, Mailbox};
 use super::loop_core::LoopCore;
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
 use crate::config::RelayConfig;
-use crate::limits::ConnectionQuota;
+use crate::limits::{ConnectionQuota, MemoryBudget, MemoryUse};
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::Recorder;
 use crate::router::Router;
@@ -33,6 +33,10 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// After ending matches at shutdown, how long to keep sending so the
 /// players' `MatchEnd` gets through (or until every connection is gone).
 const LINGER: Duration = Duration::from_millis(1000);
+/// How often a loop measures what it holds for the relay's memory budget:
+/// each measure walks every connection and match, and nothing the budget
+/// guards grows by much within it (per-connection caps bound each step).
+const MEMORY_EVERY: Duration = Duration::from_millis(250);
 /// How often a loop publishes the `/metrics` gauges that walk every match.
 const GAUGES_EVERY: Duration = Duration::from_millis(100);
 
@@ -84,6 +88,8 @@ pub(crate) struct Shared<'a> {
     /// `--max-connections` over all loops (each loop's transport server
     /// alone would admit that many).
     pub(crate) quota: Arc<ConnectionQuota>,
+    /// `--max-memory-mib`, over all loops.
+    pub(crate) memory: MemoryBudget,
 }
 
 /// One loop's state.
@@ -100,6 +106,10 @@ pub(crate) struct EventLoop<'a> {
     handoffs: Vec<(usize, Handoff)>,
     /// When the gauges that walk every match are published next.
     next_gauges: Instant,
+    /// When this loop's memory is measured and published to the budget next.
+    next_memory: Instant,
+    /// What this loop held when last measured.
+    memory: MemoryUse,
 }
 
 impl<'a> EventLoop<'a> {
@@ -135,6 +145,8 @@ impl<'a> EventLoop<'a> {
             io: Io::default(),
             handoffs: Vec::new(),
             next_gauges: Instant::ZERO,
+            next_memory: Instant::ZERO,
+            memory: MemoryUse::default(),
         })
     }
 
@@ -233,6 +245,10 @@ impl<'a> EventLoop<'a> {
             self.read_mail(now);
             self.read_socket(now)?;
             self.core.step(now);
+            if now >= self.next_memory {
+                self.next_memory = now + MEMORY_EVERY;
+                self.measure_memory();
+            }
             self.post_handoffs();
             self.notes(now, note, &mut refusal_notes, &mut drop_notes);
             while let Some(to) = self.core.server.poll_transmit(now, &mut buf) {
@@ -295,9 +311,32 @@ impl<'a> EventLoop<'a> {
         m.set_loop(i, Metric::DatagramsForwarded, c.forwarded);
         m.set_loop(i, Metric::HandoffDatagramsDropped, c.datagrams_dropped);
         m.set_loop(i, Metric::HandoffConnectionsDropped, c.connections_dropped);
+        let mem = self.memory;
+        m.set_loop(i, Metric::MemoryConnections, mem.connections as u64);
+        m.set_loop(i, Metric::MemoryBacklogs, mem.backlogs as u64);
+        m.set_loop(i, Metric::MemorySnapshots, mem.snapshots as u64);
+        m.set_loop(i, Metric::MemoryRecordings, mem.recordings as u64);
+        let budget = &self.shared.memory;
+        m.set(Metric::MemoryBudget, budget.max() as u64);
+        m.set(Metric::MemoryFull, u64::from(budget.is_full()));
         if draining {
             m.set(Metric::Draining, 1);
         }
+    }
+
+    /// Measures what this loop holds, publishes it to the relay's budget
+    /// and tells the router whether the relay is at it.
+    fn measure_memory(&mut self) {
+        let core = &self.core;
+        let (snap, upload, tail, _) = core.router.snapshot_memory();
+        self.memory = MemoryUse {
+            connections: core.server.memory().total(),
+            backlogs: core.glue.backlog_bytes(),
+            snapshots: snap + upload + tail,
+            recordings: self.recorder.as_ref().map_or(0, Recorder::memory),
+        };
+        let full = self.shared.memory.publish(self.index, self.memory.total());
+        self.core.router.set_memory_full(full);
     }
 
     /// Takes what other loops handed over.

@@ -20,7 +20,7 @@ pub use echo::{EchoCounts, serve_echo};
 pub use handoff::home_of;
 
 use crate::config::RelayConfig;
-use crate::limits::ConnectionQuota;
+use crate::limits::{ConnectionQuota, MemoryBudget};
 use crate::metrics::Metric;
 use crate::recorder::Recorder;
 use crate::udp::{RelayNote, ServeOptions, process_secret};
@@ -162,6 +162,7 @@ fn with_loops(
         unfinished: AtomicUsize::new(n),
         failed: AtomicBool::new(false),
         quota: Arc::new(ConnectionQuota::new(transport.max_connections).with_per_host(per_host)),
+        memory: MemoryBudget::new(opts.max_memory, n),
     };
     let mut recorders = recorders.into_iter();
     let mut loops = Vec::with_capacity(n);

@@ -349,6 +349,7 @@ fn health_is_503_while_the_event_loop_is_stalled() {
             metrics: Some(Arc::clone(&metrics)),
             auth: lockstep::transport::AuthMode::Open,
             home_key: None,
+            max_memory: relay::limits::DEFAULT_MAX_MEMORY_BYTES,
         };
         let served = scope.spawn(move || {
             serve_with(

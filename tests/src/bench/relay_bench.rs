@@ -665,6 +665,7 @@ mod tests {
                     metrics: Some(metrics),
                     auth: lockstep::transport::AuthMode::Open,
                     home_key: None,
+                    max_memory: relay::limits::DEFAULT_MAX_MEMORY_BYTES,
                 };
                 relay::serve::serve_loops(
                     sockets,

@@ -237,6 +237,7 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         metrics: Some(Arc::clone(&metrics)),
         auth: lockstep::transport::AuthMode::Open,
         home_key: None,
+        max_memory: relay::limits::DEFAULT_MAX_MEMORY_BYTES,
     };
     let config = RelayConfig {
         limits: relay::Limits {
