@@ -643,6 +643,7 @@ fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn render_lists_every_series_once_with_help_per_family() {
@@ -655,6 +656,136 @@ mod tests {
         assert_eq!(text.matches("# TYPE relay_drops_total counter").count(), 1);
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         assert_eq!(samples, COUNT);
+    }
+
+    /// The documentation users read: README.md and every markdown file
+    /// under a `docs/` folder of the workspace or of one of its crates.
+    fn documentation() -> Vec<(std::path::PathBuf, String)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = vec![root.join("README.md")];
+        for dir in [
+            "docs",
+            "relay/docs",
+            "lockstep/docs",
+            "replays/docs",
+            "sim/docs",
+        ] {
+            let mut stack = vec![root.join(dir)];
+            while let Some(d) = stack.pop() {
+                let Ok(entries) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let path = e.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if path.extension().is_some_and(|x| x == "md") {
+                        files.push(path);
+                    }
+                }
+            }
+        }
+        files
+            .into_iter()
+            .filter_map(|f| Some((f.clone(), std::fs::read_to_string(&f).ok()?)))
+            .collect()
+    }
+
+    /// The series a documented label set names: `{kind="a"|"b"}` (pipes
+    /// may be escaped in tables) is `Ok` of each exact series; `{kind}` or
+    /// `{kind=...}` is `Err(kind)`: some series with that label.
+    fn label_series(family: &str, labels: &str) -> Vec<Result<String, String>> {
+        let inner = labels.trim_start_matches('{').trim_end_matches('}');
+        let (key, values) = inner.split_once('=').unwrap_or((inner, "..."));
+        if values == "..." {
+            return vec![Err(key.to_owned())];
+        }
+        values
+            .replace("\\|", "|")
+            .split('|')
+            .map(|v| Ok(format!("{family}{{{key}={v}}}")))
+            .collect()
+    }
+
+    /// Every metric the documentation names is exported, and every metric
+    /// family exported is documented. A name counts as a metric when it
+    /// starts with `relay_` and ends in `_total`, carries labels
+    /// (`relay_x{kind="y"}`, checked as that exact series), or is one of
+    /// the exported gauge families; other `relay_` words (variables, test
+    /// names) are not metrics.
+    #[test]
+    fn every_metric_the_documentation_names_is_exported_and_every_family_documented() {
+        let series: BTreeSet<&str> = DEFS.iter().map(|d| d.0).collect();
+        let family = |name: &str| name.split('{').next().unwrap_or(name).to_owned();
+        let families: BTreeSet<String> = DEFS.iter().map(|d| family(d.0)).collect();
+        let docs = documentation();
+        let mut missing = Vec::new();
+        let mut mentioned = BTreeSet::new();
+        for (path, text) in &docs {
+            for (i, line) in text.lines().enumerate() {
+                let mut rest = line;
+                while let Some(at) = rest.find("relay_") {
+                    let word = &rest[at..];
+                    let name_len = word
+                        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                        .unwrap_or(word.len());
+                    let name = &word[..name_len];
+                    // Part of a longer identifier (`token_mode_relay_...`).
+                    let glued = rest[..at]
+                        .chars()
+                        .last()
+                        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+                    let labels = word[name_len..]
+                        .starts_with('{')
+                        .then(|| word[name_len..].find('}').map(|e| &word[..=name_len + e]))
+                        .flatten();
+                    rest = &word[name_len..];
+                    if glued {
+                        continue;
+                    }
+                    let is_metric =
+                        name.ends_with("_total") || labels.is_some() || families.contains(name);
+                    if !is_metric {
+                        continue;
+                    }
+                    mentioned.insert(name.to_owned());
+                    let known = match labels {
+                        Some(l) => {
+                            label_series(name, &l[name.len()..])
+                                .iter()
+                                .all(|want| match want {
+                                    Ok(exact) => series.contains(exact.as_str()),
+                                    Err(key) => series
+                                        .iter()
+                                        .any(|s| s.starts_with(&format!("{name}{{{key}="))),
+                                })
+                        }
+                        None => families.contains(name),
+                    };
+                    if !known {
+                        missing.push(format!(
+                            "{}:{}: {}",
+                            path.display(),
+                            i + 1,
+                            labels.unwrap_or(name)
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "documented but not exported:\n{}",
+            missing.join("\n")
+        );
+        let undocumented: Vec<&String> = families
+            .iter()
+            .filter(|f| !mentioned.contains(*f))
+            .collect();
+        assert!(
+            undocumented.is_empty(),
+            "exported but never documented: {undocumented:?}"
+        );
     }
 
     #[test]
