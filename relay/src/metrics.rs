@@ -669,6 +669,7 @@ mod tests {
             "lockstep/docs",
             "replays/docs",
             "sim/docs",
+            "tests/docs",
         ] {
             let mut stack = vec![root.join(dir)];
             while let Some(d) = stack.pop() {
