@@ -1,12 +1,12 @@
 //! Sans-IO UDP transport for deterministic lockstep games, a seeded network
-//! simulator, and a thin UDP driver.
+//! simulator, and the generic peer with its UDP runner.
 //!
 //! The transport cores ([`transport::Client`], [`transport::Server`]) never
 //! touch a socket or a clock: feed them datagrams and the time, poll them for
 //! datagrams to send, the next timer and events. Reliable messages ride in
 //! every packet until acked; a lost packet costs one packet interval, not a
 //! retransmission timeout. [`netsim`] runs them over a seeded impaired
-//! network on a virtual clock; [`driver`] runs them over a real `UdpSocket`.
+//! network on a virtual clock; [`peer::udp`] runs a peer over a real `UdpSocket`.
 //!
 //! ```
 //! use lockstep::netsim::{LinkConfig, Network};
@@ -41,7 +41,6 @@
 //! ```
 
 pub mod backlog;
-pub mod driver;
 pub mod idhash;
 pub mod netsim;
 pub mod rng;
