@@ -165,9 +165,9 @@ impl RelayConfig {
     #[must_use]
     pub fn server_transport(
         &self,
-        base: lockstep::transport::TransportConfig,
-    ) -> lockstep::transport::TransportConfig {
-        lockstep::transport::TransportConfig {
+        base: lockstep::low_level::transport::TransportConfig,
+    ) -> lockstep::low_level::transport::TransportConfig {
+        lockstep::low_level::transport::TransportConfig {
             ack_delay: self
                 .turn_length
                 .min(Duration::from_millis(250))
@@ -181,7 +181,7 @@ impl RelayConfig {
     /// `relay serve`/`relay demo` call it at start-up, and
     /// [`serve_with`](crate::udp::serve_with) refuses an invalid config.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
-        use lockstep::proto::MAX_INPUT_DELAY;
+        use lockstep::low_level::proto::MAX_INPUT_DELAY;
         fn bad(flag: &'static str, value: impl ToString, allowed: String) -> InvalidSetting {
             InvalidSetting {
                 flag,
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn the_relay_holds_its_acks_for_about_one_turn() {
-        use lockstep::transport::TransportConfig;
+        use lockstep::low_level::transport::TransportConfig;
         let base = TransportConfig::default();
         let at = |ms: u64| {
             let c = RelayConfig {

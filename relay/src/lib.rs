@@ -12,8 +12,8 @@
 //! virtual clock, and a "game" that just hashes its inputs.
 //!
 //! ```
-//! use lockstep::builder::SessionBuilder;
-//! use lockstep::event::Event;
+//! use lockstep::low_level::session::SessionBuilder;
+//! use lockstep::low_level::session::Event;
 //! use lockstep::{Duration, Instant};
 //! use relay::{ConnId, RelayConfig, Router};
 //! use sim::StateHash;

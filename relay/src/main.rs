@@ -4,9 +4,9 @@
 
 use clap::{Args, Parser, Subcommand};
 use lockstep::Duration;
+use lockstep::low_level::transport::{AuthMode, TransportConfig};
 use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, TransportConfig};
 use relay::config::DesyncPolicy;
 use relay::demo::{DemoConfig, DemoGame, known_rules_hash, run};
 use relay::metrics::Metrics;

@@ -5,10 +5,10 @@
 
 use crate::limits::{ConnectionQuota, QuotaFull, TokenBucket};
 use crate::router::{ConnId, JoinRefusal, Router};
-use lockstep::backlog::{Backlog, DropLog, SendDrop, refused};
-use lockstep::peer_glue::channel;
-use lockstep::proto::{RejectReason, ToPeer};
-use lockstep::transport::{Channel, DisconnectReason, Server, ServerEvent};
+use lockstep::low_level::backlog::{Backlog, DropLog, SendDrop, refused};
+use lockstep::low_level::peer_glue::channel;
+use lockstep::low_level::proto::{RejectReason, ToPeer};
+use lockstep::low_level::transport::{Channel, DisconnectReason, Server, ServerEvent};
 use lockstep::{Duration, Instant};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -122,7 +122,7 @@ impl RouterGlue {
 
     /// The next dropped message and its connection, for the driver's log
     /// (oldest unread reports are discarded past
-    /// [`lockstep::backlog::MAX_DROP_REPORTS`]; all are counted).
+    /// [`lockstep::low_level::backlog::MAX_DROP_REPORTS`]; all are counted).
     #[must_use]
     pub fn poll_drop(&mut self) -> Option<(ConnId, SendDrop)> {
         self.drops.poll()
@@ -317,8 +317,8 @@ impl RouterGlue {
 mod tests {
     use super::*;
     use crate::RelayConfig;
-    use lockstep::backlog::DropCause;
-    use lockstep::transport::{Client, SendError, TransportConfig};
+    use lockstep::low_level::backlog::DropCause;
+    use lockstep::low_level::transport::{Client, SendError, TransportConfig};
     use std::net::SocketAddr;
 
     /// Connects a new client from `from` to `srv` through one loop's
@@ -344,7 +344,7 @@ mod tests {
                 client.handle_datagram(*now, srv, &buf);
             }
             while let Some(ev) = client.poll_event() {
-                if let lockstep::transport::ClientEvent::Message(b) = ev
+                if let lockstep::low_level::transport::ClientEvent::Message(b) = ev
                     && let Ok(m) = ToPeer::decode(&b)
                 {
                     said.push(m);
@@ -477,7 +477,7 @@ mod tests {
     /// router never sees it), the asked player's chunk reaches the upload.
     #[test]
     fn bulk_data_is_taken_only_from_the_player_asked_for_a_snapshot() {
-        use lockstep::proto::{MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToRelay};
+        use lockstep::low_level::proto::{MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToRelay};
         use sim::{StateHash, Turn};
         let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
         let cfg = TransportConfig::default();
@@ -516,7 +516,7 @@ mod tests {
                 for (c, s) in clients.iter_mut().zip(said.iter_mut()) {
                     c.handle_timeout(now);
                     while let Some(ev) = c.poll_event() {
-                        if let lockstep::transport::ClientEvent::Message(b) = ev
+                        if let lockstep::low_level::transport::ClientEvent::Message(b) = ev
                             && let Ok(m) = ToPeer::decode(&b)
                         {
                             s.push(m);

@@ -16,8 +16,8 @@
 //! per-connection caps (see [`CONNECTION_KIB`] and [`PLAYER_BACKLOG_KIB`]).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-use lockstep::proto::{Join, ToPeer, ToRelay};
-use lockstep::transport::{Channel, Client, ClientEvent, TransportConfig};
+use lockstep::low_level::proto::{Join, ToPeer, ToRelay};
+use lockstep::low_level::transport::{Channel, Client, ClientEvent, TransportConfig};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use sim::{Simulation, StateHash, Turn};
@@ -331,8 +331,10 @@ impl Hostile {
         match self.kind {
             Kind::Player => {
                 // The per-turn maximum: 16 chunks, 4 KiB in all.
-                let chunk = lockstep::proto::MAX_INPUT_BYTES / lockstep::proto::MAX_INPUT_CHUNKS;
-                let commands = vec![vec![0x5a; chunk]; lockstep::proto::MAX_INPUT_CHUNKS];
+                let chunk = lockstep::low_level::proto::MAX_INPUT_BYTES
+                    / lockstep::low_level::proto::MAX_INPUT_CHUNKS;
+                let commands =
+                    vec![vec![0x5a; chunk]; lockstep::low_level::proto::MAX_INPUT_CHUNKS];
                 let msg = ToRelay::Input {
                     turn: Turn(self.seq),
                     commands,
@@ -343,7 +345,7 @@ impl Hostile {
             Kind::Squatter | Kind::Spectator => {
                 for _ in 0..FLOOD_PER_TURN {
                     let mut junk = vec![0; FLOOD_LEN];
-                    junk[0] = lockstep::proto::PROTOCOL_VERSION;
+                    junk[0] = lockstep::low_level::proto::PROTOCOL_VERSION;
                     for b in &mut junk[1..] {
                         *b = self.rng.next_u64() as u8;
                     }
@@ -676,11 +678,12 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
             (socket, c)
         })
         .collect();
-    let chunk = lockstep::proto::MAX_INPUT_BYTES / lockstep::proto::MAX_INPUT_CHUNKS;
+    let chunk =
+        lockstep::low_level::proto::MAX_INPUT_BYTES / lockstep::low_level::proto::MAX_INPUT_CHUNKS;
     let input = |seq| {
         ToRelay::Input {
             turn: Turn(seq),
-            commands: vec![vec![0x5a; chunk]; lockstep::proto::MAX_INPUT_CHUNKS],
+            commands: vec![vec![0x5a; chunk]; lockstep::low_level::proto::MAX_INPUT_CHUNKS],
         }
         .to_bytes()
     };

@@ -35,7 +35,7 @@ use playout::{Ledger, Playout};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
-pub mod playout;
+pub(crate) mod playout;
 pub use playout::PlayoutConfig;
 mod rejoin;
 mod running;

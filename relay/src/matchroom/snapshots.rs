@@ -5,8 +5,8 @@
 
 use crate::rejoin::RejoinConfig;
 use lockstep::Instant;
-use lockstep::proto::SnapshotChunk;
-use lockstep::transport::ConnId;
+use lockstep::low_level::proto::SnapshotChunk;
+use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::{BTreeSet, VecDeque};
 

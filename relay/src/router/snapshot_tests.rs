@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::rejoin::RejoinConfig;
-use lockstep::proto::{Join, Rejoin, SnapshotChunk};
+use lockstep::low_level::proto::{Join, Rejoin, SnapshotChunk};
 use sim::{StateHash, Turn};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;

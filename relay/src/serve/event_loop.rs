@@ -13,7 +13,7 @@ use crate::recorder::Recorder;
 use crate::router::Router;
 use crate::server::RouterGlue;
 use crate::udp::{DropNotes, Io, RefusalNotes, RelayNote, ServeOptions, publish};
-use lockstep::transport::{Server, TransportConfig};
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use replays::format::unix_now_ms;

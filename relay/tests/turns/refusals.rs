@@ -7,10 +7,10 @@
 //! match, another slot count, game or rules, full or draining relay).
 
 use super::*;
-use lockstep::peer_glue::PeerGlue;
-use lockstep::proto::RejectReason;
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::proto::RejectReason;
+use lockstep::low_level::transport::{AuthMode, Client, DisconnectReason, Server, TransportConfig};
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, Client, DisconnectReason, Server, TransportConfig};
 use relay::router::JoinRefusal;
 use relay::server::RouterGlue;
 

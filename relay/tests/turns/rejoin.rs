@@ -6,11 +6,11 @@
 
 use super::netsim::{PeerNode, PeerSpec, RelayNode};
 use super::*;
+use lockstep::low_level::proto::{RejectReason, RejoinSecret};
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::PeerSummary;
-use lockstep::proto::{RejectReason, RejoinSecret};
-use lockstep::transport::{Server, TransportConfig};
 use relay::rejoin::RejoinConfig;
 
 const SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 7000);

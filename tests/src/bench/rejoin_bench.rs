@@ -10,10 +10,10 @@
 //! snapshots of a few hundred KB). A second table shows what snapshot
 //! uploads cost the players who upload them.
 
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::{Autopilot, PeerBuilder, PeerEvent};
-use lockstep::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::endpoint::RelayEndpoint;
