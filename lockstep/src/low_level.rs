@@ -21,7 +21,10 @@ pub mod session {
 
 /// Bounded per-connection send backlogs and the log of what they dropped.
 pub mod backlog {
-    pub use crate::backlog::*;
+    pub use crate::backlog::{
+        Backlog, DropCause, DropLog, MAX_BACKLOG, MAX_BACKLOG_BYTES, MAX_DROP_REPORTS, SendDrop,
+        refused,
+    };
 }
 
 /// The glue between a transport connection and a session (message channels).
@@ -31,7 +34,14 @@ pub mod peer_glue {
 
 /// The relay protocol's messages, peer to relay and back, and their limits.
 pub mod proto {
-    pub use crate::proto::*;
+    pub use crate::proto::{
+        Bundle, DecodeError, Delivery, DesyncReport, EndReason, EntityDump, Heal, Join,
+        MAX_BUNDLE_ENTRIES, MAX_BUNDLE_LEN, MAX_CARRY_BYTES, MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES,
+        MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_INPUT_DELAY, MAX_MESSAGE_LEN, MAX_NAME_LEN,
+        MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, MAX_REASON_LEN, MAX_SNAPSHOT_CHUNK,
+        MAX_SNAPSHOT_CHUNK_MESSAGE, Notice, PROTOCOL_VERSION, PeerReport, PlayerInfo, RejectReason,
+        Rejoin, RejoinSecret, Reoffer, Resume, SnapshotChunk, Start, ToPeer, ToRelay, decode_turn,
+    };
 }
 
 /// A timer schedule keyed by owner: the next deadline of many timers.
@@ -46,5 +56,8 @@ pub mod transport {
 
 /// The datagram format: headers, packet limits, bulk framing, decoding.
 pub mod wire {
-    pub use crate::wire::*;
+    pub use crate::wire::{
+        AuthKind, CONNECT_REQUEST_LEN, Cookie, DecodeError, DenyReason, Fragment, Frame, Header,
+        MAX_PACKET, Packet, TAG_LEN, VERSION, decode, decode_header, encode_frame, header_len,
+    };
 }
