@@ -16,10 +16,10 @@ mod forensics;
 mod reject;
 pub(crate) use forensics::bounded_fields;
 pub use forensics::{EntityDump, MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES};
-mod rejoin;
+mod rejoin_messages;
 pub use reject::RejectReason;
-pub(crate) use rejoin::MAX_SNAPSHOT_TOTAL;
-pub use rejoin::{
+pub(crate) use rejoin_messages::MAX_SNAPSHOT_TOTAL;
+pub use rejoin_messages::{
     Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Rejoin, RejoinSecret, Reoffer, Resume,
     SnapshotChunk,
 };
