@@ -105,7 +105,7 @@ pub struct RelayConfig {
     /// notice on every turn.
     pub heal_limit: HealLimit,
     /// Agreed snapshots and held slots (rejoin).
-    pub rejoin: crate::rejoin::RejoinConfig,
+    pub rejoin: crate::rejoin_config::RejoinConfig,
 }
 
 impl Default for RelayConfig {
@@ -129,7 +129,7 @@ impl Default for RelayConfig {
             on_desync: DesyncPolicy::Continue,
             forensics_timeout: Duration::from_secs(10),
             heal_limit: HealLimit::default(),
-            rejoin: crate::rejoin::RejoinConfig::default(),
+            rejoin: crate::rejoin_config::RejoinConfig::default(),
         }
     }
 }
@@ -270,11 +270,11 @@ impl RelayConfig {
             ));
         }
         let r = &self.rejoin;
-        if r.max_tail_turns == 0 || r.max_tail_turns > crate::rejoin::MAX_TAIL_TURNS {
+        if r.max_tail_turns == 0 || r.max_tail_turns > crate::rejoin_config::MAX_TAIL_TURNS {
             return Err(bad(
                 "rejoin.max_tail_turns",
                 r.max_tail_turns,
-                format!("1 ..= {}", crate::rejoin::MAX_TAIL_TURNS),
+                format!("1 ..= {}", crate::rejoin_config::MAX_TAIL_TURNS),
             ));
         }
         // The tail must outlast one snapshot interval, or no snapshot is

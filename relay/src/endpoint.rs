@@ -6,7 +6,7 @@
 use crate::RelayConfig;
 use crate::event::RouterEvent;
 use crate::router::{JoinRefusal, Router};
-use crate::server::RouterGlue;
+use crate::router_glue::RouterGlue;
 use lockstep::Instant;
 use lockstep::low_level::transport::Server;
 use lockstep::netsim::Endpoint;

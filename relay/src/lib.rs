@@ -66,10 +66,10 @@ pub mod metrics;
 mod names;
 mod outbox;
 pub mod recorder;
-pub mod rejoin;
+pub mod rejoin_config;
 pub mod router;
+pub mod router_glue;
 pub mod serve;
-pub mod server;
 #[cfg(test)]
 mod test_support;
 pub mod turn_policy;

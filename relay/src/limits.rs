@@ -314,7 +314,7 @@ pub enum QuotaFull {
 /// Each loop's transport server and router count only their own
 /// connections, and a client's address decides which loop's socket it
 /// reaches, so per-loop limits would admit `threads` times as many. Each
-/// loop's [`RouterGlue`](crate::server::RouterGlue) takes a unit here for
+/// loop's [`RouterGlue`](crate::router_glue::RouterGlue) takes a unit here for
 /// every connection once it is established (the completed handshake proved
 /// the address, so a spoofed source cannot use up a host's share) and gives
 /// it back when the connection closes or moves to another loop (which takes

@@ -20,8 +20,8 @@ use std::net::SocketAddr;
 
 pub use crate::outbox::RouterCounters;
 
-mod rejoin;
 mod rooms;
+mod seat_reclaim;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod snapshot_tests;

@@ -8,7 +8,7 @@ use crate::event::RouterEvent;
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::{Recorded, Recorder};
 use crate::router::Router;
-use crate::server::RouterGlue;
+use crate::router_glue::RouterGlue;
 use lockstep::low_level::transport::{AuthMode, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use std::io;

@@ -437,7 +437,7 @@ fn spectator_kib(page: &str) -> u64 {
     let snapshot = gauge("agreed").unwrap();
     let tail = gauge("tail").unwrap();
     let tail_turns = metric(page, "relay_snapshot_tail_turns").unwrap().max(1);
-    let turns = u64::from(relay::rejoin::RejoinConfig::default().max_tail_turns) + 200;
+    let turns = u64::from(relay::rejoin_config::RejoinConfig::default().max_tail_turns) + 200;
     (snapshot + turns * 2 * tail.div_ceil(tail_turns)).div_ceil(1024)
 }
 
@@ -742,7 +742,8 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
     // The largest bundle this match makes: eight inputs of 4 KiB and their
     // framing, kept `max_tail_turns` times in the rejoin tail.
     let bundle_kib = (u64::from(HOSTILE_SLOTS) * input(0).len() as u64).div_ceil(1024) + 1;
-    let tail_kib = u64::from(relay::rejoin::RejoinConfig::default().max_tail_turns) * bundle_kib;
+    let tail_kib =
+        u64::from(relay::rejoin_config::RejoinConfig::default().max_tail_turns) * bundle_kib;
     let bound = idle_hwm + u64::from(HOSTILE_SLOTS) * CONNECTION_KIB + tail_kib;
     eprintln!(
         "budget_match: relay RSS idle {idle_hwm} KiB, peak {peak} KiB after {closed} turns; \

@@ -4,12 +4,12 @@
 //! are checked against the turns' agreed hashes, so each one is a free
 //! extra verifier.
 
-use super::rejoin::Receiver;
+use super::held_slots::Receiver;
 use super::snapshots::Base;
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::outbox::Outbox;
-use crate::rejoin::MAX_TAIL_TURNS;
+use crate::rejoin_config::MAX_TAIL_TURNS;
 use lockstep::Instant;
 use lockstep::low_level::proto::{DesyncReport, Join, RejectReason, Resume, ToPeer, ToRelay};
 use lockstep::low_level::transport::ConnId;

@@ -5,7 +5,7 @@
 //! forwards bytes), on a virtual clock one turn at a time.
 
 use super::*;
-use crate::rejoin::RejoinConfig;
+use crate::rejoin_config::RejoinConfig;
 use lockstep::low_level::proto::{Join, Rejoin, SnapshotChunk};
 use sim::{StateHash, Turn};
 use std::collections::BTreeSet;
@@ -202,7 +202,7 @@ fn config(snapshot_every: u32) -> RelayConfig {
     RelayConfig {
         rejoin: RejoinConfig {
             snapshot_every,
-            key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+            key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
             ..RejoinConfig::default()
         },
         ..RelayConfig::default()

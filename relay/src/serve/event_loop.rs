@@ -11,7 +11,7 @@ use crate::limits::ConnectionQuota;
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::Recorder;
 use crate::router::Router;
-use crate::server::RouterGlue;
+use crate::router_glue::RouterGlue;
 use crate::udp::{DropNotes, Io, RefusalNotes, RelayNote, ServeOptions, publish};
 use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};

@@ -14,7 +14,7 @@
 use super::handoff::{Forwarded, Handoff, home_of};
 use crate::limits::AddrLimiter;
 use crate::router::{ConnId, Router};
-use crate::server::{Placement, RouterGlue};
+use crate::router_glue::{Placement, RouterGlue};
 use lockstep::low_level::proto::ToRelay;
 use lockstep::low_level::transport::Server;
 use lockstep::{Duration, Instant};

@@ -140,7 +140,7 @@ fn no_step_closes_more_turns_than_the_clock_allows() {
 struct Wire {
     server: lockstep::low_level::transport::Server,
     router: Router,
-    glue: relay::server::RouterGlue,
+    glue: relay::router_glue::RouterGlue,
     clients: Vec<(SocketAddr, lockstep::low_level::transport::Client)>,
     server_addr: SocketAddr,
 }
@@ -163,7 +163,7 @@ impl Wire {
         Self {
             server: Server::new(TransportConfig::default(), [3; 32]),
             router: Router::new(config),
-            glue: relay::server::RouterGlue::new(),
+            glue: relay::router_glue::RouterGlue::new(),
             clients,
             server_addr,
         }

@@ -20,7 +20,7 @@ use lockstep::low_level::transport::{Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::router::{ConnId, Router};
-use relay::server::RouterGlue;
+use relay::router_glue::RouterGlue;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -132,7 +132,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::rejoin::RejoinConfig;
+    use crate::rejoin_config::RejoinConfig;
     use lockstep::low_level::proto::{Join, Notice, Rejoin, RejoinSecret, ToPeer, ToRelay};
     use sim::{PlayerId, Turn};
     use std::net::{Ipv4Addr, SocketAddr};
@@ -150,7 +150,7 @@ mod tests {
     fn dropped(claims: Option<TokenClaims>) -> (Router, RejoinSecret) {
         let config = RelayConfig {
             rejoin: RejoinConfig {
-                key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+                key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
                 ..RejoinConfig::default()
             },
             ..RelayConfig::default()
