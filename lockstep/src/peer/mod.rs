@@ -42,8 +42,8 @@ pub use game::GameSession;
 // builder, so that a game names them from here.
 pub use crate::builder::BuildError;
 pub use crate::proto::RejoinSecret;
-pub use crate::session::{PlayoutConfig, SessionError, SessionStats};
-pub use crate::transport::{LinkStats, TransportConfig};
+pub use crate::session::{LinkFigures, PlayoutConfig, SessionError, SessionStats};
+pub use crate::transport::{CongestionConfig, CongestionMode, LinkStats, TransportConfig};
 pub use summary::{
     DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line, waiting_line,
 };
