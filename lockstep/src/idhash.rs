@@ -15,7 +15,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// multiply per integer. Use it only through [`IdMap`], for keys the
 /// process assigns itself.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 /// 2^64 / the golden ratio, odd: multiplying by it maps consecutive ids to
 /// well-spread high bits and distinct low bits.
@@ -63,7 +63,7 @@ impl Hasher for IdHasher {
 }
 
 /// A hash map keyed by ids this process assigned (see the module docs).
-pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ use sim::Turn;
 
 /// The agreed input delays, each in force from a turn on.
 #[derive(Clone, Debug)]
-pub struct DelaySchedule {
+pub(crate) struct DelaySchedule {
     /// `(from_turn, delay)`, sorted by turn; the first entry covers the match start.
     changes: Vec<(Turn, u8)>,
 }
@@ -14,7 +14,7 @@ pub struct DelaySchedule {
 impl DelaySchedule {
     /// A schedule with `delay` in force from `first_turn`.
     #[must_use]
-    pub fn new(first_turn: Turn, delay: u8) -> Self {
+    pub(crate) fn new(first_turn: Turn, delay: u8) -> Self {
         Self {
             changes: vec![(first_turn, delay)],
         }
@@ -23,7 +23,7 @@ impl DelaySchedule {
     /// Records "delay `delay` from turn `from`". Changes arrive in turn order;
     /// one that does not lie after the latest is ignored (returns false) so a
     /// replayed notice cannot rewrite the past.
-    pub fn change(&mut self, from: Turn, delay: u8) -> bool {
+    pub(crate) fn change(&mut self, from: Turn, delay: u8) -> bool {
         if self.changes.last().is_some_and(|&(t, _)| from <= t) {
             return false;
         }
@@ -37,7 +37,7 @@ impl DelaySchedule {
 
     /// The delay in force at local turn `turn`.
     #[must_use]
-    pub fn delay_at(&self, turn: Turn) -> u8 {
+    pub(crate) fn delay_at(&self, turn: Turn) -> u8 {
         self.changes
             .iter()
             .rev()
@@ -48,7 +48,7 @@ impl DelaySchedule {
 
     /// The most recently announced delay.
     #[must_use]
-    pub fn latest(&self) -> u8 {
+    pub(crate) fn latest(&self) -> u8 {
         self.changes.last().map_or(0, |&(_, d)| d)
     }
 }

@@ -1,16 +1,23 @@
-//! Sans-IO UDP transport for deterministic lockstep games, a seeded network
-//! simulator, and a thin UDP driver.
+//! Deterministic lockstep networking for games: the generic peer with its
+//! UDP runner, a seeded network simulator for tests, and join tokens.
 //!
-//! The transport cores ([`transport::Client`], [`transport::Server`]) never
-//! touch a socket or a clock: feed them datagrams and the time, poll them for
-//! datagrams to send, the next timer and events. Reliable messages ride in
-//! every packet until acked; a lost packet costs one packet interval, not a
-//! retransmission timeout. [`netsim`] runs them over a seeded impaired
-//! network on a virtual clock; [`driver`] runs them over a real `UdpSocket`.
+//! A game implements [`Simulation`] (re-exported from `sim` with the types
+//! it uses) and plays through [`peer::PeerBuilder`] → [`peer::Peer`]
+//! (sans-IO: feed it datagrams and the time, poll it for datagrams, the next
+//! timer and [`peer::PeerEvent`]s) or the ready loop [`peer::udp::play`].
+//! [`netsim`] runs peers and relays over a seeded impaired network on a
+//! virtual clock; [`token`] issues the join tokens a matchmaker hands out.
+//!
+//! Under the peer sit sans-IO cores that never touch a socket or a clock:
+//! the transport, where reliable messages ride in every packet until acked
+//! (a lost packet costs one packet interval, not a retransmission timeout),
+//! and the lockstep session. They are reached through [`low_level`], for
+//! relay implementers and tests, with no stability promise; the example
+//! below drives the transport alone over the simulated network.
 //!
 //! ```
 //! use lockstep::netsim::{LinkConfig, Network};
-//! use lockstep::transport::{Channel, Client, ClientEvent, Server, ServerEvent, TransportConfig};
+//! use lockstep::low_level::transport::{Channel, Client, ClientEvent, Server, ServerEvent, TransportConfig};
 //! use lockstep::{Duration, Instant};
 //!
 //! let (srv_addr, cli_addr) = ("10.0.0.1:7000".parse().unwrap(), "10.0.0.2:7000".parse().unwrap());
@@ -40,24 +47,35 @@
 //! assert_eq!(got.as_deref(), Some(&b"hello"[..]));
 //! ```
 
-pub mod backlog;
-pub mod driver;
-pub mod idhash;
+// The surface a game developer uses: the peer and its UDP runner, the
+// simulated network for tests, join tokens, time values and the simulation
+// contract (re-exported so that the peer side needs only this crate).
 pub mod netsim;
-pub mod rng;
-pub mod schedule;
-pub mod time;
-pub mod token;
-pub mod transport;
-pub mod wire;
-
-pub mod builder;
-pub mod event;
-pub mod input_delay;
 pub mod peer;
-pub mod peer_glue;
-pub mod proto;
-pub mod session;
-pub mod turn_buffer;
+pub mod token;
 
+pub use sim::forensics::{EntityHash, Field};
+pub use sim::{
+    InputError, MatchSetup, PlayerId, SectionHash, Simulation, SnapshotError, Stamped, StateHash,
+    Turn, TurnInputs, canonical_order, decode_commands, encode_commands,
+};
 pub use time::{Duration, Instant};
+
+// For relay implementers and tests, with no stability promise: the cores
+// under the peer, reached only through `low_level`.
+pub mod low_level;
+
+mod backlog;
+mod builder;
+mod event;
+mod idhash;
+mod input_delay;
+mod peer_glue;
+mod proto;
+mod rng;
+mod schedule;
+mod session;
+mod time;
+mod transport;
+mod turn_buffer;
+mod wire;

@@ -14,15 +14,14 @@ use std::fmt;
 
 mod forensics;
 mod reject;
-pub use forensics::{
-    EntityDump, MAX_DUMP_ENTITIES, MAX_DUMP_FIELDS, MAX_ENTITY_HASHES, MAX_FIELD_PATH,
-    MAX_FIELD_VALUE, bounded_fields,
-};
-mod rejoin;
+pub(crate) use forensics::bounded_fields;
+pub use forensics::{EntityDump, MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES};
+mod rejoin_messages;
 pub use reject::RejectReason;
-pub use rejoin::{
-    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, MAX_SNAPSHOT_TOTAL, Rejoin, RejoinSecret,
-    Reoffer, Resume, SnapshotChunk,
+pub(crate) use rejoin_messages::MAX_SNAPSHOT_TOTAL;
+pub use rejoin_messages::{
+    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Rejoin, RejoinSecret, Reoffer, Resume,
+    SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -69,9 +68,9 @@ pub const MAX_BUNDLE_LEN: usize = 1
 const _: () = assert!(MAX_BUNDLE_LEN <= MAX_MESSAGE_LEN);
 const _: () = assert!(MAX_INPUT_BYTES < 1 << 14);
 /// Most notices piggybacked on one bundle.
-pub const MAX_NOTICES: usize = 32;
+pub(crate) const MAX_NOTICES: usize = 32;
 /// Most section hashes in one report.
-pub const MAX_SECTIONS: usize = 256;
+pub(crate) const MAX_SECTIONS: usize = 256;
 /// The largest input delay, in turns, the protocol can announce.
 pub const MAX_INPUT_DELAY: u8 = 50;
 

@@ -11,7 +11,7 @@ pub const MAX_BUFFERED_AHEAD: u32 = 512;
 
 /// Why a bundle was not buffered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Its turn was already simulated.
     Stale,
     /// A bundle for that turn is already buffered.
@@ -22,13 +22,13 @@ pub enum Refused {
 
 /// The received, not yet simulated bundles.
 #[derive(Debug, Default)]
-pub struct TurnBuffer {
+pub(crate) struct TurnBuffer {
     bundles: BTreeMap<Turn, Bundle>,
 }
 
 impl TurnBuffer {
     /// Buffers `bundle` given that `next` is the next turn to simulate.
-    pub fn insert(&mut self, next: Turn, bundle: Bundle) -> Result<(), Refused> {
+    pub(crate) fn insert(&mut self, next: Turn, bundle: Bundle) -> Result<(), Refused> {
         if bundle.turn < next {
             return Err(Refused::Stale);
         }
@@ -44,24 +44,19 @@ impl TurnBuffer {
 
     /// Whether the bundle for `turn` is here.
     #[must_use]
-    pub fn has(&self, turn: Turn) -> bool {
+    pub(crate) fn has(&self, turn: Turn) -> bool {
         self.bundles.contains_key(&turn)
     }
 
     /// Removes and returns the bundle for `turn`.
-    pub fn take(&mut self, turn: Turn) -> Option<Bundle> {
+    pub(crate) fn take(&mut self, turn: Turn) -> Option<Bundle> {
         self.bundles.remove(&turn)
-    }
-
-    /// Number of buffered bundles.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.bundles.len()
     }
 
     /// Whether nothing is buffered.
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.bundles.is_empty()
     }
 }

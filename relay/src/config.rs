@@ -105,7 +105,7 @@ pub struct RelayConfig {
     /// notice on every turn.
     pub heal_limit: HealLimit,
     /// Agreed snapshots and held slots (rejoin).
-    pub rejoin: crate::rejoin::RejoinConfig,
+    pub rejoin: crate::rejoin_config::RejoinConfig,
 }
 
 impl Default for RelayConfig {
@@ -129,7 +129,7 @@ impl Default for RelayConfig {
             on_desync: DesyncPolicy::Continue,
             forensics_timeout: Duration::from_secs(10),
             heal_limit: HealLimit::default(),
-            rejoin: crate::rejoin::RejoinConfig::default(),
+            rejoin: crate::rejoin_config::RejoinConfig::default(),
         }
     }
 }
@@ -165,9 +165,9 @@ impl RelayConfig {
     #[must_use]
     pub fn server_transport(
         &self,
-        base: lockstep::transport::TransportConfig,
-    ) -> lockstep::transport::TransportConfig {
-        lockstep::transport::TransportConfig {
+        base: lockstep::low_level::transport::TransportConfig,
+    ) -> lockstep::low_level::transport::TransportConfig {
+        lockstep::low_level::transport::TransportConfig {
             ack_delay: self
                 .turn_length
                 .min(Duration::from_millis(250))
@@ -181,7 +181,7 @@ impl RelayConfig {
     /// `relay serve`/`relay demo` call it at start-up, and
     /// [`serve_with`](crate::udp::serve_with) refuses an invalid config.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
-        use lockstep::proto::MAX_INPUT_DELAY;
+        use lockstep::low_level::proto::MAX_INPUT_DELAY;
         fn bad(flag: &'static str, value: impl ToString, allowed: String) -> InvalidSetting {
             InvalidSetting {
                 flag,
@@ -270,11 +270,11 @@ impl RelayConfig {
             ));
         }
         let r = &self.rejoin;
-        if r.max_tail_turns == 0 || r.max_tail_turns > crate::rejoin::MAX_TAIL_TURNS {
+        if r.max_tail_turns == 0 || r.max_tail_turns > crate::rejoin_config::MAX_TAIL_TURNS {
             return Err(bad(
                 "rejoin.max_tail_turns",
                 r.max_tail_turns,
-                format!("1 ..= {}", crate::rejoin::MAX_TAIL_TURNS),
+                format!("1 ..= {}", crate::rejoin_config::MAX_TAIL_TURNS),
             ));
         }
         // The tail must outlast one snapshot interval, or no snapshot is
@@ -308,7 +308,7 @@ impl RelayConfig {
         }
         // One bundle of the largest size must fit, or a single turn would
         // cut a connection off.
-        let floor = lockstep::proto::MAX_MESSAGE_LEN;
+        let floor = lockstep::low_level::proto::MAX_MESSAGE_LEN;
         if l.max_backlog_bytes < floor {
             return Err(bad(
                 "--max-backlog-kib",
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn the_relay_holds_its_acks_for_about_one_turn() {
-        use lockstep::transport::TransportConfig;
+        use lockstep::low_level::transport::TransportConfig;
         let base = TransportConfig::default();
         let at = |ms: u64| {
             let c = RelayConfig {

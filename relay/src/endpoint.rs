@@ -6,10 +6,10 @@
 use crate::RelayConfig;
 use crate::event::RouterEvent;
 use crate::router::{JoinRefusal, Router};
-use crate::server::RouterGlue;
+use crate::router_glue::RouterGlue;
 use lockstep::Instant;
+use lockstep::low_level::transport::Server;
 use lockstep::netsim::Endpoint;
-use lockstep::transport::Server;
 use std::net::SocketAddr;
 
 /// A relay on a simulated network: every router event and every refused

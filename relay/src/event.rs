@@ -1,7 +1,7 @@
 //! What the router reports to its driver: enough to log every match event
 //! and to write a replay (`replays::Writer`) of each match.
 
-use lockstep::proto::{EndReason, PeerReport, PlayerInfo};
+use lockstep::low_level::proto::{EndReason, PeerReport, PlayerInfo};
 use sim::{MatchSetup, PlayerId, StateHash, Turn};
 use std::fmt;
 

@@ -12,8 +12,8 @@
 //! virtual clock, and a "game" that just hashes its inputs.
 //!
 //! ```
-//! use lockstep::builder::SessionBuilder;
-//! use lockstep::event::Event;
+//! use lockstep::low_level::session::SessionBuilder;
+//! use lockstep::low_level::session::Event;
 //! use lockstep::{Duration, Instant};
 //! use relay::{ConnId, RelayConfig, Router};
 //! use sim::StateHash;
@@ -66,10 +66,10 @@ pub mod metrics;
 mod names;
 mod outbox;
 pub mod recorder;
-pub mod rejoin;
+pub mod rejoin_config;
 pub mod router;
+pub mod router_glue;
 pub mod serve;
-pub mod server;
 #[cfg(test)]
 mod test_support;
 pub mod turn_policy;

@@ -75,7 +75,7 @@ impl Limits {
         let share = per_turn / u128::from(players.max(1));
         usize::try_from(share).unwrap_or(usize::MAX).clamp(
             MIN_PLAYER_TURN_BYTES,
-            lockstep::proto::MAX_PLAYER_TURN_BYTES,
+            lockstep::low_level::proto::MAX_PLAYER_TURN_BYTES,
         )
     }
 }
@@ -341,7 +341,7 @@ mod tests {
         // A slow turn or a lone player: the protocol's cap.
         assert_eq!(
             l.player_turn_bytes(1, ms(1_000)),
-            lockstep::proto::MAX_PLAYER_TURN_BYTES
+            lockstep::low_level::proto::MAX_PLAYER_TURN_BYTES
         );
         let tight = Limits {
             bundle_bytes_per_sec: 1024,
@@ -495,7 +495,7 @@ pub enum QuotaFull {
 /// Each loop's transport server and router count only their own
 /// connections, and a client's address decides which loop's socket it
 /// reaches, so per-loop limits would admit `threads` times as many. Each
-/// loop's [`RouterGlue`](crate::server::RouterGlue) takes a unit here for
+/// loop's [`RouterGlue`](crate::router_glue::RouterGlue) takes a unit here for
 /// every connection once it is established (the completed handshake proved
 /// the address, so a spoofed source cannot use up a host's share) and gives
 /// it back when the connection closes or moves to another loop (which takes

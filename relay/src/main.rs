@@ -4,9 +4,9 @@
 
 use clap::{Args, Parser, Subcommand};
 use lockstep::Duration;
+use lockstep::low_level::transport::{AuthMode, TransportConfig};
 use lockstep::netsim::LinkConfig;
 use lockstep::token::{TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, TransportConfig};
 use relay::config::DesyncPolicy;
 use relay::demo::{DemoConfig, DemoGame, known_rules_hash, run};
 use relay::metrics::Metrics;
@@ -111,7 +111,7 @@ struct RelayArgs {
     on_desync: OnDesyncArg,
     /// Ask a player for an agreed snapshot every this many turns (0: never;
     /// a rejoin then needs the bundle tail to reach back to the first turn).
-    #[arg(long, default_value_t = relay::rejoin::DEFAULT_SNAPSHOT_EVERY)]
+    #[arg(long, default_value_t = relay::rejoin_config::DEFAULT_SNAPSHOT_EVERY)]
     snapshot_every: u32,
     /// Hold a dropped player's slot this long for its rejoin (ms).
     #[arg(long, default_value_t = 120_000)]
@@ -167,12 +167,12 @@ impl RelayArgs {
                 OnDesyncArg::End => DesyncPolicy::End,
                 OnDesyncArg::Heal => DesyncPolicy::Heal,
             },
-            rejoin: relay::rejoin::RejoinConfig {
+            rejoin: relay::rejoin_config::RejoinConfig {
                 snapshot_every: self.snapshot_every,
                 hold: Duration::from_millis(self.rejoin_hold_ms),
                 spectator_delay: Duration::from_millis(self.spectator_delay_ms),
                 max_spectators: self.max_spectators,
-                ..relay::rejoin::RejoinConfig::default()
+                ..relay::rejoin_config::RejoinConfig::default()
             },
             limits: relay::limits::Limits {
                 max_connections_per_host: self.max_connections_per_host,

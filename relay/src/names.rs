@@ -6,7 +6,7 @@
 //! (`bot1`, `bot1#2`, `bot1#3`), in slot order, so every peer receives the
 //! same list in `Start`.
 
-use lockstep::proto::MAX_NAME_LEN;
+use lockstep::low_level::proto::MAX_NAME_LEN;
 use std::collections::BTreeSet;
 
 /// Makes `names` (in slot order) pairwise distinct: a later duplicate of an
@@ -45,7 +45,7 @@ mod tests {
     use super::*;
     use crate::{ConnId, RelayConfig, Router};
     use lockstep::Instant;
-    use lockstep::proto::ToPeer;
+    use lockstep::low_level::proto::ToPeer;
     use std::net::{Ipv4Addr, SocketAddr};
 
     fn unique(names: &[&str]) -> Vec<String> {

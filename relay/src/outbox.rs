@@ -3,8 +3,8 @@
 //! apart from both so that a match room never imports the router.
 
 use crate::event::RouterEvent;
-use lockstep::proto::{Delivery, MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToPeer};
-use lockstep::transport::ConnId;
+use lockstep::low_level::proto::{Delivery, MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToPeer};
+use lockstep::low_level::transport::ConnId;
 use sim::{StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

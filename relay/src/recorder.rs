@@ -358,7 +358,7 @@ impl Recorder {
                 let header = Header {
                     format_version: replays::FORMAT_VERSION,
                     engine_version: env!("CARGO_PKG_VERSION").to_owned(),
-                    protocol_version: u32::from(lockstep::proto::PROTOCOL_VERSION),
+                    protocol_version: u32::from(lockstep::low_level::proto::PROTOCOL_VERSION),
                     game_id: info.game_id.clone(),
                     game_version: info.game_version,
                     rules_hash: (self.rules)(info),
@@ -536,7 +536,7 @@ impl Recorder {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
     use super::*;
-    use lockstep::proto::{EndReason, PlayerInfo as ProtoPlayer};
+    use lockstep::low_level::proto::{EndReason, PlayerInfo as ProtoPlayer};
     use sim::MatchSetup;
 
     /// 2026-11-22 02:30:00 UTC.

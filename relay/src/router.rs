@@ -11,7 +11,7 @@ use crate::event::{MatchId, RouterEvent};
 use crate::limits::TokenBucket;
 use crate::matchroom::MatchRoom;
 use crate::outbox::Outbox;
-use lockstep::proto::{Delivery, MAX_REASON_LEN, RejectReason, ToPeer, ToRelay};
+use lockstep::low_level::proto::{Delivery, MAX_REASON_LEN, RejectReason, ToPeer, ToRelay};
 use lockstep::token::{Refusal, TokenClaims, TokenKind};
 use lockstep::{Duration, Instant};
 use sim::PlayerId;
@@ -20,13 +20,13 @@ use std::net::SocketAddr;
 
 pub use crate::outbox::RouterCounters;
 
-mod rejoin;
 mod rooms;
+mod seat_reclaim;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod snapshot_tests;
 /// A transport connection, as numbered by the transport `Server`.
-pub use lockstep::transport::ConnId;
+pub use lockstep::low_level::transport::ConnId;
 
 /// A join the router refused: the peer got [`ToPeer::Rejected`] with the
 /// same reason; the driver logs it and, for a token refusal, closes the
@@ -485,7 +485,7 @@ impl Router {
     fn reject(
         &mut self,
         conn: ConnId,
-        join: &lockstep::proto::Join,
+        join: &lockstep::low_level::proto::Join,
         reason: RejectReason,
         detail: Option<String>,
         token: Option<Refusal>,
@@ -523,7 +523,12 @@ impl Router {
 
     /// Refuses a join, rejoin or spectate its connection's token does not
     /// admit: counted by kind, with the detail of what the token grants.
-    fn refuse_token(&mut self, conn: ConnId, join: &lockstep::proto::Join, refusal: Refusal) {
+    fn refuse_token(
+        &mut self,
+        conn: ConnId,
+        join: &lockstep::low_level::proto::Join,
+        refusal: Refusal,
+    ) {
         let detail = match refusal {
             Refusal::WrongMatch => {
                 self.out.counters.token_wrong_match += 1;
@@ -549,7 +554,7 @@ impl Router {
         self.reject(conn, join, refusal.into(), detail, Some(refusal));
     }
 
-    fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+    fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::low_level::proto::Join) {
         if self.draining {
             self.reject(conn, join, RejectReason::ShuttingDown, None, None);
             return;
@@ -659,7 +664,7 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockstep::proto::ToPeer;
+    use lockstep::low_level::proto::ToPeer;
     use sim::Turn;
     use std::net::{Ipv4Addr, SocketAddr};
 

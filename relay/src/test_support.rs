@@ -1,7 +1,7 @@
 //! Builders the relay's unit tests share: one copy of the `Join` a test
 //! peer sends (router, rooms, pinger, names, rejoin and glue tests).
 
-use lockstep::proto::{Join, ToRelay};
+use lockstep::low_level::proto::{Join, ToRelay};
 use sim::StateHash;
 
 /// A 2-slot `Join` of match `match_name` as player `name`: game `g` v1, a

@@ -8,8 +8,8 @@ use crate::event::RouterEvent;
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::{Recorded, Recorder};
 use crate::router::Router;
-use crate::server::RouterGlue;
-use lockstep::transport::{AuthMode, Server, TransportConfig};
+use crate::router_glue::RouterGlue;
+use lockstep::low_level::transport::{AuthMode, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -48,7 +48,7 @@ pub enum RelayNote<'a> {
         /// The match its join named (`None` before any join).
         match_name: Option<&'a str>,
         /// Why.
-        reason: lockstep::proto::RejectReason,
+        reason: lockstep::low_level::proto::RejectReason,
         /// Specifics sent along, if any.
         detail: Option<&'a str>,
     },
@@ -69,7 +69,7 @@ pub enum RelayNote<'a> {
         /// The latest one's connection.
         conn: crate::router::ConnId,
         /// The latest one.
-        drop: lockstep::backlog::SendDrop,
+        drop: lockstep::low_level::backlog::SendDrop,
     },
     /// The transport cut a connection off for misbehaving: it acknowledged
     /// nothing for the back-pressure timeout while it kept sending
@@ -78,7 +78,7 @@ pub enum RelayNote<'a> {
         /// The connection.
         conn: crate::router::ConnId,
         /// Why.
-        reason: lockstep::transport::DisconnectReason,
+        reason: lockstep::low_level::transport::DisconnectReason,
     },
     /// A graceful shutdown began: `running` matches may go on for `grace`.
     Draining {
@@ -178,7 +178,10 @@ pub(crate) struct DropNotes {
     /// When the last note went out.
     noted: Option<Instant>,
     count: u64,
-    latest: Option<(crate::router::ConnId, lockstep::backlog::SendDrop)>,
+    latest: Option<(
+        crate::router::ConnId,
+        lockstep::low_level::backlog::SendDrop,
+    )>,
 }
 
 impl DropNotes {
@@ -187,7 +190,12 @@ impl DropNotes {
     pub(crate) fn note(
         &mut self,
         now: Instant,
-        drops: impl IntoIterator<Item = (crate::router::ConnId, lockstep::backlog::SendDrop)>,
+        drops: impl IntoIterator<
+            Item = (
+                crate::router::ConnId,
+                lockstep::low_level::backlog::SendDrop,
+            ),
+        >,
         note: &mut impl FnMut(RelayNote<'_>),
     ) {
         for d in drops {
@@ -354,8 +362,8 @@ pub(crate) fn publish(
 mod tests {
     use super::*;
     use crate::router::ConnId;
-    use lockstep::backlog::{DropCause, SendDrop};
-    use lockstep::transport::Channel;
+    use lockstep::low_level::backlog::{DropCause, SendDrop};
+    use lockstep::low_level::transport::Channel;
 
     #[test]
     fn a_floods_last_suppressed_count_is_noted_when_its_window_ends() {

@@ -68,7 +68,7 @@ fn a_developers_own_game_plays_through_a_real_relay_and_its_replays_verify() {
             relay::udp::serve(
                 &socket,
                 relay::RelayConfig::default(),
-                lockstep::transport::TransportConfig::default(),
+                lockstep::low_level::transport::TransportConfig::default(),
                 Some(recorder),
                 &stop,
                 |_| {},

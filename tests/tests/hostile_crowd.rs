@@ -16,8 +16,8 @@
 //! per-connection caps (see [`CONNECTION_KIB`] and [`PLAYER_BACKLOG_KIB`]).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-use lockstep::proto::{Join, ToPeer, ToRelay};
-use lockstep::transport::{Channel, Client, ClientEvent, TransportConfig};
+use lockstep::low_level::proto::{Join, ToPeer, ToRelay};
+use lockstep::low_level::transport::{Channel, Client, ClientEvent, TransportConfig};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use sim::{Simulation, StateHash, Turn};
@@ -331,8 +331,10 @@ impl Hostile {
         match self.kind {
             Kind::Player => {
                 // The per-turn maximum: 16 chunks, 4 KiB in all.
-                let chunk = lockstep::proto::MAX_INPUT_BYTES / lockstep::proto::MAX_INPUT_CHUNKS;
-                let commands = vec![vec![0x5a; chunk]; lockstep::proto::MAX_INPUT_CHUNKS];
+                let chunk = lockstep::low_level::proto::MAX_INPUT_BYTES
+                    / lockstep::low_level::proto::MAX_INPUT_CHUNKS;
+                let commands =
+                    vec![vec![0x5a; chunk]; lockstep::low_level::proto::MAX_INPUT_CHUNKS];
                 let msg = ToRelay::Input {
                     turn: Turn(self.seq),
                     commands,
@@ -343,7 +345,7 @@ impl Hostile {
             Kind::Squatter | Kind::Spectator => {
                 for _ in 0..FLOOD_PER_TURN {
                     let mut junk = vec![0; FLOOD_LEN];
-                    junk[0] = lockstep::proto::PROTOCOL_VERSION;
+                    junk[0] = lockstep::low_level::proto::PROTOCOL_VERSION;
                     for b in &mut junk[1..] {
                         *b = self.rng.next_u64() as u8;
                     }
@@ -435,7 +437,7 @@ fn spectator_kib(page: &str) -> u64 {
     let snapshot = gauge("agreed").unwrap();
     let tail = gauge("tail").unwrap();
     let tail_turns = metric(page, "relay_snapshot_tail_turns").unwrap().max(1);
-    let turns = u64::from(relay::rejoin::RejoinConfig::default().max_tail_turns) + 200;
+    let turns = u64::from(relay::rejoin_config::RejoinConfig::default().max_tail_turns) + 200;
     (snapshot + turns * 2 * tail.div_ceil(tail_turns)).div_ceil(1024)
 }
 
@@ -676,7 +678,7 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
     // allowed.
     let share = relay::Limits::default()
         .player_turn_bytes(HOSTILE_SLOTS, lockstep::Duration::from_millis(TURN_MS));
-    let chunks = lockstep::proto::MAX_INPUT_CHUNKS;
+    let chunks = lockstep::low_level::proto::MAX_INPUT_CHUNKS;
     let input = |seq| {
         ToRelay::Input {
             turn: Turn(seq),
@@ -743,7 +745,8 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
     // The largest bundle this match makes: eight players at their whole
     // share and the framing, kept `max_tail_turns` times in the rejoin tail.
     let bundle_kib = (u64::from(HOSTILE_SLOTS) * 2 * input(0).len() as u64).div_ceil(1024) + 1;
-    let tail_kib = u64::from(relay::rejoin::RejoinConfig::default().max_tail_turns) * bundle_kib;
+    let tail_kib =
+        u64::from(relay::rejoin_config::RejoinConfig::default().max_tail_turns) * bundle_kib;
     let bound = idle_hwm + u64::from(HOSTILE_SLOTS) * CONNECTION_KIB + tail_kib;
     eprintln!(
         "budget_match: relay RSS idle {idle_hwm} KiB, peak {peak} KiB after {closed} turns; \
@@ -823,7 +826,7 @@ fn a_relay_at_its_memory_budget_refuses_new_connections_with_memory_full() {
                 matches!(
                     got,
                     Some(ToPeer::Rejected {
-                        reason: lockstep::proto::RejectReason::MemoryFull,
+                        reason: lockstep::peer::RejectReason::MemoryFull,
                         ..
                     })
                 )

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use lockstep::transport::{Client, Server, TransportConfig};
+use lockstep::low_level::transport::{Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 
 fuzz_target!(|data: &[u8]| {
@@ -24,10 +24,10 @@ fuzz_target!(|data: &[u8]| {
             client.handle_timeout(now);
         }
         while server.poll_transmit(now, &mut buf).is_some() {
-            assert!(buf.len() <= lockstep::wire::MAX_PACKET);
+            assert!(buf.len() <= lockstep::low_level::wire::MAX_PACKET);
         }
         while client.poll_transmit(now, &mut buf).is_some() {
-            assert!(buf.len() <= lockstep::wire::MAX_PACKET);
+            assert!(buf.len() <= lockstep::low_level::wire::MAX_PACKET);
             // Feed the client's own handshake to the server: real packets reach deeper states.
             let own = buf.clone();
             server.handle_datagram(now, client_addr, &own);

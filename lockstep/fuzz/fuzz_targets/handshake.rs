@@ -8,8 +8,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, Server, ServerEvent, TransportConfig};
-use lockstep::wire::{self, Cookie, Packet};
+use lockstep::low_level::transport::{AuthMode, Server, ServerEvent, TransportConfig};
+use lockstep::low_level::wire::{self, Cookie, Packet};
 use lockstep::{Duration, Instant};
 use std::net::SocketAddr;
 

@@ -9,11 +9,11 @@
 
 use clap::{Parser, ValueEnum};
 use lockstep::Duration;
-use lockstep::builder::BuildError;
+use lockstep::low_level::proto::{EndReason, RejoinSecret};
 use lockstep::netsim::LinkConfig;
+use lockstep::peer::BuildError;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
 use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
-use lockstep::proto::{EndReason, RejoinSecret};
 use lockstep::token::ConnectToken;
 use sim::{PlayerId, Simulation, Turn};
 use std::net::{SocketAddr, UdpSocket};

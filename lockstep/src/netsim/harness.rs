@@ -18,7 +18,7 @@
 //! ```
 //! use lockstep::netsim::harness::{Endpoint, Harness, Stopped};
 //! use lockstep::netsim::{LinkConfig, Network};
-//! use lockstep::transport::{Channel, Client, Server, ServerEvent, TransportConfig};
+//! use lockstep::low_level::transport::{Channel, Client, Server, ServerEvent, TransportConfig};
 //! use lockstep::{Duration, Instant};
 //! use std::net::SocketAddr;
 //!

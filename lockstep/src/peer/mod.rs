@@ -38,17 +38,22 @@ pub use agent::{Agent, Autopilot, MakeAgent};
 pub use event::PeerEvent;
 pub use forensics::FORENSICS_HISTORY;
 pub use game::GameSession;
+// The types in the peer's signatures and the settings a user passes to the
+// builder, so that a game names them from here.
+pub use crate::builder::BuildError;
+pub use crate::proto::{EndReason, PlayerInfo, RejectReason, RejoinSecret};
+pub use crate::session::{LinkFigures, PlayoutConfig, SessionError, SessionStats};
+pub use crate::transport::{CongestionConfig, CongestionMode, LinkStats, TransportConfig};
 pub use summary::{
     DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line, waiting_line,
 };
 
-use crate::builder::{BuildError, SessionBuilder};
+use crate::builder::SessionBuilder;
 use crate::netsim::Endpoint;
 use crate::peer_glue::PeerGlue;
-use crate::session::{SessionError, SessionStats};
 use crate::time::{Duration, Instant};
 use crate::token::ConnectToken;
-use crate::transport::{Client, DisconnectReason, TransportConfig};
+use crate::transport::{Client, DisconnectReason};
 use record::Recording;
 use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
 use std::collections::VecDeque;
@@ -511,7 +516,7 @@ impl<S: Simulation> Peer<S> {
 
     /// The transport's link figures (RTT, loss, congestion mode, unacked).
     #[must_use]
-    pub fn link_stats(&self) -> crate::transport::stats::LinkStats {
+    pub fn link_stats(&self) -> LinkStats {
         self.client.stats()
     }
 

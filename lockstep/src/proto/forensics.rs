@@ -15,11 +15,11 @@ pub const MAX_ENTITY_HASHES: usize = 2048;
 /// Most entities whose dumps the relay asks for in one request.
 pub const MAX_DUMP_ENTITIES: usize = 4;
 /// Most fields of one entity's dump; a peer sends the first ones.
-pub const MAX_DUMP_FIELDS: usize = 64;
+pub(super) const MAX_DUMP_FIELDS: usize = 64;
 /// Longest field path (bytes); a peer truncates longer ones.
-pub const MAX_FIELD_PATH: usize = MAX_NAME_LEN;
+pub(super) const MAX_FIELD_PATH: usize = MAX_NAME_LEN;
 /// Longest field value (bytes); a peer truncates longer ones (ending in `…`).
-pub const MAX_FIELD_VALUE: usize = 96;
+pub(super) const MAX_FIELD_VALUE: usize = 96;
 
 /// One entity's canonical dump, as a peer answers it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ pub struct EntityDump {
 /// Cuts a dump to the protocol's bounds (field count, path and value
 /// lengths, on character boundaries), so an answer always fits.
 #[must_use]
-pub fn bounded_fields(mut fields: Vec<Field>) -> Vec<Field> {
+pub(crate) fn bounded_fields(mut fields: Vec<Field>) -> Vec<Field> {
     fields.truncate(MAX_DUMP_FIELDS);
     for f in &mut fields {
         cut(&mut f.path, MAX_FIELD_PATH);

@@ -35,10 +35,10 @@ use playout::{Ledger, Playout};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
-pub mod playout;
+pub(crate) mod playout;
 pub use playout::PlayoutConfig;
-mod rejoin;
 mod running;
+mod snapshot_sync;
 mod stats;
 use running::{InFlight, Running, clock_inputs};
 pub use stats::{LinkFigures, SessionError, SessionStats};
@@ -555,7 +555,7 @@ impl Session {
             playout,
             ledger: Ledger::default(),
             restoring: None,
-            upload: rejoin::Upload::default(),
+            upload: snapshot_sync::Upload::default(),
         }));
     }
 

@@ -3,7 +3,7 @@
 //! our commands in flight, and the stall accounting.
 
 use super::playout::{Ledger, Playout};
-use super::rejoin::{Restoring, Upload};
+use super::snapshot_sync::{Restoring, Upload};
 use crate::input_delay::DelaySchedule;
 use crate::proto::{EndReason, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, ToRelay};
 use crate::time::{Duration, Instant};

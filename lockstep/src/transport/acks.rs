@@ -12,24 +12,24 @@ use std::collections::VecDeque;
 
 /// The reliable message ids one packet carried: inline up to 8 (a packet
 /// carries a few), so recording a sent packet allocates nothing.
-pub type MessageIds = SmallVec<[u16; 8]>;
+pub(crate) type MessageIds = SmallVec<[u16; 8]>;
 /// The bulk fragment serials one packet carried (inline up to 2).
-pub type BulkSerials = SmallVec<[u64; 2]>;
+pub(crate) type BulkSerials = SmallVec<[u64; 2]>;
 
 /// Received packets remembered (more than the 33 an ack covers, for late arrivals).
-pub const RECEIVED_WINDOW: usize = 256;
+pub(crate) const RECEIVED_WINDOW: usize = 256;
 /// Sent packets remembered at most; also the window of the loss estimate.
-pub const SENT_WINDOW: usize = 1024;
+pub(crate) const SENT_WINDOW: usize = 1024;
 /// Sent packets whose records (time, size, what they carried) are kept at
 /// least: the records follow what is in flight, from this up to
 /// [`SENT_WINDOW`], so an idle or steady connection holds 32, not 1024
 /// (80 bytes each). Dozens of packets after its send a record is still
 /// there for a late ack; past that a late ack still undoes a loss.
-pub const MIN_SENT_RECORDS: usize = 32;
+pub(crate) const MIN_SENT_RECORDS: usize = 32;
 
 /// What the sent-packet tracker reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AckEvent {
+pub(crate) enum AckEvent {
     /// The packet with this sequence was acknowledged (possibly after being declared lost).
     Acked {
         /// Its sequence.
@@ -45,7 +45,7 @@ pub enum AckEvent {
 
 /// Tracks packets received from the peer.
 #[derive(Clone, Debug)]
-pub struct ReceivedPackets {
+pub(crate) struct ReceivedPackets {
     /// Which of the last [`RECEIVED_WINDOW`] packets arrived: a bit each
     /// (32 bytes, not a 6 KiB ring of arrival times: only the newest
     /// packet's time is ever read, for its ack delay).
@@ -70,7 +70,7 @@ impl Default for ReceivedPackets {
 
 impl ReceivedPackets {
     /// Records packet `seq` as received at `now`; false if already known or too old.
-    pub fn record(&mut self, seq: u16, now: Instant) -> bool {
+    pub(crate) fn record(&mut self, seq: u16, now: Instant) -> bool {
         if self.seen.contains(seq) {
             return false;
         }
@@ -100,19 +100,20 @@ impl ReceivedPackets {
 
     /// Whether anything was received yet.
     #[must_use]
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.seen.newest().is_some()
     }
 
     /// Whether packet `seq` (one of the last [`RECEIVED_WINDOW`]) arrived.
     #[must_use]
-    pub fn contains(&self, seq: u16) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, seq: u16) -> bool {
         self.seen.contains(seq)
     }
 
     /// `(ack, ack_bits, ack_delay)` for an outgoing header at `now`.
     #[must_use]
-    pub fn ack_fields(&self, now: Instant) -> (u16, u32, u8) {
+    pub(crate) fn ack_fields(&self, now: Instant) -> (u16, u32, u8) {
         let Some(ack) = self.seen.newest() else {
             return (0, 0, ACK_DELAY_UNKNOWN);
         };
@@ -149,7 +150,7 @@ struct Sent {
 
 /// Tracks packets we sent until they are acked or declared lost.
 #[derive(Clone, Debug)]
-pub struct SentPackets {
+pub(crate) struct SentPackets {
     /// Records of the packets in flight and of the latest resolved ones:
     /// sized to what is in flight (from [`MIN_SENT_RECORDS`] up to
     /// [`SENT_WINDOW`]), so an ack-eliciting packet still awaited is never
@@ -209,7 +210,7 @@ impl Default for SentPackets {
 
 impl SentPackets {
     /// Records a packet just sent. Only ack-eliciting packets count towards loss.
-    pub fn on_sent(
+    pub(crate) fn on_sent(
         &mut self,
         seq: u16,
         now: Instant,
@@ -244,7 +245,7 @@ impl SentPackets {
 
     /// Applies an incoming header's acks; takes an RTT sample from `ack` when it
     /// is newly acknowledged and the peer says how long it held it.
-    pub fn on_ack(
+    pub(crate) fn on_ack(
         &mut self,
         ack: u16,
         ack_bits: u32,
@@ -357,13 +358,14 @@ impl SentPackets {
 
     /// Bytes this tracker keeps on the heap.
     #[must_use]
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.buf.heap_bytes() + self.outstanding.capacity() * std::mem::size_of::<u16>()
     }
 
     /// Packets whose records are kept now (see [`MIN_SENT_RECORDS`]).
     #[must_use]
-    pub fn records(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn records(&self) -> usize {
         self.buf.capacity()
     }
 
@@ -372,18 +374,23 @@ impl SentPackets {
     /// A peer that acks keeps this near one round trip of sending; one
     /// that never acks makes it grow with everything sent to it.
     #[must_use]
-    pub const fn unconfirmed_bytes(&self) -> u64 {
+    pub(crate) const fn unconfirmed_bytes(&self) -> u64 {
         self.bytes_sent - self.acked_through
     }
 
     /// Whether our packet `seq` (still in the window) was ack-eliciting.
     #[must_use]
-    pub fn is_eliciting(&self, seq: u16) -> bool {
+    pub(crate) fn is_eliciting(&self, seq: u16) -> bool {
         self.buf.get(seq).is_some_and(|e| e.eliciting)
     }
 
     /// Declares lost every ack-eliciting packet older than `bound`.
-    pub fn detect_lost(&mut self, now: Instant, bound: Duration, events: &mut Vec<AckEvent>) {
+    pub(crate) fn detect_lost(
+        &mut self,
+        now: Instant,
+        bound: Duration,
+        events: &mut Vec<AckEvent>,
+    ) {
         while let Some(&seq) = self.outstanding.front() {
             let Some(e) = self.buf.get_mut(seq) else {
                 self.outstanding.pop_front();
@@ -406,7 +413,7 @@ impl SentPackets {
 
     /// When the oldest in-flight packet will be declared lost.
     #[must_use]
-    pub fn next_loss_deadline(&self, bound: Duration) -> Option<Instant> {
+    pub(crate) fn next_loss_deadline(&self, bound: Duration) -> Option<Instant> {
         self.outstanding
             .iter()
             .find_map(|&s| self.buf.get(s).filter(|e| e.fate == Fate::InFlight))
@@ -415,7 +422,7 @@ impl SentPackets {
 
     /// Fraction of resolved ack-eliciting packets in the window that were lost.
     #[must_use]
-    pub fn loss(&self) -> f64 {
+    pub(crate) fn loss(&self) -> f64 {
         let total = self.acked_in_window + self.lost_in_window;
         if total == 0 {
             0.0
@@ -426,7 +433,7 @@ impl SentPackets {
 
     /// Whether `a` is newer than the newest packet sent.
     #[must_use]
-    pub fn is_future(&self, a: u16) -> bool {
+    pub(crate) fn is_future(&self, a: u16) -> bool {
         self.buf
             .newest()
             .is_none_or(|n| sequence_greater_than(a, n))

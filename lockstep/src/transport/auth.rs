@@ -34,7 +34,7 @@ fn addr_bytes(addr: SocketAddr, out: &mut blake3::Hasher) {
 
 /// The cookie MAC for `addr` at server time `timestamp`.
 #[must_use]
-pub fn cookie_mac(
+pub(crate) fn cookie_mac(
     secret: &[u8; 32],
     addr: SocketAddr,
     timestamp: u64,
@@ -55,7 +55,7 @@ pub fn cookie_mac(
 
 /// Equality that does not stop at the first differing byte.
 #[must_use]
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -70,7 +70,7 @@ pub struct ConnKeys {
 
 /// Derives the directional keys from the cookie both ends hold.
 #[must_use]
-pub fn conn_keys(cookie: &Cookie) -> ConnKeys {
+pub(crate) fn conn_keys(cookie: &Cookie) -> ConnKeys {
     let mut material = Vec::with_capacity(1 + 8 * 3 + COOKIE_LEN);
     material.push(VERSION);
     material.extend_from_slice(&cookie.protocol_id.to_le_bytes());
@@ -87,7 +87,7 @@ pub fn conn_keys(cookie: &Cookie) -> ConnKeys {
 /// The cookie MAC for a token handshake: [`cookie_mac`] inputs plus the token id,
 /// so a cookie earned with one token cannot complete a handshake with another.
 #[must_use]
-pub fn token_cookie_mac(
+pub(crate) fn token_cookie_mac(
     secret: &[u8; 32],
     addr: SocketAddr,
     timestamp: u64,
@@ -112,7 +112,7 @@ pub fn token_cookie_mac(
 /// hashes the cookie, so the keys are secret (the token keys never cross the
 /// wire) and fresh for every attempt (the cookie carries the server time).
 #[must_use]
-pub fn token_conn_keys(token: &ConnKeys, cookie: &Cookie) -> ConnKeys {
+pub(crate) fn token_conn_keys(token: &ConnKeys, cookie: &Cookie) -> ConnKeys {
     let derive = |key: &[u8; 32], context: &[u8]| {
         let mut h = blake3::Hasher::new_keyed(key);
         h.update(context);
@@ -186,7 +186,7 @@ impl PayloadCipher {
 
 /// MAC over the 64-bit counter and the packet bytes before the tag.
 #[must_use]
-pub fn packet_mac(key: &[u8; 32], counter: u64, bytes: &[u8]) -> [u8; TAG_LEN] {
+pub(crate) fn packet_mac(key: &[u8; 32], counter: u64, bytes: &[u8]) -> [u8; TAG_LEN] {
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(&counter.to_le_bytes());
     h.update(bytes);
@@ -197,7 +197,7 @@ pub fn packet_mac(key: &[u8; 32], counter: u64, bytes: &[u8]) -> [u8; TAG_LEN] {
 
 /// Why the replay window refused a counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     /// Seen before.
     Replayed,
     /// Older than the window.
@@ -205,11 +205,11 @@ pub enum ReplayError {
 }
 
 /// Width of the replay window in packets.
-pub const REPLAY_WINDOW: u64 = 128;
+pub(crate) const REPLAY_WINDOW: u64 = 128;
 
 /// Reconstructs 64-bit counters from 16-bit sequences and rejects repeats.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ReplayWindow {
+pub(crate) struct ReplayWindow {
     highest: Option<u64>,
     seen: u128,
 }
@@ -217,7 +217,7 @@ pub struct ReplayWindow {
 impl ReplayWindow {
     /// The full counter nearest the next expected one whose low 16 bits are `seq`.
     #[must_use]
-    pub fn reconstruct(&self, seq: u16) -> u64 {
+    pub(crate) fn reconstruct(&self, seq: u16) -> u64 {
         let expected = self.highest.map_or(0, |h| h.saturating_add(1));
         let candidate = (expected & !0xFFFF) | u64::from(seq);
         if candidate.saturating_add(0x8000) <= expected && candidate <= u64::MAX - 0x10000 {
@@ -230,7 +230,7 @@ impl ReplayWindow {
     }
 
     /// Whether `counter` is new and inside the window.
-    pub fn check(&self, counter: u64) -> Result<(), ReplayError> {
+    pub(crate) fn check(&self, counter: u64) -> Result<(), ReplayError> {
         let Some(h) = self.highest else {
             return Ok(());
         };
@@ -248,7 +248,7 @@ impl ReplayWindow {
     }
 
     /// Records `counter` (call only after `check` and MAC verification passed).
-    pub fn commit(&mut self, counter: u64) {
+    pub(crate) fn commit(&mut self, counter: u64) {
         match self.highest {
             None => {
                 self.highest = Some(counter);

@@ -20,9 +20,9 @@ use crate::wire::{
 use std::collections::{BTreeMap, VecDeque};
 
 /// Most bulk fragments in flight (sent, neither acked nor presumed lost).
-pub const BULK_WINDOW: usize = 128;
+pub(crate) const BULK_WINDOW: usize = 128;
 /// Largest bulk message the fragment grid can address.
-pub const MAX_BULK_MESSAGE: usize = BULK_CHUNK * MAX_BULK_FRAGMENTS;
+pub(crate) const MAX_BULK_MESSAGE: usize = BULK_CHUNK * MAX_BULK_FRAGMENTS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Frag {
@@ -51,7 +51,7 @@ struct Current {
 
 /// Sending side of the bulk path.
 #[derive(Clone, Debug)]
-pub struct BulkOut {
+pub(crate) struct BulkOut {
     queue: VecDeque<Vec<u8>>,
     /// Bytes queued or not yet fully acked (the current message included).
     pending_bytes: usize,
@@ -68,7 +68,7 @@ pub struct BulkOut {
 impl BulkOut {
     /// A sender of bulk messages up to `max_message` bytes (capped at [`MAX_BULK_MESSAGE`]).
     #[must_use]
-    pub fn new(max_message: usize) -> Self {
+    pub(crate) fn new(max_message: usize) -> Self {
         Self {
             queue: VecDeque::new(),
             pending_bytes: 0,
@@ -84,7 +84,7 @@ impl BulkOut {
     /// Queues a message. Refused when it exceeds `max_message`, or with
     /// `WindowFull` (in bytes) when the bytes not yet acked would exceed
     /// twice `max_message`: the caller retries after acks.
-    pub fn send(&mut self, msg: &[u8]) -> Result<(), SendError> {
+    pub(crate) fn send(&mut self, msg: &[u8]) -> Result<(), SendError> {
         if msg.len() > self.max_message {
             return Err(SendError::TooLarge {
                 len: msg.len(),
@@ -105,19 +105,19 @@ impl BulkOut {
 
     /// Whether nothing is queued or un-acked.
     #[must_use]
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.cur.is_none() && self.queue.is_empty()
     }
 
     /// Bytes queued or not yet acknowledged.
     #[must_use]
-    pub fn pending_bytes(&self) -> usize {
+    pub(crate) fn pending_bytes(&self) -> usize {
         self.pending_bytes
     }
 
     /// Fragments not yet acknowledged, queued messages included.
     #[must_use]
-    pub fn pending_fragments(&self) -> usize {
+    pub(crate) fn pending_fragments(&self) -> usize {
         let cur = self.cur.as_ref().map_or(0, |c| c.state.len() - c.acked);
         cur + self
             .queue
@@ -152,7 +152,7 @@ impl BulkOut {
     /// Whether a fragment is ready to go (something unsent or presumed lost,
     /// and room in the in-flight window).
     #[must_use]
-    pub fn wants_packet(&self) -> bool {
+    pub(crate) fn wants_packet(&self) -> bool {
         match &self.cur {
             Some(c) => {
                 c.flying < BULK_WINDOW && (!c.resend.is_empty() || c.next_new < c.state.len())
@@ -164,7 +164,7 @@ impl BulkOut {
     /// When the oldest fragment in flight times out (the backstop for a loss
     /// no later ack reveals, e.g. the tail of a transfer).
     #[must_use]
-    pub fn next_timeout(&self, timeout: Duration) -> Option<Instant> {
+    pub(crate) fn next_timeout(&self, timeout: Duration) -> Option<Instant> {
         let c = self.cur.as_ref()?;
         c.sends
             .iter()
@@ -174,7 +174,7 @@ impl BulkOut {
 
     /// Writes fragments into `out` within `budget` bytes, resends first,
     /// recording their serials in `serials`.
-    pub fn fill(
+    pub(crate) fn fill(
         &mut self,
         now: Instant,
         budget: usize,
@@ -224,7 +224,7 @@ impl BulkOut {
 
     /// Marks fragments carried by an acked packet as delivered; moves on to
     /// the next message once every fragment of the current one is acked.
-    pub fn on_acked(&mut self, serials: &[u64]) {
+    pub(crate) fn on_acked(&mut self, serials: &[u64]) {
         let Some(c) = self.cur.as_mut() else {
             return;
         };
@@ -267,7 +267,7 @@ impl BulkOut {
     /// Queues for a resend every fragment in flight that was sent more than
     /// `margin` before the newest packet the peer has acknowledged (its packet
     /// fell in the ack bitfield's gap), or more than `timeout` ago.
-    pub fn detect_lost(
+    pub(crate) fn detect_lost(
         &mut self,
         now: Instant,
         newest_acked_sent: Option<Instant>,
@@ -312,7 +312,7 @@ struct Assembly {
 
 /// Receiving side of the bulk path: one message at a time, in order.
 #[derive(Clone, Debug)]
-pub struct BulkIn {
+pub(crate) struct BulkIn {
     next_msg: u16,
     max_message: usize,
     cur: Option<Assembly>,
@@ -335,7 +335,7 @@ impl BulkIn {
     /// A receiver of bulk messages up to `max_message` bytes (capped at
     /// [`MAX_BULK_MESSAGE`]; 0 refuses every bulk message).
     #[must_use]
-    pub fn new(max_message: usize) -> Self {
+    pub(crate) fn new(max_message: usize) -> Self {
         Self {
             next_msg: 0,
             max_message: max_message.min(MAX_BULK_MESSAGE),
@@ -349,7 +349,7 @@ impl BulkIn {
 
     /// Changes the largest message accepted from now on (0: none). A
     /// message being assembled that no longer fits is thrown away and skipped.
-    pub fn set_max_message(&mut self, max_message: usize) {
+    pub(crate) fn set_max_message(&mut self, max_message: usize) {
         self.max_message = max_message.min(MAX_BULK_MESSAGE);
         if self
             .cur
@@ -361,15 +361,9 @@ impl BulkIn {
         }
     }
 
-    /// The largest message accepted now.
-    #[must_use]
-    pub const fn max_message(&self) -> usize {
-        self.max_message
-    }
-
     /// Bytes held for the message being reassembled.
     #[must_use]
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.cur
             .as_ref()
             .map_or(0, |a| a.data.len() + a.ahead_bytes)
@@ -398,14 +392,14 @@ impl BulkIn {
 
     /// When the message being assembled expires if nothing new arrives.
     #[must_use]
-    pub fn deadline(&self, stall: Duration) -> Option<Instant> {
+    pub(crate) fn deadline(&self, stall: Duration) -> Option<Instant> {
         self.cur.as_ref().map(|a| a.last_progress + stall)
     }
 
     /// Throws away a message that made no progress for `stall` (counted in
     /// [`BulkIn::expired`]), so a sender that stops mid-message cannot pin
     /// its partial message for the life of the connection.
-    pub fn expire(&mut self, now: Instant, stall: Duration) {
+    pub(crate) fn expire(&mut self, now: Instant, stall: Duration) {
         if self.deadline(stall).is_some_and(|d| now >= d) {
             self.expired += 1;
             self.skip();
@@ -416,7 +410,7 @@ impl BulkIn {
     /// Never panics, never allocates more than `max_message` bytes, and
     /// allocates only for fragments that arrived (never from the total a
     /// fragment claims).
-    pub fn on_fragment(
+    pub(crate) fn on_fragment(
         &mut self,
         now: Instant,
         msg: u16,

@@ -57,7 +57,7 @@ impl Default for CongestionConfig {
 /// The mode machine. Starts in Good: lockstep latency matters from the first turn,
 /// and one RTT sample above the threshold drops it at once.
 #[derive(Clone, Debug)]
-pub struct Congestion {
+pub(crate) struct Congestion {
     cfg: CongestionConfig,
     mode: CongestionMode,
     recovery: Duration,
@@ -69,7 +69,7 @@ pub struct Congestion {
 impl Congestion {
     /// A machine in Good mode at `now`.
     #[must_use]
-    pub fn new(cfg: CongestionConfig, now: Instant) -> Self {
+    pub(crate) fn new(cfg: CongestionConfig, now: Instant) -> Self {
         Self {
             cfg,
             mode: CongestionMode::Good,
@@ -82,19 +82,20 @@ impl Congestion {
 
     /// Current mode.
     #[must_use]
-    pub fn mode(&self) -> CongestionMode {
+    pub(crate) fn mode(&self) -> CongestionMode {
         self.mode
     }
 
     /// Current recovery time `t`.
     #[must_use]
-    pub fn recovery(&self) -> Duration {
+    #[cfg(test)]
+    pub(crate) fn recovery(&self) -> Duration {
         self.recovery
     }
 
     /// Packets per second allowed in the current mode.
     #[must_use]
-    pub fn pps(&self) -> u32 {
+    pub(crate) fn pps(&self) -> u32 {
         match self.mode {
             CongestionMode::Good => self.cfg.good_pps,
             CongestionMode::Bad => self.cfg.bad_pps,
@@ -104,13 +105,13 @@ impl Congestion {
 
     /// Time between packets in the current mode.
     #[must_use]
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         Duration::from_micros(1_000_000 / u64::from(self.pps()))
     }
 
     /// Time between bulk packets in the current mode.
     #[must_use]
-    pub fn bulk_interval(&self) -> Duration {
+    pub(crate) fn bulk_interval(&self) -> Duration {
         let pps = match self.mode {
             CongestionMode::Good => self.cfg.bulk_good_pps,
             CongestionMode::Bad => self.cfg.bulk_bad_pps,
@@ -125,7 +126,7 @@ impl Congestion {
     /// update whenever it comes.) Lets a driver that only wakes a
     /// connection at its deadline switch at the same instant.
     #[must_use]
-    pub fn next_change(&self) -> Option<Instant> {
+    pub(crate) fn next_change(&self) -> Option<Instant> {
         match self.mode {
             CongestionMode::Good => None,
             CongestionMode::Bad => self.good_since.map(|s| s + self.recovery),
@@ -133,7 +134,7 @@ impl Congestion {
     }
 
     /// Re-evaluates the mode given the current smoothed RTT.
-    pub fn update(&mut self, now: Instant, rtt: Duration) {
+    pub(crate) fn update(&mut self, now: Instant, rtt: Duration) {
         let bad = rtt > self.cfg.rtt_threshold;
         match self.mode {
             CongestionMode::Good => {

@@ -22,18 +22,18 @@ use thiserror::Error;
 
 /// Ids the receiver buffers ahead of the next in-order id; also the ceiling of
 /// the sender's un-acked window, so a sender never gets ahead of this.
-pub const RECV_WINDOW: usize = 1024;
+pub(crate) const RECV_WINDOW: usize = 1024;
 /// Default cap on the bytes of reliable frames held ahead of a gap, per
 /// connection (128 KiB: the largest reliable message, 96 KiB, arriving
 /// whole behind its lost first fragment, plus turn traffic meanwhile).
 /// A sender within its window keeps well under it at the loss the
 /// transport is built for; beyond it frames are refused and their packet
 /// left unacknowledged, so the sender resends them: flow control, never loss.
-pub const DEFAULT_MAX_REORDER_BYTES: usize = 128 * 1024;
+pub(crate) const DEFAULT_MAX_REORDER_BYTES: usize = 128 * 1024;
 /// Largest unreliable message: it must fit one packet.
-pub const MAX_UNRELIABLE: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - MAX_FRAME_OVERHEAD;
+pub(crate) const MAX_UNRELIABLE: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - MAX_FRAME_OVERHEAD;
 /// Unreliable messages waiting for a packet; beyond this the oldest is dropped.
-pub const MAX_UNRELIABLE_QUEUE: usize = 256;
+pub(crate) const MAX_UNRELIABLE_QUEUE: usize = 256;
 
 /// Why `send` refused a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
@@ -79,7 +79,7 @@ struct OutMsg {
 
 /// When the sender considers a reliable message due for another copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resend {
+pub(crate) struct Resend {
     /// The packet interval; redundant early copies (with `copies > 0`) are
     /// spread over it.
     pub interval: Duration,
@@ -94,7 +94,8 @@ impl Resend {
     /// The old "repeat every packet interval" policy: due after `interval`,
     /// no loss inference (unit tests of the early-copy schedule).
     #[must_use]
-    pub const fn every(interval: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) const fn every(interval: Duration) -> Self {
         Self {
             interval,
             lost_before: None,
@@ -111,7 +112,7 @@ struct OutUnreliable {
 
 /// Sending side of the message layer.
 #[derive(Clone, Debug)]
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     next_id: u16,
     unacked: VecDeque<OutMsg>,
     unreliable: VecDeque<OutUnreliable>,
@@ -128,7 +129,7 @@ pub struct Outgoing {
 impl Outgoing {
     /// A sender with an un-acked window of `max_unacked` slots (capped at [`RECV_WINDOW`]).
     #[must_use]
-    pub fn new(max_unacked: usize, max_message: usize) -> Self {
+    pub(crate) fn new(max_unacked: usize, max_message: usize) -> Self {
         Self {
             next_id: 0,
             unacked: VecDeque::new(),
@@ -143,13 +144,13 @@ impl Outgoing {
 
     /// Slots in use in the un-acked window.
     #[must_use]
-    pub fn unacked(&self) -> usize {
+    pub(crate) fn unacked(&self) -> usize {
         self.unacked.len()
     }
 
     /// Bytes this sender keeps on the heap (messages queued or un-acked).
     #[must_use]
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.unacked.capacity() * std::mem::size_of::<OutMsg>()
             + self
                 .unacked
@@ -166,24 +167,24 @@ impl Outgoing {
 
     /// Window size.
     #[must_use]
-    pub fn max_unacked(&self) -> usize {
+    pub(crate) fn max_unacked(&self) -> usize {
         self.max_unacked
     }
 
     /// Whether the window is full.
     #[must_use]
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.unacked.len() >= self.max_unacked
     }
 
     /// Queues a reliable-ordered message, split into fragments if needed.
-    pub fn send_reliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
+    pub(crate) fn send_reliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
         self.send_ordered(msg, false)
     }
 
     /// Queues an urgent message: reliable and ordered in the same stream as
     /// [`Outgoing::send_reliable`], plus `copies` early redundant copies.
-    pub fn send_urgent(&mut self, msg: &[u8]) -> Result<(), SendError> {
+    pub(crate) fn send_urgent(&mut self, msg: &[u8]) -> Result<(), SendError> {
         self.send_ordered(msg, true)
     }
 
@@ -235,7 +236,7 @@ impl Outgoing {
     }
 
     /// Queues an unreliable message (sent once, never resent after loss).
-    pub fn send_unreliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
+    pub(crate) fn send_unreliable(&mut self, msg: &[u8]) -> Result<(), SendError> {
         if msg.len() > MAX_UNRELIABLE {
             return Err(SendError::TooLarge {
                 len: msg.len(),
@@ -281,7 +282,7 @@ impl Outgoing {
 
     /// Earliest time an early redundant copy of a new urgent message is due.
     #[must_use]
-    pub fn next_copy(&self, interval: Duration) -> Option<Instant> {
+    pub(crate) fn next_copy(&self, interval: Duration) -> Option<Instant> {
         if self.copies == 0 {
             return None;
         }
@@ -294,7 +295,7 @@ impl Outgoing {
 
     /// Bytes of reliable messages never sent yet.
     #[must_use]
-    pub fn fresh_bytes(&self) -> usize {
+    pub(crate) fn fresh_bytes(&self) -> usize {
         self.unacked
             .iter()
             .filter(|m| m.last_sent.is_none())
@@ -304,13 +305,13 @@ impl Outgoing {
 
     /// Whether something never sent is waiting.
     #[must_use]
-    pub fn has_fresh(&self) -> bool {
+    pub(crate) fn has_fresh(&self) -> bool {
         !self.unreliable.is_empty() || self.unacked.iter().any(|m| m.last_sent.is_none())
     }
 
     /// Earliest time a resend (or a queued unreliable message) wants a packet.
     #[must_use]
-    pub fn next_due(&self, r: Resend) -> Option<Instant> {
+    pub(crate) fn next_due(&self, r: Resend) -> Option<Instant> {
         let unrel = (!self.unreliable.is_empty()).then_some(Instant::ZERO);
         let rel = self
             .unacked
@@ -331,7 +332,7 @@ impl Outgoing {
     /// first. Ride-along copies leave `keep` bytes of the budget free (for
     /// the bulk fragment a packet is being sent for). Records the reliable
     /// ids written.
-    pub fn fill(
+    pub(crate) fn fill(
         &mut self,
         now: Instant,
         r: Resend,
@@ -430,7 +431,7 @@ impl Outgoing {
     }
 
     /// Marks messages carried by an acked packet as delivered and slides the window.
-    pub fn on_acked(&mut self, ids: &[u16]) {
+    pub(crate) fn on_acked(&mut self, ids: &[u16]) {
         let Some(base) = self.unacked.front().map(|m| m.id) else {
             return;
         };
@@ -456,7 +457,7 @@ impl Outgoing {
 /// a third. Only turn traffic gets copies, so the bandwidth of a busy
 /// match at 5 % loss stays within its budget.
 #[must_use]
-pub fn copies_for_loss(loss: f64) -> u8 {
+pub(crate) fn copies_for_loss(loss: f64) -> u8 {
     if loss < 0.025 {
         0
     } else if loss < 0.075 {
@@ -483,7 +484,7 @@ struct Assembly {
 
 /// Receiving side of the message layer.
 #[derive(Clone, Debug)]
-pub struct Incoming {
+pub(crate) struct Incoming {
     next_id: u16,
     /// Frames by id from `next_id` on, as far ahead as one has arrived: empty
     /// on a link that delivers in order, a gap's depth under loss (not a
@@ -510,7 +511,7 @@ pub struct Incoming {
 impl Incoming {
     /// A receiver accepting reassembled messages up to `max_message` bytes.
     #[must_use]
-    pub fn new(max_message: usize) -> Self {
+    pub(crate) fn new(max_message: usize) -> Self {
         Self {
             next_id: 0,
             slots: VecDeque::new(),
@@ -532,7 +533,7 @@ impl Incoming {
     /// Bytes this receiver keeps on the heap (frames held ahead of a gap,
     /// a message being reassembled).
     #[must_use]
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Option<InMsg>>()
             + self
                 .slots
@@ -546,14 +547,15 @@ impl Incoming {
     /// Caps the bytes of frames held ahead of a gap (default
     /// [`DEFAULT_MAX_REORDER_BYTES`]); the next in-order frame is always taken.
     #[must_use]
-    pub const fn with_reorder_cap(mut self, bytes: usize) -> Self {
+    pub(crate) const fn with_reorder_cap(mut self, bytes: usize) -> Self {
         self.max_held = bytes;
         self
     }
 
     /// Bytes of frames held ahead of a gap.
     #[must_use]
-    pub const fn held_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) const fn held_bytes(&self) -> usize {
         self.held
     }
 
@@ -561,7 +563,7 @@ impl Incoming {
     /// in order. False when the frame was refused because holding it ahead
     /// of a gap would exceed the reorder cap: the caller must then leave
     /// its packet unacknowledged, so the sender resends the frame.
-    pub fn on_reliable(
+    pub(crate) fn on_reliable(
         &mut self,
         id: u16,
         fragment: Option<Fragment>,
@@ -653,7 +655,7 @@ impl Incoming {
     }
 
     /// Accepts an unreliable frame; `None` for a redundant copy already seen or a stale id.
-    pub fn on_unreliable(&mut self, id: u16, data: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn on_unreliable(&mut self, id: u16, data: &[u8]) -> Option<Vec<u8>> {
         if self.unreliable_seen.contains(id) {
             return None;
         }

@@ -2,19 +2,19 @@
 //! loss, congestion mode), messages over packets, authenticated connections
 //! and the sans-IO `Client` / `Server` endpoints.
 
-pub mod acks;
-pub mod auth;
-pub mod bulk;
+pub(crate) mod acks;
+pub(crate) mod auth;
+pub(crate) mod bulk;
 mod client;
 mod config;
-pub mod congestion;
+pub(crate) mod congestion;
 mod connection;
 mod heap;
-pub mod messages;
-pub mod rtt;
-pub mod sequence;
+pub(crate) mod messages;
+pub(crate) mod rtt;
+pub(crate) mod sequence;
 mod server;
-pub mod stats;
+pub(crate) mod stats;
 
 pub use client::{Client, ClientEvent};
 pub use config::{Channel, TransportConfig};

@@ -4,20 +4,20 @@
 use crate::time::Duration;
 
 /// The smallest RTO: the KCP article recommends 40-60 ms for games.
-pub const MIN_RTO: Duration = Duration::from_millis(40);
+pub(crate) const MIN_RTO: Duration = Duration::from_millis(40);
 /// The largest RTO.
-pub const MAX_RTO: Duration = Duration::from_secs(10);
+pub(crate) const MAX_RTO: Duration = Duration::from_secs(10);
 /// RTO before any sample (RFC 6298's one second).
-pub const INITIAL_RTO: Duration = Duration::from_secs(1);
+pub(crate) const INITIAL_RTO: Duration = Duration::from_secs(1);
 
 /// Raw samples kept for the tail figure ([`RttEstimator::p99`]).
-pub const RECENT_SAMPLES: usize = 64;
+pub(crate) const RECENT_SAMPLES: usize = 64;
 
 /// srtt / rttvar estimator (alpha = 1/8, beta = 1/4), plus a ring of the
 /// last [`RECENT_SAMPLES`] raw samples: the smoothed RTT hides the tail a
 /// latency budget ("p99 RTT + one turn") is about.
 #[derive(Clone, Copy, Debug)]
-pub struct RttEstimator {
+pub(crate) struct RttEstimator {
     srtt: Option<Duration>,
     rttvar: Duration,
     latest: Duration,
@@ -40,7 +40,7 @@ impl Default for RttEstimator {
 
 impl RttEstimator {
     /// Folds one RTT sample in.
-    pub fn sample(&mut self, rtt: Duration) {
+    pub(crate) fn sample(&mut self, rtt: Duration) {
         self.latest = rtt;
         self.recent[(self.samples % RECENT_SAMPLES as u64) as usize] =
             u32::try_from(rtt.as_micros()).unwrap_or(u32::MAX);
@@ -61,26 +61,20 @@ impl RttEstimator {
 
     /// Smoothed RTT, if any sample was taken.
     #[must_use]
-    pub fn srtt(&self) -> Option<Duration> {
+    pub(crate) fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
 
     /// Smoothed RTT, or `default` before the first sample.
     #[must_use]
-    pub fn srtt_or(&self, default: Duration) -> Duration {
+    pub(crate) fn srtt_or(&self, default: Duration) -> Duration {
         self.srtt.unwrap_or(default)
     }
 
     /// Smoothed mean deviation: the jitter figure reported in stats.
     #[must_use]
-    pub fn rttvar(&self) -> Duration {
+    pub(crate) fn rttvar(&self) -> Duration {
         self.rttvar
-    }
-
-    /// Last raw sample.
-    #[must_use]
-    pub fn latest(&self) -> Duration {
-        self.latest
     }
 
     /// The 99th percentile (nearest rank) of the last [`RECENT_SAMPLES`]
@@ -88,7 +82,7 @@ impl RttEstimator {
     /// worst round trip. Of fewer than 100 samples the nearest rank of the
     /// 99th percentile is the last, so it is their maximum (no sort).
     #[must_use]
-    pub fn p99(&self) -> Option<Duration> {
+    pub(crate) fn p99(&self) -> Option<Duration> {
         const _: () = assert!(
             RECENT_SAMPLES < 100,
             "p99 is the maximum only below 100 samples"
@@ -100,13 +94,13 @@ impl RttEstimator {
 
     /// Number of samples taken.
     #[must_use]
-    pub fn samples(&self) -> u64 {
+    pub(crate) fn samples(&self) -> u64 {
         self.samples
     }
 
     /// `srtt + 4 * rttvar`, clamped to `[MIN_RTO, MAX_RTO]`.
     #[must_use]
-    pub fn rto(&self) -> Duration {
+    pub(crate) fn rto(&self) -> Duration {
         match self.srtt {
             None => INITIAL_RTO,
             Some(srtt) => {

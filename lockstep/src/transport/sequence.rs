@@ -2,35 +2,36 @@
 //! indexed by them (Gaffer's "sequence buffer"), used for sent and received
 //! packet records.
 
-pub use crate::wire::sequence_greater_than;
+pub(crate) use crate::wire::sequence_greater_than;
 use smallvec::SmallVec;
 
 /// What an insert pushed out of the buffer: usually nothing or one slot
 /// (inline, no allocation); a jump forward may clear more.
-pub type Evicted<T> = SmallVec<[(u16, T); 1]>;
+pub(crate) type Evicted<T> = SmallVec<[(u16, T); 1]>;
 
 /// `a < b` with wraparound.
 #[must_use]
-pub const fn sequence_less_than(a: u16, b: u16) -> bool {
+#[cfg(test)]
+pub(crate) const fn sequence_less_than(a: u16, b: u16) -> bool {
     sequence_greater_than(b, a)
 }
 
 /// A fixed-capacity map from recent sequence numbers to values: slot `seq % N`,
 /// tagged with the full sequence so stale slots never answer for newer numbers.
 #[derive(Clone, Debug)]
-pub struct SequenceBuffer<T> {
+pub(crate) struct SequenceBuffer<T> {
     slots: Box<[Option<(u16, T)>]>,
     newest: Option<u16>,
 }
 
 /// Why an insert was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TooOld;
+pub(crate) struct TooOld;
 
 impl<T> SequenceBuffer<T> {
     /// A buffer with `size` slots; `size` must be a power of two no larger than 32768.
     #[must_use]
-    pub fn new(size: usize) -> Self {
+    pub(crate) fn new(size: usize) -> Self {
         assert!(
             size.is_power_of_two() && size <= 32768,
             "bad sequence buffer size"
@@ -43,13 +44,13 @@ impl<T> SequenceBuffer<T> {
 
     /// Number of slots.
     #[must_use]
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.slots.len()
     }
 
     /// The newest sequence inserted.
     #[must_use]
-    pub fn newest(&self) -> Option<u16> {
+    pub(crate) fn newest(&self) -> Option<u16> {
         self.newest
     }
 
@@ -60,7 +61,7 @@ impl<T> SequenceBuffer<T> {
     /// Stores `value` under `seq`. Moving `newest` forward clears the slots skipped
     /// over; returns whatever lived in a slot being reused so callers can account
     /// for it. Sequences older than the window are refused.
-    pub fn insert(&mut self, seq: u16, value: T) -> Result<Evicted<T>, TooOld> {
+    pub(crate) fn insert(&mut self, seq: u16, value: T) -> Result<Evicted<T>, TooOld> {
         let mut evicted = Evicted::new();
         match self.newest {
             Some(newest) if sequence_greater_than(seq, newest) => {
@@ -93,7 +94,7 @@ impl<T> SequenceBuffer<T> {
 
     /// The value stored for exactly `seq`.
     #[must_use]
-    pub fn get(&self, seq: u16) -> Option<&T> {
+    pub(crate) fn get(&self, seq: u16) -> Option<&T> {
         match &self.slots[self.index(seq)] {
             Some((s, v)) if *s == seq => Some(v),
             _ => None,
@@ -101,7 +102,7 @@ impl<T> SequenceBuffer<T> {
     }
 
     /// Mutable access to the value stored for exactly `seq`.
-    pub fn get_mut(&mut self, seq: u16) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, seq: u16) -> Option<&mut T> {
         let i = self.index(seq);
         match &mut self.slots[i] {
             Some((s, v)) if *s == seq => Some(v),
@@ -111,12 +112,14 @@ impl<T> SequenceBuffer<T> {
 
     /// Whether `seq` is stored.
     #[must_use]
-    pub fn contains(&self, seq: u16) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, seq: u16) -> bool {
         self.get(seq).is_some()
     }
 
     /// Removes and returns the value for `seq`.
-    pub fn remove(&mut self, seq: u16) -> Option<T> {
+    #[cfg(test)]
+    pub(crate) fn remove(&mut self, seq: u16) -> Option<T> {
         let i = self.index(seq);
         match &self.slots[i] {
             Some((s, _)) if *s == seq => self.slots[i].take().map(|(_, v)| v),
@@ -127,7 +130,7 @@ impl<T> SequenceBuffer<T> {
     /// Changes the number of slots to `size` (a power of two no larger than
     /// 32768), keeping the values of the newest `size` sequences: a buffer
     /// sized to what is in use rather than to the largest window it may need.
-    pub fn resize(&mut self, size: usize) {
+    pub(crate) fn resize(&mut self, size: usize) {
         assert!(
             size.is_power_of_two() && size <= 32768,
             "bad sequence buffer size"
@@ -147,7 +150,7 @@ impl<T> SequenceBuffer<T> {
 
     /// Bytes of the slots on the heap (not any heap the values own).
     #[must_use]
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         std::mem::size_of_val::<[Option<(u16, T)>]>(&self.slots)
     }
 }
@@ -156,7 +159,7 @@ impl<T> SequenceBuffer<T> {
 /// of recent sequence numbers (packets received, packets acked) at a bit
 /// apiece where a [`SequenceBuffer`] slot would take a word or more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SeqBits<const W: usize> {
+pub(crate) struct SeqBits<const W: usize> {
     words: [u64; W],
     newest: Option<u16>,
 }
@@ -172,18 +175,18 @@ impl<const W: usize> Default for SeqBits<W> {
 
 impl<const W: usize> SeqBits<W> {
     /// Sequences covered, the newest included.
-    pub const WINDOW: usize = 64 * W;
+    pub(crate) const WINDOW: usize = 64 * W;
 
     /// The newest sequence the window was moved to.
     #[must_use]
-    pub fn newest(&self) -> Option<u16> {
+    pub(crate) fn newest(&self) -> Option<u16> {
         self.newest
     }
 
     /// Whether `seq` is no newer than the newest and fewer than
     /// [`Self::WINDOW`] behind it.
     #[must_use]
-    pub fn in_window(&self, seq: u16) -> bool {
+    pub(crate) fn in_window(&self, seq: u16) -> bool {
         self.newest.is_some_and(|n| {
             !sequence_greater_than(seq, n) && usize::from(n.wrapping_sub(seq)) < Self::WINDOW
         })
@@ -196,7 +199,7 @@ impl<const W: usize> SeqBits<W> {
 
     /// Whether `seq` is in the window and set.
     #[must_use]
-    pub fn contains(&self, seq: u16) -> bool {
+    pub(crate) fn contains(&self, seq: u16) -> bool {
         let (w, b) = Self::bit(seq);
         self.in_window(seq) && self.words[w] & b != 0
     }
@@ -204,7 +207,7 @@ impl<const W: usize> SeqBits<W> {
     /// Makes a newer `seq` the newest, clearing the bits of the sequences
     /// it pushes out of the window; returns how many of those were set.
     /// An older `seq` changes nothing.
-    pub fn advance(&mut self, seq: u16) -> u32 {
+    pub(crate) fn advance(&mut self, seq: u16) -> u32 {
         let gap = match self.newest {
             Some(n) if sequence_greater_than(seq, n) => usize::from(seq.wrapping_sub(n)),
             Some(_) => return 0,
@@ -226,7 +229,7 @@ impl<const W: usize> SeqBits<W> {
     }
 
     /// Sets `seq` if it is in the window; whether it was newly set.
-    pub fn insert(&mut self, seq: u16) -> bool {
+    pub(crate) fn insert(&mut self, seq: u16) -> bool {
         let (w, b) = Self::bit(seq);
         if !self.in_window(seq) || self.words[w] & b != 0 {
             return false;
@@ -236,7 +239,7 @@ impl<const W: usize> SeqBits<W> {
     }
 
     /// Clears `seq`; whether it was set (and in the window).
-    pub fn remove(&mut self, seq: u16) -> bool {
+    pub(crate) fn remove(&mut self, seq: u16) -> bool {
         let was = self.contains(seq);
         let (w, b) = Self::bit(seq);
         if was {

@@ -124,7 +124,7 @@ const BUCKETS: usize = 10;
 
 /// Amount per second over the last second, in 100 ms buckets.
 #[derive(Clone, Debug, Default)]
-pub struct RateMeter {
+pub(crate) struct RateMeter {
     /// (bucket index, amount) in 32 bits each: a connection has five
     /// meters, and 64-bit pairs made them 800 of its ~2.9 KiB. An index
     /// wraps after 13 years of uptime; a bucket saturates at 4 GiB per 100 ms.
@@ -138,7 +138,7 @@ impl RateMeter {
     }
 
     /// Adds `amount` at `now`.
-    pub fn add(&mut self, now: Instant, amount: u64) {
+    pub(crate) fn add(&mut self, now: Instant, amount: u64) {
         let ix = Self::index(now);
         let slot = &mut self.buckets[ix as usize % BUCKETS];
         if slot.0 != ix {
@@ -151,7 +151,7 @@ impl RateMeter {
 
     /// Rate per second over the second ending at `now`.
     #[must_use]
-    pub fn per_sec(&self, now: Instant) -> f64 {
+    pub(crate) fn per_sec(&self, now: Instant) -> f64 {
         let ix = Self::index(now);
         let sum: u64 = self
             .buckets

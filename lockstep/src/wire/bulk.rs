@@ -6,15 +6,15 @@ use super::{DecodeError, Frame, MAX_HEADER_LEN, MAX_PACKET, Reader, TAG_LEN};
 /// Payload bytes of one bulk fragment (the last one of a message may be
 /// shorter): a bulk-only packet with a worst-case header is exactly
 /// [`MAX_PACKET`] bytes.
-pub const BULK_CHUNK: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - BULK_FRAME_OVERHEAD;
+pub(crate) const BULK_CHUNK: usize = MAX_PACKET - MAX_HEADER_LEN - TAG_LEN - BULK_FRAME_OVERHEAD;
 /// Bulk frame overhead: tag, message id, total length, index, 2-byte length.
-pub const BULK_FRAME_OVERHEAD: usize = 1 + 2 + 4 + 2 + 2;
+pub(crate) const BULK_FRAME_OVERHEAD: usize = 1 + 2 + 4 + 2 + 2;
 /// Most fragments one bulk message may have (the index is 16 bits).
-pub const MAX_BULK_FRAGMENTS: usize = 1 << 16;
+pub(crate) const MAX_BULK_FRAGMENTS: usize = 1 << 16;
 
 /// Number of fragments of a `total`-byte bulk message (an empty one is one empty fragment).
 #[must_use]
-pub const fn bulk_fragments(total: usize) -> usize {
+pub(crate) const fn bulk_fragments(total: usize) -> usize {
     if total == 0 {
         1
     } else {
@@ -24,7 +24,7 @@ pub const fn bulk_fragments(total: usize) -> usize {
 
 /// Byte range of fragment `index` in a `total`-byte bulk message, if it exists.
 #[must_use]
-pub fn bulk_range(total: usize, index: usize) -> Option<std::ops::Range<usize>> {
+pub(crate) fn bulk_range(total: usize, index: usize) -> Option<std::ops::Range<usize>> {
     if index >= bulk_fragments(total) {
         return None;
     }

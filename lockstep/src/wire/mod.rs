@@ -29,7 +29,9 @@ use crate::token::{SEALED_TOKEN_WIRE_LEN, SealedToken};
 
 mod bulk;
 use bulk::read_bulk;
-pub use bulk::{BULK_CHUNK, BULK_FRAME_OVERHEAD, MAX_BULK_FRAGMENTS, bulk_fragments, bulk_range};
+pub(crate) use bulk::{
+    BULK_CHUNK, BULK_FRAME_OVERHEAD, MAX_BULK_FRAGMENTS, bulk_fragments, bulk_range,
+};
 
 mod deny;
 pub use deny::DenyReason;
@@ -42,27 +44,30 @@ pub const MAX_PACKET: usize = 1200;
 /// Length of the truncated keyed-BLAKE3 MAC that ends every authenticated packet.
 pub const TAG_LEN: usize = 16;
 /// Length of a cookie MAC inside `Challenge` / `ChallengeResponse`.
-pub const COOKIE_LEN: usize = 16;
+pub(crate) const COOKIE_LEN: usize = 16;
 /// Length of a `ConnectRequest`: padded to the maximum so no reply can amplify it.
 pub const CONNECT_REQUEST_LEN: usize = MAX_PACKET;
 /// Length of a `Challenge` or `ChallengeResponse`.
-pub const CHALLENGE_LEN: usize = 1 + 1 + 8 + 8 + 8 + COOKIE_LEN;
+#[cfg(test)]
+pub(crate) const CHALLENGE_LEN: usize = 1 + 1 + 8 + 8 + 8 + COOKIE_LEN;
 /// Length of a `Denied`.
-pub const DENIED_LEN: usize = 1 + 1 + 8 + 8 + 1;
+#[cfg(test)]
+pub(crate) const DENIED_LEN: usize = 1 + 1 + 8 + 8 + 1;
 /// Length of a `TokenResponse` (a `ChallengeResponse` plus the sealed token).
-pub const TOKEN_RESPONSE_LEN: usize = CHALLENGE_LEN + SEALED_TOKEN_WIRE_LEN;
+#[cfg(test)]
+pub(crate) const TOKEN_RESPONSE_LEN: usize = CHALLENGE_LEN + SEALED_TOKEN_WIRE_LEN;
 /// Largest authenticated header (prefix, seq, 2-byte ack, 4 ack-bit bytes, ack delay).
-pub const MAX_HEADER_LEN: usize = 1 + 2 + 2 + 4 + 1;
+pub(crate) const MAX_HEADER_LEN: usize = 1 + 2 + 2 + 4 + 1;
 /// Payload bytes of one message fragment; larger messages are split into chunks of this size.
-pub const FRAGMENT_SIZE: usize = 1024;
+pub(crate) const FRAGMENT_SIZE: usize = 1024;
 /// Most fragments one message may be split into (a hard reassembly cap).
-pub const MAX_FRAGMENTS: usize = 255;
+pub(crate) const MAX_FRAGMENTS: usize = 255;
 /// Largest frame overhead (tag, id, fragment index/count, 2-byte length).
-pub const MAX_FRAME_OVERHEAD: usize = 1 + 2 + 2 + 2;
+pub(crate) const MAX_FRAME_OVERHEAD: usize = 1 + 2 + 2 + 2;
 /// Largest message that travels unfragmented.
-pub const MAX_UNFRAGMENTED: usize = FRAGMENT_SIZE;
+pub(crate) const MAX_UNFRAGMENTED: usize = FRAGMENT_SIZE;
 /// Ack delay byte value meaning "held too long to measure".
-pub const ACK_DELAY_UNKNOWN: u8 = 255;
+pub(crate) const ACK_DELAY_UNKNOWN: u8 = 255;
 
 /// Why a byte string is not a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
@@ -267,7 +272,7 @@ pub enum Packet<'a> {
 
 /// The `a > b` comparison on 16-bit sequence numbers that treats 0 as newer than 65535.
 #[must_use]
-pub const fn sequence_greater_than(a: u16, b: u16) -> bool {
+pub(crate) const fn sequence_greater_than(a: u16, b: u16) -> bool {
     (a > b && a - b <= 32768) || (a < b && b - a > 32768)
 }
 
@@ -579,7 +584,7 @@ fn decode_authed(prefix: u8, bytes: &[u8]) -> Result<Packet<'_>, DecodeError> {
 }
 
 /// Appends the canonical encoding of `h`.
-pub fn encode_header(h: &Header, out: &mut Vec<u8>) {
+pub(crate) fn encode_header(h: &Header, out: &mut Vec<u8>) {
     let kind = match h.kind {
         AuthKind::Data => 0u8,
         AuthKind::Accepted => 1,
@@ -671,7 +676,7 @@ pub fn encode_frame(f: &Frame<'_>, out: &mut Vec<u8>) {
 
 /// Encoded length of one frame.
 #[must_use]
-pub fn frame_len(f: &Frame<'_>) -> usize {
+pub(crate) fn frame_len(f: &Frame<'_>) -> usize {
     match f {
         Frame::Reliable {
             fragment: None,

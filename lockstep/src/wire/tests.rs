@@ -171,6 +171,19 @@ fn token_packets_have_fixed_sizes_and_reserved_prefixes_are_rejected() {
     }
     .encode(&mut b);
     assert_eq!(b.len(), TOKEN_RESPONSE_LEN);
+    // The other fixed-size handshake packets have the lengths their
+    // constants state.
+    let mut fixed = Vec::new();
+    Packet::Challenge(cookie).encode(&mut fixed);
+    assert_eq!(fixed.len(), CHALLENGE_LEN);
+    fixed.clear();
+    Packet::Denied {
+        protocol_id: 5,
+        client_salt: 6,
+        reason: DenyReason::Full,
+    }
+    .encode(&mut fixed);
+    assert_eq!(fixed.len(), DENIED_LEN);
     let mut long = b.clone();
     long.push(0);
     assert!(matches!(decode(&long), Err(DecodeError::Trailing { .. })));

@@ -16,7 +16,7 @@ use super::seats::Seat;
 use crate::config::RelayConfig;
 use crate::outbox::Outbox;
 use lockstep::Instant;
-use lockstep::proto::ToPeer;
+use lockstep::low_level::proto::ToPeer;
 use sim::{PlayerId, Turn};
 
 impl Game {
@@ -50,7 +50,7 @@ impl Game {
         let Some(slot) = self.slots.get_mut(seat.index()) else {
             return;
         };
-        let refuse = |conn: Option<lockstep::transport::ConnId>, out: &mut Outbox| {
+        let refuse = |conn: Option<lockstep::low_level::transport::ConnId>, out: &mut Outbox| {
             if let Some(conn) = conn {
                 out.send(conn, &ToPeer::InputRefused { turn: seq });
             }

@@ -5,8 +5,8 @@ use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
-use lockstep::proto::RejectReason;
-use lockstep::proto::{EndReason, MAX_INPUT_DELAY, ToPeer};
+use lockstep::low_level::proto::RejectReason;
+use lockstep::low_level::proto::{EndReason, MAX_INPUT_DELAY, ToPeer};
 use lockstep::{Duration, Instant};
 use sim::Turn;
 

@@ -22,7 +22,7 @@ use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
-use lockstep::proto::{EntityDump, MAX_DUMP_ENTITIES, ToPeer};
+use lockstep::low_level::proto::{EntityDump, MAX_DUMP_ENTITIES, ToPeer};
 use replays::forensics::{
     Comparison, DesyncReport, EntityReport, FieldReport, PlayerHash, SectionPair,
 };

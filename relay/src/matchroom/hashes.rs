@@ -7,7 +7,7 @@ use crate::desync::{Verdict, differing_sections};
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
-use lockstep::proto::{DesyncReport, ToPeer};
+use lockstep::low_level::proto::{DesyncReport, ToPeer};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 
 /// The section comparison of the first desync.

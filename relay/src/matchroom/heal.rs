@@ -16,7 +16,7 @@ use crate::config::RelayConfig;
 use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use lockstep::Instant;
-use lockstep::proto::{Delivery, Heal, ToPeer};
+use lockstep::low_level::proto::{Delivery, Heal, ToPeer};
 use sim::{PlayerId, Turn};
 
 /// A heal from the desync's verdict to the first agreeing turn after it.

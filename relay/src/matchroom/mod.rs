@@ -11,8 +11,8 @@ mod end;
 mod forensics;
 mod hashes;
 mod heal;
+mod held_slots;
 mod pinger;
-mod rejoin;
 mod seats;
 mod snapshots;
 mod spectators;
@@ -24,9 +24,9 @@ use crate::desync::HashBook;
 use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
 use crate::outbox::Outbox;
 use hashes::Probe;
-use lockstep::proto::RejectReason;
-use lockstep::proto::{EndReason, Join, PlayerInfo, Start, ToPeer, ToRelay};
-use lockstep::transport::ConnId;
+use lockstep::low_level::proto::RejectReason;
+use lockstep::low_level::proto::{EndReason, Join, PlayerInfo, Start, ToPeer, ToRelay};
+use lockstep::low_level::transport::ConnId;
 use lockstep::{Duration, Instant};
 use pinger::PingTable;
 use seats::Seat;
@@ -130,7 +130,7 @@ struct Game {
     /// accepts bulk data (the chunks) from it.
     upload_grant: Option<(PlayerId, ConnId)>,
     /// Receivers whose restore failed, waiting for the next agreed snapshot.
-    awaiting: Vec<rejoin::Receiver>,
+    awaiting: Vec<held_slots::Receiver>,
     spectators: Vec<spectators::Spectator>,
     /// Agreed hashes of recent turns, for the spectators' late reports.
     agreed: spectators::AgreedHashes,
@@ -467,7 +467,7 @@ impl MatchRoom {
             ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
             ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
             ToRelay::SnapshotFailed { turn } => {
-                g.on_restore_failed(rejoin::Receiver::Player(player), turn, config, out);
+                g.on_restore_failed(held_slots::Receiver::Player(player), turn, config, out);
             }
             ToRelay::Join(_) | ToRelay::Rejoin(_) | ToRelay::Spectate(_) => {
                 out.counters.bad_state += 1;
@@ -622,7 +622,7 @@ impl Game {
         self.snapshots.uploader_gone(player);
         // A replacement snapshot must not reach a later rejoin of the slot.
         self.awaiting
-            .retain(|w| *w != rejoin::Receiver::Player(player));
+            .retain(|w| *w != held_slots::Receiver::Player(player));
         // A clean leave gives the slot up, and so does a player healed too
         // often (it would only desync again); any other drop holds it.
         if !matches!(reason, DropReason::Left | DropReason::TooManyHeals) {

@@ -6,7 +6,7 @@ use super::Game;
 use super::turns::Closing;
 use crate::config::RelayConfig;
 use crate::outbox::Outbox;
-use lockstep::proto::ToPeer;
+use lockstep::low_level::proto::ToPeer;
 use lockstep::{Duration, Instant};
 use sim::PlayerId;
 
@@ -128,7 +128,7 @@ impl Game {
 mod tests {
     use super::*;
     use crate::{ConnId, RelayConfig, Router};
-    use lockstep::proto::ToRelay;
+    use lockstep::low_level::proto::ToRelay;
     use std::net::SocketAddr;
 
     /// A router with a started two-player match; the pings each connection got.

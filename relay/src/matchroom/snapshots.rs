@@ -3,10 +3,10 @@
 //! snapshot of at most `max_snapshot_bytes`, one upload in progress of at
 //! most the same, and at most `max_tail_turns` bundles.
 
-use crate::rejoin::RejoinConfig;
+use crate::rejoin_config::RejoinConfig;
 use lockstep::Instant;
-use lockstep::proto::SnapshotChunk;
-use lockstep::transport::ConnId;
+use lockstep::low_level::proto::SnapshotChunk;
+use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -301,7 +301,9 @@ impl SnapshotStore {
     ) {
         self.tail_bytes += bytes.len();
         self.tail.push_back((turn, at, bytes));
-        let max = config.max_tail_turns.min(crate::rejoin::MAX_TAIL_TURNS) as usize;
+        let max = config
+            .max_tail_turns
+            .min(crate::rejoin_config::MAX_TAIL_TURNS) as usize;
         while self.tail.len() > max {
             if let Some((_, _, b)) = self.tail.pop_front() {
                 self.tail_bytes -= b.len();

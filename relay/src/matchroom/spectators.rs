@@ -4,15 +4,15 @@
 //! are checked against the turns' agreed hashes, so each one is a free
 //! extra verifier.
 
-use super::rejoin::Receiver;
+use super::held_slots::Receiver;
 use super::snapshots::Base;
 use super::{Game, MatchRoom, Phase};
 use crate::config::RelayConfig;
 use crate::outbox::Outbox;
-use crate::rejoin::MAX_TAIL_TURNS;
+use crate::rejoin_config::MAX_TAIL_TURNS;
 use lockstep::Instant;
-use lockstep::proto::{DesyncReport, Join, RejectReason, Resume, ToPeer, ToRelay};
-use lockstep::transport::ConnId;
+use lockstep::low_level::proto::{DesyncReport, Join, RejectReason, Resume, ToPeer, ToRelay};
+use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::VecDeque;
 
@@ -214,7 +214,11 @@ impl Game {
                 if !all && now.saturating_since(at) < delay {
                     break;
                 }
-                out.push(s.conn, lockstep::proto::Delivery::Urgent, bytes.to_vec());
+                out.push(
+                    s.conn,
+                    lockstep::low_level::proto::Delivery::Urgent,
+                    bytes.to_vec(),
+                );
                 s.sent_through = Some(turn);
             }
         }

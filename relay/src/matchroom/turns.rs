@@ -7,7 +7,7 @@ use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
 use crate::outbox::Outbox;
 use crate::turn_policy::TurnPolicy;
-use lockstep::proto::{
+use lockstep::low_level::proto::{
     Bundle, Delivery, MAX_BUNDLE_ENTRIES, MAX_CARRY_BYTES, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS,
     MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, Notice, ToPeer,
 };

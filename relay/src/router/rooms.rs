@@ -14,7 +14,7 @@ use crate::config::RelayConfig;
 use crate::event::MatchId;
 use crate::matchroom::MatchRoom;
 use lockstep::Instant;
-use lockstep::schedule::{Schedule, ScheduleKey};
+use lockstep::low_level::schedule::{Schedule, ScheduleKey};
 use std::collections::BTreeMap;
 
 impl ScheduleKey for MatchId {}

@@ -5,8 +5,8 @@
 //! forwards bytes), on a virtual clock one turn at a time.
 
 use super::*;
-use crate::rejoin::RejoinConfig;
-use lockstep::proto::{Join, Rejoin, SnapshotChunk};
+use crate::rejoin_config::RejoinConfig;
+use lockstep::low_level::proto::{Join, Rejoin, SnapshotChunk};
 use sim::{StateHash, Turn};
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -211,7 +211,7 @@ fn config(snapshot_every: u32) -> RelayConfig {
     RelayConfig {
         rejoin: RejoinConfig {
             snapshot_every,
-            key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+            key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
             ..RejoinConfig::default()
         },
         ..RelayConfig::default()

@@ -6,7 +6,7 @@
 
 use crate::limits::TokenBucket;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use lockstep::transport::Detached;
+use lockstep::low_level::transport::Detached;
 use mio::Waker;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -14,9 +14,9 @@
 use super::handoff::{Forwarded, Handoff, home_of};
 use crate::limits::AddrLimiter;
 use crate::router::{ConnId, Router};
-use crate::server::{Placement, RouterGlue};
-use lockstep::proto::ToRelay;
-use lockstep::transport::Server;
+use crate::router_glue::{Placement, RouterGlue};
+use lockstep::low_level::proto::ToRelay;
+use lockstep::low_level::transport::Server;
 use lockstep::{Duration, Instant};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -7,8 +7,8 @@
 use super::*;
 use crate::RelayConfig;
 use crate::test_support::join_bytes;
-use lockstep::proto::ToPeer;
-use lockstep::transport::{Channel, Client, ClientEvent, TransportConfig};
+use lockstep::low_level::proto::ToPeer;
+use lockstep::low_level::transport::{Channel, Client, ClientEvent, TransportConfig};
 use std::collections::VecDeque;
 
 const KEY: [u8; 32] = [9; 32];

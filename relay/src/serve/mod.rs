@@ -3,7 +3,7 @@
 //! `Server`, `Router` and recorder. A match lives on one loop, its *home*
 //! ([`home_of`] its name), so its turn closing, hash judging and recording
 //! never cross threads; a connection whose `Join` names a match hosted
-//! elsewhere moves there ([`lockstep::transport::Server::detach`]), and
+//! elsewhere moves there ([`lockstep::low_level::transport::Server::detach`]), and
 //! the loop whose socket the kernel gives that client's datagrams to
 //! (it hashes by address) forwards them, batched once per wake-up.
 //! The sans-IO cores are unchanged: threads are this driver's concern.
@@ -26,7 +26,7 @@ use crate::recorder::Recorder;
 use crate::udp::{RelayNote, ServeOptions, process_secret};
 use event_loop::{EventLoop, Shared};
 use handoff::Mailbox;
-use lockstep::transport::{Server, TransportConfig};
+use lockstep::low_level::transport::{Server, TransportConfig};
 use mio::{Poll, Waker};
 use socket::BatchSocket;
 use std::io;

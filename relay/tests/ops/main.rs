@@ -650,7 +650,7 @@ mod threads;
 /// 40 others (before, that count waited for the next refusal, for ever).
 #[test]
 fn a_refusal_floods_last_suppressed_count_is_logged_without_another_refusal() {
-    use lockstep::transport::{Client, TransportConfig};
+    use lockstep::low_level::transport::{Client, TransportConfig};
     let dir = scratch("suppressed");
     let mut relay = Relay::start(&dir, &[]);
     let to: std::net::SocketAddr = relay.addr.parse().unwrap();

@@ -7,10 +7,10 @@
 use super::netsim::{PeerNode, PeerSpec, RelayNode};
 use super::*;
 
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::skew::Skewed;
 use lockstep::netsim::{LinkConfig, Network};
-use lockstep::transport::{Server, TransportConfig};
 
 const TURN_MS: f64 = 100.0;
 

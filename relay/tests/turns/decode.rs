@@ -4,7 +4,7 @@
 //! way (`sim::decode_turn` with the match's player count).
 
 use super::*;
-use lockstep::proto::ToRelay;
+use lockstep::low_level::proto::ToRelay;
 use sim::Simulation;
 use sim::game::{Command, World};
 
@@ -173,7 +173,7 @@ fn random_entry(rng: &mut Rng) -> (PlayerId, Vec<u8>) {
 /// Seeded random bundles with hostile entries (garbage, trailing bytes,
 /// players outside the match or the protocol, duplicates) in any order
 /// decode identically through every path: `sim::decode_turn` whatever the
-/// order, the peers' `lockstep::proto::decode_turn` on what an honest relay
+/// order, the peers' `lockstep::low_level::proto::decode_turn` on what an honest relay
 /// stamps, and `replays::verify` re-simulating a recording of the bundle to
 /// the hash a peer computed.
 #[test]
@@ -215,7 +215,7 @@ fn a_hostile_bundle_decodes_identically_through_every_path() {
         // The peers' wrapper, on the entries an honest relay could stamp.
         let stamped: Vec<_> = shuffled.iter().filter(|(p, _)| p.0 < 3).cloned().collect();
         assert_eq!(
-            lockstep::proto::decode_turn::<Command>(&stamped),
+            lockstep::low_level::proto::decode_turn::<Command>(&stamped),
             want.commands,
             "case {case}"
         );

@@ -3,7 +3,7 @@
 //! no step closes more turns than the clock allows, and the per-player byte
 //! budget keeps every bundle deliverable.
 
-use lockstep::proto::{Join, ToPeer, ToRelay};
+use lockstep::low_level::proto::{Join, ToPeer, ToRelay};
 use lockstep::{Duration, Instant};
 use relay::{ConnId, RelayConfig, Router, RouterEvent};
 use sim::{StateHash, Turn};
@@ -70,7 +70,7 @@ fn a_match_whose_players_all_left_ends_at_once_as_abandoned() {
             events.iter().any(|e| matches!(
                 e,
                 RouterEvent::MatchEnded {
-                    reason: lockstep::proto::EndReason::Abandoned,
+                    reason: lockstep::low_level::proto::EndReason::Abandoned,
                     ..
                 }
             )),
@@ -138,16 +138,16 @@ fn no_step_closes_more_turns_than_the_clock_allows() {
 /// A transport server + router + glue and two transport clients, passing
 /// datagrams by hand so a test decides which wake-up each one arrives in.
 struct Wire {
-    server: lockstep::transport::Server,
+    server: lockstep::low_level::transport::Server,
     router: Router,
-    glue: relay::server::RouterGlue,
-    clients: Vec<(SocketAddr, lockstep::transport::Client)>,
+    glue: relay::router_glue::RouterGlue,
+    clients: Vec<(SocketAddr, lockstep::low_level::transport::Client)>,
     server_addr: SocketAddr,
 }
 
 impl Wire {
     fn new(players: u8, config: RelayConfig, now: Instant) -> Self {
-        use lockstep::transport::{Client, Server, TransportConfig};
+        use lockstep::low_level::transport::{Client, Server, TransportConfig};
         let server_addr = addr(999);
         let clients = (0..u32::from(players))
             .map(|i| {
@@ -163,7 +163,7 @@ impl Wire {
         Self {
             server: Server::new(TransportConfig::default(), [3; 32]),
             router: Router::new(config),
-            glue: relay::server::RouterGlue::new(),
+            glue: relay::router_glue::RouterGlue::new(),
             clients,
             server_addr,
         }
@@ -202,7 +202,7 @@ impl Wire {
         let mut out = Vec::new();
         for (i, (_, c)) in self.clients.iter_mut().enumerate() {
             while let Some(ev) = c.poll_event() {
-                if let lockstep::transport::ClientEvent::Message(bytes) = ev
+                if let lockstep::low_level::transport::ClientEvent::Message(bytes) = ev
                     && let Ok(msg) = ToPeer::decode(&bytes)
                 {
                     out.push((i, msg));
@@ -214,8 +214,11 @@ impl Wire {
 
     fn send_all(&mut self, msg: &ToRelay) {
         for (_, c) in &mut self.clients {
-            c.send(lockstep::transport::Channel::Reliable, &msg.to_bytes())
-                .unwrap();
+            c.send(
+                lockstep::low_level::transport::Channel::Reliable,
+                &msg.to_bytes(),
+            )
+            .unwrap();
         }
     }
 
@@ -230,7 +233,7 @@ impl Wire {
         for (i, (_, c)) in self.clients.iter_mut().enumerate() {
             assert!(c.is_connected(), "client {i} not connected");
             c.send(
-                lockstep::transport::Channel::Reliable,
+                lockstep::low_level::transport::Channel::Reliable,
                 &ToRelay::Join(Join {
                     match_name: "w".into(),
                     slots: n,
@@ -347,7 +350,7 @@ fn health_is_503_while_the_event_loop_is_stalled() {
             stop: &stop,
             grace: Duration::ZERO,
             metrics: Some(Arc::clone(&metrics)),
-            auth: lockstep::transport::AuthMode::Open,
+            auth: lockstep::low_level::transport::AuthMode::Open,
             home_key: None,
             max_memory: relay::limits::DEFAULT_MAX_MEMORY_BYTES,
         };
@@ -355,7 +358,7 @@ fn health_is_503_while_the_event_loop_is_stalled() {
             serve_with(
                 &socket,
                 RelayConfig::default(),
-                lockstep::transport::TransportConfig::default(),
+                lockstep::low_level::transport::TransportConfig::default(),
                 None,
                 &opts,
                 |n| {
@@ -409,7 +412,7 @@ fn chunks(n: usize, len: usize, fill: u8) -> Vec<Vec<u8>> {
 /// each player's share is the protocol's whole `MAX_PLAYER_TURN_BYTES`.
 #[test]
 fn the_worst_bundle_hostile_players_can_force_is_delivered() {
-    use lockstep::proto::{MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_MESSAGE_LEN};
+    use lockstep::low_level::proto::{MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_MESSAGE_LEN};
     let mut config = RelayConfig {
         policy: relay::TurnPolicy::Deadline,
         adaptive_delay: false,

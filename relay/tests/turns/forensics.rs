@@ -7,10 +7,10 @@
 
 use super::netsim::RelayNode;
 use super::*;
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::{Agent, Autopilot, PeerBuilder, PeerEvent};
-use lockstep::transport::{Server, TransportConfig};
 use relay::config::DesyncPolicy;
 use replays::DesyncReport;
 use sim::Simulation;

@@ -5,7 +5,7 @@
 //! hashes already reported, and reports at its deadline without stalling.
 
 use super::*;
-use lockstep::proto::{EntityDump, Join, MAX_ENTITY_HASHES, ToRelay};
+use lockstep::low_level::proto::{EntityDump, Join, MAX_ENTITY_HASHES, ToRelay};
 use replays::DesyncReport;
 use sim::forensics::{EntityHash, Field, combine_entities};
 

@@ -4,10 +4,10 @@
 
 use super::netsim::{PeerNode, PeerSpec, RelayNode, run_match};
 use super::*;
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::Harness;
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::PeerSummary;
-use lockstep::transport::{Server, TransportConfig};
 use relay::demo::known_rules_hash;
 
 /// Runs `n` reference-game peers (bot seeds 40, 41, ...) against a relay

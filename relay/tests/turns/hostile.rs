@@ -6,7 +6,7 @@
 //! every peer agreeing on every hash.
 
 use super::*;
-use lockstep::proto::{MAX_INPUT_CHUNKS, ToRelay};
+use lockstep::low_level::proto::{MAX_INPUT_CHUNKS, ToRelay};
 
 /// Bytes no honest toy peer sends: marks the hostile peer's forged commands.
 const FORGED: u8 = 0xEE;

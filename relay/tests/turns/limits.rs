@@ -5,10 +5,10 @@
 //! keeps sending but acknowledges nothing is cut off and logged.
 
 use super::*;
-use lockstep::proto::RejectReason;
-use lockstep::proto::{Join, ToRelay};
-use lockstep::transport::DisconnectReason;
-use lockstep::transport::{Client, ClientEvent, TransportConfig};
+use lockstep::low_level::proto::RejectReason;
+use lockstep::low_level::proto::{Join, ToRelay};
+use lockstep::low_level::transport::DisconnectReason;
+use lockstep::low_level::transport::{Client, ClientEvent, TransportConfig};
 use relay::limits::Limits;
 use relay::udp::RelayNote;
 use std::net::UdpSocket;
@@ -171,8 +171,11 @@ fn a_client_that_acknowledges_nothing_is_cut_off_over_real_sockets() {
                     name: "d".into(),
                     turns: 0,
                 });
-                c.send(lockstep::transport::Channel::Reliable, &join.to_bytes())
-                    .unwrap();
+                c.send(
+                    lockstep::low_level::transport::Channel::Reliable,
+                    &join.to_bytes(),
+                )
+                .unwrap();
                 joined = true;
             }
             while let Some(to) = c.poll_transmit(now, &mut buf) {

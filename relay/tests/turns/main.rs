@@ -28,10 +28,11 @@ mod token_cli;
 mod tokens;
 mod udp;
 
-use lockstep::event::Event;
-use lockstep::proto::{Bundle, EndReason, ToPeer};
-use lockstep::session::{Session, SessionStats};
-use lockstep::{Duration, Instant, builder::SessionBuilder};
+use lockstep::low_level::proto::{Bundle, EndReason, ToPeer};
+use lockstep::low_level::session::Event;
+use lockstep::low_level::session::SessionBuilder;
+use lockstep::low_level::session::{Session, SessionStats};
+use lockstep::{Duration, Instant};
 use relay::{ConnId, RelayConfig, Router, RouterEvent, TurnPolicy};
 use sim::{PlayerId, SectionHash, StateHash, Turn};
 use std::collections::BTreeMap;

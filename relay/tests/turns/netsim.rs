@@ -3,11 +3,11 @@
 
 use super::*;
 
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::{Autopilot, Peer, PeerBuilder, PeerEvent};
 use lockstep::token::ConnectToken;
-use lockstep::transport::{Server, TransportConfig};
 use sim::game::World;
 
 /// The relay as a harness endpoint (the crate's own, public one).
@@ -58,7 +58,7 @@ pub(super) struct PeerNode {
     /// Every simulated turn's inputs and the hash after it, in order.
     pub(super) executed: Vec<(Vec<sim::Stamped<sim::game::Command>>, StateHash)>,
     /// The relay's rejoin secret for this peer's slot, once given.
-    pub(super) secret: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
+    pub(super) secret: Option<(PlayerId, lockstep::low_level::proto::RejoinSecret)>,
 }
 
 /// How to build a [`PeerNode`].
@@ -101,7 +101,7 @@ impl PeerNode {
         spec: PeerSpec<'_>,
         server: SocketAddr,
         addr: SocketAddr,
-        rejoin: Option<(PlayerId, lockstep::proto::RejoinSecret)>,
+        rejoin: Option<(PlayerId, lockstep::low_level::proto::RejoinSecret)>,
     ) -> Self {
         Self::with(at, spec, server, addr, move |b| match rejoin {
             Some((player, secret)) => b.with_rejoin(player, secret),
@@ -325,7 +325,7 @@ fn lagging_peer_over_netsim_deadline_keeps_everyone_playing() {
     assert!(s[2].late_inputs > 10 && s[2].rtt_ms > 450.0, "{:?}", s[2]);
     assert_eq!(
         peers[2].peer().link_stats().mode,
-        lockstep::transport::CongestionMode::Bad
+        lockstep::low_level::transport::CongestionMode::Bad
     );
 }
 

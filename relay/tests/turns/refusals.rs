@@ -7,12 +7,12 @@
 //! match, another slot count, game or rules, full or draining relay).
 
 use super::*;
-use lockstep::peer_glue::PeerGlue;
-use lockstep::proto::RejectReason;
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::proto::RejectReason;
+use lockstep::low_level::transport::{AuthMode, Client, DisconnectReason, Server, TransportConfig};
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, Client, DisconnectReason, Server, TransportConfig};
 use relay::router::JoinRefusal;
-use relay::server::RouterGlue;
+use relay::router_glue::RouterGlue;
 
 const UNIX_AT_ZERO: u64 = 1_800_000_000;
 const KEY: [u8; 32] = [9; 32];

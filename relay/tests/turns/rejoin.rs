@@ -6,12 +6,12 @@
 
 use super::netsim::{PeerNode, PeerSpec, RelayNode};
 use super::*;
+use lockstep::low_level::proto::{RejectReason, RejoinSecret};
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::PeerSummary;
-use lockstep::proto::{RejectReason, RejoinSecret};
-use lockstep::transport::{Server, TransportConfig};
-use relay::rejoin::RejoinConfig;
+use relay::rejoin_config::RejoinConfig;
 
 const SERVER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 7000);
 
@@ -38,7 +38,7 @@ fn config() -> RelayConfig {
         silence_timeout: Duration::from_secs(1),
         rejoin: RejoinConfig {
             snapshot_every: 20,
-            key: relay::rejoin::RejoinKey::from_bytes(&[5; 32]).unwrap(),
+            key: relay::rejoin_config::RejoinKey::from_bytes(&[5; 32]).unwrap(),
             ..RejoinConfig::default()
         },
         ..RelayConfig::default()

@@ -7,10 +7,10 @@
 
 use super::netsim::{DoneWhen, PeerNode, PeerSpec, RelayNode, run_match};
 use super::*;
+use lockstep::low_level::transport::{AuthMode, Server, ServerCounters, TransportConfig};
 use lockstep::netsim::harness::Harness;
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::token::{ConnectToken, TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{AuthMode, Server, ServerCounters, TransportConfig};
 
 const UNIX_AT_ZERO: u64 = 1_800_000_000;
 const KEY: [u8; 32] = [7; 32];
@@ -136,12 +136,12 @@ fn token_for_another_match_is_refused_and_allocates_nothing() {
     assert!(summary.player.is_none());
     assert_eq!(
         summary.refused.map(|r| r.reason),
-        Some(lockstep::proto::RejectReason::WrongMatch),
+        Some(lockstep::low_level::proto::RejectReason::WrongMatch),
         "the peer was told why"
     );
     assert_eq!(
         p.peer().disconnected(),
-        Some(lockstep::transport::DisconnectReason::Remote),
+        Some(lockstep::low_level::transport::DisconnectReason::Remote),
         "then the relay closed the connection"
     );
     assert_eq!(o.refusals.len(), 1);
@@ -160,7 +160,7 @@ fn token_slot_outside_the_match_is_refused_and_allocates_nothing() {
     assert!(o.peers[0].peer().disconnected().is_some());
     assert_eq!(
         o.peers[0].peer().summary(o.now).refused.map(|r| r.reason),
-        Some(lockstep::proto::RejectReason::WrongSlot)
+        Some(lockstep::low_level::proto::RejectReason::WrongSlot)
     );
     assert_eq!(
         (o.router.token_wrong_slot, o.server.token_wrong_slot),

@@ -152,9 +152,9 @@ fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
             // not dropped; the restarted peer comes back before it runs
             // out, so its secret takes the slot over from the dead one.
             silence_timeout: Duration::from_millis(3000),
-            rejoin: relay::rejoin::RejoinConfig {
+            rejoin: relay::rejoin_config::RejoinConfig {
                 snapshot_every: 100,
-                ..relay::rejoin::RejoinConfig::default()
+                ..relay::rejoin_config::RejoinConfig::default()
             },
             ..RelayConfig::default()
         },

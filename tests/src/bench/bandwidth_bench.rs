@@ -7,11 +7,11 @@
 //! transport really sends.
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::transport::{Client, Server, TransportConfig};
+use lockstep::low_level::wire::{self, AuthKind, Frame, Header};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
-use lockstep::peer_glue::PeerGlue;
-use lockstep::transport::{Client, Server, TransportConfig};
-use lockstep::wire::{self, AuthKind, Frame, Header};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use std::fmt::Write as _;
@@ -314,7 +314,7 @@ pub fn markdown(quick: bool) -> String {
     let ((best, worst), (msg_best, msg_worst)) = our_overhead();
     let _ = writeln!(
         md,
-        "\nHeader overhead per packet (excluding IP/UDP), ours computed with `lockstep::wire`'s encoder:\n\n\
+        "\nHeader overhead per packet (excluding IP/UDP), ours computed with `lockstep::low_level::wire`'s encoder:\n\n\
          | protocol | bytes per packet | notes |\n|---|---|---|\n\
          | ours | {best} clean link – {worst} worst case | prefix, seq, ack (1 byte as a delta when close), ack bits (bytes that are all ones are left out), ack delay, 16-byte keyed-BLAKE3 MAC; plus {msg_best}–{msg_worst} bytes per message frame |\n\
          | reliable.io | 4–9 | no authentication |\n\
@@ -336,7 +336,7 @@ mod tests {
     /// message plus a packet header, a MAC and one frame header.
     #[test]
     fn overhead_matches_a_datagram_the_transport_sent() {
-        use lockstep::transport::Channel;
+        use lockstep::low_level::transport::Channel;
         let ((best, worst), (msg_best, msg_worst)) = our_overhead();
         assert!(best < worst && msg_best < msg_worst);
         let server_addr: SocketAddr = ([127, 0, 0, 1], 7777).into();

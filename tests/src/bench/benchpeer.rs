@@ -8,9 +8,9 @@
 //! (UDP transport or a TCP stream) is the driver's: it feeds
 //! [`BenchPeer::session`] and drains it.
 
+use lockstep::low_level::proto::EndReason;
+use lockstep::low_level::session::{Session, SessionStats};
 use lockstep::peer::{GameSession, PeerBuilder, PeerEvent};
-use lockstep::proto::EndReason;
-use lockstep::session::{Session, SessionStats};
 use lockstep::{Duration, Instant};
 use sim::bot::Bot;
 use sim::game::{Command, World};

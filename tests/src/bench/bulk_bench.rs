@@ -6,11 +6,11 @@
 //! on a lockstep-like and a busy link.
 
 use super::stats::Summary;
-use lockstep::netsim::harness::{Endpoint, Harness};
-use lockstep::netsim::{LinkConfig, Network};
-use lockstep::transport::{
+use lockstep::low_level::transport::{
     Channel, Client, ClientEvent, ConnId, Server, ServerEvent, TransportConfig,
 };
+use lockstep::netsim::harness::{Endpoint, Harness};
+use lockstep::netsim::{LinkConfig, Network};
 use lockstep::{Duration, Instant};
 use std::fmt::Write as _;
 use std::net::SocketAddr;

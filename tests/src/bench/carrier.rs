@@ -14,13 +14,13 @@
 use super::benchpeer::{BenchPeer, BenchPeerConfig, PeerFigures};
 use super::framing::{FrameDecoder, encode_frame};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
-use lockstep::peer_glue::PeerGlue;
-use lockstep::proto::ToRelay;
-use lockstep::transport::{Client, Server, TransportConfig};
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::proto::ToRelay;
+use lockstep::low_level::transport::{Client, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::router::{ConnId, Router};
-use relay::server::RouterGlue;
+use relay::router_glue::RouterGlue;
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -584,7 +584,7 @@ pub fn run_tcp_peer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockstep::proto::Join;
+    use lockstep::low_level::proto::Join;
     use sim::StateHash;
 
     fn join(name: &str) -> Vec<u8> {

@@ -7,10 +7,10 @@
 //! the figure is the protocol's own cost, all of which the relay pays.
 
 use super::stats::Summary;
-use lockstep::token::{TokenClaims, TokenKey, issue_token};
-use lockstep::transport::{
+use lockstep::low_level::transport::{
     AuthMode, Channel, Client, ConnId, Server, ServerEvent, TransportConfig,
 };
+use lockstep::token::{TokenClaims, TokenKey, issue_token};
 use lockstep::{Duration, Instant};
 use std::net::SocketAddr;
 use std::time::Instant as Clock;

@@ -6,10 +6,10 @@
 //! which the serve loop adds to the kernel's.
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::transport::{Client, ConnMemory, Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
-use lockstep::peer_glue::PeerGlue;
-use lockstep::transport::{Client, ConnMemory, Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::endpoint::RelayEndpoint;

@@ -15,11 +15,11 @@
 //! relay for the next turn to close, and no command can be decided sooner
 //! than its trip to the relay and back.
 
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::skew::Skewed;
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::{Peer, PeerBuilder, PeerEvent};
-use lockstep::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::{RelayConfig, TurnPolicy};
 use sim::game::{Command, World};
@@ -174,7 +174,7 @@ pub struct Scenario {
     /// Seed.
     pub seed: u64,
     /// The peers' jitter buffer sizing.
-    pub playout: lockstep::session::PlayoutConfig,
+    pub playout: lockstep::low_level::session::PlayoutConfig,
     /// The transport's good-mode packet rate and burst, if not the default
     /// (30 packets/s, burst 3): shows how much of the gap to the floor is
     /// the transport's send pacing.
@@ -333,7 +333,7 @@ fn base(players: u8, secs: u64, loss: f64) -> Scenario {
         freeze: None,
         policy: TurnPolicy::Clock,
         seed: 1,
-        playout: lockstep::session::PlayoutConfig::default(),
+        playout: lockstep::low_level::session::PlayoutConfig::default(),
         pacing: None,
     }
 }

@@ -19,7 +19,7 @@ use super::carrier::{PingRtts, run_tcp_peer, run_udp_peers, serve_tcp, serve_udp
 use super::net_figures::{Point, RunFigures, RunOutput, TcpSegments, snmp_counter};
 use super::netns::{self, Namespace};
 use super::proxy::{Delay, tcp_proxy, udp_proxy};
-use lockstep::transport::TransportConfig;
+use lockstep::low_level::transport::TransportConfig;
 use relay::RelayConfig;
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};

@@ -7,7 +7,7 @@
 //! as the fallback when that is unavailable.
 
 use crossbeam_channel::{RecvTimeoutError, unbounded};
-use lockstep::rng::Rng;
+use lockstep::low_level::Rng;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::{self, Read, Write};

@@ -10,10 +10,10 @@
 //! snapshots of a few hundred KB). A second table shows what snapshot
 //! uploads cost the players who upload them.
 
+use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::{Autopilot, PeerBuilder, PeerEvent};
-use lockstep::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::endpoint::RelayEndpoint;
@@ -218,7 +218,7 @@ pub fn measure<S: BenchGame>(world: &'static str, played: Duration) -> RejoinFig
 /// comes back 6 s later with a spectator; otherwise it plays on (the control run).
 fn run_rejoin<S: BenchGame>(played: Duration, rejoin: bool, net_seed: u64) -> RejoinFigures {
     let start = Instant::from_millis(1);
-    let mut relay = relay_endpoint(relay::rejoin::DEFAULT_SNAPSHOT_EVERY);
+    let mut relay = relay_endpoint(relay::rejoin_config::DEFAULT_SNAPSHOT_EVERY);
     let n = S::PLAYERS;
     let last = usize::from(n - 1);
     let mut players: Vec<Pilot<S>> = (0..u64::from(n))

@@ -19,7 +19,7 @@ use super::relay_procs::{
 };
 use super::stats::percentile;
 use super::udp_loop::run_peers_on_one_loop;
-use lockstep::transport::TransportConfig;
+use lockstep::low_level::transport::TransportConfig;
 #[cfg(test)]
 use relay::RelayConfig;
 use std::net::SocketAddr;
@@ -663,7 +663,7 @@ mod tests {
                     stop: &stop,
                     grace: lockstep::Duration::ZERO,
                     metrics: Some(metrics),
-                    auth: lockstep::transport::AuthMode::Open,
+                    auth: lockstep::low_level::transport::AuthMode::Open,
                     home_key: None,
                     max_memory: relay::limits::DEFAULT_MAX_MEMORY_BYTES,
                 };

@@ -235,7 +235,7 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         stop: &stop,
         grace: lockstep::Duration::ZERO,
         metrics: Some(Arc::clone(&metrics)),
-        auth: lockstep::transport::AuthMode::Open,
+        auth: lockstep::low_level::transport::AuthMode::Open,
         home_key: None,
         max_memory: relay::limits::DEFAULT_MAX_MEMORY_BYTES,
     };
@@ -251,9 +251,9 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
         ..RelayConfig::default()
     };
     // The transport `relay serve` gives its relay (its acks ride on bundles).
-    let transport = config.server_transport(lockstep::transport::TransportConfig {
+    let transport = config.server_transport(lockstep::low_level::transport::TransportConfig {
         max_connections: 8192,
-        ..lockstep::transport::TransportConfig::default()
+        ..lockstep::low_level::transport::TransportConfig::default()
     });
     let r = relay::serve::serve_loops(sockets, config, transport, Vec::new(), &opts, &|_| {});
     if let Err(e) = r {

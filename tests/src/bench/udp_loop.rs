@@ -15,9 +15,9 @@
 //! the peers that received something or whose deadline came.
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, PeerFigures};
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::transport::{Client, TransportConfig};
 use lockstep::peer::udp::is_transient;
-use lockstep::peer_glue::PeerGlue;
-use lockstep::transport::{Client, TransportConfig};
 use lockstep::{Duration, Instant};
 use mio::net::UdpSocket as MioSocket;
 use mio::{Events, Interest, Poll, Token};

@@ -11,11 +11,11 @@ use crate::config::RelayConfig;
 use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::{Outbox, SnapshotStream};
 use lockstep::Instant;
-use lockstep::proto::{
+use lockstep::low_level::proto::{
     Delivery, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer, Resume, SnapshotChunk,
     ToPeer,
 };
-use lockstep::transport::ConnId;
+use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::sync::Arc;
 

@@ -4,9 +4,9 @@
 
 use super::Router;
 use lockstep::Instant;
-use lockstep::proto::{RejectReason, Rejoin};
+use lockstep::low_level::proto::{RejectReason, Rejoin};
+use lockstep::low_level::transport::ConnId;
 use lockstep::token::{Refusal, TokenKind};
-use lockstep::transport::ConnId;
 
 impl Router {
     /// A connection asks to come back into a held slot.
@@ -61,7 +61,12 @@ impl Router {
     }
 
     /// A connection asks to watch a running match.
-    pub(super) fn spectate(&mut self, now: Instant, conn: ConnId, join: &lockstep::proto::Join) {
+    pub(super) fn spectate(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        join: &lockstep::low_level::proto::Join,
+    ) {
         if self.draining {
             self.reject(conn, join, RejectReason::ShuttingDown, None, None);
             return;
@@ -132,8 +137,8 @@ impl Router {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::rejoin::RejoinConfig;
-    use lockstep::proto::{Join, Notice, Rejoin, RejoinSecret, ToPeer, ToRelay};
+    use crate::rejoin_config::RejoinConfig;
+    use lockstep::low_level::proto::{Join, Notice, Rejoin, RejoinSecret, ToPeer, ToRelay};
     use sim::{PlayerId, Turn};
     use std::net::{Ipv4Addr, SocketAddr};
 
@@ -150,7 +155,7 @@ mod tests {
     fn dropped(claims: Option<TokenClaims>) -> (Router, RejoinSecret) {
         let config = RelayConfig {
             rejoin: RejoinConfig {
-                key: crate::rejoin::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+                key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
                 ..RejoinConfig::default()
             },
             ..RelayConfig::default()

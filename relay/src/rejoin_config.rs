@@ -12,15 +12,15 @@
 
 use crate::event::MatchId;
 use lockstep::Duration;
-use lockstep::proto::RejoinSecret;
+use lockstep::low_level::proto::RejoinSecret;
 use sim::PlayerId;
 
 /// Turns between agreed snapshots unless configured (10 s of 100 ms turns).
 pub const DEFAULT_SNAPSHOT_EVERY: u32 = 100;
 
 /// The most bundles a tail may hold: a rejoining peer buffers the whole tail
-/// (`lockstep::turn_buffer::MAX_BUFFERED_AHEAD`).
-pub const MAX_TAIL_TURNS: u32 = lockstep::turn_buffer::MAX_BUFFERED_AHEAD;
+/// (`lockstep::low_level::MAX_BUFFERED_AHEAD`).
+pub const MAX_TAIL_TURNS: u32 = lockstep::low_level::MAX_BUFFERED_AHEAD;
 
 /// How a relay keeps snapshots and holds dropped players' slots.
 #[derive(Clone, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub struct RejoinConfig {
     /// live player's slot. The refusal is [`RejectReason::SlotInUse`], which
     /// a restarted peer retries.
     ///
-    /// [`RejectReason::SlotInUse`]: lockstep::proto::RejectReason::SlotInUse
+    /// [`RejectReason::SlotInUse`]: lockstep::low_level::proto::RejectReason::SlotInUse
     pub takeover_after: Duration,
     /// How far behind live spectators watch (default 3 s; zero for a LAN).
     pub spectator_delay: Duration,

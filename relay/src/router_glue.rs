@@ -5,10 +5,10 @@
 
 use crate::limits::{ConnectionQuota, QuotaFull, TokenBucket};
 use crate::router::{ConnId, JoinRefusal, Router};
-use lockstep::backlog::{Backlog, DropLog, MAX_BACKLOG, SendDrop, refused};
-use lockstep::peer_glue::channel;
-use lockstep::proto::{RejectReason, ToPeer};
-use lockstep::transport::{Channel, DisconnectReason, Server, ServerEvent};
+use lockstep::low_level::backlog::{Backlog, DropLog, MAX_BACKLOG, SendDrop, refused};
+use lockstep::low_level::peer_glue::channel;
+use lockstep::low_level::proto::{RejectReason, ToPeer};
+use lockstep::low_level::transport::{Channel, DisconnectReason, Server, ServerEvent};
 use lockstep::{Duration, Instant};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// Bulk bytes a snapshot receiver may have queued or in flight before the
 /// glue hands its transport the next chunk: two chunks keep the bulk path
 /// busy (one flies while the next waits) without a copy per receiver.
-const STREAM_AHEAD: usize = 2 * lockstep::proto::MAX_SNAPSHOT_CHUNK_MESSAGE;
+const STREAM_AHEAD: usize = 2 * lockstep::low_level::proto::MAX_SNAPSHOT_CHUNK_MESSAGE;
 /// How often link figures are passed to the router.
 const STATS_EVERY: Duration = Duration::from_millis(250);
 
@@ -129,7 +129,7 @@ impl RouterGlue {
 
     /// The next dropped message and its connection, for the driver's log
     /// (oldest unread reports are discarded past
-    /// [`lockstep::backlog::MAX_DROP_REPORTS`]; all are counted).
+    /// [`lockstep::low_level::backlog::MAX_DROP_REPORTS`]; all are counted).
     #[must_use]
     pub fn poll_drop(&mut self) -> Option<(ConnId, SendDrop)> {
         self.drops.poll()
@@ -384,8 +384,8 @@ impl RouterGlue {
 mod tests {
     use super::*;
     use crate::RelayConfig;
-    use lockstep::backlog::DropCause;
-    use lockstep::transport::{Client, SendError, TransportConfig};
+    use lockstep::low_level::backlog::DropCause;
+    use lockstep::low_level::transport::{Client, SendError, TransportConfig};
     use std::net::SocketAddr;
 
     /// Connects a new client from `from` to `srv` through one loop's
@@ -411,7 +411,7 @@ mod tests {
                 client.handle_datagram(*now, srv, &buf);
             }
             while let Some(ev) = client.poll_event() {
-                if let lockstep::transport::ClientEvent::Message(b) = ev
+                if let lockstep::low_level::transport::ClientEvent::Message(b) = ev
                     && let Ok(m) = ToPeer::decode(&b)
                 {
                     said.push(m);
@@ -544,7 +544,7 @@ mod tests {
     /// router never sees it), the asked player's chunk reaches the upload.
     #[test]
     fn bulk_data_is_taken_only_from_the_player_asked_for_a_snapshot() {
-        use lockstep::proto::{MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToRelay};
+        use lockstep::low_level::proto::{MAX_SNAPSHOT_CHUNK, SnapshotChunk, ToRelay};
         use sim::{StateHash, Turn};
         let srv = SocketAddr::from(([127, 0, 0, 1], 7000));
         let cfg = TransportConfig::default();
@@ -583,7 +583,7 @@ mod tests {
                 for (c, s) in clients.iter_mut().zip(said.iter_mut()) {
                     c.handle_timeout(now);
                     while let Some(ev) = c.poll_event() {
-                        if let lockstep::transport::ClientEvent::Message(b) = ev
+                        if let lockstep::low_level::transport::ClientEvent::Message(b) = ev
                             && let Ok(m) = ToPeer::decode(&b)
                         {
                             s.push(m);
@@ -770,7 +770,7 @@ mod tests {
             ..cfg
         };
         let mut config = RelayConfig::default();
-        config.limits.max_backlog_bytes = lockstep::proto::MAX_MESSAGE_LEN;
+        config.limits.max_backlog_bytes = lockstep::low_level::proto::MAX_MESSAGE_LEN;
         let share = config.limits.player_turn_bytes(2, config.turn_length);
         let mut server = Server::new(cfg, [4; 32]);
         let mut router = Router::new(config.clone());
@@ -797,7 +797,7 @@ mod tests {
             // Half of each player's share every turn: full bundles.
             if step > 100 && step % 5 == 0 {
                 turn += 1;
-                let input = lockstep::proto::ToRelay::Input {
+                let input = lockstep::low_level::proto::ToRelay::Input {
                     turn: sim::Turn(turn),
                     commands: vec![vec![7; share / 2]],
                 }

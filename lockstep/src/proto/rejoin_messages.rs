@@ -23,7 +23,7 @@ pub const MAX_SNAPSHOT_CHUNK_MESSAGE: usize = MAX_SNAPSHOT_CHUNK + 64;
 
 /// Largest snapshot the protocol can announce (64 MiB); a relay's own limit
 /// is usually much lower.
-pub const MAX_SNAPSHOT_TOTAL: u32 = 64 * 1024 * 1024;
+pub(crate) const MAX_SNAPSHOT_TOTAL: u32 = 64 * 1024 * 1024;
 
 /// What a player needs to come back into its held slot in open mode: given
 /// by the relay at the start of the match, shown only to that player.
