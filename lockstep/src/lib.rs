@@ -57,6 +57,10 @@ pub mod input_delay;
 pub mod peer;
 pub mod peer_glue;
 pub mod proto;
+#[doc = include_str!("../docs/reference.md")]
+pub mod reference {}
+#[cfg(test)]
+mod reference_figures;
 pub mod session;
 pub mod turn_buffer;
 
