@@ -126,7 +126,7 @@ target_args=()
 for t in $targets; do target_args+=(--target "$t"); done
 log "build replay for: $targets (profile $profile)"
 t0=$SECONDS
-cargo build --quiet --locked --profile "$profile" -p replays --bin replay "${target_args[@]}"
+cargo build --quiet --locked --profile "$profile" -p lockstep-replays --bin replay "${target_args[@]}"
 echo "   built in $((SECONDS - t0)) s"
 
 # ---------------------------------------------------------------- run

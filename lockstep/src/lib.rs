@@ -53,6 +53,10 @@
 pub mod netsim;
 pub mod peer;
 pub mod token;
+#[doc = include_str!("../docs/reference.md")]
+pub mod reference {}
+#[cfg(test)]
+mod reference_figures;
 
 pub use sim::forensics::{EntityHash, Field};
 pub use sim::{

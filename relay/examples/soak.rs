@@ -4,7 +4,7 @@
 //! Not part of the test run; a bounded, documented command:
 //!
 //! ```text
-//! cargo build --release -p relay --bins --examples
+//! cargo build --release -p lockstep-relay --bins --examples
 //! target/release/examples/soak --matches 50 --peers 4 --duration-s 120 \
 //!     --loss 0.05 --jitter-ms 20 --dup 0.01
 //! ```

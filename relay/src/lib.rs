@@ -63,6 +63,8 @@ pub mod event;
 pub mod limits;
 mod matchroom;
 pub mod metrics;
+#[doc = include_str!("../docs/operations.md")]
+pub mod operations {}
 mod names;
 mod outbox;
 pub mod recorder;

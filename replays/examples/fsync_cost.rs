@@ -3,7 +3,7 @@
 //! and prints wall time per turn.
 //!
 //! ```sh
-//! cargo run --release -p replays --example fsync_cost [DIR]
+//! cargo run --release -p lockstep-replays --example fsync_cost [DIR]
 //! ```
 //! DIR defaults to the system temp dir; point it at the disk replays go to.
 

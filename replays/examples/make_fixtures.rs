@@ -2,8 +2,8 @@
 //! games (the reference RTS and the arena) and their bots. Run it when the sim's hashes change on purpose:
 //!
 //! ```sh
-//! cargo run -p replays --example make_fixtures
-//! INSTA_UPDATE=always cargo test -p replays   # then review the snapshot diffs
+//! cargo run -p lockstep-replays --example make_fixtures
+//! INSTA_UPDATE=always cargo test -p lockstep-replays   # then review the snapshot diffs
 //! ```
 
 use replays::botmatch::record_bot_match;

@@ -3,8 +3,8 @@
 //! re-simulating and checking it (the work `replay verify` does).
 //!
 //! ```sh
-//! cargo run --release -p replays --example verify_speed -- 1000 600
-//! cargo run --release -p replays --example verify_speed -- 10000 100 melee
+//! cargo run --release -p lockstep-replays --example verify_speed -- 1000 600
+//! cargo run --release -p lockstep-replays --example verify_speed -- 10000 100 melee
 //! ```
 //! Arguments: approximate unit count (default 1000), turns (default 300),
 //! and `melee` for `sim::scenarios::melee` (two armies already fighting;

@@ -115,6 +115,8 @@ pub mod fixtures;
 pub mod forensics;
 pub mod format;
 pub mod index;
+#[doc = include_str!("../docs/manual.md")]
+pub mod manual {}
 pub mod reader;
 pub mod seek;
 pub mod stdio;

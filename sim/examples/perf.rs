@@ -1,4 +1,4 @@
-//! Informal timing of the reference game: `cargo run --release -p sim --example perf [units] [turns]`.
+//! Informal timing of the reference game: `cargo run --release -p lockstep-sim --example perf [units] [turns]`.
 //! Prints the median step and hash times for a melee, and how bot matches unfold.
 // Wall-clock timing is this example's whole point; it never feeds the simulation.
 #![allow(clippy::disallowed_types)]

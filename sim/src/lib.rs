@@ -48,6 +48,8 @@ mod decoded_turn;
 pub mod forensics;
 pub mod game;
 pub mod hash;
+#[doc = include_str!("../docs/manual.md")]
+pub mod manual {}
 pub mod num;
 pub mod rng;
 pub mod scenarios;

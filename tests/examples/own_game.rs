@@ -7,7 +7,7 @@
 //! player:
 //!
 //! ```text
-//! cargo run -p tests --example own_game -- 127.0.0.1:7777 2
+//! cargo run -p lockstep-tests --example own_game -- 127.0.0.1:7777 2
 //! ```
 // --- guide: game ---
 use serde::{Deserialize, Serialize};

@@ -29,7 +29,7 @@ pub struct Bins {
 
 /// The binaries next to the running test executable (`target/<profile>/`),
 /// built once with `cargo build` if any is missing (e.g. after
-/// `cargo test -p tests`, which builds only this crate's targets) or if
+/// `cargo test -p lockstep-tests`, which builds only this crate's targets) or if
 /// `E2E_REBUILD` is set.
 ///
 /// # Panics
@@ -76,7 +76,14 @@ fn build_bins(profile_dir: &Path) {
         .expect("profile dir has a parent (the target dir)");
     let mut cmd = Command::new(cargo);
     cmd.args([
-        "build", "-p", "relay", "-p", "lockstep", "-p", "replays", "--bins",
+        "build",
+        "-p",
+        "lockstep-relay",
+        "-p",
+        "lockstep-net",
+        "-p",
+        "lockstep-replays",
+        "--bins",
     ])
     .arg("--target-dir")
     .arg(target_dir)

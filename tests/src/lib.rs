@@ -5,4 +5,6 @@
 //! regenerates `BENCHMARKS.md`.
 
 pub mod bench;
+#[doc = include_str!("../docs/development.md")]
+pub mod development {}
 pub mod harness;

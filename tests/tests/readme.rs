@@ -1,15 +1,16 @@
-//! Every command line in README.md's code blocks names a binary and flags
-//! that exist.
+//! Every command line in the documentation's code blocks names a binary and
+//! flags that exist: README.md and every markdown file rendered into the
+//! crates' docs ([`DOC_FILES`]), and the relay's Dockerfile.
 //!
 //! The Quick start block itself is run literally by `.ci/quickstart` (part of
 //! `.ci/run`); this test covers every other line cheaply: it finds each
 //! invocation of one of the workspace's binaries, resolves the binary the way
-//! cargo would (`-p`, `--bin`, `default-run`), and runs it with the README's
+//! cargo would (`-p`, `--bin`, `default-run`), and runs it with the documented
 //! arguments plus `--help`. clap parses every argument before it acts on
 //! `--help`, so an unknown subcommand or flag, or a value of the wrong type,
 //! fails the run, while a complete line prints the help and exits 0.
 //!
-//! Conventions for README command lines (also in README.md, "Development"):
+//! Conventions for command lines in the docs (also in `tests::development`):
 //! - lines in code blocks tagged `sh`, `bash`, `text` or untagged are read;
 //!   `rust` blocks are not;
 //! - checked are `cargo run ... -- ARGS` (not `--example`),
@@ -33,8 +34,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The binaries a README line may name.
+/// The binaries a documented line may name.
 const BINS: [&str; 5] = ["relay", "peer", "replay", "netsim", "bench"];
+
+/// Every markdown file whose command lines are checked, relative to the
+/// workspace root: the README and the files rendered into the crates' docs.
+const DOC_FILES: [&str; 6] = [
+    "README.md",
+    "sim/docs/manual.md",
+    "lockstep/docs/reference.md",
+    "relay/docs/operations.md",
+    "replays/docs/manual.md",
+    "tests/docs/development.md",
+];
 
 /// One command line found in the README: its 1-based line number, the text
 /// as written (continuations joined), and what it invokes.
@@ -350,18 +362,19 @@ fn check_cargo_names(packages: &BTreeMap<String, Package>, text: &str) -> Result
     Ok(true)
 }
 
-/// Every problem with the README's command lines, one line each.
-fn problems(readme: &str) -> (usize, Vec<String>) {
+/// Every problem with one document's command lines, one line each, as
+/// `file:line: `command`: complaint`; and how many lines were checked.
+fn problems(file: &str, text: &str) -> (usize, Vec<String>) {
     let packages = packages();
     let mut checked = 0;
     let mut bad = Vec::new();
-    for (line, text) in command_lines(readme) {
+    for (line, text) in command_lines(text) {
         match check_cargo_names(&packages, &text) {
             Ok(true) => checked += 1,
             Ok(false) => {}
             Err(e) => {
                 checked += 1;
-                bad.push(format!("README.md:{line}: `{}`: {e}", text.trim()));
+                bad.push(format!("{file}:{line}: `{}`: {e}", text.trim()));
             }
         }
         let Some(inv) = parse(line, &text) else {
@@ -375,25 +388,56 @@ fn problems(readme: &str) -> (usize, Vec<String>) {
             }
         };
         if let Err(e) = bin.and_then(|b| check(&b, &inv.args)) {
-            bad.push(format!("README.md:{}: `{}`: {e}", inv.line, inv.text));
+            bad.push(format!("{file}:{}: `{}`: {e}", inv.line, inv.text));
         }
     }
     (checked, bad)
 }
 
 #[test]
-fn every_readme_command_line_names_a_binary_and_flags_that_exist() {
-    let readme =
-        std::fs::read_to_string(workspace_root().join("README.md")).expect("read README.md");
-    let (checked, bad) = problems(&readme);
+fn every_documented_command_line_names_a_binary_and_flags_that_exist() {
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for file in DOC_FILES {
+        let text = std::fs::read_to_string(workspace_root().join(file))
+            .unwrap_or_else(|e| panic!("read {file}: {e}"));
+        let (n, b) = problems(file, &text);
+        checked += n;
+        bad.extend(b);
+    }
     assert!(
         bad.is_empty(),
-        "{} of {checked} README command lines do not run as written:\n{}",
+        "{} of {checked} documented command lines do not run as written:\n{}",
         bad.len(),
         bad.join("\n")
     );
-    // The README has dozens; finding few means the parser stopped seeing them.
-    assert!(checked >= 20, "only {checked} command lines found");
+    // The docs have dozens; finding few means the parser stopped seeing them.
+    assert!(checked >= 60, "only {checked} command lines found");
+}
+
+/// A markdown file added under a crate's `docs/` is checked too.
+#[test]
+fn every_docs_markdown_file_is_in_the_checked_list() {
+    let root = workspace_root();
+    for member in ["sim", "lockstep", "relay", "replays", "tests"] {
+        let Ok(dir) = std::fs::read_dir(root.join(member).join("docs")) else {
+            continue;
+        };
+        for entry in dir {
+            let path = entry.expect("read docs dir").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                let rel = path
+                    .strip_prefix(&root)
+                    .expect("under the root")
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                assert!(
+                    DOC_FILES.contains(&rel.as_str()),
+                    "{rel} is not in DOC_FILES"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -403,15 +447,15 @@ fn a_nonexistent_flag_subcommand_binary_or_ambiguous_cargo_run_is_caught() {
 relay serve --no-such-flag 1
 target/release/replay verify FILE --json
 replay frobnicate FILE
-cargo run -p relay -- demo --loss 0.1
-cargo run -p tests -- --quick --nope
+cargo run -p lockstep-relay -- demo --loss 0.1
+cargo run -p lockstep-tests -- --quick --nope
 target/release/nosuchbin --help
 peer --relay 127.0.0.1:7777 --players nine
-cargo test -p tests --test no_such_test
-cargo run -p replays --example no_such_example
+cargo test -p lockstep-tests --test no_such_test
+cargo run -p lockstep-replays --example no_such_example
 ```
 ";
-    let (checked, bad) = problems(readme);
+    let (checked, bad) = problems("README.md", readme);
     // 7 binary lines, of which the two `cargo run` lines count twice (their
     // cargo names are checked too), + 2 other cargo lines.
     assert_eq!(checked, 11);
@@ -435,20 +479,20 @@ cargo run -p replays --example no_such_example
 #[test]
 fn cargo_run_resolves_binaries_like_cargo() {
     let packages = packages();
-    // The Quick start relies on this: `cargo run -p relay -- demo`.
+    // The Quick start relies on this: `cargo run -p lockstep-relay -- demo`.
     assert_eq!(
-        resolve_cargo(&packages, Some("relay"), None),
+        resolve_cargo(&packages, Some("lockstep-relay"), None),
         Ok("relay".to_owned())
     );
     assert_eq!(
-        resolve_cargo(&packages, Some("lockstep"), Some("peer")),
+        resolve_cargo(&packages, Some("lockstep-net"), Some("peer")),
         Ok("peer".to_owned())
     );
     assert_eq!(
-        resolve_cargo(&packages, Some("tests"), None),
+        resolve_cargo(&packages, Some("lockstep-tests"), None),
         Ok("bench".to_owned())
     );
-    assert!(resolve_cargo(&packages, Some("relay"), Some("nope")).is_err());
+    assert!(resolve_cargo(&packages, Some("lockstep-relay"), Some("nope")).is_err());
     assert!(resolve_cargo(&packages, None, None).is_err());
 }
 
@@ -462,7 +506,7 @@ replay state FILE --turn N [--json]  world summary after turn N
 relay token --key-file k [--relay 203.0.113.7:7777]... ... and more
 INSTA_UPDATE=always target/release/peer --relay 127.0.0.1:1 --token <hex> &
 replay export FILE | head
-cargo test -p tests --test e2e
+cargo test -p lockstep-tests --test e2e
 ```
 ```rust
 relay serve --in-a-rust-block
@@ -504,4 +548,138 @@ relay serve --in-a-rust-block
     );
     assert_eq!(got[0].line, 2);
     assert_eq!(got[3].target, Target::Bin("peer".to_owned()));
+}
+
+/// The words of a Dockerfile instruction's JSON-array (exec) form,
+/// `["a", "b"]`; `None` for the shell form. Enough for the relay's file: no
+/// escaped quotes inside the words this test reads.
+fn exec_form(rest: &str) -> Option<Vec<String>> {
+    let inner = rest.trim().strip_prefix('[')?.strip_suffix(']')?;
+    Some(
+        inner
+            .split("\", \"")
+            .map(|w| w.trim().trim_matches('"').to_owned())
+            .collect(),
+    )
+}
+
+/// No container tool runs here, so the relay's image recipe is linted
+/// instead of built: every `COPY` source exists in the build context (the
+/// workspace root), the cargo build names a real package and binary, the
+/// entry point is that binary, `relay` accepts the default arguments, the
+/// exposed ports are the ones it serves, and the builder's Rust is the
+/// workspace's `rust-version`.
+#[test]
+fn the_relay_dockerfile_builds_and_runs_what_exists() {
+    let root = workspace_root();
+    let text =
+        std::fs::read_to_string(root.join("relay/Dockerfile")).expect("read relay/Dockerfile");
+    // Instructions with their continuation lines joined.
+    let mut instructions: Vec<(String, String)> = Vec::new();
+    let mut pending = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if pending.is_empty() && (t.is_empty() || t.starts_with('#')) {
+            continue;
+        }
+        if let Some(body) = t.strip_suffix('\\') {
+            pending.push_str(body);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(t);
+        let (word, rest) = pending.split_once(' ').unwrap_or((&pending, ""));
+        instructions.push((word.to_ascii_uppercase(), rest.trim().to_owned()));
+        pending.clear();
+    }
+    let packages = packages();
+    let mut copies = 0;
+    let mut built_bin = None;
+    let mut entry = None;
+    let mut cmd = None;
+    let mut exposed = Vec::new();
+    let mut froms = Vec::new();
+    for (word, rest) in &instructions {
+        match word.as_str() {
+            "FROM" => froms.push(rest.clone()),
+            "COPY" if !rest.starts_with("--from") => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                let (dest, sources) = words.split_last().expect("COPY has a destination");
+                assert!(!dest.is_empty());
+                for src in sources {
+                    assert!(
+                        root.join(src).exists(),
+                        "relay/Dockerfile copies {src}, which is not in the repository"
+                    );
+                    copies += 1;
+                }
+            }
+            "COPY" => {
+                // From the build stage: the binary cargo built there.
+                let src = rest.split_whitespace().nth(1).expect("COPY --from source");
+                assert!(
+                    src.ends_with("/target/release/relay"),
+                    "copies {src} from the build stage"
+                );
+            }
+            "RUN" if rest.contains("cargo build") => {
+                let cargo = &rest[rest.find("cargo build").expect("cargo")..];
+                assert_eq!(check_cargo_names(&packages, cargo), Ok(true), "{cargo}");
+                let words: Vec<&str> = cargo.split_whitespace().collect();
+                built_bin = words
+                    .windows(2)
+                    .find(|w| w[0] == "--bin")
+                    .map(|w| w[1].to_owned());
+            }
+            "ENTRYPOINT" => entry = exec_form(rest),
+            "CMD" => cmd = exec_form(rest),
+            "EXPOSE" => exposed.extend(rest.split_whitespace().map(str::to_owned)),
+            _ => {}
+        }
+    }
+    assert!(
+        copies >= 5,
+        "the workspace's manifests and crates are copied"
+    );
+    assert_eq!(
+        built_bin.as_deref(),
+        Some("relay"),
+        "the build makes the relay binary"
+    );
+    let entry = entry.expect("an exec-form ENTRYPOINT");
+    assert_eq!(entry, ["/usr/local/bin/relay"]);
+    let args = cmd.expect("an exec-form CMD with relay's arguments");
+    check("relay", &args).unwrap_or_else(|e| panic!("relay {args:?}: {e}"));
+    // The ports it binds are the ones exposed, UDP for the game, TCP for metrics.
+    let port = |flag: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(flag))
+            .and_then(|addr| addr.rsplit(':').next())
+            .unwrap_or_else(|| panic!("CMD sets {flag}"))
+            .to_owned()
+    };
+    assert!(
+        exposed.contains(&format!("{}/udp", port("--bind="))),
+        "{exposed:?}"
+    );
+    assert!(
+        exposed.contains(&format!("{}/tcp", port("--metrics="))),
+        "{exposed:?}"
+    );
+    // The builder image is the toolchain the workspace says it needs.
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("read Cargo.toml");
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("workspace rust-version")
+        .trim_matches('"');
+    assert!(
+        froms[0].starts_with(&format!("rust:{msrv}-")),
+        "builder {} is not Rust {msrv}",
+        froms[0]
+    );
+    assert!(
+        froms.len() == 2 && froms[1].starts_with("debian:"),
+        "{froms:?}"
+    );
 }

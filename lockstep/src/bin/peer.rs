@@ -77,7 +77,7 @@ struct Cli {
     /// Give up (exit 1) when the match has not ended this many seconds after
     /// the start of this process: the wait for the relay and for the other
     /// players in the lobby counts, so a lobby that never fills ends here.
-    /// Raise it for matches longer than about 10 minutes (`--turns unbounded`).
+    /// Raise it for matches that, lobby included, outlast it (`--turns unbounded`).
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
     /// Simulated loss on this peer's link, each way (0..1).

@@ -25,7 +25,7 @@ struct Relay {
 }
 
 /// The `peer` binary (lockstep crate) beside this crate's `relay` binary:
-/// `cargo test -p relay` builds only the relay's binaries, so it is built
+/// `cargo test -p lockstep-relay` builds only the relay's binaries, so it is built
 /// (or found fresh, a no-op) once here.
 fn peer_bin() -> PathBuf {
     static PEER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -37,8 +37,15 @@ fn peer_bin() -> PathBuf {
             // target/<profile>/relay -> target
             let target = relay.parent().and_then(Path::parent).unwrap();
             let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "lockstep", "--bin", "peer", "--target-dir"])
-                .arg(target);
+            cmd.args([
+                "build",
+                "-p",
+                "lockstep-net",
+                "--bin",
+                "peer",
+                "--target-dir",
+            ])
+            .arg(target);
             if relay.parent().and_then(Path::file_name) == Some("release".as_ref()) {
                 cmd.arg("--release");
             }

@@ -1,6 +1,6 @@
 //! Golden replays (format version 1) recorded with the reference game and
 //! bots: they must keep reading, verifying and seeking. If the sim's hashes
-//! change on purpose, regenerate them: `cargo run -p replays --example make_fixtures`.
+//! change on purpose, regenerate them: `cargo run -p lockstep-replays --example make_fixtures`.
 
 use replays::botmatch::record_bot_match;
 use replays::{Reader, Record, SyncPolicy, Writer, fixtures, seek, verify};

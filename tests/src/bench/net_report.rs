@@ -37,8 +37,8 @@ pub fn markdown(n: &NetSection, svg_link: &str) -> String {
             let _ = write!(
                 md,
                 "**Mode: real sockets, loss made in user space by the UDP proxy, no TCP \
-                 baseline** (real kernel loss unavailable: {why}; see the README's \
-                 Benchmarks chapter for the prerequisites).\n\n"
+                 baseline** (real kernel loss unavailable: {why}; see \
+                 `tests::development`, \"Benchmarks\", for the prerequisites).\n\n"
             );
         }
     }

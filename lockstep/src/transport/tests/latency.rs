@@ -121,7 +121,7 @@ fn larger_messages_have_no_latency_cliff() {
     assert!(large.pct(50) <= small.pct(50));
 }
 
-/// Figures for the report (`cargo test -p lockstep --lib print_figures -- --ignored --nocapture`).
+/// Figures for the report (`cargo test -p lockstep-net --lib print_figures -- --ignored --nocapture`).
 #[test]
 #[ignore = "prints figures, asserts nothing"]
 fn print_figures() {
