@@ -20,7 +20,7 @@ use crate::recorder::{Recorded, Recorder};
 use crate::udp::{RelayNote, serve};
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
-use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
+use lockstep::peer::{Agent, PeerBuilder, PeerSummary};
 use lockstep::transport::TransportConfig;
 use lockstep::{Duration, Instant};
 use serde::Serialize;
@@ -551,11 +551,11 @@ struct Seat {
 
 impl Seat {
     /// Plays the match as a public `lockstep::peer` with the game's bot.
-    fn play<S: Simulation, A: Agent<S>>(
+    fn play<S: Simulation + 'static, A: Agent<S>>(
         &self,
         socket: UdpSocket,
         stop: &AtomicBool,
-        fault: Fault<S>,
+        fault: fn(&mut S, Turn),
         bot: fn(PlayerId, u64, u32) -> A,
         progress: impl Fn(String),
     ) -> std::io::Result<PeerSummary> {

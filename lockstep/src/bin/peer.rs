@@ -12,7 +12,7 @@ use lockstep::Duration;
 use lockstep::builder::BuildError;
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
-use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
+use lockstep::peer::{Agent, PeerBuilder, PeerSummary};
 use lockstep::proto::{EndReason, RejoinSecret};
 use lockstep::token::ConnectToken;
 use sim::{PlayerId, Simulation, Turn};
@@ -175,12 +175,12 @@ enum Game {
 }
 
 /// Plays one match of `S` with the bot `bot` builds, over `socket`.
-fn run<S: Simulation, A: Agent<S>>(
+fn run<S: Simulation + 'static, A: Agent<S>>(
     cli: &Cli,
     socket: UdpSocket,
     token: Option<ConnectToken>,
     ticks_per_turn: u16,
-    fault: Fault<S>,
+    fault: fn(&mut S, Turn),
     bot: fn(PlayerId, u64, Option<u32>) -> A,
 ) -> Result<PeerSummary, String> {
     let name = cli

@@ -103,7 +103,9 @@ impl<S: Simulation> GameSession<S> {
     /// Queues the local player's commands for the next open turn.
     ///
     /// # Errors
-    /// Before the match started or after it ended, or when the local queue is full.
+    /// [`SessionError::Spectating`] for a spectator (it has no
+    /// [`player`](Self::player)); before the match started or after it
+    /// ended, or when the local queue is full.
     pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
         self.now = now;
         self.session.submit_commands(now, commands)
@@ -127,9 +129,14 @@ impl<S: Simulation> GameSession<S> {
         self.world.as_ref()
     }
 
-    /// This peer's slot, once started.
+    /// This peer's slot, once started; always `None` for a spectator (it
+    /// has no slot: a loop that submits only `if let Some(me) = player()`
+    /// is right for players and spectators alike).
     #[must_use]
     pub fn player(&self) -> Option<PlayerId> {
+        if self.spectating {
+            return None;
+        }
         self.session.player().or(self.player)
     }
 
@@ -216,7 +223,7 @@ impl<S: Simulation> GameSession<S> {
         let secs = elapsed.as_secs_f64();
         let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         PeerSummary {
-            player: self.player().filter(|_| !self.spectating).map(|p| p.0),
+            player: self.player().map(|p| p.0),
             final_turn: self.last.map(|(t, _)| t.0),
             final_hash: self.last.map(|(_, h)| h.to_hex()),
             turns: s.turns_executed,
@@ -477,11 +484,10 @@ impl<S: Simulation> GameSession<S> {
             };
         };
         world.step(turn, &inputs);
-        if let Some((at, fault)) = self.fault
-            && at == turn
+        if self.fault.as_ref().is_some_and(|(at, _)| *at == turn)
+            && let Some((_, mut fault)) = self.fault.take()
         {
             // Once: a healed peer runs the turn again and must agree then.
-            self.fault = None;
             fault(world, turn);
         }
         let hash = world.state_hash();

@@ -60,8 +60,10 @@ use std::path::PathBuf;
 pub const KEYFRAME_EVERY: u32 = 100;
 
 /// A fault injected into the own world right after simulating a turn (the
-/// turn is passed as a salt): desync drills and tests, for any game.
-pub type Fault<S> = fn(&mut S, Turn);
+/// turn is passed as a salt): desync drills and tests, for any game. A boxed
+/// closure, so a drill can capture what it needs (a field to break, a
+/// counter); set it with [`PeerBuilder::with_fault`].
+pub type Fault<S> = Box<dyn FnMut(&mut S, Turn) + Send>;
 
 /// The rules fingerprint a peer sends in its join: the game's rules hash for
 /// a canonical setup of this size (seed 0; the real seed is only known at
@@ -77,7 +79,6 @@ pub fn rules_fingerprint<S: Simulation>(players: u8, ticks_per_turn: u16) -> Sta
 }
 
 /// Options of a [`Peer`]: `PeerBuilder::<MyGame>::new("match", 2).with_*(..).build(now, relay)`.
-#[derive(Debug)]
 pub struct PeerBuilder<S: Simulation> {
     match_name: String,
     players: u8,
@@ -97,6 +98,22 @@ pub struct PeerBuilder<S: Simulation> {
     rejoin: Option<(PlayerId, crate::proto::RejoinSecret)>,
     spectate: bool,
     upload_pacing: Option<(usize, Duration)>,
+}
+
+impl<S: Simulation> std::fmt::Debug for PeerBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The fault closure has no Debug: only whether one is set and when.
+        f.debug_struct("PeerBuilder")
+            .field("match_name", &self.match_name)
+            .field("players", &self.players)
+            .field("name", &self.name)
+            .field("turns", &self.turns)
+            .field("record", &self.record)
+            .field("ticks_per_turn", &self.ticks_per_turn)
+            .field("spectate", &self.spectate)
+            .field("fault_at", &self.fault.as_ref().map(|(t, _)| *t))
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S: Simulation> PeerBuilder<S> {
@@ -231,10 +248,15 @@ impl<S: Simulation> PeerBuilder<S> {
     }
 
     /// Fault switch: run `fault` on the own world right after simulating
-    /// `turn`, before its hash is taken (a forced desync).
+    /// `turn`, before its hash is taken (a forced desync). Any closure:
+    /// it may capture state (`move |world, turn| ...`).
     #[must_use]
-    pub fn with_fault(mut self, turn: Turn, fault: Fault<S>) -> Self {
-        self.fault = Some((turn, fault));
+    pub fn with_fault(
+        mut self,
+        turn: Turn,
+        fault: impl FnMut(&mut S, Turn) + Send + 'static,
+    ) -> Self {
+        self.fault = Some((turn, Box::new(fault)));
         self
     }
 
@@ -395,7 +417,9 @@ impl<S: Simulation> Peer<S> {
     /// Queues the local player's commands for the next open turn.
     ///
     /// # Errors
-    /// Before the match started or after it ended, or when the local queue is full.
+    /// [`SessionError::Spectating`] for a spectator (it has no
+    /// [`player`](Self::player)); before the match started or after it
+    /// ended, or when the local queue is full.
     pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
         self.game.submit(now, commands)
     }
@@ -437,7 +461,8 @@ impl<S: Simulation> Peer<S> {
         self.game.world()
     }
 
-    /// This peer's slot, once started.
+    /// This peer's slot, once started; `None` for a spectator, which has
+    /// none and submits nothing.
     #[must_use]
     pub fn player(&self) -> Option<PlayerId> {
         self.game.player()

@@ -104,14 +104,17 @@ fn turn_ready_steps_the_world_as_it_is_polled() {
     assert_eq!((s.final_turn, s.final_hash), (Some(1), Some(hash.to_hex())));
 }
 
-fn break_arena(w: &mut Arena, t: Turn) {
-    w.perturb(t.0);
-}
-
 /// The fault switch perturbs exactly the given turn of any game: the hashes
-/// before it agree with an honest peer's, from it on they differ.
+/// before it agree with an honest peer's, from it on they differ. The fault
+/// is a closure that captures its state (here a counter the test reads).
 #[test]
 fn the_fault_switch_desyncs_from_its_turn_on() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = std::sync::Arc::clone(&calls);
+    let break_arena: Fault<Arena> = Box::new(move |w: &mut Arena, t: Turn| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        w.perturb(t.0);
+    });
     let t0 = Instant::from_millis(1);
     let hashes = |fault: Option<Fault<Arena>>| {
         let mut b = PeerBuilder::<Arena>::new("m", 1);
@@ -134,6 +137,11 @@ fn the_fault_switch_desyncs_from_its_turn_on() {
     };
     let honest = hashes(None);
     let faulty = hashes(Some(break_arena));
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "once, at its turn"
+    );
     assert_eq!(honest.len(), 4);
     assert_eq!(honest[..2], faulty[..2]);
     assert_ne!(honest[2], faulty[2]);
@@ -428,4 +436,59 @@ fn a_garbage_snapshot_is_reported_and_the_replacement_restores() {
         })
         .collect();
     assert_eq!(hashes, expected);
+}
+
+/// A spectator has no slot and submits nothing, whatever its loop does: the
+/// guide's peer loop run as a spectator once submitted as player 0 and
+/// failed after the spectate window with "the match is not running". Now
+/// `player()` is `None` before and after the start, `submit` is refused with
+/// a typed error (empty or not), and no input ever leaves the peer.
+#[test]
+fn a_spectator_has_no_player_and_cannot_submit() {
+    let t0 = Instant::from_millis(1_000);
+    let mut gs = PeerBuilder::<World>::new("m", 2)
+        .with_spectate()
+        .build_session(t0)
+        .unwrap();
+    while gs.poll_outgoing().is_some() {}
+    let start = match ToPeer::decode(&start_msg(2, 100)) {
+        Ok(ToPeer::Start(s)) => s,
+        other => panic!("{other:?}"),
+    };
+    let resume = ToPeer::Resume(crate::proto::Resume {
+        start,
+        elapsed_us: 0,
+        delay: 3,
+        snapshot: None,
+        live: Turn(3),
+        spectator: true,
+    });
+    gs.handle_message(t0, &resume.to_bytes());
+    for t in 0..3 {
+        gs.handle_message(t0, &bundle::<sim::game::Command>(t, 1, &[]));
+    }
+    gs.handle_timeout(t0 + Duration::from_secs(1));
+    let evs: Vec<_> = std::iter::from_fn(|| gs.poll_event()).collect();
+    assert!(
+        evs.iter().any(|e| matches!(e, PeerEvent::TurnReady { .. })),
+        "the spectator watches: {evs:?}"
+    );
+    assert!(gs.world().is_some());
+    assert_eq!(gs.player(), None, "a spectator has no slot");
+    let idle = sim::game::Command::Stop { units: Vec::new() };
+    assert_eq!(
+        gs.submit(t0, &[idle]),
+        Err(crate::session::SessionError::Spectating)
+    );
+    assert_eq!(
+        gs.submit(t0, &[]),
+        Err(crate::session::SessionError::Spectating)
+    );
+    let out: Vec<ToRelay> = std::iter::from_fn(|| gs.poll_outgoing())
+        .filter_map(|(_, b)| ToRelay::decode(&b).ok())
+        .collect();
+    assert!(
+        !out.iter().any(|m| matches!(m, ToRelay::Input { .. })),
+        "{out:?}"
+    );
 }
