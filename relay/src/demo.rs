@@ -51,15 +51,6 @@ impl DemoGame {
             Self::Arena => sim::arena::BOT_APM,
         }
     }
-
-    /// The game's default simulation ticks per turn.
-    #[must_use]
-    pub const fn ticks_per_turn(self) -> u16 {
-        match self {
-            Self::Rts => sim::game::DEFAULT_TICKS_PER_TURN,
-            Self::Arena => sim::arena::DEFAULT_TICKS_PER_TURN,
-        }
-    }
 }
 
 /// The rules hash a replay header needs, for the games this binary knows:
@@ -565,7 +556,7 @@ impl Seat {
             .with_name(&format!("peer{i}"))
             .with_turns(c.turns)
             .with_seed(transport_seed)
-            .with_ticks_per_turn(c.game.ticks_per_turn());
+            .with_ticks_per_turn(c.relay.ticks_per_turn);
         if let Some((turn, _)) = c.desync.filter(|&(_, p)| p == i) {
             builder = builder.with_fault(Turn(turn), fault);
         }
@@ -611,7 +602,7 @@ impl Seat {
             .with_name(&format!("peer{i}"))
             .with_turns(c.turns)
             .with_seed(transport_seed ^ 0x7e57_a127)
-            .with_ticks_per_turn(c.game.ticks_per_turn())
+            .with_ticks_per_turn(c.relay.ticks_per_turn)
             .with_rejoin(player, secret);
         let socket = UdpSocket::bind("127.0.0.1:0")?;
         let mut udp = UdpPeer::new(socket, self.relay, builder)

@@ -144,6 +144,24 @@ pub struct MatchSetup {
     pub ticks_per_turn: u16,
 }
 
+/// The rules fingerprint of game `S` for a match of `players` players at
+/// `ticks_per_turn`: [`Simulation::rules_hash`] of the canonical setup
+/// (seed 0). Peers send it in their join, before the relay draws the seed,
+/// so every player of a match computes the same one whatever the rules hash
+/// depends on; a relay records it for a game it does not know, and
+/// `replays::verify` accepts it as well as the rules hash of the recorded
+/// setup. This is the one definition: peers, relays and replay tools all
+/// call it.
+#[must_use]
+pub fn rules_fingerprint<S: Simulation>(players: u8, ticks_per_turn: u16) -> StateHash {
+    S::new(&MatchSetup {
+        seed: 0,
+        players,
+        ticks_per_turn,
+    })
+    .rules_hash()
+}
+
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SnapshotError {

@@ -71,6 +71,11 @@ struct Cli {
     /// Fault switch: perturb the own world after simulating this turn.
     #[arg(long)]
     desync_at: Option<u32>,
+    /// Simulation ticks per turn the relay runs (`relay serve
+    /// --ticks-per-turn`); the join's rules fingerprint is computed for it.
+    #[arg(long, default_value_t = lockstep::peer::DEFAULT_TICKS_PER_TURN,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    ticks_per_turn: u16,
     /// Local UDP address to bind.
     #[arg(long, default_value = "0.0.0.0:0")]
     bind: SocketAddr,
@@ -301,7 +306,7 @@ fn main() -> ExitCode {
             &cli,
             socket,
             token,
-            sim::game::DEFAULT_TICKS_PER_TURN,
+            cli.ticks_per_turn,
             |w, t| w.perturb(t.0),
             |player, seed, apm| sim::bot::Bot::new(player, seed, apm.unwrap_or(300)),
         ),
@@ -309,7 +314,7 @@ fn main() -> ExitCode {
             &cli,
             socket,
             token,
-            sim::arena::DEFAULT_TICKS_PER_TURN,
+            cli.ticks_per_turn,
             |w, t| w.perturb(t.0),
             |player, seed, apm| {
                 sim::arena::Bot::new(player, seed, apm.unwrap_or(sim::arena::BOT_APM))

@@ -21,6 +21,8 @@ pub struct GameSession<S: Simulation> {
     pub(super) world: Option<S>,
     pub(super) player: Option<PlayerId>,
     pub(super) fault: Option<(Turn, Fault<S>)>,
+    /// The rules fingerprint this peer joined with.
+    pub(super) fingerprint: StateHash,
     /// The world after each recent turn, for desync forensics.
     pub(super) history: super::forensics::History,
     pub(super) record: Option<Recording>,
@@ -294,6 +296,9 @@ impl<S: Simulation> GameSession<S> {
                 turn_length,
                 ..
             } => {
+                if let Some(refused) = self.check_fingerprint(&setup) {
+                    return Some(refused);
+                }
                 let world = S::new(&setup);
                 self.setup = Some(setup.clone());
                 self.player = Some(your_player);
@@ -311,6 +316,8 @@ impl<S: Simulation> GameSession<S> {
                     turn_length,
                 }
             }
+            // No world: the peer left at the start (a refused fingerprint).
+            Event::TurnReady { .. } if self.world.is_none() => return None,
             Event::TurnReady { turn, inputs } => self.turn_ready(turn, &inputs),
             Event::Stalled { turn, waiting_on } => PeerEvent::Stalled { turn, waiting_on },
             Event::Desync {
@@ -470,6 +477,35 @@ impl<S: Simulation> GameSession<S> {
             let text = format!("recording {}: {e}", rec.path.display());
             self.note_error(text);
         }
+    }
+
+    /// At the start: the join's rules fingerprint must be the one of the
+    /// relay's setup (`ticks_per_turn` is the relay's to choose). If the game's
+    /// fingerprint depends on the ticks and the builder assumed other ones,
+    /// the peer leaves: playing on would make recordings that do not verify.
+    fn check_fingerprint(&mut self, setup: &MatchSetup) -> Option<PeerEvent<S::Command>> {
+        if self.rejoin_sent.is_some() || self.spectating {
+            // The relay checked the fingerprint against the match's own.
+            return None;
+        }
+        if sim::rules_fingerprint::<S>(setup.players, setup.ticks_per_turn) == self.fingerprint {
+            return None;
+        }
+        let detail = format!(
+            "the relay runs {} ticks per turn; this peer's rules fingerprint is for other ticks (PeerBuilder::with_ticks_per_turn)",
+            setup.ticks_per_turn
+        );
+        let reason = crate::proto::RejectReason::RulesDiffer;
+        self.refused = Some(PeerRefusal {
+            reason,
+            detail: Some(detail.clone()),
+        });
+        self.note_error(detail.clone());
+        self.leave(self.now);
+        Some(PeerEvent::Refused {
+            reason,
+            detail: Some(detail),
+        })
     }
 
     /// Steps the world through `turn`, reports and records its hash.

@@ -50,7 +50,7 @@ use crate::time::{Duration, Instant};
 use crate::token::ConnectToken;
 use crate::transport::{Client, DisconnectReason, TransportConfig};
 use record::Recording;
-use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
+use sim::{PlayerId, Simulation, Turn};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,18 +65,14 @@ pub const KEYFRAME_EVERY: u32 = 100;
 /// counter); set it with [`PeerBuilder::with_fault`].
 pub type Fault<S> = Box<dyn FnMut(&mut S, Turn) + Send>;
 
-/// The rules fingerprint a peer sends in its join: the game's rules hash for
-/// a canonical setup of this size (seed 0; the real seed is only known at
-/// start). Every peer of a match computes the same one.
-#[must_use]
-pub fn rules_fingerprint<S: Simulation>(players: u8, ticks_per_turn: u16) -> StateHash {
-    S::new(&MatchSetup {
-        seed: 0,
-        players,
-        ticks_per_turn,
-    })
-    .rules_hash()
-}
+/// The rules fingerprint a peer sends in its join (defined in `sim`, where
+/// replay tools find it too).
+pub use sim::rules_fingerprint;
+
+/// Simulation ticks per turn of a match unless the relay is told otherwise
+/// (`relay serve --ticks-per-turn`, `RelayConfig::ticks_per_turn`): the one
+/// default the relay's setup and [`PeerBuilder::with_ticks_per_turn`] share.
+pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
 
 /// Options of a [`Peer`]: `PeerBuilder::<MyGame>::new("match", 2).with_*(..).build(now, relay)`.
 pub struct PeerBuilder<S: Simulation> {
@@ -133,7 +129,7 @@ impl<S: Simulation> PeerBuilder<S> {
             seed: 0,
             fault: None,
             forensics_history: FORENSICS_HISTORY,
-            ticks_per_turn: 1,
+            ticks_per_turn: DEFAULT_TICKS_PER_TURN,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             playout: crate::session::PlayoutConfig::default(),
             rejoin: None,
@@ -272,9 +268,13 @@ impl<S: Simulation> PeerBuilder<S> {
         self
     }
 
-    /// Ticks per turn of the canonical setup the rules fingerprint is
-    /// computed from (see [`rules_fingerprint`]); every peer of a match must
-    /// use the same value (default 1).
+    /// Ticks per turn of the match, as the relay runs it (`relay serve
+    /// --ticks-per-turn`, default [`DEFAULT_TICKS_PER_TURN`]): the rules
+    /// fingerprint of the join is computed for it (see
+    /// [`rules_fingerprint`]). If the relay's setup says otherwise and the
+    /// game's fingerprint depends on it, the peer leaves at the start with
+    /// [`PeerEvent::Refused`] ([`RulesDiffer`](crate::proto::RejectReason::RulesDiffer))
+    /// rather than play a match whose recordings would not verify.
     #[must_use]
     pub const fn with_ticks_per_turn(mut self, ticks: u16) -> Self {
         self.ticks_per_turn = ticks;
@@ -320,9 +320,10 @@ impl<S: Simulation> PeerBuilder<S> {
     /// Slots outside `1..=8`, a name longer than the protocol allows, or a
     /// recording file that cannot be created.
     pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
+        let fingerprint = rules_fingerprint::<S>(self.players, self.ticks_per_turn);
         let mut builder = SessionBuilder::new()
             .with_match(&self.match_name, self.players)
-            .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
+            .with_simulation::<S>(fingerprint)
             .with_name(&self.name)
             .with_turns(self.turns)
             .with_playout(self.playout);
@@ -347,6 +348,7 @@ impl<S: Simulation> PeerBuilder<S> {
             world: None,
             player: None,
             fault: self.fault,
+            fingerprint,
             history: forensics::History::new(self.forensics_history),
             record,
             now,

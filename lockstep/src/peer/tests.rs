@@ -7,6 +7,7 @@ use crate::Duration;
 use crate::proto::{Bundle, EndReason, PlayerInfo, Start, ToPeer, ToRelay};
 use sim::arena::Arena;
 use sim::game::World;
+use sim::{MatchSetup, StateHash};
 
 const RELAY: ([u8; 4], u16) = ([127, 0, 0, 1], 7000);
 
@@ -490,5 +491,80 @@ fn a_spectator_has_no_player_and_cannot_submit() {
     assert!(
         !out.iter().any(|m| matches!(m, ToRelay::Input { .. })),
         "{out:?}"
+    );
+}
+
+/// A game whose rules hash depends on the ticks per turn, to show the
+/// fingerprint check at the start.
+#[derive(Clone, Debug)]
+struct TickRules(u16);
+
+impl Simulation for TickRules {
+    type Command = u8;
+    const GAME_ID: &'static str = "tick-rules";
+    const GAME_VERSION: u32 = 1;
+    fn new(setup: &MatchSetup) -> Self {
+        Self(setup.ticks_per_turn)
+    }
+    fn rules_hash(&self) -> StateHash {
+        sim::hash::digest_of(&self.0, &mut Vec::new())
+    }
+    fn step(&mut self, _: Turn, _: &[sim::Stamped<u8>]) {}
+    fn state_hash(&self) -> StateHash {
+        self.rules_hash()
+    }
+    fn section_hashes(&self) -> Vec<sim::SectionHash> {
+        Vec::new()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+    fn restore(bytes: &[u8]) -> Result<Self, sim::SnapshotError> {
+        let b: [u8; 2] = bytes
+            .try_into()
+            .map_err(|_| sim::SnapshotError::Invalid("len".into()))?;
+        Ok(Self(u16::from_le_bytes(b)))
+    }
+}
+
+/// `ticks_per_turn` has one default for the relay and the builder, and a
+/// peer whose rules fingerprint was computed for other ticks than the
+/// relay's setup says (2 here) leaves at the start with a typed refusal
+/// naming the relay's value, instead of playing a match whose recordings
+/// would not verify; with matching ticks it plays.
+#[test]
+fn a_peer_built_for_other_ticks_than_the_relays_leaves_at_the_start() {
+    assert_eq!(
+        crate::peer::DEFAULT_TICKS_PER_TURN,
+        2,
+        "the relay's default (relay::config re-exports it)"
+    );
+    let t0 = Instant::from_millis(1);
+    let run = |ticks: u16| {
+        let mut peer = PeerBuilder::<TickRules>::new("m", 1)
+            .with_ticks_per_turn(ticks)
+            .build(t0, RELAY.into())
+            .unwrap();
+        deliver(&mut peer, t0, &start_msg(1, 3));
+        deliver(&mut peer, t0, &bundle::<u8>(0, 0, &[]));
+        peer.handle_timeout(t0 + Duration::from_secs(1));
+        let evs = events(&mut peer);
+        (evs, peer.is_done())
+    };
+    let (evs, done) = run(3);
+    assert!(done, "{evs:?}");
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            PeerEvent::Refused { reason: crate::proto::RejectReason::RulesDiffer, detail: Some(d) }
+                if d.contains("runs 2 ticks per turn")
+        )),
+        "{evs:?}"
+    );
+    assert!(!evs.iter().any(|e| matches!(e, PeerEvent::TurnReady { .. })));
+    let (evs, _) = run(crate::peer::DEFAULT_TICKS_PER_TURN);
+    assert!(
+        evs.iter().any(|e| matches!(e, PeerEvent::TurnReady { .. })),
+        "{evs:?}"
     );
 }
