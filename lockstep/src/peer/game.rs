@@ -350,6 +350,15 @@ impl<S: Simulation> GameSession<S> {
                     sections,
                 }
             }
+            Event::DesyncDetails {
+                turn,
+                complete,
+                entities,
+            } => PeerEvent::DesyncDetails {
+                turn,
+                complete,
+                entities,
+            },
             Event::PlayerDropped { player, turn } => {
                 self.dropped.push((player.0, turn.0));
                 self.record_with(|w| w.record_drop(player, turn));

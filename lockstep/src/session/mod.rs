@@ -337,6 +337,11 @@ impl Session {
                 players,
                 sections,
             }),
+            ToPeer::DesyncDetails(d) => self.events.push_back(Event::DesyncDetails {
+                turn: d.turn,
+                complete: d.complete,
+                entities: d.entities,
+            }),
             ToPeer::LateInput { turn, landed_in } => {
                 if let Phase::Running(r) = &mut self.phase {
                     self.stats.late_inputs += 1;
