@@ -55,6 +55,15 @@ pub mod builder;
 pub mod event;
 pub mod input_delay;
 pub mod peer;
+
+/// Integrating your own game, step by step: from a `sim::Simulation` to a
+/// networked, recorded, verified match (read this first). Every code block
+/// is the example game `tests/examples/snakes.rs`, compiled as a doctest.
+#[doc = include_str!("../docs/guide.md")]
+// The guide shows the hash test a game writes (`#[test]`); the doctest only
+// compiles it, `tests/tests/guide.rs` runs it.
+#[allow(clippy::test_attr_in_doctest)]
+pub mod guide {}
 pub mod peer_glue;
 pub mod proto;
 pub mod session;

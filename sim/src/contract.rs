@@ -192,8 +192,14 @@ pub trait Simulation: Sized {
     /// Hash of the rules and the map this world was built with (constant for a match).
     fn rules_hash(&self) -> StateHash;
 
-    /// Advances the world by one turn. `inputs` may arrive in any order:
-    /// implementations apply them in [`canonical_order`].
+    /// Advances the world by one turn.
+    ///
+    /// The engine (a `lockstep` peer, `replays::verify`) always passes the
+    /// output of [`decode_turn`](crate::decode_turn): already in
+    /// [`canonical_order`]. Other callers (tests, tools) may pass any order,
+    /// and the result must not depend on it: implementations apply the
+    /// inputs in canonical order (sorting a copy with [`canonical_order`]
+    /// costs next to nothing for a turn's few commands).
     fn step(&mut self, turn: Turn, inputs: &[Stamped<Self::Command>]);
 
     /// Root hash of the whole state, combined from [`Simulation::section_hashes`].
