@@ -95,7 +95,8 @@ fn step_ignores_the_order_inputs_are_given_in() {
 /// the relay, which does not know the game, records the join's fingerprint;
 /// the recording still verifies, with `replays::verify` and with the game's
 /// own replay tool (`Games::with_simulation`). A peer built for the default
-/// ticks is refused at the start with the relay's value.
+/// ticks is refused at the start with the relay's value. A spectator runs
+/// the same loop to the same final hash, submitting nothing.
 #[test]
 fn snakes_plays_through_a_real_relay_and_its_recordings_verify() {
     use sim::{Simulation, Turn};
@@ -106,11 +107,18 @@ fn snakes_plays_through_a_real_relay_and_its_recordings_verify() {
     let config = relay::RelayConfig {
         ticks_per_turn: 3,
         turn_length: lockstep::Duration::from_millis(40),
+        rejoin: relay::rejoin::RejoinConfig {
+            spectator_delay: lockstep::Duration::ZERO,
+            ..relay::rejoin::RejoinConfig::default()
+        },
         ..relay::RelayConfig::default()
     };
     let stop = AtomicBool::new(false);
     let mine = dir.join("mine.lsr");
-    let (results, wrong) = std::thread::scope(|scope| {
+    // The spectator joins once the match runs (turn 10 closed).
+    let (running, started) = std::sync::mpsc::channel();
+    let mut running = Some(running);
+    let (results, wrong, watched) = std::thread::scope(|scope| {
         let server = scope.spawn(|| {
             relay::udp::serve(
                 &socket,
@@ -118,8 +126,28 @@ fn snakes_plays_through_a_real_relay_and_its_recordings_verify() {
                 lockstep::transport::TransportConfig::default(),
                 Some(recorder),
                 &stop,
-                |_| {},
+                move |note| {
+                    if let relay::udp::RelayNote::Event(relay::RouterEvent::TurnClosed {
+                        turn: Turn(10),
+                        ..
+                    }) = note
+                        && let Some(tx) = running.take()
+                    {
+                        let _ = tx.send(());
+                    }
+                },
             )
+        });
+        let spectator = scope.spawn(move || {
+            started.recv_timeout(Duration::from_secs(60)).unwrap();
+            let watch = PeerBuilder::<Snakes>::new("guide", 3)
+                .with_spectate()
+                .with_ticks_per_turn(3);
+            // The guide's loop, unchanged: a spectator has no player, so it
+            // is never asked for commands and never submits.
+            play(relay, watch, |_: &Snakes, _| {
+                unreachable!("a spectator never chooses")
+            })
         });
         let players: Vec<_> = (0..3)
             .map(|i| {
@@ -136,15 +164,21 @@ fn snakes_plays_through_a_real_relay_and_its_recordings_verify() {
         let wrong = scope.spawn(move || play(relay, wrong, hungry));
         let results: Vec<_> = players.into_iter().map(|p| p.join().unwrap()).collect();
         let wrong = wrong.join().unwrap();
+        let watched = spectator.join().unwrap();
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap().unwrap();
-        (results, wrong)
+        (results, wrong, watched)
     });
     let (turn, hash) = results[0].as_ref().unwrap().to_owned();
     assert_eq!(turn, Turn(39));
     for r in &results {
         assert_eq!(r.as_ref().unwrap(), &(turn, hash));
     }
+    assert_eq!(
+        watched.unwrap(),
+        (turn, hash),
+        "the spectator watched to the end"
+    );
     let refused = wrong.unwrap_err().to_string();
     assert!(refused.contains("rules"), "{refused}");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
