@@ -305,24 +305,28 @@ fn the_snakes_example_plays_records_and_verifies_with_its_own_replay_tool() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// `relay serve --ticks-per-turn` is validated: 0 is bad usage (exit 2).
+/// `relay serve --ticks-per-turn` and `peer --ticks-per-turn` are
+/// validated: 0 is bad usage (exit 2), naming the flag.
 #[test]
-fn relay_serve_refuses_zero_ticks_per_turn() {
-    let out = Command::new(&bins().relay)
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--open",
-            "--ticks-per-turn",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--ticks-per-turn"), "{err}");
+fn zero_ticks_per_turn_is_refused_by_relay_and_peer() {
+    let runs = [
+        (
+            &bins().relay,
+            vec!["serve", "--bind", "127.0.0.1:0", "--open"],
+        ),
+        (&bins().peer, vec!["--relay", "127.0.0.1:9"]),
+    ];
+    for (bin, mut args) in runs {
+        args.extend(["--ticks-per-turn", "0"]);
+        let out = Command::new(bin)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bin:?}: {err}");
+        assert!(err.contains("--ticks-per-turn"), "{err}");
+    }
 }
 
 /// Every Rust block of the guide is the example's code: its shown lines

@@ -396,6 +396,22 @@ fn every_readme_command_line_names_a_binary_and_flags_that_exist() {
     assert!(checked >= 20, "only {checked} command lines found");
 }
 
+/// The guide (`lockstep/docs/guide.md`, rendered as `lockstep::guide`)
+/// follows the same conventions: its command lines are checked the same way.
+#[test]
+fn every_guide_command_line_names_a_binary_and_flags_that_exist() {
+    let guide = std::fs::read_to_string(workspace_root().join("lockstep/docs/guide.md"))
+        .expect("read lockstep/docs/guide.md");
+    let (checked, bad) = problems(&guide);
+    assert!(
+        bad.is_empty(),
+        "{} of {checked} guide command lines do not run as written (line numbers are the guide's):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    assert!(checked >= 5, "only {checked} command lines found");
+}
+
 #[test]
 fn a_nonexistent_flag_subcommand_binary_or_ambiguous_cargo_run_is_caught() {
     let readme = "\
