@@ -85,6 +85,17 @@ pub enum Event {
         /// Names of the differing sections.
         sections: Vec<String>,
     },
+    /// What the relay's desync forensics found for a desynced turn: the
+    /// entities and fields that differ, each side's value (after
+    /// `DesyncSections`; every player gets it).
+    DesyncDetails {
+        /// The desynced turn.
+        turn: Turn,
+        /// Whether the narrowing ran to the end.
+        complete: bool,
+        /// The entities that differ, with their differing fields.
+        entities: Vec<crate::proto::DesyncEntity>,
+    },
     /// This peer's input for `turn` arrived late and was simulated in `landed_in`.
     LateInput {
         /// Intended turn.

@@ -58,6 +58,15 @@ pub mod reference {}
 #[cfg(test)]
 mod reference_figures;
 
+/// Integrating your own game, step by step: from a `sim::Simulation` to a
+/// networked, recorded, verified match (read this first). Every code block
+/// is the example game `tests/examples/snakes.rs`, compiled as a doctest.
+#[doc = include_str!("../docs/guide.md")]
+// The guide shows the hash test a game writes (`#[test]`); the doctest only
+// compiles it, `tests/tests/guide.rs` runs it.
+#[allow(clippy::test_attr_in_doctest)]
+pub mod guide {}
+
 pub use sim::forensics::{EntityHash, Field};
 pub use sim::{
     InputError, MatchSetup, PlayerId, SectionHash, Simulation, SnapshotError, Stamped, StateHash,

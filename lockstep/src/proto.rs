@@ -15,7 +15,10 @@ use std::fmt;
 mod forensics;
 mod reject;
 pub(crate) use forensics::bounded_fields;
-pub use forensics::{EntityDump, MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES};
+pub use forensics::{
+    DesyncDetails, DesyncEntity, DesyncField, EntityDump, MAX_DETAIL_ENTITIES, MAX_DETAIL_FIELDS,
+    MAX_DETAILS_LEN, MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES,
+};
 mod rejoin_messages;
 pub use reject::RejectReason;
 pub(crate) use rejoin_messages::MAX_SNAPSHOT_TOTAL;
@@ -411,6 +414,11 @@ pub enum ToPeer {
     /// The snapshot this peer reported as failed is replaced: restore this
     /// one instead (snapshot chunks and the tail of bundles follow).
     Reoffer(Reoffer),
+    /// Desync forensics are done: the entities and fields that differ
+    /// (after [`ToPeer::SectionDiff`]; sent to every player). Appended last,
+    /// so every older message keeps its encoding; a peer that predates it
+    /// drops it as undecodable, as it drops any message it does not know.
+    DesyncDetails(DesyncDetails),
 }
 
 /// Why bytes are not a valid protocol message.
@@ -682,6 +690,7 @@ impl ToPeer {
                 r.snapshot.is_none_or(|(_, _, n)| n <= MAX_SNAPSHOT_TOTAL),
                 "snapshot length",
             ),
+            Self::DesyncDetails(d) => d.check(),
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }

@@ -5,9 +5,11 @@ use crate::limits::Limits;
 use crate::turn_policy::TurnPolicy;
 use lockstep::Duration;
 
-/// Simulation ticks per turn unless configured: both shipped games use 2
-/// (the relay itself never simulates; the value only travels in the setup).
-pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
+/// Simulation ticks per turn unless configured (`relay serve
+/// --ticks-per-turn`): the peers' default too, one constant for both (the
+/// relay itself never simulates; the value travels in the setup, and peers
+/// compute their rules fingerprint for it).
+pub use lockstep::peer::DEFAULT_TICKS_PER_TURN;
 
 /// What the relay does when a match desyncs (`relay serve --on-desync`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use crate::udp::{RelayNote, serve};
 use lockstep::low_level::transport::TransportConfig;
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
-use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
+use lockstep::peer::{Agent, PeerBuilder, PeerSummary};
 use lockstep::{Duration, Instant};
 use serde::Serialize;
 use sim::{PlayerId, Simulation, StateHash, Turn};
@@ -49,15 +49,6 @@ impl DemoGame {
         match self {
             Self::Rts => 300,
             Self::Arena => sim::arena::BOT_APM,
-        }
-    }
-
-    /// The game's default simulation ticks per turn.
-    #[must_use]
-    pub const fn ticks_per_turn(self) -> u16 {
-        match self {
-            Self::Rts => sim::game::DEFAULT_TICKS_PER_TURN,
-            Self::Arena => sim::arena::DEFAULT_TICKS_PER_TURN,
         }
     }
 }
@@ -551,11 +542,11 @@ struct Seat {
 
 impl Seat {
     /// Plays the match as a public `lockstep::peer` with the game's bot.
-    fn play<S: Simulation, A: Agent<S>>(
+    fn play<S: Simulation + 'static, A: Agent<S>>(
         &self,
         socket: UdpSocket,
         stop: &AtomicBool,
-        fault: Fault<S>,
+        fault: fn(&mut S, Turn),
         bot: fn(PlayerId, u64, u32) -> A,
         progress: impl Fn(String),
     ) -> std::io::Result<PeerSummary> {
@@ -565,7 +556,7 @@ impl Seat {
             .with_name(&format!("peer{i}"))
             .with_turns(c.turns)
             .with_seed(transport_seed)
-            .with_ticks_per_turn(c.game.ticks_per_turn());
+            .with_ticks_per_turn(c.relay.ticks_per_turn);
         if let Some((turn, _)) = c.desync.filter(|&(_, p)| p == i) {
             builder = builder.with_fault(Turn(turn), fault);
         }
@@ -611,7 +602,7 @@ impl Seat {
             .with_name(&format!("peer{i}"))
             .with_turns(c.turns)
             .with_seed(transport_seed ^ 0x7e57_a127)
-            .with_ticks_per_turn(c.game.ticks_per_turn())
+            .with_ticks_per_turn(c.relay.ticks_per_turn)
             .with_rejoin(player, secret);
         let socket = UdpSocket::bind("127.0.0.1:0")?;
         let mut udp = UdpPeer::new(socket, self.relay, builder)

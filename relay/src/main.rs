@@ -95,6 +95,13 @@ struct RelayArgs {
     /// Turn length in milliseconds.
     #[arg(long, default_value_t = 100)]
     turn_ms: u64,
+    /// Simulation ticks per turn, sent to every peer in the match's setup
+    /// (1 or more). Peers compute their join's rules fingerprint for it: give
+    /// them the same value (`PeerBuilder::with_ticks_per_turn`, `peer
+    /// --ticks-per-turn`).
+    #[arg(long, default_value_t = relay::config::DEFAULT_TICKS_PER_TURN,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    ticks_per_turn: u16,
     /// Input delay at the start, in turns.
     #[arg(long, default_value_t = 3)]
     input_delay: u8,
@@ -159,6 +166,7 @@ impl RelayArgs {
         RelayConfig {
             policy: self.policy,
             turn_length: Duration::from_millis(self.turn_ms),
+            ticks_per_turn: self.ticks_per_turn,
             initial_delay: self.input_delay,
             adaptive_delay: !self.fixed_delay,
             silence_timeout: Duration::from_millis(self.silence_timeout_ms),

@@ -115,7 +115,10 @@ pub struct Header {
     pub game_id: String,
     /// [`sim::Simulation::GAME_VERSION`] of the game played.
     pub game_version: u32,
-    /// Hash of the game rules and map ([`sim::Simulation::rules_hash`]).
+    /// Hash of the game rules and map ([`sim::Simulation::rules_hash`] of
+    /// the recorded setup), or, from a relay that does not know the game,
+    /// the rules fingerprint the players joined with
+    /// ([`sim::rules_fingerprint`]); verify accepts either.
     pub rules_hash: StateHash,
     /// How the world was built (seed, players, ticks per turn).
     pub setup: MatchSetup,

@@ -238,8 +238,10 @@ pub(crate) struct Replayer<S: Simulation> {
     /// The match's player count: entries of other players are dropped, as
     /// every peer's [`sim::decode_turn`] drops them.
     players: u8,
-    /// Rules hash to check before the first step (`None`: checked or not applicable).
-    rules: Option<StateHash>,
+    /// Rules hash to check before the first step (`None`: checked or not
+    /// applicable), with the recorded setup's player count and ticks (its
+    /// join fingerprint is accepted too).
+    rules: Option<(StateHash, u8, u16)>,
 }
 
 impl<S: Simulation> Replayer<S> {
@@ -249,7 +251,11 @@ impl<S: Simulation> Replayer<S> {
     pub(crate) fn start(header: &Header) -> Result<Self, ReplayError> {
         check_game::<S>(header)?;
         let mut rp = Self::from_world(S::new(&header.setup), 0, header.setup.players);
-        rp.rules = Some(header.rules_hash);
+        rp.rules = Some((
+            header.rules_hash,
+            header.setup.players,
+            header.setup.ticks_per_turn,
+        ));
         Ok(rp)
     }
 
@@ -275,10 +281,15 @@ impl<S: Simulation> Replayer<S> {
         Ok(())
     }
 
+    /// The file's rules hash is this world's, or the rules fingerprint the
+    /// players joined with ([`sim::rules_fingerprint`] of the recorded player
+    /// count and ticks): a relay records the join's fingerprint for a game
+    /// it does not know, and cannot recompute the game's rules hash for the
+    /// real seed. Either one pins the rules; the game's code decides both.
     fn check_rules(&mut self) -> Result<(), ReplayError> {
-        if let Some(file) = self.rules.take() {
+        if let Some((file, players, ticks)) = self.rules.take() {
             let ours = self.world.rules_hash();
-            if ours != file {
+            if ours != file && sim::rules_fingerprint::<S>(players, ticks) != file {
                 return Err(ReplayError::RulesMismatch { file, ours });
             }
         }

@@ -144,6 +144,24 @@ pub struct MatchSetup {
     pub ticks_per_turn: u16,
 }
 
+/// The rules fingerprint of game `S` for a match of `players` players at
+/// `ticks_per_turn`: [`Simulation::rules_hash`] of the canonical setup
+/// (seed 0). Peers send it in their join, before the relay draws the seed,
+/// so every player of a match computes the same one whatever the rules hash
+/// depends on; a relay records it for a game it does not know, and
+/// `replays::verify` accepts it as well as the rules hash of the recorded
+/// setup. This is the one definition: peers, relays and replay tools all
+/// call it.
+#[must_use]
+pub fn rules_fingerprint<S: Simulation>(players: u8, ticks_per_turn: u16) -> StateHash {
+    S::new(&MatchSetup {
+        seed: 0,
+        players,
+        ticks_per_turn,
+    })
+    .rules_hash()
+}
+
 /// Why a snapshot could not be restored.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SnapshotError {
@@ -174,8 +192,14 @@ pub trait Simulation: Sized {
     /// Hash of the rules and the map this world was built with (constant for a match).
     fn rules_hash(&self) -> StateHash;
 
-    /// Advances the world by one turn. `inputs` may arrive in any order:
-    /// implementations apply them in [`canonical_order`].
+    /// Advances the world by one turn.
+    ///
+    /// The engine (a `lockstep` peer, `replays::verify`) always passes the
+    /// output of [`decode_turn`](crate::decode_turn): already in
+    /// [`canonical_order`]. Other callers (tests, tools) may pass any order,
+    /// and the result must not depend on it: implementations apply the
+    /// inputs in canonical order (sorting a copy with [`canonical_order`]
+    /// costs next to nothing for a turn's few commands).
     fn step(&mut self, turn: Turn, inputs: &[Stamped<Self::Command>]);
 
     /// Root hash of the whole state, combined from [`Simulation::section_hashes`].

@@ -59,6 +59,6 @@ pub use agent::{Agent, agent_inputs};
 pub use contract::{
     InputError, MAX_COMMANDS_PER_TURN, MAX_PLAYERS, MatchSetup, PlayerId, SectionHash, Simulation,
     SnapshotError, Stamped, StateHash, Turn, TurnInputs, canonical_order, decode_commands,
-    encode_commands,
+    encode_commands, rules_fingerprint,
 };
 pub use decoded_turn::{DecodedTurn, decode_turn};

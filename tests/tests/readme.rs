@@ -39,10 +39,11 @@ const BINS: [&str; 5] = ["relay", "peer", "replay", "netsim", "bench"];
 
 /// Every markdown file whose command lines are checked, relative to the
 /// workspace root: the README and the files rendered into the crates' docs.
-const DOC_FILES: [&str; 6] = [
+const DOC_FILES: [&str; 7] = [
     "README.md",
     "sim/docs/manual.md",
     "lockstep/docs/reference.md",
+    "lockstep/docs/guide.md",
     "relay/docs/operations.md",
     "replays/docs/manual.md",
     "tests/docs/development.md",

@@ -9,11 +9,10 @@
 
 use clap::{Parser, ValueEnum};
 use lockstep::Duration;
-use lockstep::low_level::proto::{EndReason, RejoinSecret};
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::BuildError;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
-use lockstep::peer::{Agent, Fault, PeerBuilder, PeerSummary};
+use lockstep::peer::{Agent, EndReason, PeerBuilder, PeerSummary, RejoinSecret};
 use lockstep::token::ConnectToken;
 use sim::{PlayerId, Simulation, Turn};
 use std::net::{SocketAddr, UdpSocket};
@@ -71,6 +70,11 @@ struct Cli {
     /// Fault switch: perturb the own world after simulating this turn.
     #[arg(long)]
     desync_at: Option<u32>,
+    /// Simulation ticks per turn the relay runs (`relay serve
+    /// --ticks-per-turn`); the join's rules fingerprint is computed for it.
+    #[arg(long, default_value_t = lockstep::peer::DEFAULT_TICKS_PER_TURN,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    ticks_per_turn: u16,
     /// Local UDP address to bind.
     #[arg(long, default_value = "0.0.0.0:0")]
     bind: SocketAddr,
@@ -175,12 +179,12 @@ enum Game {
 }
 
 /// Plays one match of `S` with the bot `bot` builds, over `socket`.
-fn run<S: Simulation, A: Agent<S>>(
+fn run<S: Simulation + 'static, A: Agent<S>>(
     cli: &Cli,
     socket: UdpSocket,
     token: Option<ConnectToken>,
     ticks_per_turn: u16,
-    fault: Fault<S>,
+    fault: fn(&mut S, Turn),
     bot: fn(PlayerId, u64, Option<u32>) -> A,
 ) -> Result<PeerSummary, String> {
     let name = cli
@@ -301,7 +305,7 @@ fn main() -> ExitCode {
             &cli,
             socket,
             token,
-            sim::game::DEFAULT_TICKS_PER_TURN,
+            cli.ticks_per_turn,
             |w, t| w.perturb(t.0),
             |player, seed, apm| sim::bot::Bot::new(player, seed, apm.unwrap_or(300)),
         ),
@@ -309,7 +313,7 @@ fn main() -> ExitCode {
             &cli,
             socket,
             token,
-            sim::arena::DEFAULT_TICKS_PER_TURN,
+            cli.ticks_per_turn,
             |w, t| w.perturb(t.0),
             |player, seed, apm| {
                 sim::arena::Bot::new(player, seed, apm.unwrap_or(sim::arena::BOT_APM))

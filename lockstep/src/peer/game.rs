@@ -21,6 +21,8 @@ pub struct GameSession<S: Simulation> {
     pub(super) world: Option<S>,
     pub(super) player: Option<PlayerId>,
     pub(super) fault: Option<(Turn, Fault<S>)>,
+    /// The rules fingerprint this peer joined with.
+    pub(super) fingerprint: StateHash,
     /// The world after each recent turn, for desync forensics.
     pub(super) history: super::forensics::History,
     pub(super) record: Option<Recording>,
@@ -103,7 +105,9 @@ impl<S: Simulation> GameSession<S> {
     /// Queues the local player's commands for the next open turn.
     ///
     /// # Errors
-    /// Before the match started or after it ended, or when the local queue is full.
+    /// [`SessionError::Spectating`] for a spectator (it has no
+    /// [`player`](Self::player)); before the match started or after it
+    /// ended, or when the local queue is full.
     pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
         self.now = now;
         self.session.submit_commands(now, commands)
@@ -127,9 +131,14 @@ impl<S: Simulation> GameSession<S> {
         self.world.as_ref()
     }
 
-    /// This peer's slot, once started.
+    /// This peer's slot, once started; always `None` for a spectator (it
+    /// has no slot: a loop that submits only `if let Some(me) = player()`
+    /// is right for players and spectators alike).
     #[must_use]
     pub fn player(&self) -> Option<PlayerId> {
+        if self.spectating {
+            return None;
+        }
         self.session.player().or(self.player)
     }
 
@@ -216,7 +225,7 @@ impl<S: Simulation> GameSession<S> {
         let secs = elapsed.as_secs_f64();
         let rate = |b: u64| if secs > 0.0 { b as f64 / secs } else { 0.0 };
         PeerSummary {
-            player: self.player().filter(|_| !self.spectating).map(|p| p.0),
+            player: self.player().map(|p| p.0),
             final_turn: self.last.map(|(t, _)| t.0),
             final_hash: self.last.map(|(_, h)| h.to_hex()),
             turns: s.turns_executed,
@@ -287,6 +296,9 @@ impl<S: Simulation> GameSession<S> {
                 turn_length,
                 ..
             } => {
+                if let Some(refused) = self.check_fingerprint(&setup) {
+                    return Some(refused);
+                }
                 let world = S::new(&setup);
                 self.setup = Some(setup.clone());
                 self.player = Some(your_player);
@@ -304,6 +316,8 @@ impl<S: Simulation> GameSession<S> {
                     turn_length,
                 }
             }
+            // No world: the peer left at the start (a refused fingerprint).
+            Event::TurnReady { .. } if self.world.is_none() => return None,
             Event::TurnReady { turn, inputs } => self.turn_ready(turn, &inputs),
             Event::Stalled { turn, waiting_on } => PeerEvent::Stalled { turn, waiting_on },
             Event::Desync {
@@ -336,6 +350,15 @@ impl<S: Simulation> GameSession<S> {
                     sections,
                 }
             }
+            Event::DesyncDetails {
+                turn,
+                complete,
+                entities,
+            } => PeerEvent::DesyncDetails {
+                turn,
+                complete,
+                entities,
+            },
             Event::PlayerDropped { player, turn } => {
                 self.dropped.push((player.0, turn.0));
                 self.record_with(|w| w.record_drop(player, turn));
@@ -465,6 +488,35 @@ impl<S: Simulation> GameSession<S> {
         }
     }
 
+    /// At the start: the join's rules fingerprint must be the one of the
+    /// relay's setup (`ticks_per_turn` is the relay's to choose). If the game's
+    /// fingerprint depends on the ticks and the builder assumed other ones,
+    /// the peer leaves: playing on would make recordings that do not verify.
+    fn check_fingerprint(&mut self, setup: &MatchSetup) -> Option<PeerEvent<S::Command>> {
+        if self.rejoin_sent.is_some() || self.spectating {
+            // The relay checked the fingerprint against the match's own.
+            return None;
+        }
+        if sim::rules_fingerprint::<S>(setup.players, setup.ticks_per_turn) == self.fingerprint {
+            return None;
+        }
+        let detail = format!(
+            "the relay runs {} ticks per turn; this peer's rules fingerprint is for other ticks (PeerBuilder::with_ticks_per_turn)",
+            setup.ticks_per_turn
+        );
+        let reason = crate::proto::RejectReason::RulesDiffer;
+        self.refused = Some(PeerRefusal {
+            reason,
+            detail: Some(detail.clone()),
+        });
+        self.note_error(detail.clone());
+        self.leave(self.now);
+        Some(PeerEvent::Refused {
+            reason,
+            detail: Some(detail),
+        })
+    }
+
     /// Steps the world through `turn`, reports and records its hash.
     fn turn_ready(&mut self, turn: Turn, raw: &[(PlayerId, Vec<u8>)]) -> PeerEvent<S::Command> {
         let inputs = decode_turn::<S::Command>(raw);
@@ -477,11 +529,10 @@ impl<S: Simulation> GameSession<S> {
             };
         };
         world.step(turn, &inputs);
-        if let Some((at, fault)) = self.fault
-            && at == turn
+        if self.fault.as_ref().is_some_and(|(at, _)| *at == turn)
+            && let Some((_, mut fault)) = self.fault.take()
         {
             // Once: a healed peer runs the turn again and must agree then.
-            self.fault = None;
             fault(world, turn);
         }
         let hash = world.state_hash();

@@ -41,7 +41,9 @@ pub use game::GameSession;
 // The types in the peer's signatures and the settings a user passes to the
 // builder, so that a game names them from here.
 pub use crate::builder::BuildError;
-pub use crate::proto::{EndReason, PlayerInfo, RejectReason, RejoinSecret};
+pub use crate::proto::{
+    DesyncEntity, DesyncField, EndReason, PlayerInfo, RejectReason, RejoinSecret,
+};
 pub use crate::session::{LinkFigures, PlayoutConfig, SessionError, SessionStats};
 pub use crate::transport::{CongestionConfig, CongestionMode, LinkStats, TransportConfig};
 pub use summary::{
@@ -55,7 +57,7 @@ use crate::time::{Duration, Instant};
 use crate::token::ConnectToken;
 use crate::transport::{Client, DisconnectReason};
 use record::Recording;
-use sim::{MatchSetup, PlayerId, Simulation, StateHash, Turn};
+use sim::{PlayerId, Simulation, Turn};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,24 +67,21 @@ use std::path::PathBuf;
 pub const KEYFRAME_EVERY: u32 = 100;
 
 /// A fault injected into the own world right after simulating a turn (the
-/// turn is passed as a salt): desync drills and tests, for any game.
-pub type Fault<S> = fn(&mut S, Turn);
+/// turn is passed as a salt): desync drills and tests, for any game. A boxed
+/// closure, so a drill can capture what it needs (a field to break, a
+/// counter); set it with [`PeerBuilder::with_fault`].
+pub type Fault<S> = Box<dyn FnMut(&mut S, Turn) + Send>;
 
-/// The rules fingerprint a peer sends in its join: the game's rules hash for
-/// a canonical setup of this size (seed 0; the real seed is only known at
-/// start). Every peer of a match computes the same one.
-#[must_use]
-pub fn rules_fingerprint<S: Simulation>(players: u8, ticks_per_turn: u16) -> StateHash {
-    S::new(&MatchSetup {
-        seed: 0,
-        players,
-        ticks_per_turn,
-    })
-    .rules_hash()
-}
+/// The rules fingerprint a peer sends in its join (defined in `sim`, where
+/// replay tools find it too).
+pub use sim::rules_fingerprint;
+
+/// Simulation ticks per turn of a match unless the relay is told otherwise
+/// (`relay serve --ticks-per-turn`, `RelayConfig::ticks_per_turn`): the one
+/// default the relay's setup and [`PeerBuilder::with_ticks_per_turn`] share.
+pub const DEFAULT_TICKS_PER_TURN: u16 = 2;
 
 /// Options of a [`Peer`]: `PeerBuilder::<MyGame>::new("match", 2).with_*(..).build(now, relay)`.
-#[derive(Debug)]
 pub struct PeerBuilder<S: Simulation> {
     match_name: String,
     players: u8,
@@ -104,6 +103,22 @@ pub struct PeerBuilder<S: Simulation> {
     upload_pacing: Option<(usize, Duration)>,
 }
 
+impl<S: Simulation> std::fmt::Debug for PeerBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The fault closure has no Debug: only whether one is set and when.
+        f.debug_struct("PeerBuilder")
+            .field("match_name", &self.match_name)
+            .field("players", &self.players)
+            .field("name", &self.name)
+            .field("turns", &self.turns)
+            .field("record", &self.record)
+            .field("ticks_per_turn", &self.ticks_per_turn)
+            .field("spectate", &self.spectate)
+            .field("fault_at", &self.fault.as_ref().map(|(t, _)| *t))
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: Simulation> PeerBuilder<S> {
     /// A peer that joins `match_name`, a match of `players` slots.
     #[must_use]
@@ -121,7 +136,7 @@ impl<S: Simulation> PeerBuilder<S> {
             seed: 0,
             fault: None,
             forensics_history: FORENSICS_HISTORY,
-            ticks_per_turn: 1,
+            ticks_per_turn: DEFAULT_TICKS_PER_TURN,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             playout: crate::session::PlayoutConfig::default(),
             rejoin: None,
@@ -236,10 +251,15 @@ impl<S: Simulation> PeerBuilder<S> {
     }
 
     /// Fault switch: run `fault` on the own world right after simulating
-    /// `turn`, before its hash is taken (a forced desync).
+    /// `turn`, before its hash is taken (a forced desync). Any closure:
+    /// it may capture state (`move |world, turn| ...`).
     #[must_use]
-    pub fn with_fault(mut self, turn: Turn, fault: Fault<S>) -> Self {
-        self.fault = Some((turn, fault));
+    pub fn with_fault(
+        mut self,
+        turn: Turn,
+        fault: impl FnMut(&mut S, Turn) + Send + 'static,
+    ) -> Self {
+        self.fault = Some((turn, Box::new(fault)));
         self
     }
 
@@ -255,9 +275,13 @@ impl<S: Simulation> PeerBuilder<S> {
         self
     }
 
-    /// Ticks per turn of the canonical setup the rules fingerprint is
-    /// computed from (see [`rules_fingerprint`]); every peer of a match must
-    /// use the same value (default 1).
+    /// Ticks per turn of the match, as the relay runs it (`relay serve
+    /// --ticks-per-turn`, default [`DEFAULT_TICKS_PER_TURN`]): the rules
+    /// fingerprint of the join is computed for it (see
+    /// [`rules_fingerprint`]). If the relay's setup says otherwise and the
+    /// game's fingerprint depends on it, the peer leaves at the start with
+    /// [`PeerEvent::Refused`] ([`RulesDiffer`](crate::proto::RejectReason::RulesDiffer))
+    /// rather than play a match whose recordings would not verify.
     #[must_use]
     pub const fn with_ticks_per_turn(mut self, ticks: u16) -> Self {
         self.ticks_per_turn = ticks;
@@ -303,9 +327,10 @@ impl<S: Simulation> PeerBuilder<S> {
     /// Slots outside `1..=8`, a name longer than the protocol allows, or a
     /// recording file that cannot be created.
     pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
+        let fingerprint = rules_fingerprint::<S>(self.players, self.ticks_per_turn);
         let mut builder = SessionBuilder::new()
             .with_match(&self.match_name, self.players)
-            .with_simulation::<S>(rules_fingerprint::<S>(self.players, self.ticks_per_turn))
+            .with_simulation::<S>(fingerprint)
             .with_name(&self.name)
             .with_turns(self.turns)
             .with_playout(self.playout);
@@ -330,6 +355,7 @@ impl<S: Simulation> PeerBuilder<S> {
             world: None,
             player: None,
             fault: self.fault,
+            fingerprint,
             history: forensics::History::new(self.forensics_history),
             record,
             now,
@@ -400,7 +426,9 @@ impl<S: Simulation> Peer<S> {
     /// Queues the local player's commands for the next open turn.
     ///
     /// # Errors
-    /// Before the match started or after it ended, or when the local queue is full.
+    /// [`SessionError::Spectating`] for a spectator (it has no
+    /// [`player`](Self::player)); before the match started or after it
+    /// ended, or when the local queue is full.
     pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
         self.game.submit(now, commands)
     }
@@ -442,7 +470,8 @@ impl<S: Simulation> Peer<S> {
         self.game.world()
     }
 
-    /// This peer's slot, once started.
+    /// This peer's slot, once started; `None` for a spectator, which has
+    /// none and submits nothing.
     #[must_use]
     pub fn player(&self) -> Option<PlayerId> {
         self.game.player()

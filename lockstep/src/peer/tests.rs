@@ -7,6 +7,7 @@ use crate::Duration;
 use crate::proto::{Bundle, EndReason, PlayerInfo, Start, ToPeer, ToRelay};
 use sim::arena::Arena;
 use sim::game::World;
+use sim::{MatchSetup, StateHash};
 
 const RELAY: ([u8; 4], u16) = ([127, 0, 0, 1], 7000);
 
@@ -104,14 +105,17 @@ fn turn_ready_steps_the_world_as_it_is_polled() {
     assert_eq!((s.final_turn, s.final_hash), (Some(1), Some(hash.to_hex())));
 }
 
-fn break_arena(w: &mut Arena, t: Turn) {
-    w.perturb(t.0);
-}
-
 /// The fault switch perturbs exactly the given turn of any game: the hashes
-/// before it agree with an honest peer's, from it on they differ.
+/// before it agree with an honest peer's, from it on they differ. The fault
+/// is a closure that captures its state (here a counter the test reads).
 #[test]
 fn the_fault_switch_desyncs_from_its_turn_on() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen = std::sync::Arc::clone(&calls);
+    let break_arena: Fault<Arena> = Box::new(move |w: &mut Arena, t: Turn| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        w.perturb(t.0);
+    });
     let t0 = Instant::from_millis(1);
     let hashes = |fault: Option<Fault<Arena>>| {
         let mut b = PeerBuilder::<Arena>::new("m", 1);
@@ -134,6 +138,11 @@ fn the_fault_switch_desyncs_from_its_turn_on() {
     };
     let honest = hashes(None);
     let faulty = hashes(Some(break_arena));
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "once, at its turn"
+    );
     assert_eq!(honest.len(), 4);
     assert_eq!(honest[..2], faulty[..2]);
     assert_ne!(honest[2], faulty[2]);
@@ -428,4 +437,134 @@ fn a_garbage_snapshot_is_reported_and_the_replacement_restores() {
         })
         .collect();
     assert_eq!(hashes, expected);
+}
+
+/// A spectator has no slot and submits nothing, whatever its loop does: the
+/// guide's peer loop run as a spectator once submitted as player 0 and
+/// failed after the spectate window with "the match is not running". Now
+/// `player()` is `None` before and after the start, `submit` is refused with
+/// a typed error (empty or not), and no input ever leaves the peer.
+#[test]
+fn a_spectator_has_no_player_and_cannot_submit() {
+    let t0 = Instant::from_millis(1_000);
+    let mut gs = PeerBuilder::<World>::new("m", 2)
+        .with_spectate()
+        .build_session(t0)
+        .unwrap();
+    while gs.poll_outgoing().is_some() {}
+    let start = match ToPeer::decode(&start_msg(2, 100)) {
+        Ok(ToPeer::Start(s)) => s,
+        other => panic!("{other:?}"),
+    };
+    let resume = ToPeer::Resume(crate::proto::Resume {
+        start,
+        elapsed_us: 0,
+        delay: 3,
+        snapshot: None,
+        live: Turn(3),
+        spectator: true,
+    });
+    gs.handle_message(t0, &resume.to_bytes());
+    for t in 0..3 {
+        gs.handle_message(t0, &bundle::<sim::game::Command>(t, 1, &[]));
+    }
+    gs.handle_timeout(t0 + Duration::from_secs(1));
+    let evs: Vec<_> = std::iter::from_fn(|| gs.poll_event()).collect();
+    assert!(
+        evs.iter().any(|e| matches!(e, PeerEvent::TurnReady { .. })),
+        "the spectator watches: {evs:?}"
+    );
+    assert!(gs.world().is_some());
+    assert_eq!(gs.player(), None, "a spectator has no slot");
+    let idle = sim::game::Command::Stop { units: Vec::new() };
+    assert_eq!(
+        gs.submit(t0, &[idle]),
+        Err(crate::session::SessionError::Spectating)
+    );
+    assert_eq!(
+        gs.submit(t0, &[]),
+        Err(crate::session::SessionError::Spectating)
+    );
+    let out: Vec<ToRelay> = std::iter::from_fn(|| gs.poll_outgoing())
+        .filter_map(|(_, b)| ToRelay::decode(&b).ok())
+        .collect();
+    assert!(
+        !out.iter().any(|m| matches!(m, ToRelay::Input { .. })),
+        "{out:?}"
+    );
+}
+
+/// A game whose rules hash depends on the ticks per turn, to show the
+/// fingerprint check at the start.
+#[derive(Clone, Debug)]
+struct TickRules(u16);
+
+impl Simulation for TickRules {
+    type Command = u8;
+    const GAME_ID: &'static str = "tick-rules";
+    const GAME_VERSION: u32 = 1;
+    fn new(setup: &MatchSetup) -> Self {
+        Self(setup.ticks_per_turn)
+    }
+    fn rules_hash(&self) -> StateHash {
+        sim::hash::digest_of(&self.0, &mut Vec::new())
+    }
+    fn step(&mut self, _: Turn, _: &[sim::Stamped<u8>]) {}
+    fn state_hash(&self) -> StateHash {
+        self.rules_hash()
+    }
+    fn section_hashes(&self) -> Vec<sim::SectionHash> {
+        Vec::new()
+    }
+    fn snapshot(&self) -> Vec<u8> {
+        self.0.to_le_bytes().to_vec()
+    }
+    fn restore(bytes: &[u8]) -> Result<Self, sim::SnapshotError> {
+        let b: [u8; 2] = bytes
+            .try_into()
+            .map_err(|_| sim::SnapshotError::Invalid("len".into()))?;
+        Ok(Self(u16::from_le_bytes(b)))
+    }
+}
+
+/// `ticks_per_turn` has one default for the relay and the builder, and a
+/// peer whose rules fingerprint was computed for other ticks than the
+/// relay's setup says (2 here) leaves at the start with a typed refusal
+/// naming the relay's value, instead of playing a match whose recordings
+/// would not verify; with matching ticks it plays.
+#[test]
+fn a_peer_built_for_other_ticks_than_the_relays_leaves_at_the_start() {
+    assert_eq!(
+        crate::peer::DEFAULT_TICKS_PER_TURN,
+        2,
+        "the relay's default (relay::config re-exports it)"
+    );
+    let t0 = Instant::from_millis(1);
+    let run = |ticks: u16| {
+        let mut peer = PeerBuilder::<TickRules>::new("m", 1)
+            .with_ticks_per_turn(ticks)
+            .build(t0, RELAY.into())
+            .unwrap();
+        deliver(&mut peer, t0, &start_msg(1, 3));
+        deliver(&mut peer, t0, &bundle::<u8>(0, 0, &[]));
+        peer.handle_timeout(t0 + Duration::from_secs(1));
+        let evs = events(&mut peer);
+        (evs, peer.is_done())
+    };
+    let (evs, done) = run(3);
+    assert!(done, "{evs:?}");
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            PeerEvent::Refused { reason: crate::proto::RejectReason::RulesDiffer, detail: Some(d) }
+                if d.contains("runs 2 ticks per turn")
+        )),
+        "{evs:?}"
+    );
+    assert!(!evs.iter().any(|e| matches!(e, PeerEvent::TurnReady { .. })));
+    let (evs, _) = run(crate::peer::DEFAULT_TICKS_PER_TURN);
+    assert!(
+        evs.iter().any(|e| matches!(e, PeerEvent::TurnReady { .. })),
+        "{evs:?}"
+    );
 }

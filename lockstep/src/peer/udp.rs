@@ -233,6 +233,20 @@ impl<S: Simulation> UdpPeer<S> {
         Ok(())
     }
 
+    /// After the match: keeps pumping until everything sent reached the
+    /// relay ([`Peer::is_flushed`]: the last hashes, which the relay needs
+    /// to close the recording) or `max` passed. Call it before exiting.
+    ///
+    /// # Errors
+    /// Socket errors, as [`pump`](Self::pump).
+    pub fn linger(&mut self, max: Duration) -> io::Result<()> {
+        let until = self.now() + max;
+        while !self.peer.is_flushed() && self.now() < until {
+            self.pump(Duration::from_millis(16))?;
+        }
+        Ok(())
+    }
+
     /// Sends everything the peer has at `now` (through the impaired link, if any).
     pub fn send_all(&mut self, now: Instant) {
         while let Some(to) = self.peer.poll_transmit(now, &mut self.buf) {

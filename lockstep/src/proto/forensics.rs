@@ -4,10 +4,116 @@
 //! canonical dumps of the entities that differ
 //! ([`super::ToPeer::EntityDumpRequest`]). Every answer is bounded so that it
 //! fits one message; the relay validates it against hashes it already has.
+//! Once narrowed, the relay tells every player what it found
+//! ([`super::ToPeer::DesyncDetails`]): the entities and fields that differ.
 
-use super::{DecodeError, MAX_NAME_LEN, check, check_name};
+use super::{DecodeError, MAX_MESSAGE_LEN, MAX_NAME_LEN, check, check_name, check_player};
 use serde::{Deserialize, Serialize};
 use sim::forensics::{EntityHash, Field};
+use sim::{PlayerId, Turn};
+
+/// Most entities one [`DesyncDetails`] names (the relay's report may hold
+/// more; the rest are in its report file).
+pub const MAX_DETAIL_ENTITIES: usize = 16;
+/// Most fields per entity in a [`DesyncDetails`].
+pub const MAX_DETAIL_FIELDS: usize = 16;
+/// Upper bound of an encoded [`DesyncDetails`] message: version and tags,
+/// the turn, per entity its section, id, players and per field its path and
+/// both values (each with a length varint of at most 2 bytes and an option tag).
+pub const MAX_DETAILS_LEN: usize = 1
+    + 1
+    + 5
+    + 1
+    + 2
+    + MAX_DETAIL_ENTITIES
+        * (2 + MAX_NAME_LEN
+            + 10
+            + 2
+            + 2
+            + MAX_DETAIL_FIELDS * (3 * 3 + MAX_FIELD_PATH + 2 * MAX_FIELD_VALUE));
+const _: () = assert!(MAX_DETAILS_LEN <= MAX_MESSAGE_LEN);
+
+/// What the relay's desync forensics found, sent to every player once the
+/// narrowing is done: the entities that differ and, per field, the majority
+/// and the odd value ([`super::ToPeer::DesyncDetails`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesyncDetails {
+    /// The desynced turn.
+    pub turn: Turn,
+    /// Whether the narrowing ran to the end (every comparison answered in
+    /// time, within the caps).
+    pub complete: bool,
+    /// The entities found to differ, at most [`MAX_DETAIL_ENTITIES`].
+    pub entities: Vec<DesyncEntity>,
+}
+
+/// One entity that differs between an odd and a majority peer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesyncEntity {
+    /// The section holding it (as in `Simulation::section_hashes`).
+    pub section: String,
+    /// Its id within the section (`Simulation::entity_hashes`).
+    pub id: u64,
+    /// The odd peer compared.
+    pub odd_player: PlayerId,
+    /// The majority peer compared (with no majority: the lowest player's side).
+    pub majority_player: PlayerId,
+    /// The fields that differ, at most [`MAX_DETAIL_FIELDS`] (empty when the
+    /// dumps were not obtained).
+    pub fields: Vec<DesyncField>,
+}
+
+/// One field that differs: each side's value, as its peer dumped it
+/// (`Simulation::entity_fields`; `None`: missing on that side).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesyncField {
+    /// The field's path, e.g. `hp` or `body[2].x`.
+    pub path: String,
+    /// The majority side's value.
+    pub majority: Option<String>,
+    /// The odd side's value.
+    pub odd: Option<String>,
+}
+
+impl DesyncDetails {
+    /// Cuts the details to the protocol's bounds (entity and field counts,
+    /// name, path and value lengths), so the message always fits.
+    #[must_use]
+    pub fn bounded(mut self) -> Self {
+        self.entities.truncate(MAX_DETAIL_ENTITIES);
+        for e in &mut self.entities {
+            cut(&mut e.section, MAX_NAME_LEN);
+            e.fields.truncate(MAX_DETAIL_FIELDS);
+            for f in &mut e.fields {
+                cut(&mut f.path, MAX_FIELD_PATH);
+                for v in [&mut f.majority, &mut f.odd].into_iter().flatten() {
+                    cut(v, MAX_FIELD_VALUE);
+                }
+            }
+        }
+        self
+    }
+
+    pub(super) fn check(&self) -> Result<(), DecodeError> {
+        check(
+            self.entities.len() <= MAX_DETAIL_ENTITIES,
+            "detail entities",
+        )?;
+        for e in &self.entities {
+            check_name(&e.section, "section name")?;
+            check_player(e.odd_player)?;
+            check_player(e.majority_player)?;
+            check(e.fields.len() <= MAX_DETAIL_FIELDS, "detail fields")?;
+            for f in &e.fields {
+                check(f.path.len() <= MAX_FIELD_PATH, "field path")?;
+                for v in [&f.majority, &f.odd].into_iter().flatten() {
+                    check(v.len() <= MAX_FIELD_VALUE, "field value")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Most entity hashes in one answer (an entity block of the reference game
 /// is 1,024 entities; 2,048 entries of at most 42 bytes fit a message).

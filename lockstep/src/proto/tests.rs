@@ -188,6 +188,21 @@ fn samples() -> (Vec<ToRelay>, Vec<ToPeer>) {
             turn: None,
             reason: EndReason::Shutdown,
         },
+        ToPeer::DesyncDetails(DesyncDetails {
+            turn: Turn(3),
+            complete: true,
+            entities: vec![DesyncEntity {
+                section: "ships".into(),
+                id: 2,
+                odd_player: PlayerId(2),
+                majority_player: PlayerId(0),
+                fields: vec![DesyncField {
+                    path: "hp".into(),
+                    majority: Some("90".into()),
+                    odd: None,
+                }],
+            }],
+        }),
     ];
     (to_relay, to_peer)
 }
@@ -287,4 +302,51 @@ fn decode_turn_decodes_each_entry_then_orders() {
     let got: Vec<(u8, u16, u32)> = out.iter().map(|s| (s.player.0, s.seq, s.command)).collect();
     // Player 1's two entries tie at seq 0: ordered by entry bytes, not arrival.
     assert_eq!(got, vec![(0, 0, 12), (1, 0, 12), (1, 0, 10), (1, 1, 11)]);
+}
+
+/// The desync details message is appended to `ToPeer`: every older message
+/// keeps its tag (the last older one, `Reoffer`, is 19) and the new one is
+/// the next; details at every cap, with the longest strings, fit its bound
+/// and decode, and one entity over the cap is refused.
+#[test]
+fn desync_details_are_appended_and_bounded() {
+    let reoffer = ToPeer::Reoffer(Reoffer {
+        snapshot: None,
+        live: Turn(1),
+    });
+    let details = |entities: usize| {
+        let long = |n: usize| "é".repeat(n); // two bytes a char: cut on boundaries
+        DesyncDetails {
+            turn: Turn(u32::MAX),
+            complete: false,
+            entities: (0..entities)
+                .map(|i| DesyncEntity {
+                    section: long(100),
+                    id: u64::MAX - i as u64,
+                    odd_player: PlayerId(7),
+                    majority_player: PlayerId(6),
+                    fields: (0..40)
+                        .map(|_| DesyncField {
+                            path: long(100),
+                            majority: Some(long(200)),
+                            odd: Some(long(200)),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    };
+    let tag = |m: &ToPeer| m.to_bytes()[1];
+    assert_eq!(tag(&reoffer), 19);
+    let full = ToPeer::DesyncDetails(details(40).bounded());
+    assert_eq!(tag(&full), 20);
+    let bytes = full.to_bytes();
+    assert!(bytes.len() <= MAX_DETAILS_LEN, "{} bytes", bytes.len());
+    assert_eq!(ToPeer::decode(&bytes).unwrap(), full);
+    let mut over = details(MAX_DETAIL_ENTITIES).bounded();
+    over.entities.push(over.entities[0].clone());
+    assert_eq!(
+        ToPeer::decode(&ToPeer::DesyncDetails(over).to_bytes()),
+        Err(DecodeError::Bounds("detail entities"))
+    );
 }

@@ -161,10 +161,12 @@ impl Session {
         matches!(self.phase, Phase::Ended)
     }
 
-    /// This peer's slot once the match started.
+    /// This peer's slot once the match started; `None` for a spectator,
+    /// which has none.
     #[must_use]
     pub fn player(&self) -> Option<PlayerId> {
         match &self.phase {
+            Phase::Running(_) if self.config.spectate => None,
             Phase::Running(r) => Some(r.your_player),
             _ => None,
         }
@@ -180,7 +182,15 @@ impl Session {
     }
 
     /// Queues one encoded command list (`sim::encode_commands`) for turn `t + d`.
+    ///
+    /// # Errors
+    /// [`SessionError::Spectating`] for a spectator (checked first: it is
+    /// never right), [`SessionError::NotRunning`] outside the match,
+    /// [`SessionError::Overloaded`] when the queue is full.
     pub fn submit(&mut self, now: Instant, commands: Vec<u8>) -> Result<(), SessionError> {
+        if self.config.spectate {
+            return Err(SessionError::Spectating);
+        }
         let Phase::Running(r) = &mut self.phase else {
             return Err(SessionError::NotRunning);
         };
@@ -192,12 +202,16 @@ impl Session {
         Ok(())
     }
 
-    /// Encodes and queues game commands for turn `t + d`; an empty slice is a no-op.
+    /// Encodes and queues game commands for turn `t + d`; an empty slice is
+    /// a no-op (except for a spectator: [`SessionError::Spectating`]).
     pub fn submit_commands<C: serde::Serialize>(
         &mut self,
         now: Instant,
         commands: &[C],
     ) -> Result<(), SessionError> {
+        if self.config.spectate {
+            return Err(SessionError::Spectating);
+        }
         if commands.is_empty() {
             return Ok(());
         }
@@ -322,6 +336,11 @@ impl Session {
                 turn,
                 players,
                 sections,
+            }),
+            ToPeer::DesyncDetails(d) => self.events.push_back(Event::DesyncDetails {
+                turn: d.turn,
+                complete: d.complete,
+                entities: d.entities,
             }),
             ToPeer::LateInput { turn, landed_in } => {
                 if let Phase::Running(r) = &mut self.phase {

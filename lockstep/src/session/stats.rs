@@ -16,6 +16,10 @@ pub enum SessionError {
     /// Too many commands queued, or one chunk above the per-turn byte cap.
     #[error("command queue full or chunk too large ({0} bytes)")]
     Overloaded(usize),
+    /// This session watches the match (`with_spectate`): a spectator has no
+    /// slot and submits nothing.
+    #[error("a spectator submits no commands")]
+    Spectating,
     /// A hash for a turn that was not yielded, or reported twice.
     #[error("turn {0} was not simulated yet or already reported")]
     BadTurn(Turn),

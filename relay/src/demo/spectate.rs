@@ -49,7 +49,7 @@ fn spectate<S: Simulation, A: Agent<S>>(
                 .wrapping_mul(1000)
                 .wrapping_add(500 + u64::from(k)),
         )
-        .with_ticks_per_turn(config.game.ticks_per_turn())
+        .with_ticks_per_turn(config.relay.ticks_per_turn)
         .with_spectate();
     let socket = UdpSocket::bind("127.0.0.1:0")?;
     let mut udp = UdpPeer::new(socket, relay, builder)

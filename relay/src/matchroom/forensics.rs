@@ -98,6 +98,36 @@ pub(super) enum Answer {
     Dumps(Vec<EntityDump>),
 }
 
+/// The players' copy of a finished report: its entities and fields, cut
+/// to the protocol's bounds.
+fn details_of(report: &DesyncReport) -> lockstep::low_level::proto::DesyncDetails {
+    use lockstep::low_level::proto::{DesyncDetails, DesyncEntity, DesyncField};
+    DesyncDetails {
+        turn: Turn(report.turn),
+        complete: report.complete,
+        entities: report
+            .entities
+            .iter()
+            .map(|e| DesyncEntity {
+                section: e.section.clone(),
+                id: e.id,
+                odd_player: PlayerId(e.odd_player),
+                majority_player: PlayerId(e.majority_player),
+                fields: e
+                    .fields
+                    .iter()
+                    .map(|f| DesyncField {
+                        path: f.path.clone(),
+                        majority: f.majority.clone(),
+                        odd: f.odd.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+    .bounded()
+}
+
 fn hex(h: &StateHash) -> String {
     h.to_hex()
 }
@@ -486,6 +516,9 @@ impl Game {
             return;
         }
         if let Some(mut f) = self.forensics.take() {
+            // Every player learns what differs, not only the operator: a
+            // game can show it, log it or file it with its bug report.
+            self.broadcast(out, &ToPeer::DesyncDetails(details_of(&f.report)));
             let heal = self.send_heal(id, out);
             f.report.notes.extend(heal);
             out.events.push_back(RouterEvent::DesyncReport {

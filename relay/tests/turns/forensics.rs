@@ -3,7 +3,8 @@
 //! field it changed, with both values, in both shipped games, under 10 %
 //! loss, within a bounded number of turns, without stalling anyone; with two
 //! players the report says there is no majority; `--on-desync end` ends the
-//! match after the report.
+//! match after the report. Every player gets the narrowed entities and
+//! fields too (`PeerEvent::DesyncDetails`).
 
 use super::netsim::RelayNode;
 use super::*;
@@ -103,6 +104,15 @@ where
                 PeerEvent::ForensicsAnswered { turn, kept } => {
                     plain.push(PeerEvent::ForensicsAnswered { turn, kept });
                 }
+                PeerEvent::DesyncDetails {
+                    turn,
+                    complete,
+                    entities,
+                } => plain.push(PeerEvent::DesyncDetails {
+                    turn,
+                    complete,
+                    entities,
+                }),
                 _ => {}
             }
         }
@@ -205,6 +215,53 @@ fn assert_names_the_fault(r: &Run) {
         rep.notes
     );
     assert!(rep.to_text().contains("not verified"), "{}", rep.to_text());
+    assert_every_peer_got_the_details(r);
+}
+
+/// Every player, the odd one too, got the narrowed entity and field as a
+/// `PeerEvent::DesyncDetails`, exactly as the relay's report has them.
+fn assert_every_peer_got_the_details(r: &Run) {
+    let rep = report(&r.events);
+    for (i, log) in r.logs.iter().enumerate() {
+        let got: Vec<_> = log
+            .iter()
+            .filter_map(|e| match e {
+                PeerEvent::DesyncDetails {
+                    turn,
+                    complete,
+                    entities,
+                } => Some((*turn, *complete, entities)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got.len(), 1, "peer {i}: {got:?}");
+        let (turn, complete, entities) = got[0];
+        assert_eq!((turn, complete), (Turn(rep.turn), rep.complete), "peer {i}");
+        let shown: Vec<_> = entities
+            .iter()
+            .map(|e| {
+                let fields: Vec<_> = e
+                    .fields
+                    .iter()
+                    .map(|f| (f.path.clone(), f.majority.clone(), f.odd.clone()))
+                    .collect();
+                (e.section.clone(), e.id, e.odd_player.0, fields)
+            })
+            .collect();
+        let reported: Vec<_> = rep
+            .entities
+            .iter()
+            .map(|e| {
+                let fields: Vec<_> = e
+                    .fields
+                    .iter()
+                    .map(|f| (f.path.clone(), f.majority.clone(), f.odd.clone()))
+                    .collect();
+                (e.section.clone(), e.id, e.odd_player, fields)
+            })
+            .collect();
+        assert_eq!(shown, reported, "peer {i}");
+    }
 }
 
 /// Under 10 % loss each way, the RTS's perturbed `hp` is reported exactly
@@ -296,6 +353,7 @@ fn two_players_report_no_majority() {
         rep.to_text()
             .contains("no majority: the relay cannot tell who is odd")
     );
+    assert_every_peer_got_the_details(&r);
     let (section, id, field, unperturbed, perturbed) = r.truth.clone().unwrap();
     assert_eq!(rep.entities.len(), 1);
     let e = &rep.entities[0];

@@ -22,22 +22,13 @@ pub trait ReplayGame: Simulation {
     /// Default: the state hash and the section hashes. Override it with the
     /// game's own summary (units, scores).
     fn summary_text(&self) -> String {
-        let mut s = format!("state hash {}\n", self.state_hash());
-        for section in self.section_hashes() {
-            let _ = writeln!(s, "  {}: {}", section.name, section.hash);
-        }
-        s
+        default_summary_text(self)
     }
 
     /// The `summary` object of `replay state --json`. Default: `{state_hash,
     /// sections: [{name, hash}]}`.
     fn summary_json(&self) -> Value {
-        json!({
-            "state_hash": self.state_hash().to_hex(),
-            "sections": self.section_hashes().iter()
-                .map(|s| json!({"name": s.name, "hash": s.hash.to_hex()}))
-                .collect::<Vec<_>>(),
-        })
+        default_summary_json(self)
     }
 
     /// One player's input bytes of one turn as JSON (`replay export`,
@@ -45,26 +36,54 @@ pub trait ReplayGame: Simulation {
     /// decodes them ([`sim::decode_commands`]), each through `serde`, or
     /// `{"rejected": reason}` for bytes no peer would accept.
     fn commands_json(player: PlayerId, bytes: &[u8]) -> Value {
-        match sim::decode_commands::<Self::Command>(player, bytes) {
-            Ok(cmds) => Value::Array(
-                cmds.iter()
-                    .map(|c| serde_json::to_value(&c.command).unwrap_or(Value::Null))
-                    .collect(),
-            ),
-            Err(e) => json!({ "rejected": e.to_string() }),
-        }
+        default_commands_json::<Self>(player, bytes)
     }
 
     /// One player's input bytes of one turn as text (`replay diff`).
     /// Default: the decoded commands with `Debug`, or the rejection.
     fn commands_text(player: PlayerId, bytes: &[u8]) -> String {
-        match sim::decode_commands::<Self::Command>(player, bytes) {
-            Ok(cmds) => format!(
-                "{:?}",
-                cmds.into_iter().map(|c| c.command).collect::<Vec<_>>()
-            ),
-            Err(e) => format!("(rejected: {e}; {} bytes)", bytes.len()),
-        }
+        default_commands_text::<Self>(player, bytes)
+    }
+}
+
+// The defaults as free functions: `ReplayGame`'s default methods and
+// `Games::with_simulation` (a game with no `ReplayGame` impl) share them.
+
+fn default_summary_text<S: Simulation>(world: &S) -> String {
+    let mut s = format!("state hash {}\n", world.state_hash());
+    for section in world.section_hashes() {
+        let _ = writeln!(s, "  {}: {}", section.name, section.hash);
+    }
+    s
+}
+
+fn default_summary_json<S: Simulation>(world: &S) -> Value {
+    json!({
+        "state_hash": world.state_hash().to_hex(),
+        "sections": world.section_hashes().iter()
+            .map(|s| json!({"name": s.name, "hash": s.hash.to_hex()}))
+            .collect::<Vec<_>>(),
+    })
+}
+
+fn default_commands_json<S: Simulation>(player: PlayerId, bytes: &[u8]) -> Value {
+    match sim::decode_commands::<S::Command>(player, bytes) {
+        Ok(cmds) => Value::Array(
+            cmds.iter()
+                .map(|c| serde_json::to_value(&c.command).unwrap_or(Value::Null))
+                .collect(),
+        ),
+        Err(e) => json!({ "rejected": e.to_string() }),
+    }
+}
+
+fn default_commands_text<S: Simulation>(player: PlayerId, bytes: &[u8]) -> String {
+    match sim::decode_commands::<S::Command>(player, bytes) {
+        Ok(cmds) => format!(
+            "{:?}",
+            cmds.into_iter().map(|c| c.command).collect::<Vec<_>>()
+        ),
+        Err(e) => format!("(rejected: {e}; {} bytes)", bytes.len()),
     }
 }
 
@@ -123,10 +142,58 @@ pub(crate) trait Registered {
     fn commands_text(&self, player: PlayerId, bytes: &[u8]) -> String;
 }
 
-/// `Registered` for the game `S` (a `fn` pointer type: always `Send + Sync`).
-struct Entry<S>(PhantomData<fn() -> S>);
+/// How a registered game is shown: by its [`ReplayGame`] impl ([`ByImpl`])
+/// or by the defaults ([`ByDefault`], for [`Games::with_simulation`]).
+trait Show<S: Simulation> {
+    fn text(world: &S) -> String;
+    fn json(world: &S) -> Value;
+    fn cmds_json(player: PlayerId, bytes: &[u8]) -> Value;
+    fn cmds_text(player: PlayerId, bytes: &[u8]) -> String;
+}
 
-impl<S: ReplayGame> Registered for Entry<S> {
+/// Shown by the game's [`ReplayGame`] impl.
+struct ByImpl;
+
+impl<S: ReplayGame> Show<S> for ByImpl {
+    fn text(world: &S) -> String {
+        world.summary_text()
+    }
+    fn json(world: &S) -> Value {
+        world.summary_json()
+    }
+    fn cmds_json(player: PlayerId, bytes: &[u8]) -> Value {
+        S::commands_json(player, bytes)
+    }
+    fn cmds_text(player: PlayerId, bytes: &[u8]) -> String {
+        S::commands_text(player, bytes)
+    }
+}
+
+/// Shown by the defaults: no `ReplayGame` impl needed, so a binary can
+/// register a game of another crate (where `impl ReplayGame for TheirGame {}`
+/// breaks the orphan rule, E0117).
+struct ByDefault;
+
+impl<S: Simulation> Show<S> for ByDefault {
+    fn text(world: &S) -> String {
+        default_summary_text(world)
+    }
+    fn json(world: &S) -> Value {
+        default_summary_json(world)
+    }
+    fn cmds_json(player: PlayerId, bytes: &[u8]) -> Value {
+        default_commands_json::<S>(player, bytes)
+    }
+    fn cmds_text(player: PlayerId, bytes: &[u8]) -> String {
+        default_commands_text::<S>(player, bytes)
+    }
+}
+
+/// `Registered` for the game `S` shown by `M` (`fn` pointer types: always
+/// `Send + Sync`).
+struct Entry<S, M>(PhantomData<fn() -> (S, M)>);
+
+impl<S: Simulation, M: Show<S>> Registered for Entry<S, M> {
     fn id(&self) -> &'static str {
         S::GAME_ID
     }
@@ -150,8 +217,8 @@ impl<S: ReplayGame> Registered for Entry<S> {
             recorded_hash: s.recorded_hash,
             keyframe: s.keyframe,
             simulated: s.simulated,
-            text: s.world.summary_text(),
-            json: s.world.summary_json(),
+            text: M::text(&s.world),
+            json: M::json(&s.world),
         })
     }
 
@@ -165,11 +232,11 @@ impl<S: ReplayGame> Registered for Entry<S> {
     }
 
     fn commands_json(&self, player: PlayerId, bytes: &[u8]) -> Value {
-        S::commands_json(player, bytes)
+        M::cmds_json(player, bytes)
     }
 
     fn commands_text(&self, player: PlayerId, bytes: &[u8]) -> String {
-        S::commands_text(player, bytes)
+        M::cmds_text(player, bytes)
     }
 }
 
@@ -191,10 +258,24 @@ impl Games {
     /// `S::GAME_VERSION` are played with it. Registering the same id and
     /// version again replaces the earlier entry.
     #[must_use]
-    pub fn with<S: ReplayGame + 'static>(mut self) -> Self {
+    pub fn with<S: ReplayGame + 'static>(self) -> Self {
+        self.register::<S, ByImpl>()
+    }
+
+    /// Adds the game `S` as [`with`](Self::with) does, shown by
+    /// [`ReplayGame`]'s defaults (state and section hashes; commands with
+    /// `serde` and `Debug`), with no `ReplayGame` impl. Use it in a binary
+    /// whose game lives in a library crate: there `impl ReplayGame for
+    /// MyGame {}` is refused by the orphan rule (E0117), this is not.
+    #[must_use]
+    pub fn with_simulation<S: Simulation + 'static>(self) -> Self {
+        self.register::<S, ByDefault>()
+    }
+
+    fn register<S: Simulation + 'static, M: Show<S> + 'static>(mut self) -> Self {
         self.list
             .retain(|g| (g.id(), g.version()) != (S::GAME_ID, S::GAME_VERSION));
-        self.list.push(Box::new(Entry::<S>(PhantomData)));
+        self.list.push(Box::new(Entry::<S, M>(PhantomData)));
         self
     }
 

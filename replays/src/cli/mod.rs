@@ -13,7 +13,10 @@
 //! [`ReplayGame`], whose defaults are enough to start with: `replay state`
 //! shows the state hash and section hashes, and `export`/`diff` show the
 //! commands with `serde` and `Debug`. Override its methods for a readable
-//! summary.
+//! summary. A binary whose game lives in a library crate cannot write
+//! `impl ReplayGame for MyGame {}` (the orphan rule, E0117): it registers the
+//! game with [`Games::with_simulation`] instead, which needs no impl and
+//! shows it with the same defaults (`Games::new().with_simulation::<MyGame>()`).
 //!
 //! ```no_run
 //! // src/bin/my_replay.rs of a game crate: the whole replay tool.

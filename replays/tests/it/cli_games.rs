@@ -314,3 +314,33 @@ fn a_closed_stdout_keeps_the_status_and_a_failing_one_is_exit_1() {
             .starts_with("cannot write to stdout:")
     );
 }
+
+/// `Games::with_simulation` registers a game with no `ReplayGame` impl (a
+/// binary whose game lives in a library crate cannot write
+/// `impl ReplayGame for TheirGame {}`: E0117) and gives exactly the tool the
+/// defaults give: the same verify, state, state --json and export output.
+#[test]
+fn a_game_without_a_replay_game_impl_gets_the_default_tool() {
+    let with_impl = Games::new().with::<Toy>();
+    let plain = Games::new().with_simulation::<Toy>();
+    assert_eq!(plain.known(), "toy 1");
+    let f = toy_file("plain_game.replay");
+    let f = f.as_os_str();
+    let runs: [&[&std::ffi::OsStr]; 4] = [
+        &["verify".as_ref(), f],
+        &["state".as_ref(), f, "--turn".as_ref(), "25".as_ref()],
+        &[
+            "state".as_ref(),
+            f,
+            "--turn".as_ref(),
+            "25".as_ref(),
+            "--json".as_ref(),
+        ],
+        &["export".as_ref(), f],
+    ];
+    for args in runs {
+        let expected = run_lib(&with_impl, args);
+        assert_eq!(expected.0, 0, "{args:?}: {expected:?}");
+        assert_eq!(run_lib(&plain, args), expected, "{args:?}");
+    }
+}
