@@ -19,7 +19,7 @@
 //! bound derived from its per-connection caps ([`CONNECTION_KIB`],
 //! [`PLAYER_BACKLOG_KIB`]); its own accounting comes from `/metrics`.
 
-use crate::bench::relay_procs::{clock_ticks_per_sec, process_ticks};
+use crate::bench::relay_procs::{clock_ticks_per_sec, process_ticks, read_machine_ticks};
 use crate::harness::{
     Bins, PeerResult, PeerSpec, Proc, Relay, SplitMix, metric, proc_status_kib, scrape_metrics,
     try_finish_peer, try_peer,
@@ -228,6 +228,9 @@ pub struct CrowdReport {
     /// This process's CPU (the crowd's driver) over the same time, percent
     /// of one core: near 100 the driver, not the relay, was the limit.
     pub crowd_cpu_pct: f64,
+    /// The whole machine's CPU over the same time (every process, other
+    /// work included), percent of all its cores.
+    pub machine_cpu_pct: f64,
     /// The driver loop's mean period, ms (it polls with a 5 ms timeout).
     pub loop_mean_ms: f64,
     /// Seconds the crowd was in.
@@ -274,7 +277,8 @@ impl CrowdReport {
             })
     }
 
-    /// The worst stall an honest peer saw, ms.
+    /// The total stall (time waiting for turns) of the honest peer that
+    /// stalled most, ms.
     #[must_use]
     pub fn max_stall_ms(&self) -> f64 {
         self.honest
@@ -292,7 +296,7 @@ impl CrowdReport {
              peak {} KiB with {} slots: {} KiB per connection; bound {} KiB ({} x {CONNECTION_KIB} \
              + {} x {PLAYER_BACKLOG_KIB} + {} x {} KiB); relay_peers max {}; accounted at the \
              peak {:?}; crowd {:?}; cut off {} ({} lines), bulk refused {}, reorder refused {}, \
-             {} relay-full lines; relay CPU {:.0} %, crowd CPU {:.0} %, loop {:.1} ms; {:.1} s",
+             {} relay-full lines; relay CPU {:.0} %, crowd CPU {:.0} %, machine {:.0} %, loop {:.1} ms; {:.1} s",
             self.idle_rss_kib,
             self.idle_hwm_kib,
             self.honest_rss_kib,
@@ -315,6 +319,7 @@ impl CrowdReport {
             self.full_lines,
             self.relay_cpu_pct,
             self.crowd_cpu_pct,
+            self.machine_cpu_pct,
             self.loop_mean_ms,
             self.secs,
         )
@@ -737,6 +742,7 @@ pub fn run(opts: &CrowdOptions) -> Result<CrowdReport, String> {
             .map_err(io)?;
     }
     let ticks_at_start = (process_ticks(pid), process_ticks(std::process::id()));
+    let machine_at_start = read_machine_ticks();
     let crowd_in = Instant::now();
     let mut counts = CrowdCounts::default();
     let mut events = Events::with_capacity(1024);
@@ -799,6 +805,12 @@ pub fn run(opts: &CrowdOptions) -> Result<CrowdReport, String> {
     };
     let relay_cpu_pct = cpu(ticks_at_start.0, process_ticks(pid));
     let crowd_cpu_pct = cpu(ticks_at_start.1, process_ticks(std::process::id()));
+    let machine_cpu_pct = match (machine_at_start, read_machine_ticks()) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+            b1.saturating_sub(b0) as f64 / (t1 - t0) as f64 * 100.0
+        }
+        _ => 0.0,
+    };
     drop(crowd);
 
     let honest = honest
@@ -852,6 +864,7 @@ pub fn run(opts: &CrowdOptions) -> Result<CrowdReport, String> {
         full_lines,
         relay_cpu_pct,
         crowd_cpu_pct,
+        machine_cpu_pct,
         loop_mean_ms: crowd_secs * 1000.0 / loops.max(1) as f64,
         crowd_secs,
         secs: started.elapsed().as_secs_f64(),
