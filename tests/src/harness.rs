@@ -42,26 +42,38 @@ pub fn bins() -> &'static Bins {
         let dir = exe
             .parent()
             .and_then(Path::parent)
-            .expect("test executable lives in target/<profile>/deps")
-            .to_path_buf();
-        let bins = Bins {
+            .expect("test executable lives in target/<profile>/deps");
+        // `E2E_REBUILD=1`: rebuild even if present (they may be stale when
+        // only this crate was tested after editing the others).
+        let rebuild = std::env::var_os("E2E_REBUILD").is_some_and(|v| v != "0");
+        Bins::in_dir(dir, rebuild).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+impl Bins {
+    /// The binaries in `dir` (a `target/<profile>` directory), built there
+    /// with `cargo build` first if any is missing or `rebuild` is set. Use
+    /// it where [`bins`] does not fit: a program that is not a test (the
+    /// `bench` binary, which lives in `target/<profile>` itself).
+    ///
+    /// # Errors
+    /// If the build fails or a binary is still missing after it.
+    pub fn in_dir(dir: &Path, rebuild: bool) -> Result<Self, String> {
+        let bins = Self {
             relay: dir.join(exe_name("relay")),
             peer: dir.join(exe_name("peer")),
             netsim: dir.join(exe_name("netsim")),
             replay: dir.join(exe_name("replay")),
         };
         let all = [&bins.relay, &bins.peer, &bins.netsim, &bins.replay];
-        // `E2E_REBUILD=1`: rebuild even if present (they may be stale when
-        // only this crate was tested after editing the others).
-        let rebuild = std::env::var_os("E2E_REBUILD").is_some_and(|v| v != "0");
         if rebuild || !all.iter().all(|p| p.exists()) {
-            build_bins(&dir);
+            build_bins(dir)?;
         }
-        for p in all {
-            assert!(p.exists(), "{} is missing after building", p.display());
+        match all.iter().find(|p| !p.exists()) {
+            Some(p) => Err(format!("{} is missing after building", p.display())),
+            None => Ok(bins),
         }
-        bins
-    })
+    }
 }
 
 fn exe_name(name: &str) -> String {
@@ -69,11 +81,11 @@ fn exe_name(name: &str) -> String {
 }
 
 /// Builds the binaries into `profile_dir` (same target dir, same profile).
-fn build_bins(profile_dir: &Path) {
+fn build_bins(profile_dir: &Path) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target_dir = profile_dir
         .parent()
-        .expect("profile dir has a parent (the target dir)");
+        .ok_or_else(|| format!("{} has no parent (the target dir)", profile_dir.display()))?;
     let mut cmd = Command::new(cargo);
     cmd.args([
         "build",
@@ -98,8 +110,14 @@ fn build_bins(profile_dir: &Path) {
         }
     }
     eprintln!("e2e: building the binaries: {cmd:?}");
-    let status = cmd.status().expect("run cargo build for the e2e binaries");
-    assert!(status.success(), "cargo build of the e2e binaries failed");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run cargo build for the binaries: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build of the binaries failed: {status}"))
+    }
 }
 
 /// One line a child printed.
@@ -132,13 +150,21 @@ impl Proc {
     /// # Panics
     /// If the program cannot be started.
     pub fn spawn(name: &str, program: &Path, args: &[String]) -> Self {
+        Self::try_spawn(name, program, args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Proc::spawn`] for callers that report rather than panic (benches).
+    ///
+    /// # Errors
+    /// If the program cannot be started.
+    pub fn try_spawn(name: &str, program: &Path, args: &[String]) -> Result<Self, String> {
         let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("{name}: cannot start {}: {e}", program.display()));
+            .map_err(|e| format!("{name}: cannot start {}: {e}", program.display()))?;
         let (tx, rx) = channel();
         let log = Arc::new(Mutex::new(Vec::new()));
         let mut readers = Vec::new();
@@ -148,14 +174,14 @@ impl Proc {
         if let Some(err) = child.stderr.take() {
             readers.push(reader(err, true, tx, Arc::clone(&log)));
         }
-        Self {
+        Ok(Self {
             name: name.to_owned(),
             child,
             lines: rx,
             log,
             readers,
             status: None,
-        }
+        })
     }
 
     /// The name given at spawn.
@@ -198,27 +224,46 @@ impl Proc {
         &mut self,
         what: &str,
         within: Duration,
-        mut pred: impl FnMut(&Line) -> Option<T>,
+        pred: impl FnMut(&Line) -> Option<T>,
     ) -> T {
+        self.try_wait_line(what, within, pred)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Proc::wait_line`] for callers that report rather than panic.
+    ///
+    /// # Errors
+    /// If no such line comes in time or the child closes its output first
+    /// (the message carries the child's last output).
+    pub fn try_wait_line<T>(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pred: impl FnMut(&Line) -> Option<T>,
+    ) -> Result<T, String> {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(v) = pred(&line) {
-                        return v;
+                        return Ok(v);
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "{}: no {what} within {within:?}; last output:\n{}",
-                    self.name,
-                    self.tail()
-                ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "{}: output ended before {what}; last output:\n{}",
-                    self.name,
-                    self.tail()
-                ),
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "{}: no {what} within {within:?}; last output:\n{}",
+                        self.name,
+                        self.tail()
+                    ));
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(format!(
+                        "{}: output ended before {what}; last output:\n{}",
+                        self.name,
+                        self.tail()
+                    ));
+                }
             }
         }
     }
@@ -228,9 +273,23 @@ impl Proc {
         &mut self,
         what: &str,
         within: Duration,
-        mut pred: impl FnMut(&Value) -> bool,
+        pred: impl FnMut(&Value) -> bool,
     ) -> Value {
-        self.wait_line(what, within, |l| {
+        self.try_wait_json(what, within, pred)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Proc::wait_json`] for callers that report rather than panic.
+    ///
+    /// # Errors
+    /// As [`Proc::try_wait_line`].
+    pub fn try_wait_json(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Result<Value, String> {
+        self.try_wait_line(what, within, |l| {
             if l.stderr {
                 return None;
             }
@@ -245,17 +304,28 @@ impl Proc {
     /// # Panics
     /// If the child is still running at the deadline.
     pub fn wait_exit(&mut self, within: Duration) -> (ExitStatus, String) {
+        self.try_wait_exit(within).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Proc::wait_exit`] for callers that report rather than panic.
+    ///
+    /// # Errors
+    /// If the child is still running at the deadline or cannot be waited for.
+    pub fn try_wait_exit(&mut self, within: Duration) -> Result<(ExitStatus, String), String> {
         let deadline = Instant::now() + within;
         let status = loop {
-            match self.child.try_wait().expect("try_wait") {
-                Some(s) => break s,
-                None if Instant::now() >= deadline => panic!(
-                    "{}: still running after {within:?}; last output:\n{}",
-                    self.name,
-                    self.tail()
-                ),
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if Instant::now() >= deadline => {
+                    return Err(format!(
+                        "{}: still running after {within:?}; last output:\n{}",
+                        self.name,
+                        self.tail()
+                    ));
+                }
                 // Polling the child's state, not synchronising on time.
-                None => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(format!("{}: cannot wait: {e}", self.name)),
             }
         };
         self.status = Some(status);
@@ -271,7 +341,7 @@ impl Proc {
             .filter(|l| !l.stderr)
             .map(|l| format!("{}\n", l.text))
             .collect();
-        (status, stdout)
+        Ok((status, stdout))
     }
 
     /// SIGKILLs the child now (a crash: no goodbye) and reaps it.
@@ -329,7 +399,18 @@ impl Relay {
     /// Starts a relay recording into `record_dir` with extra flags
     /// (`--policy`, `--turn-ms`, ...), and waits for its address.
     pub fn start(record_dir: &Path, extra: &[&str]) -> Self {
-        std::fs::create_dir_all(record_dir).expect("create record dir");
+        Self::try_start(&bins().relay, record_dir, extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Relay::start`] with the relay binary `program`, for callers that
+    /// report rather than panic (the `bench` binary runs the release relay).
+    ///
+    /// # Errors
+    /// If the directory cannot be made, the relay cannot start or prints no
+    /// valid listening line in time.
+    pub fn try_start(program: &Path, record_dir: &Path, extra: &[&str]) -> Result<Self, String> {
+        std::fs::create_dir_all(record_dir)
+            .map_err(|e| format!("cannot create {}: {e}", record_dir.display()))?;
         let mut args: Vec<String> = [
             "serve",
             "--bind",
@@ -343,18 +424,18 @@ impl Relay {
         .collect();
         args.push(record_dir.display().to_string());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
-        let mut proc = Proc::spawn("relay", &bins().relay, &args);
-        let v = proc.wait_json("listening line", STARTUP, |v| v["event"] == "listening");
+        let mut proc = Proc::try_spawn("relay", program, &args)?;
+        let v = proc.try_wait_json("listening line", STARTUP, |v| v["event"] == "listening")?;
         let addr = v["addr"]
             .as_str()
             .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("relay: bad listening line {v}"));
-        Self {
+            .ok_or_else(|| format!("relay: bad listening line {v}"))?;
+        Ok(Self {
             proc,
             addr,
             record_dir: record_dir.to_owned(),
             events: vec![v],
-        }
+        })
     }
 
     /// The `/metrics` address of a relay started with `--metrics ADDR`
@@ -363,14 +444,23 @@ impl Relay {
     /// # Panics
     /// If no such line comes (started without `--metrics`).
     pub fn metrics_addr(&mut self) -> SocketAddr {
+        self.try_metrics_addr().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Relay::metrics_addr`] for callers that report rather than panic.
+    ///
+    /// # Errors
+    /// If no valid `metrics` line comes in time.
+    pub fn try_metrics_addr(&mut self) -> Result<SocketAddr, String> {
         let seen = self.events_of("metrics").first().map(|v| (*v).clone());
-        let v = seen.unwrap_or_else(|| {
-            self.wait_event("metrics line", STARTUP, |v| v["event"] == "metrics")
-        });
+        let v = match seen {
+            Some(v) => v,
+            None => self.try_wait_event("metrics line", STARTUP, |v| v["event"] == "metrics")?,
+        };
         v["addr"]
             .as_str()
             .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("relay: bad metrics line {v}"))
+            .ok_or_else(|| format!("relay: bad metrics line {v}"))
     }
 
     /// Waits for the next event matching `pred`, keeping every event read.
@@ -378,10 +468,24 @@ impl Relay {
         &mut self,
         what: &str,
         within: Duration,
-        mut pred: impl FnMut(&Value) -> bool,
+        pred: impl FnMut(&Value) -> bool,
     ) -> Value {
+        self.try_wait_event(what, within, pred)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Relay::wait_event`] for callers that report rather than panic.
+    ///
+    /// # Errors
+    /// As [`Proc::try_wait_line`].
+    pub fn try_wait_event(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Result<Value, String> {
         let mut seen = Vec::new();
-        let v = self.proc.wait_json(what, within, |v| {
+        let v = self.proc.try_wait_json(what, within, |v| {
             seen.push(v.clone());
             pred(v)
         });
@@ -441,6 +545,15 @@ pub struct PeerSpec {
 /// Starts a `peer --json` process.
 #[must_use]
 pub fn peer(spec: &PeerSpec) -> Proc {
+    try_peer(&bins().peer, spec).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`peer`] with the peer binary `program`, for callers that report
+/// rather than panic.
+///
+/// # Errors
+/// If the peer cannot be started.
+pub fn try_peer(program: &Path, spec: &PeerSpec) -> Result<Proc, String> {
     let mut args: Vec<String> = vec![
         "--relay".into(),
         spec.relay.to_string(),
@@ -457,7 +570,7 @@ pub fn peer(spec: &PeerSpec) -> Proc {
         "--json".into(),
     ];
     args.extend(spec.extra.iter().cloned());
-    Proc::spawn(&format!("peer{}", spec.seed), &bins().peer, &args)
+    Proc::try_spawn(&format!("peer{}", spec.seed), program, &args)
 }
 
 /// A peer's exit code and its parsed `--json` summary.
@@ -474,18 +587,26 @@ pub struct PeerResult {
 /// # Panics
 /// If it does not exit in time or prints no JSON summary.
 pub fn finish_peer(p: &mut Proc, within: Duration) -> PeerResult {
-    let (status, out) = p.wait_exit(within);
-    let summary = serde_json::from_str(&out).unwrap_or_else(|e| {
-        panic!(
+    try_finish_peer(p, within).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`finish_peer`] for callers that report rather than panic.
+///
+/// # Errors
+/// If the peer does not exit in time or prints no JSON summary.
+pub fn try_finish_peer(p: &mut Proc, within: Duration) -> Result<PeerResult, String> {
+    let (status, out) = p.try_wait_exit(within)?;
+    let summary = serde_json::from_str(&out).map_err(|e| {
+        format!(
             "{}: no JSON summary ({e}); exit {status}; output:\n{}",
             p.name(),
             p.tail()
         )
-    });
-    PeerResult {
+    })?;
+    Ok(PeerResult {
         code: status.code(),
         summary,
-    }
+    })
 }
 
 /// `replay verify FILE --json`: its exit code and report.

@@ -5,6 +5,7 @@ pub mod bandwidth_bench;
 pub mod benchpeer;
 pub mod bulk_bench;
 pub mod carrier;
+pub mod crowd_bench;
 pub mod crypto_bench;
 pub mod framing;
 pub mod hotpath;

@@ -8,13 +8,14 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 9] = [
+pub const SECTIONS: [(&str, &str); 10] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
     ("latency", "Command latency against each player's own floor"),
     ("net", "Turn latency under loss: our transport vs TCP"),
     ("relay", "Relay capacity"),
     ("crypto", "Relay: payload encryption in token mode"),
+    ("crowd", "Relay memory under a hostile crowd"),
     ("bandwidth", "Bandwidth against the Age of Empires budget"),
     ("bulk", "Bulk transfer and message size (transport)"),
     ("rejoin", "Rejoin and late spectators"),

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, bulk_bench, crypto_bench, latency_bench, net_bench, net_report, rejoin_bench,
-    relay_bench, relay_report, replay_bench, report, sim_bench,
+    bandwidth_bench, bulk_bench, crowd_bench, crypto_bench, latency_bench, net_bench, net_report,
+    rejoin_bench, relay_bench, relay_report, replay_bench, report, sim_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -28,7 +28,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, crypto, bandwidth, bulk, rejoin); the report's other sections are kept as they were.
+    /// relay, crypto, crowd, bandwidth, bulk, rejoin); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -209,6 +209,25 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("error: crypto benchmark failed: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+
+    if wanted(&args, "crowd") {
+        eprintln!(
+            "[crowd] relay memory with every connection slot held by a hostile client, {:?} slots",
+            crowd_bench::SLOT_COUNTS
+        );
+        match crowd_bench::measure(args.quick) {
+            Ok(figures) => {
+                md.push_str("## Relay memory under a hostile crowd\n\n");
+                md.push_str(&section_stamp);
+                md.push_str(&crowd_bench::markdown(&figures));
+                md.push('\n');
+            }
+            Err(e) => {
+                eprintln!("error: crowd benchmark could not measure: {e}");
                 return ExitCode::from(1);
             }
         }
