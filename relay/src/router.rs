@@ -554,14 +554,28 @@ impl Router {
         self.reject(conn, join, refusal.into(), detail, Some(refusal));
     }
 
-    fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::low_level::proto::Join) {
-        if self.draining {
-            self.reject(conn, join, RejectReason::ShuttingDown, None, None);
-            return;
-        }
-        if self.out.memory_full {
+    /// Refuses a new player or spectator the relay takes none of right now:
+    /// it is draining (`ShuttingDown`) or at its memory budget
+    /// (`MemoryFull`, counted). Whether it did.
+    fn refused_at_the_door(
+        &mut self,
+        conn: ConnId,
+        join: &lockstep::low_level::proto::Join,
+    ) -> bool {
+        let reason = if self.draining {
+            RejectReason::ShuttingDown
+        } else if self.out.memory_full {
             self.out.counters.memory_refused += 1;
-            self.reject(conn, join, RejectReason::MemoryFull, None, None);
+            RejectReason::MemoryFull
+        } else {
+            return false;
+        };
+        self.reject(conn, join, reason, None, None);
+        true
+    }
+
+    fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::low_level::proto::Join) {
+        if self.refused_at_the_door(conn, join) {
             return;
         }
         let slot = self

@@ -67,13 +67,7 @@ impl Router {
         conn: ConnId,
         join: &lockstep::low_level::proto::Join,
     ) {
-        if self.draining {
-            self.reject(conn, join, RejectReason::ShuttingDown, None, None);
-            return;
-        }
-        if self.out.memory_full {
-            self.out.counters.memory_refused += 1;
-            self.reject(conn, join, RejectReason::MemoryFull, None, None);
+        if self.refused_at_the_door(conn, join) {
             return;
         }
         // Token mode: only a spectator token for the match admits a spectator.
