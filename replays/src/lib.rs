@@ -129,5 +129,8 @@ pub use forensics::DesyncReport;
 pub use format::{FORMAT_VERSION, Header, KeyframeEntry, PlayerInfo, Record};
 pub use reader::{Ending, ReadSummary, Reader};
 pub use seek::{ReindexReport, Seeked, reindex, seek, seek_stream};
-pub use verify::{Divergence, Progress, RecordedDesync, SectionDiff, VerifyReport, verify};
+pub use verify::{
+    Divergence, Progress, RecordedDesync, Replayer, SectionDiff, VerifyReport, restore_checked,
+    verify,
+};
 pub use writer::{DEFAULT_SYNC, Sink, SyncPolicy, Writer};

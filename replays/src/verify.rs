@@ -227,8 +227,13 @@ impl VerifyReport {
 /// turn number near `u32::MAX` from making `verify` simulate for hours.
 pub const MAX_TURN_GAP: u32 = 600;
 
-/// Steps a world through recorded turns, filling gaps with empty turns.
-pub(crate) struct Replayer<S: Simulation> {
+/// Steps a world through recorded turns exactly as [`verify()`] does: the
+/// peers' own decode (a rejected input counts as empty, a player outside
+/// the match is dropped), gaps filled with empty turns, the rules hash
+/// checked before the first step. Use it to re-simulate a recording turn by
+/// turn yourself (a viewer, a tool that needs every world); [`verify()`] and
+/// [`seek()`](crate::seek()) are built on it.
+pub struct Replayer<S: Simulation> {
     pub(crate) world: S,
     /// Next turn to simulate.
     pub(crate) next: u32,
@@ -248,7 +253,10 @@ impl<S: Simulation> Replayer<S> {
     /// A fresh world for `header`, after checking the game matches. The rules
     /// hash is checked before the first step, once a start record had its chance
     /// to replace the world.
-    pub(crate) fn start(header: &Header) -> Result<Self, ReplayError> {
+    ///
+    /// # Errors
+    /// [`ReplayError::WrongGame`] when the file is of another game or version.
+    pub fn start(header: &Header) -> Result<Self, ReplayError> {
         check_game::<S>(header)?;
         let mut rp = Self::from_world(S::new(&header.setup), 0, header.setup.players);
         rp.rules = Some((
@@ -259,7 +267,11 @@ impl<S: Simulation> Replayer<S> {
         Ok(rp)
     }
 
-    pub(crate) const fn from_world(world: S, next: u32, players: u8) -> Self {
+    /// Continues from `world`, the state after turn `next - 1` (a restored
+    /// keyframe), in a match of `players` players. The rules hash is not
+    /// checked again: the keyframe's recorded hash pins the state.
+    #[must_use]
+    pub const fn from_world(world: S, next: u32, players: u8) -> Self {
         Self {
             world,
             next,
@@ -272,11 +284,10 @@ impl<S: Simulation> Replayer<S> {
     }
 
     /// Replaces the initial world with a recorded start state (a scenario).
-    pub(crate) fn begin_from(
-        &mut self,
-        snapshot: &[u8],
-        hash: StateHash,
-    ) -> Result<(), ReplayError> {
+    ///
+    /// # Errors
+    /// The snapshot does not restore or does not hash to `hash`.
+    pub fn begin_from(&mut self, snapshot: &[u8], hash: StateHash) -> Result<(), ReplayError> {
         self.world = restore_checked::<S>(Turn(0), snapshot, hash)?;
         Ok(())
     }
@@ -297,8 +308,13 @@ impl<S: Simulation> Replayer<S> {
     }
 
     /// Simulates empty turns up to `turn`, then `turn` with `inputs`.
-    /// Calls `each` with every turn simulated and the hash after it.
-    pub(crate) fn step(
+    /// Calls `each` with every turn simulated and the world after it.
+    ///
+    /// # Errors
+    /// [`ReplayError::RulesMismatch`] before the first step when the file's
+    /// rules hash is not this game's; [`ReplayError::TurnGap`] for a gap
+    /// longer than [`MAX_TURN_GAP`].
+    pub fn step(
         &mut self,
         turn: Turn,
         inputs: &[(PlayerId, Vec<u8>)],
@@ -335,14 +351,33 @@ impl<S: Simulation> Replayer<S> {
         Ok(())
     }
 
-    /// The last simulated turn.
-    pub(crate) fn current(&self) -> Option<Turn> {
+    /// The last simulated turn (`None` before the first).
+    #[must_use]
+    pub fn current(&self) -> Option<Turn> {
         self.next.checked_sub(1).map(Turn)
+    }
+
+    /// The world after [`current`](Self::current).
+    #[must_use]
+    pub const fn world(&self) -> &S {
+        &self.world
+    }
+
+    /// Inputs the peers' decode rejected so far (each simulated as empty).
+    #[must_use]
+    pub const fn rejected_inputs(&self) -> u32 {
+        self.rejected
     }
 }
 
-/// Restores a snapshot and checks it hashes to what was recorded with it.
-pub(crate) fn restore_checked<S: Simulation>(
+/// Restores a snapshot and checks it hashes to what was recorded with it
+/// (a keyframe, a start record): the one check every reader of snapshots
+/// in a recording makes.
+///
+/// # Errors
+/// [`ReplayError::Snapshot`] when it does not restore,
+/// [`ReplayError::KeyframeHash`] when it restores to another state.
+pub fn restore_checked<S: Simulation>(
     turn: Turn,
     snapshot: &[u8],
     hash: StateHash,

@@ -1,4 +1,4 @@
-//! The public API of every library crate (sim, lockstep, relay, replays) as
+//! The public API of every library crate (sim, replays, viewer, lockstep, relay) as
 //! a sorted list of paths, pinned by an insta snapshot so that every change
 //! to it shows in review.
 //!
@@ -20,7 +20,13 @@ use std::path::{Path, PathBuf};
 use syn::{Attribute, Item, UseTree, Visibility};
 
 /// The workspace crates whose APIs are listed, in dependency order.
-const CRATES: [&str; 4] = ["sim", "replays", "lockstep", "relay"];
+const CRATES: [(&str, &str); 5] = [
+    ("sim", "sim"),
+    ("replays", "replays"),
+    ("viewer", "replays/viewer"),
+    ("lockstep", "lockstep"),
+    ("relay", "relay"),
+];
 
 /// Reads one source file; a closure so that the lister's own test can feed
 /// inline sources.
@@ -521,8 +527,8 @@ fn workspace() -> PathBuf {
 fn workspace_tree() -> Tree {
     let load = |p: &Path| std::fs::read_to_string(p).ok();
     let mut tree = Tree::new();
-    for name in CRATES {
-        let root = workspace().join(name).join("src").join("lib.rs");
+    for (name, dir) in CRATES {
+        let root = workspace().join(dir).join("src").join("lib.rs");
         if let Err(e) = tree.add_crate(name, &root, &load) {
             panic!("parsing {name}: {e}");
         }
@@ -545,6 +551,11 @@ fn sim_public_api() {
 #[test]
 fn replays_public_api() {
     insta::assert_snapshot!(api(&workspace_tree(), "replays"));
+}
+
+#[test]
+fn viewer_public_api() {
+    insta::assert_snapshot!(api(&workspace_tree(), "viewer"));
 }
 
 #[test]

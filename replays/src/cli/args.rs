@@ -85,4 +85,19 @@ pub(crate) enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+    /// Show the match in a web browser: serves a page that re-simulates the
+    /// recording (WebAssembly, the same code as `verify`), draws it, plays,
+    /// seeks and checks every recorded hash. Runs until Ctrl-C.
+    View {
+        /// The replay file.
+        file: PathBuf,
+        /// Address to serve on (port 0: any free port; the URL is printed).
+        #[arg(long, default_value = "127.0.0.1:7780")]
+        bind: String,
+        /// The viewer's WebAssembly module (default: LOCKSTEP_VIEWER_WASM, else
+        /// built next to this binary by `cargo build --profile wasm -p
+        /// lockstep-viewer --target wasm32-unknown-unknown`).
+        #[arg(long)]
+        wasm: Option<PathBuf>,
+    },
 }

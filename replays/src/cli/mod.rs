@@ -61,6 +61,7 @@ mod desync;
 mod export;
 mod games;
 mod verify;
+mod view;
 
 pub use games::{Games, ReplayGame};
 

@@ -1,0 +1,202 @@
+//! `replay view`: serves the replay viewer (one web page and the viewer's
+//! WebAssembly module, `replays/viewer`) and the recording to a browser on
+//! this machine. The page re-simulates the match itself, with the same code
+//! `replay verify` runs, so nothing but bytes crosses the socket.
+//!
+//! A plain HTTP/1.1 server on `std::net`: a handful of GET routes, one
+//! short-lived thread per connection (at most [`MAX_CONNECTIONS`]), requests
+//! read with a size and time cap, every answer `Connection: close`.
+
+use super::commands::{CliError, file_error};
+use super::console::{Console, errln, outln};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// The page: markup, style and script in one file.
+const PAGE: &str = include_str!("../../web/index.html");
+
+/// Connections served at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 32;
+
+/// A request line and headers larger than this are refused.
+const MAX_REQUEST: usize = 8 * 1024;
+
+/// Where `cargo build --profile wasm -p lockstep-viewer --target
+/// wasm32-unknown-unknown` leaves the module, relative to the directory of
+/// the running `replay` binary (`target/<profile>/`).
+const WASM_NEAR_EXE: [&str; 2] = [
+    "../wasm32-unknown-unknown/wasm/viewer.wasm",
+    "../wasm32-unknown-unknown/release/viewer.wasm",
+];
+
+/// The command that builds the viewer's module, for error messages and docs.
+pub(super) const BUILD_WASM: &str =
+    "cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown";
+
+struct Served {
+    recording: PathBuf,
+    wasm: Vec<u8>,
+}
+
+/// Finds the viewer's WebAssembly module: `--wasm`, else
+/// `LOCKSTEP_VIEWER_WASM`, else next to this binary's target directory.
+fn find_wasm(given: Option<&Path>) -> Result<PathBuf, CliError> {
+    if let Some(p) = given {
+        return Ok(p.to_owned());
+    }
+    if let Some(p) = std::env::var_os("LOCKSTEP_VIEWER_WASM") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_owned));
+    if let Some(dir) = exe_dir {
+        for rel in WASM_NEAR_EXE {
+            let p = dir.join(rel);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(CliError::Usage(format!(
+        "the viewer's WebAssembly module is not built: run `rustup target add wasm32-unknown-unknown && {BUILD_WASM}` (or pass --wasm PATH)"
+    )))
+}
+
+pub(super) fn view(
+    c: &mut Console<'_>,
+    file: &Path,
+    bind: &str,
+    wasm: Option<&Path>,
+) -> Result<bool, CliError> {
+    // The file must be a readable recording before anything is served.
+    super::commands::open(file)?;
+    let wasm_path = find_wasm(wasm)?;
+    let wasm = std::fs::read(&wasm_path).map_err(|e| file_error(&wasm_path, e))?;
+    let listener = TcpListener::bind(bind)
+        .map_err(|e| CliError::Usage(format!("cannot listen on {bind}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::Usage(format!("cannot listen on {bind}: {e}")))?;
+    outln!(
+        c,
+        "replay view: {} at http://{addr}/ (Ctrl-C to stop)",
+        file.display()
+    );
+    c.flush_out();
+    let served = Arc::new(Served {
+        recording: file.to_owned(),
+        wasm,
+    });
+    let busy = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                errln!(c, "replay view: accept failed: {e}");
+                continue;
+            }
+        };
+        if busy.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            busy.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let (served, busy) = (Arc::clone(&served), Arc::clone(&busy));
+        std::thread::spawn(move || {
+            let _ = serve_one(stream, &served);
+            busy.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+    Ok(true)
+}
+
+/// Reads one request (bounded in size and time) and answers it.
+fn serve_one(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(30)))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > MAX_REQUEST {
+            return respond(
+                &mut stream,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                b"request too large\n",
+            );
+        }
+    }
+    let line = String::from_utf8_lossy(&buf);
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return respond(
+            &mut stream,
+            "405 Method Not Allowed",
+            "text/plain",
+            b"GET only\n",
+        );
+    }
+    let path = target.split('?').next().unwrap_or("");
+    match path {
+        "/" | "/index.html" => respond(
+            &mut stream,
+            "200 OK",
+            "text/html; charset=utf-8",
+            PAGE.as_bytes(),
+        ),
+        "/viewer.wasm" => respond(&mut stream, "200 OK", "application/wasm", &served.wasm),
+        // Read at each request: reloading the page shows a recording that grew.
+        "/recording" => match std::fs::read(&served.recording) {
+            Ok(bytes) => respond(&mut stream, "200 OK", "application/octet-stream", &bytes),
+            Err(e) => respond(
+                &mut stream,
+                "500 Internal Server Error",
+                "text/plain",
+                e.to_string().as_bytes(),
+            ),
+        },
+        "/desync.json" => match std::fs::read(served.recording.with_extension("desync.json")) {
+            Ok(bytes) => respond(&mut stream, "200 OK", "application/json", &bytes),
+            Err(_) => respond(
+                &mut stream,
+                "404 Not Found",
+                "text/plain",
+                b"no desync report next to the recording\n",
+            ),
+        },
+        "/name" => {
+            let name = served
+                .recording
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            respond(
+                &mut stream,
+                "200 OK",
+                "text/plain; charset=utf-8",
+                name.as_bytes(),
+            )
+        }
+        _ => respond(&mut stream, "404 Not Found", "text/plain", b"not found\n"),
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &[u8]) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()
+}

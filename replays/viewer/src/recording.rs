@@ -1,0 +1,220 @@
+//! A recording read whole into memory for random access: its turns, the
+//! recorded hashes and keyframes, and the events a timeline marks (drops,
+//! rejoins, delay changes, desyncs, disputes, forensics, the end). A viewer
+//! holds the file's bytes anyway; indexing them once makes every seek a
+//! lookup instead of a read from the start.
+
+use replays::forensics::DesyncReport;
+use replays::{Header, Reader, Record, ReplayError};
+use serde_json::{Value, json};
+use sim::{PlayerId, StateHash, Turn};
+use std::collections::BTreeMap;
+
+/// One player's input bytes of one turn, as recorded.
+pub type TurnInputs = Vec<(PlayerId, Vec<u8>)>;
+
+/// Something the timeline marks at a turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Marker {
+    /// The turn it happened at (for a drop or rejoin, the first turn it applies to).
+    pub turn: Turn,
+    /// What kind: `drop`, `rejoin`, `delay`, `desync`, `dispute`, `keyframe`, `end`.
+    pub kind: &'static str,
+    /// A line for a person, e.g. "player 2 dropped".
+    pub text: String,
+}
+
+/// A recording indexed for a viewer. Build it with [`Recording::parse`].
+#[derive(Clone, Debug)]
+pub struct Recording {
+    /// The file's header.
+    pub header: Header,
+    /// Turn records in file order (strictly increasing turns).
+    pub turns: Vec<(Turn, TurnInputs)>,
+    /// The agreed hash of every turn that has one.
+    pub hashes: BTreeMap<Turn, StateHash>,
+    /// Keyframes by turn: the world's hash and snapshot after that turn.
+    pub keyframes: BTreeMap<Turn, (StateHash, Vec<u8>)>,
+    /// The world before turn 0, for a match started from a scenario.
+    pub start: Option<(StateHash, Vec<u8>)>,
+    /// The timeline's events, in turn order.
+    pub markers: Vec<Marker>,
+    /// The relay's forensics reports (entities and fields that differed).
+    pub forensics: Vec<DesyncReport>,
+    /// How the file ends: complete, or what was recovered from a cut or damaged one.
+    pub ending: String,
+}
+
+impl Recording {
+    /// Reads every record of a recording. A file cut short or damaged after
+    /// its header still opens, with what was read before the damage (the
+    /// ending says so): a viewer shows what there is.
+    ///
+    /// # Errors
+    /// The bytes are not a recording (no readable header).
+    pub fn parse(bytes: &[u8]) -> Result<Self, ReplayError> {
+        let reader = Reader::from_bytes(bytes)?;
+        let mut rec = Self {
+            header: reader.header().clone(),
+            turns: Vec::new(),
+            hashes: BTreeMap::new(),
+            keyframes: BTreeMap::new(),
+            start: None,
+            markers: Vec::new(),
+            forensics: Vec::new(),
+            ending: "complete".to_owned(),
+        };
+        let mut finished = false;
+        for record in reader {
+            let record = match record {
+                Ok(r) => r,
+                Err(e) => {
+                    rec.ending = format!("damaged: {e}");
+                    break;
+                }
+            };
+            match record {
+                Record::Header(_) | Record::KeyframeIndex(_) => {}
+                Record::Turn { turn, inputs } => rec.turns.push((turn, inputs)),
+                Record::Hash { turn, hash } => {
+                    rec.hashes.insert(turn, hash);
+                }
+                Record::Desync { turn, hashes, .. } => rec.mark(
+                    turn,
+                    "desync",
+                    format!("desync: {} players' hashes differ", hashes.len()),
+                ),
+                Record::Dispute { turn, dissent, .. } => {
+                    let who: Vec<String> = dissent.iter().map(|(p, _)| p.to_string()).collect();
+                    rec.mark(turn, "dispute", format!("odd: {}", who.join(", ")));
+                }
+                Record::Drop { player, turn } => {
+                    rec.mark(turn, "drop", format!("{} dropped", rec.name(player)));
+                }
+                Record::Rejoin { player, turn } => {
+                    rec.mark(turn, "rejoin", format!("{} rejoined", rec.name(player)));
+                }
+                Record::DelayChange { delay, from_turn } => {
+                    rec.mark(from_turn, "delay", format!("input delay {delay} turns"))
+                }
+                Record::Keyframe {
+                    turn,
+                    hash,
+                    snapshot,
+                } => {
+                    rec.keyframes.insert(turn, (hash, snapshot));
+                }
+                Record::Start { hash, snapshot } => rec.start = Some((hash, snapshot)),
+                Record::Forensics(report) => rec.forensics.push(*report),
+                Record::Trailer { final_turn, .. } => {
+                    finished = true;
+                    rec.mark(final_turn, "end", "match end".to_owned());
+                }
+            }
+        }
+        if !finished && rec.ending == "complete" {
+            "unfinished (no trailer)".clone_into(&mut rec.ending);
+        }
+        rec.markers.sort_by_key(|m| m.turn);
+        Ok(rec)
+    }
+
+    fn mark(&mut self, turn: Turn, kind: &'static str, text: String) {
+        self.markers.push(Marker { turn, kind, text });
+    }
+
+    fn name(&self, player: PlayerId) -> String {
+        self.header
+            .players
+            .iter()
+            .find(|p| p.id == player)
+            .map_or_else(|| player.to_string(), |p| format!("{} ({player})", p.name))
+    }
+
+    /// The last turn the recording holds (its last turn record), if any.
+    #[must_use]
+    pub fn last_turn(&self) -> Option<Turn> {
+        self.turns.last().map(|(t, _)| *t)
+    }
+
+    /// Index of the first turn record after `turn` (all of them for `None`).
+    #[must_use]
+    pub fn first_after(&self, turn: Option<Turn>) -> usize {
+        turn.map_or(0, |t| self.turns.partition_point(|(r, _)| *r <= t))
+    }
+
+    /// The header, markers, keyframes and forensics as JSON for the page.
+    #[must_use]
+    pub fn info_json(&self) -> Value {
+        let h = &self.header;
+        json!({
+            "game": h.game_id,
+            "game_version": h.game_version,
+            "match": h.match_name,
+            "seed": h.setup.seed,
+            "players": h.players.iter().map(|p| json!({"id": p.id.0, "name": p.name})).collect::<Vec<_>>(),
+            "turn_length_us": h.turn_length_us,
+            "first_turn": self.turns.first().map(|(t, _)| t.0),
+            "last_turn": self.last_turn().map(|t| t.0),
+            "turn_records": self.turns.len(),
+            "hashes": self.hashes.len(),
+            "keyframes": self.keyframes.keys().map(|t| t.0).collect::<Vec<_>>(),
+            "markers": self.markers.iter().map(|m| json!({"turn": m.turn.0, "kind": m.kind, "text": m.text})).collect::<Vec<_>>(),
+            "forensics": self.forensics.iter().map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).collect::<Vec<_>>(),
+            "commands_per_minute": self.commands_per_minute(),
+            "ending": self.ending,
+        })
+    }
+
+    /// Each player's commands per minute over windows of one minute of
+    /// match time (input bytes that decode as the peers decode them are
+    /// counted; the game's command type is not needed, only the count).
+    fn commands_per_minute(&self) -> Value {
+        let turn_us = self.header.turn_length_us.max(1);
+        let per_window = u32::try_from((60_000_000 / turn_us).max(1)).unwrap_or(u32::MAX);
+        let mut windows: BTreeMap<u32, BTreeMap<u8, u64>> = BTreeMap::new();
+        for (turn, inputs) in &self.turns {
+            let w = windows.entry(turn.0 / per_window).or_default();
+            for (player, bytes) in inputs {
+                *w.entry(player.0).or_default() += command_count(bytes);
+            }
+        }
+        json!({
+            "window_turns": per_window,
+            "windows": windows.iter().map(|(w, counts)| json!({
+                "turn": w * per_window,
+                "counts": counts.iter().map(|(p, n)| json!([p, n])).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// How many commands one player's input bytes hold: `sim::encode_commands`
+/// writes a varint count first (0 for bytes that do not start with one).
+fn command_count(bytes: &[u8]) -> u64 {
+    let mut n = 0u64;
+    for (i, b) in bytes.iter().take(10).enumerate() {
+        n |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return n;
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_count_reads_the_varint_prefix() {
+        let mut out = Vec::new();
+        sim::encode_commands(&[1u8, 2, 3], &mut out);
+        assert_eq!(command_count(&out), 3);
+        let many: Vec<u8> = vec![0; 200];
+        out.clear();
+        sim::encode_commands(&many, &mut out);
+        assert_eq!(command_count(&out), 200);
+        assert_eq!(command_count(&[]), 0);
+    }
+}

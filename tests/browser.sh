@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The replay viewer in a real browser: the fifth platform of the
+# cross-architecture check (tests/cross-arch.sh covers x86_64, i686,
+# aarch64 and wasm32-wasip1).
+#
+# Installs what is missing (Debian's chromium and chromium-driver, the
+# wasm32-unknown-unknown target), builds the viewer's WebAssembly module
+# (`cargo build --profile wasm -p lockstep-viewer --target
+# wasm32-unknown-unknown`) and runs tests/tests/browser.rs, which opens
+# every golden replay of replays/tests/data with `replay view` in headless
+# Chromium and requires the page's per-turn hashes to equal native
+# `replays::verify`'s, the page's own pass to agree, a seek to land on its
+# turn with native's hash on screen, and units to be drawn.
+#
+# Environment: CARGO_TARGET_DIR (default ./target), CHROMIUM, CHROMEDRIVER.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+export CARGO_TERM_COLOR=never
+start=$SECONDS
+log() { printf '== %s\n' "$*"; }
+has() { command -v "$1" >/dev/null 2>&1; }
+
+apt_install() {
+    log "apt-get install $*"
+    local sudo=() aptlog
+    [[ $(id -u) == 0 ]] || sudo=(sudo)
+    aptlog=$(mktemp)
+    if DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -qq >"$aptlog" 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" \
+            apt-get install -y -qq --no-install-recommends "$@" >>"$aptlog" 2>&1; then
+        rm -f "$aptlog"
+    else
+        cat "$aptlog" >&2
+        rm -f "$aptlog"
+        echo "browser: apt-get install $* failed" >&2
+        exit 1
+    fi
+}
+
+missing=()
+has "${CHROMIUM:-chromium}" || missing+=(chromium)
+has "${CHROMEDRIVER:-chromedriver}" || missing+=(chromium-driver)
+((${#missing[@]} == 0)) || apt_install "${missing[@]}"
+export CHROMIUM=${CHROMIUM:-$(command -v chromium)}
+export CHROMEDRIVER=${CHROMEDRIVER:-$(command -v chromedriver)}
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    log "rustup target add wasm32-unknown-unknown"
+    rustup target add wasm32-unknown-unknown >/dev/null 2>&1
+fi
+
+log "build the viewer's module (profile wasm)"
+t0=$SECONDS
+cargo build --quiet --locked --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown
+export LOCKSTEP_VIEWER_WASM=$target_dir/wasm32-unknown-unknown/wasm/viewer.wasm
+echo "   built in $((SECONDS - t0)) s ($(stat -c %s "$LOCKSTEP_VIEWER_WASM") bytes)"
+
+log "golden replays in headless $("$CHROMIUM" --version 2>/dev/null | head -n 1)"
+cargo test --quiet --locked -p lockstep-tests --test browser -- --ignored
+echo "browser: every golden replay hashes the same in the browser ($((SECONDS - start)) s)"

@@ -1,0 +1,281 @@
+//! Headless Chromium driven over W3C WebDriver (the system's `chromedriver`),
+//! and the replay viewer served by `replay view`: what the browser test and
+//! the viewer's bench section share.
+//!
+//! The WebDriver client is a few JSON requests over `std::net` (new session,
+//! navigate, execute script, delete session): a full client crate would
+//! bring an async runtime for four calls.
+
+use crate::harness::Proc;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long one WebDriver call may take (a whole-recording verify in the
+/// page included).
+const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The programs the browser tests need, from the environment or Debian's
+/// packages (`apt-get install chromium chromium-driver`).
+#[derive(Clone, Debug)]
+pub struct BrowserBins {
+    /// `chromedriver` (`CHROMEDRIVER`, default `/usr/bin/chromedriver`).
+    pub chromedriver: PathBuf,
+    /// The browser (`CHROMIUM`, default `/usr/bin/chromium`).
+    pub chromium: PathBuf,
+    /// The viewer's WebAssembly module (`LOCKSTEP_VIEWER_WASM`, default
+    /// `target/wasm32-unknown-unknown/wasm/viewer.wasm` in the workspace).
+    pub wasm: PathBuf,
+}
+
+impl BrowserBins {
+    /// The programs from the environment, with the defaults above.
+    ///
+    /// # Errors
+    /// A program or the module is missing (the message says how to get it).
+    pub fn from_env() -> Result<Self, String> {
+        let env =
+            |k: &str, d: &str| std::env::var_os(k).map_or_else(|| PathBuf::from(d), PathBuf::from);
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let bins = Self {
+            chromedriver: env("CHROMEDRIVER", "/usr/bin/chromedriver"),
+            chromium: env("CHROMIUM", "/usr/bin/chromium"),
+            wasm: std::env::var_os("LOCKSTEP_VIEWER_WASM").map_or_else(
+                || workspace.join("target/wasm32-unknown-unknown/wasm/viewer.wasm"),
+                PathBuf::from,
+            ),
+        };
+        for (p, how) in [
+            (
+                &bins.chromedriver,
+                "apt-get install chromium-driver (or set CHROMEDRIVER)",
+            ),
+            (&bins.chromium, "apt-get install chromium (or set CHROMIUM)"),
+            (
+                &bins.wasm,
+                "cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown (or set LOCKSTEP_VIEWER_WASM)",
+            ),
+        ] {
+            if !p.is_file() {
+                return Err(format!("{} is missing: {how}", p.display()));
+            }
+        }
+        Ok(bins)
+    }
+}
+
+/// A headless Chromium session; the session and both processes end on drop.
+pub struct Browser {
+    driver: Proc,
+    addr: SocketAddr,
+    session: String,
+}
+
+impl Browser {
+    /// Starts `chromedriver` on a free loopback port and opens a headless
+    /// session of `bins.chromium` with a fresh profile in `profile_dir`,
+    /// `width` × `height` pixels.
+    ///
+    /// # Errors
+    /// A program does not start, or the session is refused.
+    pub fn start(
+        bins: &BrowserBins,
+        profile_dir: &Path,
+        width: u32,
+        height: u32,
+    ) -> Result<Self, String> {
+        let mut driver = Proc::try_spawn(
+            "chromedriver",
+            &bins.chromedriver,
+            &["--port=0".to_owned(), "--allowed-ips=127.0.0.1".to_owned()],
+        )?;
+        let port: u16 = driver.try_wait_line("its port", Duration::from_secs(30), |l| {
+            l.text
+                .split("started successfully on port ")
+                .nth(1)
+                .and_then(|rest| rest.trim_end_matches('.').trim().parse().ok())
+        })?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // The flags a closed network and a root sandbox need (see the env notes):
+        // no background traffic, no sandbox, no GPU, a new empty profile.
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([
+            format!("--user-data-dir={}", profile_dir.display()),
+            format!("--window-size={width},{height}"),
+        ])
+        .collect::<Vec<_>>();
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "timeouts": {"script": CALL_TIMEOUT.as_millis(), "pageLoad": 60_000},
+            "goog:chromeOptions": {"binary": bins.chromium, "args": args},
+        }}});
+        let answer = request(addr, "POST", "/session", Some(&caps))?;
+        let session = answer["value"]["sessionId"]
+            .as_str()
+            .ok_or_else(|| format!("chromedriver refused the session: {answer}"))?
+            .to_owned();
+        Ok(Self {
+            driver,
+            addr,
+            session,
+        })
+    }
+
+    /// Loads `url` and waits for the page's load event.
+    ///
+    /// # Errors
+    /// The navigation fails.
+    pub fn goto(&self, url: &str) -> Result<(), String> {
+        self.call("url", &json!({"url": url})).map(|_| ())
+    }
+
+    /// Runs `script` (a function body; `return` gives the value) in the page.
+    ///
+    /// # Errors
+    /// The script throws or the call fails.
+    pub fn eval(&self, script: &str) -> Result<Value, String> {
+        self.call("execute/sync", &json!({"script": script, "args": []}))
+    }
+
+    /// Runs `expr`, a JavaScript expression giving a promise, and returns
+    /// what it resolves to.
+    ///
+    /// # Errors
+    /// The promise rejects or the call fails.
+    pub fn eval_async(&self, expr: &str) -> Result<Value, String> {
+        let script = format!(
+            "const done = arguments[arguments.length - 1];\n\
+             Promise.resolve().then(() => ({expr})).then(v => done({{ok: v}}), e => done({{err: String(e && e.stack || e)}}));"
+        );
+        let v = self.call("execute/async", &json!({"script": script, "args": []}))?;
+        match v.get("err") {
+            Some(e) => Err(format!("in the page: {}", e.as_str().unwrap_or_default())),
+            None => Ok(v.get("ok").cloned().unwrap_or(Value::Null)),
+        }
+    }
+
+    fn call(&self, what: &str, body: &Value) -> Result<Value, String> {
+        let path = format!("/session/{}/{what}", self.session);
+        let answer = request(self.addr, "POST", &path, Some(body))?;
+        if let Some(err) = answer["value"].get("error") {
+            return Err(format!(
+                "webdriver {what}: {err}: {}",
+                answer["value"]["message"]
+            ));
+        }
+        Ok(answer["value"].clone())
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = request(
+            self.addr,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            None,
+        );
+        self.driver.kill();
+    }
+}
+
+/// One HTTP/1.1 request with a JSON body to chromedriver; the JSON answer.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<Value, String> {
+    let fail = |e: std::io::Error| format!("webdriver {method} {path}: {e}");
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(fail)?;
+    stream.set_read_timeout(Some(CALL_TIMEOUT)).map_err(fail)?;
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).map_err(fail)?;
+    stream.write_all(body.as_bytes()).map_err(fail)?;
+    let mut reader = BufReader::new(stream);
+    let mut length = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).map_err(fail)? == 0 {
+            break;
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse::<usize>().ok();
+        }
+    }
+    let mut raw = Vec::new();
+    match length {
+        Some(n) => {
+            raw.resize(n, 0);
+            reader.read_exact(&mut raw).map_err(fail)?;
+        }
+        None => {
+            reader.read_to_end(&mut raw).map_err(fail)?;
+        }
+    }
+    serde_json::from_slice(&raw).map_err(|e| format!("webdriver {method} {path}: not JSON ({e})"))
+}
+
+/// `replay view FILE` on a free loopback port, stopped on drop.
+pub struct ViewerServer {
+    proc: Proc,
+    /// The page's address, e.g. `http://127.0.0.1:41234/`.
+    pub url: String,
+}
+
+impl ViewerServer {
+    /// Starts `replay` (the binary at `replay`) serving `file` with the module `wasm`.
+    ///
+    /// # Errors
+    /// It does not start or print its address.
+    pub fn start(replay: &Path, file: &Path, wasm: &Path) -> Result<Self, String> {
+        let args = [
+            "view".to_owned(),
+            file.display().to_string(),
+            "--bind".to_owned(),
+            "127.0.0.1:0".to_owned(),
+            "--wasm".to_owned(),
+            wasm.display().to_string(),
+        ];
+        let mut proc = Proc::try_spawn("replay view", replay, &args)?;
+        let url = proc.try_wait_line("its address", Duration::from_secs(30), |l| {
+            l.text
+                .split(" at ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned)
+        })?;
+        Ok(Self { proc, url })
+    }
+}
+
+impl Drop for ViewerServer {
+    fn drop(&mut self) {
+        self.proc.kill();
+    }
+}
