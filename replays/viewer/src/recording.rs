@@ -166,17 +166,19 @@ impl Recording {
         })
     }
 
-    /// Each player's commands per minute over windows of one minute of
-    /// match time (input bytes that decode as the peers decode them are
-    /// counted; the game's command type is not needed, only the count).
+    /// Each player's commands per minute, over windows of ten seconds of
+    /// match time (so a short match still draws a curve); the count is the
+    /// one each input's bytes start with, no game type needed.
     fn commands_per_minute(&self) -> Value {
+        const WINDOW_US: u64 = 10_000_000;
         let turn_us = self.header.turn_length_us.max(1);
-        let per_window = u32::try_from((60_000_000 / turn_us).max(1)).unwrap_or(u32::MAX);
+        let per_window = u32::try_from((WINDOW_US / turn_us).max(1)).unwrap_or(u32::MAX);
+        let per_minute = 60_000_000 / (u64::from(per_window) * turn_us).max(1);
         let mut windows: BTreeMap<u32, BTreeMap<u8, u64>> = BTreeMap::new();
         for (turn, inputs) in &self.turns {
             let w = windows.entry(turn.0 / per_window).or_default();
             for (player, bytes) in inputs {
-                *w.entry(player.0).or_default() += command_count(bytes);
+                *w.entry(player.0).or_default() += command_count(bytes) * per_minute;
             }
         }
         json!({
