@@ -51,6 +51,9 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     rustup target add wasm32-unknown-unknown >/dev/null 2>&1
 fi
 
+log "clippy of the viewer's WebAssembly exports"
+cargo clippy --quiet --locked -p lockstep-viewer --target wasm32-unknown-unknown -- -D warnings
+
 log "build the viewer's module (profile wasm)"
 t0=$SECONDS
 cargo build --quiet --locked --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown

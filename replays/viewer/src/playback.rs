@@ -322,7 +322,7 @@ use replays::Reader;
 
 #[cfg(test)]
 mod tests {
-    use crate::{View, open};
+    use crate::open;
     use serde_json::Value;
     use std::path::Path;
 
