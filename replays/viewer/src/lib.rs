@@ -62,7 +62,7 @@ pub trait View {
     /// The shown world's entities of one section with their fields (at most
     /// `limit`), from the game's forensics interface.
     fn entities(&self, section: &str, limit: usize) -> Value;
-    /// [`replays::verify`] over the whole file, with every turn's hash:
+    /// [`replays::verify()`] over the whole file, with every turn's hash:
     /// the same list `replay verify --json --print-hashes` prints natively.
     fn verify(&self) -> Value;
 }
