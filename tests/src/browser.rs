@@ -31,10 +31,11 @@ pub struct BrowserBins {
 }
 
 impl BrowserBins {
-    /// The programs from the environment, with the defaults above.
+    /// The programs from the environment, with the defaults above (the
+    /// module is checked by [`BrowserBins::require_wasm`]).
     ///
     /// # Errors
-    /// A program or the module is missing (the message says how to get it).
+    /// A program is missing (the message says how to get it).
     pub fn from_env() -> Result<Self, String> {
         let env =
             |k: &str, d: &str| std::env::var_os(k).map_or_else(|| PathBuf::from(d), PathBuf::from);
@@ -53,16 +54,27 @@ impl BrowserBins {
                 "apt-get install chromium-driver (or set CHROMEDRIVER)",
             ),
             (&bins.chromium, "apt-get install chromium (or set CHROMIUM)"),
-            (
-                &bins.wasm,
-                "cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown (or set LOCKSTEP_VIEWER_WASM)",
-            ),
         ] {
             if !p.is_file() {
                 return Err(format!("{} is missing: {how}", p.display()));
             }
         }
         Ok(bins)
+    }
+
+    /// Checks that the viewer's module is built.
+    ///
+    /// # Errors
+    /// It is missing (the message says how to build it).
+    pub fn require_wasm(&self) -> Result<(), String> {
+        if self.wasm.is_file() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} is missing: cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown (or set LOCKSTEP_VIEWER_WASM)",
+                self.wasm.display()
+            ))
+        }
     }
 }
 

@@ -50,6 +50,7 @@ fn fixtures() -> Vec<PathBuf> {
 #[ignore = "needs Chromium, chromedriver and the viewer's wasm: run by tests/browser.sh"]
 fn golden_replays_hash_the_same_in_the_browser_and_the_page_draws_and_seeks() {
     let b = BrowserBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    b.require_wasm().unwrap_or_else(|e| panic!("{e}"));
     let dir = scratch_dir("browser");
     let browser =
         Browser::start(&b, &dir.join("profile"), 1280, 800).unwrap_or_else(|e| panic!("{e}"));

@@ -28,3 +28,4 @@ pub mod sim_bench;
 pub mod stats;
 pub mod svg;
 pub mod udp_loop;
+pub mod viewer_bench;

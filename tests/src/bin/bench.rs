@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
     bandwidth_bench, bulk_bench, crowd_bench, crypto_bench, latency_bench, net_bench, net_report,
-    rejoin_bench, relay_bench, relay_report, replay_bench, report, sim_bench,
+    rejoin_bench, relay_bench, relay_report, replay_bench, report, sim_bench, viewer_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -28,7 +28,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, crypto, crowd, bandwidth, bulk, rejoin); the report's other sections are kept as they were.
+    /// relay, crypto, crowd, bandwidth, bulk, rejoin, viewer); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -253,6 +253,26 @@ fn main() -> ExitCode {
         md.push_str(&section_stamp);
         md.push_str(&text);
         md.push('\n');
+    }
+
+    if wanted(&args, "viewer") {
+        eprintln!("[viewer] a 30-minute recording in headless Chromium: pass, seeks, frames");
+        let dir = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default();
+        match viewer_bench::measure(args.quick, &dir) {
+            Ok(figures) => {
+                md.push_str("## Replay viewer in the browser\n\n");
+                md.push_str(&section_stamp);
+                md.push_str(&viewer_bench::markdown(&figures));
+                md.push('\n');
+            }
+            Err(e) => {
+                eprintln!("error: viewer benchmark could not measure: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
 
     // `--only`: replace the measured sections in the existing report, keep the rest.
