@@ -183,7 +183,11 @@ impl Browser {
     fn call(&self, what: &str, body: &Value) -> Result<Value, String> {
         let path = format!("/session/{}/{what}", self.session);
         let answer = request(self.addr, "POST", &path, Some(body))?;
-        if let Some(err) = answer["value"].get("error") {
+        // A W3C error is an object with a string `error` code and a
+        // message; a script's own result may hold an `error` field too.
+        if let Some(err) = answer["value"].get("error").and_then(Value::as_str)
+            && answer["value"].get("message").is_some()
+        {
             return Err(format!(
                 "webdriver {what}: {err}: {}",
                 answer["value"]["message"]

@@ -91,6 +91,8 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
     let opts = RecordOptions {
         turns: TURNS,
         keyframe_every: 0,
+        // The armies are not `World::new(setup)`: the start state is recorded.
+        start_state: true,
         match_name: "30 minutes, 4 players, 1,000 units".to_owned(),
         ..RecordOptions::default()
     };
@@ -188,7 +190,7 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
 #[must_use]
 pub fn markdown(f: &ViewerFigures) -> String {
     let mut md = format!(
-        "`replay view` of a {}-turn recording (30 minutes of 100 ms turns; 4 bot players, {} army units at the start; no keyframes, as the relay writes it; {} KiB), measured inside the page in headless {} (software rendering, no GPU) on this machine; the viewer's module is {} KiB.\n\n",
+        "`replay view` of a recording of {} turns (30 minutes of 100 ms turns; 4 bot players, {} army units at the start; no keyframes, as the relay writes it; {} KiB), measured inside the page in headless {} (software rendering, no GPU) on this machine; the viewer's module is {} KiB.\n\n",
         f.turns,
         UNITS,
         f.bytes / 1024,
