@@ -262,6 +262,8 @@ pub struct ViewerServer {
     proc: Proc,
     /// The page's address, e.g. `http://127.0.0.1:41234/`.
     pub url: String,
+    /// What it printed before the address (e.g. the keyframed copy it made).
+    pub notes: Vec<String>,
 }
 
 impl ViewerServer {
@@ -279,14 +281,18 @@ impl ViewerServer {
             wasm.display().to_string(),
         ];
         let mut proc = Proc::try_spawn("replay view", replay, &args)?;
-        let url = proc.try_wait_line("its address", Duration::from_secs(30), |l| {
+        let mut notes = Vec::new();
+        let url = proc.try_wait_line("its address", Duration::from_secs(120), |l| {
+            if !l.text.contains(" at http") {
+                notes.push(l.text.clone());
+            }
             l.text
                 .split(" at ")
                 .nth(1)
                 .and_then(|rest| rest.split_whitespace().next())
                 .map(str::to_owned)
         })?;
-        Ok(Self { proc, url })
+        Ok(Self { proc, url, notes })
     }
 }
 

@@ -54,7 +54,9 @@ pub(crate) fn dispatch(games: &Games, command: Command, c: &mut Console<'_>, pro
         Command::Export { file } => export(games, c, &file),
         Command::Desync { file, json } => super::desync::desync(games, c, &file, json),
         Command::Reindex { file, every, out } => reindex(games, c, &file, every, &out),
-        Command::View { file, bind, wasm } => super::view::view(c, &file, &bind, wasm.as_deref()),
+        Command::View { file, bind, wasm } => {
+            super::view::view(games, c, &file, &bind, wasm.as_deref())
+        }
     };
     match result {
         Ok(true) => 0,

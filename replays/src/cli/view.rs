@@ -7,8 +7,9 @@
 //! short-lived thread per connection (at most [`MAX_CONNECTIONS`]), requests
 //! read with a size and time cap, every answer `Connection: close`.
 
-use super::commands::{CliError, file_error};
+use super::commands::{CliError, file_error, open_game};
 use super::console::{Console, errln, outln};
+use super::games::Games;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -37,9 +38,40 @@ const WASM_NEAR_EXE: [&str; 2] = [
 pub(super) const BUILD_WASM: &str =
     "cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown";
 
+/// Keyframe interval of the copy served for a recording without keyframes.
+const SERVED_KEYFRAME_EVERY: u32 = 100;
+
 struct Served {
     recording: PathBuf,
+    /// A copy with keyframes, for a file that has none (a relay's recording):
+    /// served instead of the file, so the page seeks anywhere at once.
+    indexed: Option<Vec<u8>>,
     wasm: Vec<u8>,
+}
+
+/// A copy of `file` with a keyframe every [`SERVED_KEYFRAME_EVERY`] turns
+/// when it has no keyframe index and this tool knows its game; `None`
+/// otherwise (the file is served as it is). Native re-simulation is several
+/// times faster than the page's, and a seek then restores a keyframe
+/// instead of simulating from turn 0.
+fn keyframed_copy(games: &Games, file: &Path) -> Option<Vec<u8>> {
+    let mut reader = super::commands::open(file).ok()?;
+    if reader
+        .keyframe_index()
+        .ok()
+        .flatten()
+        .is_some_and(|index| !index.is_empty())
+    {
+        return None;
+    }
+    let (reader, game) = open_game(games, file).ok()?;
+    let tmp = std::env::temp_dir().join(format!("replay-view-{}.lsr", std::process::id()));
+    let out = std::fs::File::create(&tmp).ok()?;
+    let report = game.reindex(reader, out, SERVED_KEYFRAME_EVERY);
+    let bytes = std::fs::read(&tmp).ok();
+    let _ = std::fs::remove_file(&tmp);
+    report.ok()?;
+    bytes
 }
 
 /// Finds the viewer's WebAssembly module: `--wasm`, else
@@ -68,6 +100,7 @@ fn find_wasm(given: Option<&Path>) -> Result<PathBuf, CliError> {
 }
 
 pub(super) fn view(
+    games: &Games,
     c: &mut Console<'_>,
     file: &Path,
     bind: &str,
@@ -82,6 +115,15 @@ pub(super) fn view(
     let addr = listener
         .local_addr()
         .map_err(|e| CliError::Usage(format!("cannot listen on {bind}: {e}")))?;
+    let started = std::time::Instant::now();
+    let indexed = keyframed_copy(games, file);
+    if indexed.is_some() {
+        outln!(
+            c,
+            "replay view: serving a copy with a keyframe every {SERVED_KEYFRAME_EVERY} turns for seeking (made in {} ms; the file is untouched)",
+            started.elapsed().as_millis()
+        );
+    }
     outln!(
         c,
         "replay view: {} at http://{addr}/ (Ctrl-C to stop)",
@@ -90,6 +132,7 @@ pub(super) fn view(
     c.flush_out();
     let served = Arc::new(Served {
         recording: file.to_owned(),
+        indexed,
         wasm,
     });
     let busy = Arc::new(AtomicUsize::new(0));
@@ -155,6 +198,10 @@ fn serve_one(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
             PAGE.as_bytes(),
         ),
         "/viewer.wasm" => respond(&mut stream, "200 OK", "application/wasm", &served.wasm),
+        "/recording" if served.indexed.is_some() => {
+            let bytes = served.indexed.as_deref().unwrap_or_default();
+            respond(&mut stream, "200 OK", "application/octet-stream", bytes)
+        }
         // Read at each request: reloading the page shows a recording that grew.
         "/recording" => match std::fs::read(&served.recording) {
             Ok(bytes) => respond(&mut stream, "200 OK", "application/octet-stream", &bytes),

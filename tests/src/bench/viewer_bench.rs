@@ -30,6 +30,8 @@ pub struct ViewerFigures {
     pub wasm_bytes: u64,
     /// Chromium's version line.
     pub browser: String,
+    /// How long `replay view` took to make its keyframed copy (ms), if it made one.
+    pub copy_ms: Option<u64>,
     /// Wall time for the page's background pass over the whole recording (ms).
     pub index_ms: f64,
     /// Seeks right after opening, before the pass covered their turn (ms).
@@ -106,6 +108,12 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
     let server = ViewerServer::start(&bins.replay, &file, &browser_bins.wasm)?;
+    let copy_ms = server.notes.iter().find_map(|n| {
+        n.split("(made in ")
+            .nth(1)
+            .and_then(|r| r.split(" ms").next())
+            .and_then(|v| v.parse().ok())
+    });
     let browser = Browser::start(&browser_bins, &dir.join("profile"), 1280, 800)?;
     browser.goto(&server.url)?;
     if browser.eval_async("viewer.ready")? != Value::Bool(true) {
@@ -178,6 +186,7 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
             .map(|m| m.len())
             .unwrap_or(0),
         browser: browser_version,
+        copy_ms,
         index_ms,
         cold_seeks: Summary::of(&cold).ok_or("no cold seek")?,
         seeks: Summary::of(&seeks).ok_or("no seek")?,
@@ -202,12 +211,18 @@ pub fn markdown(f: &ViewerFigures) -> String {
         f.wasm_bytes / 1024,
     );
     md.push_str("| what | figure |\n|---|---|\n");
+    if let Some(ms) = f.copy_ms {
+        md.push_str(&format!(
+            "| `replay view` adds a keyframe every 100 turns (native, before serving) | {:.1} s |\n",
+            ms as f64 / 1000.0
+        ));
+    }
     md.push_str(&format!(
         "| background pass over the whole recording (a slice of every frame, hashes checked) | {:.1} s |\n",
         f.index_ms / 1000.0
     ));
     md.push_str(&format!(
-        "| seek to a random turn right after opening (before the pass reached it) | median {:.0} ms, max {:.0} ms ({} seeks) |\n",
+        "| seek to a random turn right after opening (from the served keyframes, before the pass reached it) | median {:.0} ms, max {:.0} ms ({} seeks) |\n",
         f.cold_seeks.median, f.cold_seeks.max, f.cold_seeks.runs
     ));
     md.push_str(&format!(
@@ -221,7 +236,7 @@ pub fn markdown(f: &ViewerFigures) -> String {
         ));
     }
     md.push_str(
-        "\nA seek restores the nearest snapshot the pass left (every 50 turns) and simulates the rest, so after the pass it costs at most 49 turns; before it, a file without keyframes is simulated from its start (`replay reindex --every K` adds keyframes, which seeks use at once). The frame interval is the browser's own pacing (60 frames per second is 16.7 ms); the work is what the page does in a frame, including the background pass's slice while it runs.\n",
+        "\nA seek restores the nearest keyframe or snapshot the pass left (every 50 turns) and simulates the rest: at most 99 turns before the pass, 49 after it. The frame interval is the browser's own pacing (60 frames per second is 16.7 ms); the work is what the page does in a frame, including the background pass's slice while it runs.\n",
     );
     md
 }
