@@ -8,7 +8,7 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 10] = [
+pub const SECTIONS: [(&str, &str); 11] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
     ("latency", "Command latency against each player's own floor"),
@@ -19,6 +19,7 @@ pub const SECTIONS: [(&str, &str); 10] = [
     ("bandwidth", "Bandwidth against the Age of Empires budget"),
     ("bulk", "Bulk transfer and message size (transport)"),
     ("rejoin", "Rejoin and late spectators"),
+    ("speculation", "Speculation"),
 ];
 
 /// The heading of section `name`, or `None` for a name `bench` does not
