@@ -29,7 +29,7 @@ mod event;
 mod forensics;
 mod game;
 mod record;
-pub mod speculation;
+mod speculation;
 mod summary;
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,10 @@ const FEEDBACK_SAMPLES: usize = 4096;
 pub struct SpeculationConfig {
     /// Most of a frame speculation may take (default 4.175 ms: 25 % of a
     /// 16.7 ms frame). Past it the view is the confirmed world for that
-    /// frame.
+    /// frame. A fork or step starts only if its estimated cost (the last
+    /// one measured, or less) still fits, so a frame passes the budget by at
+    /// most one piece of work that cost more than it did before; work that
+    /// never fits is measured again once every eight frames.
     pub budget: Duration,
     /// Most turns the speculative world runs ahead of the confirmed one
     /// (default 8): bounds the work of one derivation when the confirmed
@@ -154,10 +157,17 @@ struct Probe {
     sections: Vec<(String, Vec<EntityHash>)>,
 }
 
-/// The speculative view of game `S`; see the [module docs](self). A
+/// The speculative view of game `S`: a disposable world forked from the
+/// confirmed one and stepped over the unconfirmed turns with this player's
+/// own pending commands, within a per-frame budget. A
 /// [`Peer`](super::Peer) built with
 /// [`with_speculation`](super::PeerBuilder::with_speculation) drives one;
-/// use it directly over another carrier, or in a test.
+/// use it directly over another carrier, or in a test: feed it
+/// [`handle_submit`](Self::handle_submit) for each own command,
+/// [`handle_confirmed`](Self::handle_confirmed) for each confirmed turn and
+/// [`handle_frame`](Self::handle_frame) once per rendered frame, then draw
+/// [`view`](Self::view). It only reads the confirmed world: hashes, replays
+/// and desync reports never see it.
 pub struct Speculation<S: Simulation> {
     config: SpeculationConfig,
     hook: Box<dyn SpeculationHook<S>>,
@@ -173,10 +183,14 @@ pub struct Speculation<S: Simulation> {
     current: bool,
     own: VecDeque<Pending<S::Command>>,
     probe: Option<Probe>,
+    /// The section names of the confirmed world, as last seen.
+    section_names: Vec<String>,
     /// Mispredicted entities of the last compared turn, with their streaks.
     streaks: BTreeMap<(String, u64), u32>,
     est_fork: Duration,
     est_step: Duration,
+    /// Frames in a row an estimate over the budget kept work from starting.
+    blocked: u32,
     feedback: VecDeque<Duration>,
     stats: SpeculationStats,
 }
@@ -211,13 +225,17 @@ fn own_inputs<C: Clone>(own: &VecDeque<Pending<C>>, turn: Turn) -> Vec<Stamped<C
     inputs
 }
 
-/// An estimate that follows measured costs: up at once, down slowly, so
-/// that one quick sample does not let a slow piece of work through.
+/// Frames in a row an estimate over the whole budget may keep work from
+/// starting before it is halved and measured again.
+const REMEASURE_AFTER: u32 = 8;
+
+/// An estimate that follows measured costs: up at once (a piece of work
+/// that did not fit is not tried again soon), down by a moving average.
 fn follow(est: Duration, sample: Duration) -> Duration {
     if sample >= est {
         sample
     } else {
-        Duration::from_micros((est.as_micros() * 7 + sample.as_micros()) / 8)
+        Duration::from_micros((est.as_micros() * 3 + sample.as_micros()) / 4)
     }
 }
 
@@ -241,9 +259,11 @@ impl<S: Simulation> Speculation<S> {
             current: false,
             own: VecDeque::new(),
             probe: None,
+            section_names: Vec::new(),
             streaks: BTreeMap::new(),
             est_fork: Duration::ZERO,
             est_step: Duration::ZERO,
+            blocked: 0,
             feedback: VecDeque::new(),
             stats: SpeculationStats::default(),
         }
@@ -297,6 +317,15 @@ impl<S: Simulation> Speculation<S> {
         sections: &[SectionHash],
         own_chunks: usize,
     ) {
+        if self.section_names.len() != sections.len()
+            || self
+                .section_names
+                .iter()
+                .zip(sections)
+                .any(|(n, s)| *n != s.name)
+        {
+            self.section_names = sections.iter().map(|s| s.name.clone()).collect();
+        }
         if let Some(probe) = self.probe.take().filter(|p| p.turn == turn) {
             self.compare(&probe, confirmed, sections);
         }
@@ -353,8 +382,8 @@ impl<S: Simulation> Speculation<S> {
         let budget = self.config.budget;
         if self.base != Some(next) || self.world.is_none() {
             if self.est_fork > budget {
-                // A fork alone is over budget: try again with a lower estimate.
-                self.est_fork = follow(self.est_fork, Duration::ZERO);
+                // A fork alone is over budget.
+                self.blocked();
                 self.stats.fallbacks += 1;
                 return false;
             }
@@ -375,10 +404,8 @@ impl<S: Simulation> Speculation<S> {
             let spent = last.saturating_since(start);
             if spent + self.est_step > budget {
                 self.stats.fallbacks += 1;
-                // An estimate over the whole budget would never let a step
-                // through: lower it, so that a later frame measures again.
                 if self.est_step > budget {
-                    self.est_step = follow(self.est_step, Duration::ZERO);
+                    self.blocked();
                 }
                 return false;
             }
@@ -390,15 +417,16 @@ impl<S: Simulation> Speculation<S> {
             self.hook.step(world, self.next, &inputs);
             self.stats.steps += 1;
             if self.next == next && self.config.count_corrections {
+                if self.section_names.is_empty() {
+                    self.section_names =
+                        world.section_hashes().into_iter().map(|s| s.name).collect();
+                }
                 self.probe = Some(Probe {
                     turn: next,
-                    sections: world
-                        .section_hashes()
-                        .into_iter()
-                        .map(|s| {
-                            let entities = world.entity_hashes(&s.name);
-                            (s.name, entities)
-                        })
+                    sections: self
+                        .section_names
+                        .iter()
+                        .map(|name| (name.clone(), world.entity_hashes(name)))
                         .collect(),
                 });
             }
@@ -419,6 +447,18 @@ impl<S: Simulation> Speculation<S> {
                 .push_back(done.max(now).saturating_since(p.at));
         }
         true
+    }
+
+    /// An estimate over the whole budget kept work from starting: after
+    /// [`REMEASURE_AFTER`] such frames, halve the estimates so that one
+    /// frame measures again (the cost may have been a preempted thread).
+    fn blocked(&mut self) {
+        self.blocked += 1;
+        if self.blocked >= REMEASURE_AFTER {
+            self.blocked = 0;
+            self.est_fork = Duration::from_micros(self.est_fork.as_micros() / 2);
+            self.est_step = Duration::from_micros(self.est_step.as_micros() / 2);
+        }
     }
 
     /// The speculative world if this frame's view is speculative, else
@@ -688,6 +728,65 @@ mod tests {
         assert_eq!(spec.stats().fallbacks, first as u64);
         let reference = stepped(confirmed.clone(), 0..=7, None);
         assert_eq!(spec.world().unwrap().state_hash(), reference.state_hash());
+    }
+
+    /// No death spiral: while every step costs more than the whole budget,
+    /// no frame's work grows past the budget plus one step (however long it
+    /// lasts, and though the target keeps moving ahead), the confirmed view
+    /// is shown; once steps are cheap again the view comes back by itself.
+    #[test]
+    fn steps_dearer_than_the_budget_never_spiral_and_the_view_recovers() {
+        let mut confirmed = world();
+        let budget = Duration::from_millis(4);
+        let mut spec = Speculation::<World>::with_hook(
+            SpeculationConfig {
+                budget,
+                count_corrections: false,
+                ..SpeculationConfig::default()
+            },
+            CloneFork,
+        );
+        let mut t = Instant::ZERO;
+        let mut next = Turn(0);
+        let mut worst = Duration::ZERO;
+        let mut over = 0;
+        for frame in 0..300u64 {
+            // 5 ms a reading for the first 200 frames (a fork or a step
+            // costs more than the budget), then 0.1 ms.
+            let cost = if frame < 200 { 5_000 } else { 100 };
+            let mut readings = 0u64;
+            let mut clock = || {
+                t += Duration::from_micros(cost);
+                readings += 1;
+                t
+            };
+            let now = Instant::from_millis(frame * 17);
+            if frame % 6 == 5 {
+                confirmed.step(next, &[]);
+                let sections = confirmed.section_hashes();
+                spec.handle_confirmed(now, next, &confirmed, &sections, 0);
+                next = next.next();
+            }
+            let shown = spec.handle_frame(now, &confirmed, next, Turn(next.0 + 3), &mut clock);
+            // The work between the frame's first and last reading.
+            let spent = Duration::from_micros(cost * readings.saturating_sub(1));
+            worst = worst.max(spent);
+            if frame < 200 {
+                assert!(!shown, "frame {frame}");
+                over += u32::from(spent > budget);
+            }
+            assert!(
+                spent <= budget + Duration::from_micros(cost),
+                "frame {frame}: {spent}"
+            );
+        }
+        assert!(spec.world().is_some(), "the view recovered");
+        assert!(worst <= budget + Duration::from_millis(5), "{worst}");
+        // Work that never fits (the fork and a step) is tried again once
+        // every REMEASURE_AFTER frames: at most two frames in that many pass
+        // the budget, each by one piece of work.
+        let cycles = 200 / (REMEASURE_AFTER + 1) + 1;
+        assert!(over <= 2 * cycles, "{over} frames over budget");
     }
 
     /// A command of another player (predicted as none) mispredicts the
