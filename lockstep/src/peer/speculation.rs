@@ -33,10 +33,11 @@ const FEEDBACK_SAMPLES: usize = 4096;
 pub struct SpeculationConfig {
     /// Most of a frame speculation may take (default 4.175 ms: 25 % of a
     /// 16.7 ms frame). Past it the view is the confirmed world for that
-    /// frame. A fork or step starts only if its estimated cost (the last
-    /// one measured, or less) still fits, so a frame passes the budget by at
-    /// most one piece of work that cost more than it did before; work that
-    /// never fits is measured again once every eight frames.
+    /// frame. A fork or step starts only if its estimated cost (the larger
+    /// of its recent median and its latest cost) still fits, so a frame
+    /// passes the budget by at most one piece of work that cost more than
+    /// it did before; work that never fits is measured again once every
+    /// nine frames.
     pub budget: Duration,
     /// Most turns the speculative world runs ahead of the confirmed one
     /// (default 8): bounds the work of one derivation when the confirmed
@@ -187,8 +188,8 @@ pub struct Speculation<S: Simulation> {
     section_names: Vec<String>,
     /// Mispredicted entities of the last compared turn, with their streaks.
     streaks: BTreeMap<(String, u64), u32>,
-    est_fork: Duration,
-    est_step: Duration,
+    fork_cost: Cost,
+    step_cost: Cost,
     /// Frames in a row an estimate over the budget kept work from starting.
     blocked: u32,
     feedback: VecDeque<Duration>,
@@ -225,17 +226,36 @@ fn own_inputs<C: Clone>(own: &VecDeque<Pending<C>>, turn: Turn) -> Vec<Stamped<C
     inputs
 }
 
-/// Frames in a row an estimate over the whole budget may keep work from
-/// starting before it is halved and measured again.
+/// Frames in a row work that never fits the budget is kept from starting
+/// before it is measured again (once, at the start of a frame).
 const REMEASURE_AFTER: u32 = 8;
+/// Samples of one kind of work kept for its estimate.
+const COST_SAMPLES: usize = 8;
 
-/// An estimate that follows measured costs: up at once (a piece of work
-/// that did not fit is not tried again soon), down by a moving average.
-fn follow(est: Duration, sample: Duration) -> Duration {
-    if sample >= est {
-        sample
-    } else {
-        Duration::from_micros((est.as_micros() * 3 + sample.as_micros()) / 4)
+/// What one kind of work (a fork, a step) costs, from its recent samples:
+/// the larger of their median and the latest, so that work that just got
+/// dearer is not started again blindly, and one slow sample (a preempted
+/// thread) is forgotten once the work is measured again.
+#[derive(Debug, Default)]
+struct Cost {
+    recent: VecDeque<Duration>,
+    last: Duration,
+}
+
+impl Cost {
+    fn record(&mut self, sample: Duration) {
+        if self.recent.len() >= COST_SAMPLES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(sample);
+        self.last = sample;
+    }
+
+    fn estimate(&self) -> Duration {
+        let mut v: Vec<Duration> = self.recent.iter().copied().collect();
+        v.sort_unstable();
+        let median = v.get(v.len() / 2).copied().unwrap_or(Duration::ZERO);
+        median.max(self.last)
     }
 }
 
@@ -261,8 +281,8 @@ impl<S: Simulation> Speculation<S> {
             probe: None,
             section_names: Vec::new(),
             streaks: BTreeMap::new(),
-            est_fork: Duration::ZERO,
-            est_step: Duration::ZERO,
+            fork_cost: Cost::default(),
+            step_cost: Cost::default(),
             blocked: 0,
             feedback: VecDeque::new(),
             stats: SpeculationStats::default(),
@@ -379,17 +399,14 @@ impl<S: Simulation> Speculation<S> {
         // Each reading of the clock ends one piece of work and starts the
         // next: `last` is the latest.
         let mut last = start;
-        let budget = self.config.budget;
         if self.base != Some(next) || self.world.is_none() {
-            if self.est_fork > budget {
-                // A fork alone is over budget.
-                self.blocked();
+            if !self.fits(Duration::ZERO, self.fork_cost.estimate()) {
                 self.stats.fallbacks += 1;
                 return false;
             }
             let forked = self.hook.fork(confirmed, &mut self.world);
             last = clock();
-            self.est_fork = follow(self.est_fork, last.saturating_since(start));
+            self.fork_cost.record(last.saturating_since(start));
             self.stats.forks += 1;
             if !forked {
                 self.base = None;
@@ -402,11 +419,8 @@ impl<S: Simulation> Speculation<S> {
         }
         while self.next <= target {
             let spent = last.saturating_since(start);
-            if spent + self.est_step > budget {
+            if !self.fits(spent, self.step_cost.estimate()) {
                 self.stats.fallbacks += 1;
-                if self.est_step > budget {
-                    self.blocked();
-                }
                 return false;
             }
             let inputs = own_inputs(&self.own, self.next);
@@ -431,11 +445,12 @@ impl<S: Simulation> Speculation<S> {
                 });
             }
             let after = clock();
-            self.est_step = follow(self.est_step, after.saturating_since(last));
+            self.step_cost.record(after.saturating_since(last));
             last = after;
             self.next = self.next.next();
         }
         self.current = true;
+        self.blocked = 0;
         let done = last;
         for p in self.own.iter_mut().filter(|p| p.turn <= target && !p.shown) {
             p.shown = true;
@@ -449,16 +464,23 @@ impl<S: Simulation> Speculation<S> {
         true
     }
 
-    /// An estimate over the whole budget kept work from starting: after
-    /// [`REMEASURE_AFTER`] such frames, halve the estimates so that one
-    /// frame measures again (the cost may have been a preempted thread).
-    fn blocked(&mut self) {
-        self.blocked += 1;
-        if self.blocked >= REMEASURE_AFTER {
-            self.blocked = 0;
-            self.est_fork = Duration::from_micros(self.est_fork.as_micros() / 2);
-            self.est_step = Duration::from_micros(self.est_step.as_micros() / 2);
+    /// Whether work estimated at `estimate` may start with `spent` of the
+    /// frame's budget gone. Work that can never fit is let through once
+    /// [`REMEASURE_AFTER`] frames kept it from starting, at the start of a
+    /// frame: its cost may have been a passing one.
+    fn fits(&mut self, spent: Duration, estimate: Duration) -> bool {
+        let budget = self.config.budget;
+        if spent + estimate <= budget {
+            return true;
         }
+        if estimate > budget {
+            self.blocked += 1;
+            if self.blocked > REMEASURE_AFTER && spent == Duration::ZERO {
+                self.blocked = 0;
+                return true;
+            }
+        }
+        false
     }
 
     /// The speculative world if this frame's view is speculative, else
