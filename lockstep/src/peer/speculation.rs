@@ -40,8 +40,9 @@ pub struct SpeculationConfig {
     /// nine frames.
     pub budget: Duration,
     /// Most turns the speculative world runs ahead of the confirmed one
-    /// (default 8): bounds the work of one derivation when the confirmed
-    /// stream stalls (a frozen player, a lost path).
+    /// (default 16): bounds the work of one derivation when the confirmed
+    /// stream stalls (a lost bundle being resent, a frozen path). An own
+    /// command landing beyond it shows once the confirmed world catches up.
     pub max_ahead: u32,
     /// Compare the speculative world with the confirmed one at each turn,
     /// entity by entity, and count the corrections (default on). Costs one
@@ -56,7 +57,7 @@ impl Default for SpeculationConfig {
     fn default() -> Self {
         Self {
             budget: Duration::from_micros(4_175),
-            max_ahead: 8,
+            max_ahead: 16,
             count_corrections: true,
             forget_after: Duration::from_secs(5),
         }
@@ -132,6 +133,10 @@ pub struct SpeculationStats {
     pub max_correction_turns: u32,
     /// Own commands shown in the speculative view.
     pub shown: u64,
+    /// Of those, the ones shown by the first frame after their submission.
+    pub shown_next_frame: u64,
+    /// The most frames an own command waited to be shown.
+    pub most_frames_to_show: u32,
     /// Own commands dropped from the view unconfirmed
     /// ([`SpeculationConfig::forget_after`]).
     pub forgotten: u64,
@@ -149,6 +154,8 @@ struct Pending<C> {
     commands: Vec<C>,
     /// Whether a frame has shown it yet.
     shown: bool,
+    /// Frames handled since it was submitted, until one showed it.
+    frames: u32,
 }
 
 /// The speculative world's entity hashes at one turn, per section.
@@ -321,6 +328,7 @@ impl<S: Simulation> Speculation<S> {
             player,
             commands,
             shown: false,
+            frames: 0,
         });
     }
 
@@ -389,6 +397,9 @@ impl<S: Simulation> Speculation<S> {
         clock: &mut dyn FnMut() -> Instant,
     ) -> bool {
         self.stats.frames += 1;
+        for p in self.own.iter_mut().filter(|p| !p.shown) {
+            p.frames = p.frames.saturating_add(1);
+        }
         let own_last = self.own.back().map(|p| p.turn);
         let want = own_last.map_or(horizon, |t| t.max(horizon)).max(next);
         let cap = Turn(next.0.saturating_add(self.config.max_ahead.max(1) - 1));
@@ -455,6 +466,8 @@ impl<S: Simulation> Speculation<S> {
         for p in self.own.iter_mut().filter(|p| p.turn <= target && !p.shown) {
             p.shown = true;
             self.stats.shown += 1;
+            self.stats.shown_next_frame += u64::from(p.frames <= 1);
+            self.stats.most_frames_to_show = self.stats.most_frames_to_show.max(p.frames);
             if self.feedback.len() >= FEEDBACK_SAMPLES {
                 self.feedback.pop_front();
             }

@@ -62,6 +62,10 @@ pub struct SpeculationSummary {
     pub max_correction_turns: u32,
     /// Own commands shown speculatively.
     pub shown: u64,
+    /// Of those, the ones shown by the first frame after their submission.
+    pub shown_next_frame: u64,
+    /// The most frames an own command waited to be shown.
+    pub most_frames_to_show: u32,
 }
 
 impl SpeculationSummary {
@@ -82,6 +86,8 @@ impl SpeculationSummary {
             mispredicted_turns: stats.mispredicted_turns,
             max_correction_turns: stats.max_correction_turns,
             shown: stats.shown,
+            shown_next_frame: stats.shown_next_frame,
+            most_frames_to_show: stats.most_frames_to_show,
         }
     }
 }

@@ -280,6 +280,10 @@ pub struct FeedbackFigures {
     pub confirmed_p99_ms: f64,
     /// Own commands shown speculatively, of those submitted and confirmed.
     pub shown: u64,
+    /// Of those, shown by the first frame after the click.
+    pub shown_next_frame: u64,
+    /// The most frames one waited.
+    pub most_frames: u32,
     /// Frames and fallbacks, summed over the players.
     pub frames: u64,
     /// Frames that fell back to the confirmed world.
@@ -353,6 +357,8 @@ pub fn feedback(rtt_ms: u64, loss: f64, secs: u64, seed: u64) -> FeedbackFigures
         confirmed_p50_ms: 0.0,
         confirmed_p99_ms: 0.0,
         shown: 0,
+        shown_next_frame: 0,
+        most_frames: 0,
         frames: 0,
         fallbacks: 0,
         corrections_per_min: 0.0,
@@ -370,6 +376,8 @@ pub fn feedback(rtt_ms: u64, loss: f64, secs: u64, seed: u64) -> FeedbackFigures
         out.confirmed_p99_ms = out.confirmed_p99_ms.max(s.turn_latency_ms.p99);
         if let Some(sp) = s.speculation {
             out.shown += sp.shown;
+            out.shown_next_frame += sp.shown_next_frame;
+            out.most_frames = out.most_frames.max(sp.most_frames_to_show);
             out.frames += sp.frames;
             out.fallbacks += sp.fallbacks;
             out.corrections_per_min += sp.corrections_per_min / summaries.len() as f64;
@@ -613,9 +621,11 @@ pub fn section(quick: bool) -> String {
          the click to the end of the first frame whose speculative world holds it (the worst player's percentiles); \
          confirmed: the same clicks' turn latency. Corrections: entities whose speculative hash differed from the \
          confirmed one at the same turn (the other player's clicks are predicted as none), per minute; the largest \
-         correction of one entity is the most consecutive turns it stayed mispredicted.\n\n"
+         correction of one entity is the most consecutive turns it stayed mispredicted. \"In the next frame\": shown by \
+         the first frame after the click (the goal); a click just after a frame began waits for the next one, so \
+         the millisecond figures include up to one frame interval plus the frame's own work.\n\n"
     ));
-    md.push_str("| RTT | loss | own feedback p50 ms | own feedback p99 ms | confirmed p50 ms | confirmed p99 ms | shown | frames | fallbacks | corrected entities/min | largest correction (turns) | hashes agree |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| RTT | loss | own feedback p50 ms | own feedback p99 ms | confirmed p50 ms | confirmed p99 ms | shown | in the next frame | most frames waited | frames | fallbacks | corrected entities/min | largest correction (turns) | hashes agree |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for rtt in [50u64, 150, 300] {
         eprintln!(
             "{}",
@@ -624,7 +634,7 @@ pub fn section(quick: bool) -> String {
         let f = feedback(rtt, 0.05, fsecs, 7 + rtt);
         let _ = writeln!(
             md,
-            "| {} ms | {:.0} % | {:.2} | {:.2} | {:.0} | {:.0} | {} | {} | {} | {:.0} | {} | {} |",
+            "| {} ms | {:.0} % | {:.2} | {:.2} | {:.0} | {:.0} | {} | {:.1} % | {} | {} | {} | {:.0} | {} | {} |",
             f.rtt_ms,
             f.loss * 100.0,
             f.feedback_p50_ms,
@@ -632,6 +642,8 @@ pub fn section(quick: bool) -> String {
             f.confirmed_p50_ms,
             f.confirmed_p99_ms,
             f.shown,
+            f.shown_next_frame as f64 * 100.0 / f.shown.max(1) as f64,
+            f.most_frames,
             f.frames,
             f.fallbacks,
             f.corrections_per_min,
