@@ -33,11 +33,11 @@ const FEEDBACK_SAMPLES: usize = 4096;
 pub struct SpeculationConfig {
     /// Most of a frame speculation may take (default 4.175 ms: 25 % of a
     /// 16.7 ms frame). Past it the view is the confirmed world for that
-    /// frame. A fork or step starts only if its estimated cost (the larger
-    /// of its recent median and its latest cost) still fits, so a frame
-    /// passes the budget by at most one piece of work that cost more than
-    /// it did before; work that never fits is measured again once every
-    /// nine frames.
+    /// frame. A fork or step starts only if its estimated cost (the median
+    /// of its recent costs) still fits, so a frame passes the budget by at
+    /// most one piece of work that cost more than usual (for a few frames
+    /// after work got dearer for good); work that never fits is measured
+    /// again once every nine frames.
     pub budget: Duration,
     /// Most turns the speculative world runs ahead of the confirmed one
     /// (default 16): bounds the work of one derivation when the confirmed
@@ -239,14 +239,13 @@ const REMEASURE_AFTER: u32 = 8;
 /// Samples of one kind of work kept for its estimate.
 const COST_SAMPLES: usize = 8;
 
-/// What one kind of work (a fork, a step) costs, from its recent samples:
-/// the larger of their median and the latest, so that work that just got
-/// dearer is not started again blindly, and one slow sample (a preempted
-/// thread) is forgotten once the work is measured again.
+/// What one kind of work (a fork, a step) costs: the median of its recent
+/// samples, so that one slow sample (a preempted thread) does not keep the
+/// view from the next frames, while work that got dearer for good is
+/// estimated so within a few frames.
 #[derive(Debug, Default)]
 struct Cost {
     recent: VecDeque<Duration>,
-    last: Duration,
 }
 
 impl Cost {
@@ -255,14 +254,12 @@ impl Cost {
             self.recent.pop_front();
         }
         self.recent.push_back(sample);
-        self.last = sample;
     }
 
     fn estimate(&self) -> Duration {
         let mut v: Vec<Duration> = self.recent.iter().copied().collect();
         v.sort_unstable();
-        let median = v.get(v.len() / 2).copied().unwrap_or(Duration::ZERO);
-        median.max(self.last)
+        v.get(v.len() / 2).copied().unwrap_or(Duration::ZERO)
     }
 }
 
