@@ -20,7 +20,8 @@ use crate::recorder::{Recorded, Recorder};
 use crate::udp::{RelayNote, serve};
 use lockstep::low_level::transport::TransportConfig;
 use lockstep::netsim::LinkConfig;
-use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
+use lockstep::peer::SpeculationConfig;
+use lockstep::peer::udp::{PlayOptions, SPECULATION_FRAME, UdpPeer, play};
 use lockstep::peer::{Agent, PeerBuilder, PeerSummary};
 use lockstep::{Duration, Instant};
 use serde::Serialize;
@@ -100,6 +101,10 @@ pub struct DemoConfig {
     pub rejoin_after: Option<Duration>,
     /// Spectators that join a third of the way into the match.
     pub spectators: u8,
+    /// Every peer keeps a speculative view (`PeerBuilder::with_speculation`)
+    /// and renders 60 frames a second; each peer's summary then reports
+    /// `own_feedback_ms` and `speculation`.
+    pub speculate: bool,
 }
 
 /// One spectator's row of the result.
@@ -297,6 +302,14 @@ impl DemoReport {
             ));
             if let Some(e) = &m.error {
                 s.push_str(&format!("     peer {} error: {e}\n", p.peer));
+            }
+        }
+        for p in &self.peers {
+            if let (Some(f), Some(sp)) = (p.summary.own_feedback_ms, p.summary.speculation) {
+                s.push_str(&format!(
+                    "peer {} speculation: own command shown p50 {:.1} ms p99 {:.1} ms, frames {}, fallbacks {}, corrections {} ({:.0}/min)\n",
+                    p.peer, f.p50, f.p99, sp.frames, sp.fallbacks, sp.corrections, sp.corrections_per_min
+                ));
             }
         }
         for d in &self.drops {
@@ -560,6 +573,9 @@ impl Seat {
         if let Some((turn, _)) = c.desync.filter(|&(_, p)| p == i) {
             builder = builder.with_fault(Turn(turn), fault);
         }
+        if c.speculate {
+            builder = builder.with_speculation(SpeculationConfig::default());
+        }
         let mut udp = UdpPeer::new(socket, self.relay, builder)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let impair = c
@@ -578,6 +594,7 @@ impl Seat {
             // clicks: a bot answering each turn at once would wait a whole
             // turn for the next, and report that as latency.
             reaction: Some((c.relay.turn_length, bot_seed_of(c.seed, i))),
+            frames: c.speculate.then_some(SPECULATION_FRAME),
             ..PlayOptions::default()
         };
         let (bot_seed, apm) = (c.seed.wrapping_add(u64::from(i)), c.apm);
@@ -604,6 +621,11 @@ impl Seat {
             .with_seed(transport_seed ^ 0x7e57_a127)
             .with_ticks_per_turn(c.relay.ticks_per_turn)
             .with_rejoin(player, secret);
+        let builder = if c.speculate {
+            builder.with_speculation(SpeculationConfig::default())
+        } else {
+            builder
+        };
         let socket = UdpSocket::bind("127.0.0.1:0")?;
         let mut udp = UdpPeer::new(socket, self.relay, builder)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;

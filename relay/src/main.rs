@@ -327,6 +327,12 @@ struct DemoArgs {
     /// watch it to the end; each one's final hash is in the report.
     #[arg(long, default_value_t = 0)]
     spectators: u8,
+    /// Every peer keeps a speculative view of its own commands (a world
+    /// forked from the confirmed one, 60 frames a second); the report gives
+    /// per peer how soon its own command showed (`own_feedback_ms`) and the
+    /// view's frames, fallbacks and corrections (`speculation`).
+    #[arg(long)]
+    speculate: bool,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
@@ -689,6 +695,7 @@ fn demo_cmd(a: &DemoArgs) -> ExitCode {
             .map(|(p, ms)| (p, Duration::from_millis(ms))),
         rejoin_after: a.rejoin_after_ms.map(Duration::from_millis),
         spectators: a.spectators,
+        speculate: a.speculate,
     };
     if [a.desync_peer, a.lag_peer, a.kill_peer]
         .into_iter()

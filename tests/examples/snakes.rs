@@ -372,6 +372,55 @@ fn snakes_hashes() {
 }
 // --- end guide: hash test ---
 
+// --- guide: speculation ---
+use lockstep::Instant;
+use lockstep::peer::Peer;
+
+/// One rendered frame of a peer built with `PeerBuilder::with_speculation`,
+/// after the frame's commands were submitted: bring the speculative view up
+/// to date (within its per-frame budget, measured with `clock`), then draw.
+/// `draw` gets the world to show (your own commands already in it, or the
+/// confirmed world on a frame that fell back) and the confirmed world (for
+/// what must be certain: a score, a victory).
+pub fn render<S: Simulation>(
+    peer: &mut Peer<S>,
+    now: Instant,
+    clock: &mut dyn FnMut() -> Instant,
+    mut draw: impl FnMut(&S, &S),
+) {
+    peer.handle_frame(now, clock);
+    if let (Some(view), Some(confirmed)) = (peer.speculative_world(), peer.confirmed_world()) {
+        draw(view, confirmed);
+    }
+}
+
+/// The view a frame draws: the own command is in it at once, the confirmed
+/// world waits for the relay.
+#[test]
+fn an_own_turn_shows_in_the_next_frame() {
+    use lockstep::peer::{Speculation, SpeculationConfig};
+    let setup = MatchSetup {
+        seed: 1,
+        players: 2,
+        ticks_per_turn: 2,
+    };
+    let confirmed = Snakes::new(&setup);
+    let mut view = Speculation::<Snakes>::new(SpeculationConfig::default());
+    // Submitted now; the relay will stamp it into turn 2 (the peer knows:
+    // `Session::landing_turn`). Turn 0 is the first not confirmed.
+    view.handle_submit(
+        Instant::ZERO,
+        PlayerId(0),
+        Turn(2),
+        vec![Command::Turn(Dir::Left)],
+    );
+    let mut clock = || Instant::ZERO; // a frame's own work, on your clock
+    assert!(view.handle_frame(Instant::ZERO, &confirmed, Turn(0), Turn(2), &mut clock));
+    assert_eq!(view.view(&confirmed).snakes()[0].dir, Dir::Left);
+    assert_eq!(confirmed.snakes()[0].dir, Dir::Up);
+}
+// --- end guide: speculation ---
+
 // --- guide: glue ---
 use lockstep::Duration;
 use lockstep::peer::{PeerBuilder, PeerEvent, udp::UdpPeer};

@@ -111,6 +111,13 @@ struct Cli {
     /// (`--players` and `--turns` are not needed).
     #[arg(long, conflicts_with_all = ["rejoin_file", "desync_at"])]
     spectate: bool,
+    /// Keep a speculative view (`PeerBuilder::with_speculation`): render
+    /// 60 frames a second, each bringing a world forked from the confirmed
+    /// one up to the turn the own commands land in; report how soon an own
+    /// command showed (`own_feedback_ms`) and the view's frames, fallbacks
+    /// and corrections. Hashes and recordings stay the confirmed world's.
+    #[arg(long, conflicts_with = "spectate")]
+    speculate: bool,
 }
 
 /// Resolves `--relay` (clap shows the error, naming the text, exit 2).
@@ -225,6 +232,9 @@ fn run<S: Simulation + 'static, A: Agent<S>>(
     if cli.spectate {
         builder = builder.with_spectate();
     }
+    if cli.speculate {
+        builder = builder.with_speculation(lockstep::peer::SpeculationConfig::default());
+    }
     let mut udp = UdpPeer::new(socket, cli.relay, builder).map_err(|e| match e {
         BuildError::Record {
             kind: std::io::ErrorKind::AlreadyExists,
@@ -244,6 +254,9 @@ fn run<S: Simulation + 'static, A: Agent<S>>(
     }
     let opts = PlayOptions {
         timeout: Duration::from_secs(cli.timeout_s),
+        frames: cli
+            .speculate
+            .then_some(lockstep::peer::udp::SPECULATION_FRAME),
         ..PlayOptions::default()
     };
     let (seed, apm) = (cli.seed, cli.apm);
@@ -357,6 +370,12 @@ fn main() -> ExitCode {
         }
         for (p, t) in &summary.dropped {
             println!("player P{p} dropped at turn {t}");
+        }
+        if let (Some(f), Some(s)) = (summary.own_feedback_ms, summary.speculation) {
+            println!(
+                "speculation: own command shown p50 {:.1} ms p99 {:.1} ms  frames {}  fallbacks {}  corrections {} ({:.0}/min)",
+                f.p50, f.p99, s.frames, s.fallbacks, s.corrections, s.corrections_per_min
+            );
         }
         if let Some(ms) = summary.rejoin_ms {
             println!("rejoined: caught up {ms:.0} ms after reconnecting");

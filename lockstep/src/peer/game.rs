@@ -5,7 +5,10 @@
 //! stream, an in-memory pipe in tests).
 
 use super::record::{Recording, StartInfo};
-use super::{DesyncSummary, Fault, LatencyMs, PeerEvent, PeerRefusal, PeerSummary};
+use super::speculation::Speculation;
+use super::{
+    DesyncSummary, Fault, LatencyMs, PeerEvent, PeerRefusal, PeerSummary, SpeculationSummary,
+};
 use crate::event::Event;
 use crate::proto::{Delivery, EndReason, decode_turn};
 use crate::session::{ForensicsAnswer, Session, SessionError, SessionStats};
@@ -57,6 +60,8 @@ pub struct GameSession<S: Simulation> {
     /// Players joined and slots, from the relay's last lobby message
     /// before the start.
     pub(super) lobby: Option<(u8, u8)>,
+    /// The speculative view, if opted in.
+    pub(super) speculation: Option<Speculation<S>>,
 }
 
 impl<S: Simulation> std::fmt::Debug for GameSession<S> {
@@ -110,7 +115,41 @@ impl<S: Simulation> GameSession<S> {
     /// ended, or when the local queue is full.
     pub fn submit(&mut self, now: Instant, commands: &[S::Command]) -> Result<(), SessionError> {
         self.now = now;
-        self.session.submit_commands(now, commands)
+        // Where the relay will stamp it, asked before the session sends it.
+        let landing = self.session.landing_turn(now);
+        self.session.submit_commands(now, commands)?;
+        let player = self.player();
+        if let (Some(spec), Some(player), Some(turn)) = (self.speculation.as_mut(), player, landing)
+        {
+            spec.handle_submit(now, player, turn, commands.to_vec());
+        }
+        Ok(())
+    }
+
+    /// One rendered frame at `now`; see [`Peer::handle_frame`](super::Peer::handle_frame).
+    pub fn handle_frame(&mut self, now: Instant, clock: &mut dyn FnMut() -> Instant) -> bool {
+        let (Some(spec), Some(world)) = (self.speculation.as_mut(), self.world.as_ref()) else {
+            return false;
+        };
+        let (Some(next), Some(horizon)) =
+            (self.session.next_turn(), self.session.landing_turn(now))
+        else {
+            return false;
+        };
+        spec.handle_frame(now, world, next, horizon, clock)
+    }
+
+    /// The world to draw: see [`Peer::speculative_world`](super::Peer::speculative_world).
+    #[must_use]
+    pub fn speculative_world(&self) -> Option<&S> {
+        let world = self.world.as_ref()?;
+        Some(self.speculation.as_ref().map_or(world, |s| s.view(world)))
+    }
+
+    /// The speculative view, if speculation is on.
+    #[must_use]
+    pub const fn speculation(&self) -> Option<&Speculation<S>> {
+        self.speculation.as_ref()
     }
 
     /// The next event; a [`PeerEvent::TurnReady`] steps the world as it is
@@ -260,6 +299,16 @@ impl<S: Simulation> GameSession<S> {
             rejoins: u32::from(self.rejoin_took.is_some()),
             rejoin_ms: self.rejoin_took.map(Duration::as_millis_f64),
             snapshots_uploaded: s.snapshots_uploaded,
+            own_feedback_ms: self.speculation.as_ref().and_then(|sp| {
+                sp.feedback().map(|(p50, p99)| LatencyMs {
+                    p50: p50.as_millis_f64(),
+                    p99: p99.as_millis_f64(),
+                })
+            }),
+            speculation: self
+                .speculation
+                .as_ref()
+                .map(|sp| SpeculationSummary::new(sp.stats(), s.turn_length)),
         }
     }
 
@@ -420,6 +469,9 @@ impl<S: Simulation> GameSession<S> {
                 self.recorded_through = self.recorded_through.max(recorded);
                 self.world = self.setup.as_ref().map(S::new);
                 self.last = None;
+                if let Some(spec) = self.speculation.as_mut() {
+                    spec.reset();
+                }
                 return None;
             }
         })
@@ -442,6 +494,9 @@ impl<S: Simulation> GameSession<S> {
             Ok(world) if world.state_hash() == hash => {
                 self.last = Some((turn, hash));
                 self.world = Some(world);
+                if let Some(spec) = self.speculation.as_mut() {
+                    spec.reset();
+                }
                 Some(PeerEvent::Restored { turn: Some(turn) })
             }
             Ok(_) | Err(_) => {
@@ -537,6 +592,12 @@ impl<S: Simulation> GameSession<S> {
         }
         let hash = world.state_hash();
         let sections = world.section_hashes();
+        if let Some(spec) = self.speculation.as_mut() {
+            // Only this player's own chunks retire own commands.
+            let me = (!self.spectating).then_some(self.player).flatten();
+            let ours = raw.iter().filter(|(p, _)| Some(*p) == me).count();
+            spec.handle_confirmed(self.now, turn, world, &sections, ours);
+        }
         self.history.record(turn, &*world);
         let keyframe = self
             .record

@@ -29,6 +29,7 @@ mod event;
 mod forensics;
 mod game;
 mod record;
+mod speculation;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -46,8 +47,12 @@ pub use crate::proto::{
 };
 pub use crate::session::{LinkFigures, PlayoutConfig, SessionError, SessionStats};
 pub use crate::transport::{CongestionConfig, CongestionMode, LinkStats, TransportConfig};
+pub use speculation::{
+    CloneFork, SnapshotFork, Speculation, SpeculationConfig, SpeculationHook, SpeculationStats,
+};
 pub use summary::{
-    DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, progress_line, waiting_line,
+    DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, SpeculationSummary, progress_line,
+    waiting_line,
 };
 
 use crate::builder::SessionBuilder;
@@ -101,6 +106,7 @@ pub struct PeerBuilder<S: Simulation> {
     rejoin: Option<(PlayerId, crate::proto::RejoinSecret)>,
     spectate: bool,
     upload_pacing: Option<(usize, Duration)>,
+    speculation: Option<Speculation<S>>,
 }
 
 impl<S: Simulation> std::fmt::Debug for PeerBuilder<S> {
@@ -115,6 +121,10 @@ impl<S: Simulation> std::fmt::Debug for PeerBuilder<S> {
             .field("ticks_per_turn", &self.ticks_per_turn)
             .field("spectate", &self.spectate)
             .field("fault_at", &self.fault.as_ref().map(|(t, _)| *t))
+            .field(
+                "speculation",
+                &self.speculation.as_ref().map(|s| *s.config()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -142,7 +152,34 @@ impl<S: Simulation> PeerBuilder<S> {
             rejoin: None,
             spectate: false,
             upload_pacing: None,
+            speculation: None,
         }
+    }
+
+    /// Opt in to a speculative view: a second, disposable world forked from
+    /// the confirmed one and advanced with this player's own pending
+    /// commands, so that a click shows in the next frame instead of a round
+    /// trip later. Draw [`Peer::speculative_world`] after
+    /// [`Peer::handle_frame`] each frame. Hashes, replays and desync
+    /// reports stay those of the confirmed world. Forks by snapshot and
+    /// restore; see [`with_speculation_hook`](Self::with_speculation_hook)
+    /// for a cheaper fork.
+    #[must_use]
+    pub fn with_speculation(mut self, config: SpeculationConfig) -> Self {
+        self.speculation = Some(Speculation::new(config));
+        self
+    }
+
+    /// [`with_speculation`](Self::with_speculation) with the game's own
+    /// fork and step ([`CloneFork`] for a world that is `Clone`).
+    #[must_use]
+    pub fn with_speculation_hook(
+        mut self,
+        config: SpeculationConfig,
+        hook: impl SpeculationHook<S> + 'static,
+    ) -> Self {
+        self.speculation = Some(Speculation::with_hook(config, hook));
+        self
     }
 
     /// Pacing of the snapshot uploads the relay asks for
@@ -376,6 +413,7 @@ impl<S: Simulation> PeerBuilder<S> {
             setup: None,
             recorded_through: None,
             lobby: None,
+            speculation: self.speculation,
         })
     }
 }
@@ -468,6 +506,38 @@ impl<S: Simulation> Peer<S> {
     #[must_use]
     pub const fn world(&self) -> Option<&S> {
         self.game.world()
+    }
+
+    /// The confirmed world: stepped only on complete bundles, the one whose
+    /// hashes are reported and recorded (the same as [`world`](Self::world)).
+    #[must_use]
+    pub const fn confirmed_world(&self) -> Option<&S> {
+        self.game.world()
+    }
+
+    /// What to draw this frame: the speculative world when speculation is
+    /// on and [`handle_frame`](Self::handle_frame) brought it up to date,
+    /// else the confirmed world. Never feed it to anything that must agree
+    /// with the other peers.
+    #[must_use]
+    pub fn speculative_world(&self) -> Option<&S> {
+        self.game.speculative_world()
+    }
+
+    /// One rendered frame at `now` (call it after submitting the frame's
+    /// commands, before drawing [`speculative_world`](Self::speculative_world)):
+    /// brings the speculative view up to date within its per-frame budget,
+    /// measuring its own work with `clock` (the real clock in a game, a
+    /// virtual one in tests). Whether the view is speculative this frame;
+    /// always `false` without [`PeerBuilder::with_speculation`].
+    pub fn handle_frame(&mut self, now: Instant, clock: &mut dyn FnMut() -> Instant) -> bool {
+        self.game.handle_frame(now, clock)
+    }
+
+    /// The speculative view's state and counters, if speculation is on.
+    #[must_use]
+    pub const fn speculation(&self) -> Option<&Speculation<S>> {
+        self.game.speculation()
     }
 
     /// This peer's slot, once started; `None` for a spectator, which has

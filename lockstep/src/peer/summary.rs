@@ -42,6 +42,56 @@ pub struct LatencyMs {
     pub p99: f64,
 }
 
+/// What a peer's speculative view did (`peer --speculate`, `relay demo
+/// --speculate`): see [`SpeculationStats`](super::SpeculationStats).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct SpeculationSummary {
+    /// Frames rendered.
+    pub frames: u64,
+    /// Frames that fell back to the confirmed world (over budget).
+    pub fallbacks: u64,
+    /// Entities mispredicted, summed over confirmed turns.
+    pub corrections: u64,
+    /// Corrections per minute of confirmed turns compared.
+    pub corrections_per_min: f64,
+    /// Confirmed turns compared with the speculative world.
+    pub compared_turns: u64,
+    /// Of those, turns with at least one mispredicted entity.
+    pub mispredicted_turns: u64,
+    /// The largest correction of one entity, in consecutive mispredicted turns.
+    pub max_correction_turns: u32,
+    /// Own commands shown speculatively.
+    pub shown: u64,
+    /// Of those, the ones shown by the first frame after their submission.
+    pub shown_next_frame: u64,
+    /// The most frames an own command waited to be shown.
+    pub most_frames_to_show: u32,
+}
+
+impl SpeculationSummary {
+    /// The summary of `stats` for a match of `turn_length` turns.
+    #[must_use]
+    pub fn new(stats: super::SpeculationStats, turn_length: crate::time::Duration) -> Self {
+        let minutes = stats.compared_turns as f64 * turn_length.as_secs_f64() / 60.0;
+        Self {
+            frames: stats.frames,
+            fallbacks: stats.fallbacks,
+            corrections: stats.corrections,
+            corrections_per_min: if minutes > 0.0 {
+                stats.corrections as f64 / minutes
+            } else {
+                0.0
+            },
+            compared_turns: stats.compared_turns,
+            mispredicted_turns: stats.mispredicted_turns,
+            max_correction_turns: stats.max_correction_turns,
+            shown: stats.shown,
+            shown_next_frame: stats.shown_next_frame,
+            most_frames_to_show: stats.most_frames_to_show,
+        }
+    }
+}
+
 /// A peer's end-of-run summary; read it with [`Peer::summary`](super::Peer::summary)
 /// when the run is over (or at any time, for a progress display).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -103,6 +153,13 @@ pub struct PeerSummary {
     pub rejoin_ms: Option<f64>,
     /// Snapshots the relay asked this peer for and it uploaded.
     pub snapshots_uploaded: u32,
+    /// With speculation on: from each own command's submission to the end of
+    /// the first frame whose speculative view showed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_feedback_ms: Option<LatencyMs>,
+    /// With speculation on: frames, fallbacks and corrections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<SpeculationSummary>,
 }
 
 /// One human line about a peer that has not started playing yet: waiting

@@ -24,6 +24,9 @@ const MAX_DATAGRAM: usize = 2048;
 /// [`UdpPeer::with_max_batch`] says otherwise: a flood cannot keep a frame
 /// from ending (the rest wait in the socket for the next frame).
 pub const MAX_DATAGRAMS_PER_PUMP: usize = 256;
+/// A frame at 60 fps: what `peer --speculate` and `relay demo --speculate`
+/// render at ([`PlayOptions::frames`]).
+pub const SPECULATION_FRAME: Duration = Duration::from_micros(16_667);
 /// The shortest socket wait (a zero read timeout means "block forever").
 const MIN_WAIT: Duration = Duration::from_micros(200);
 
@@ -294,6 +297,12 @@ pub struct PlayOptions {
     /// its commands wait a whole turn; `relay demo` sets a turn length so
     /// that its latency figures are what players see. (max, seed).
     pub reaction: Option<(Duration, u64)>,
+    /// Render a frame this often ([`Peer::handle_frame`] on the real clock,
+    /// right after the frame's commands are submitted), for a peer built
+    /// with [`PeerBuilder::with_speculation`]: a headless stand-in for a
+    /// game's render loop, so the speculative view and its own-feedback
+    /// figures are measured (`None`: no frames).
+    pub frames: Option<Duration>,
 }
 
 impl Default for PlayOptions {
@@ -304,6 +313,7 @@ impl Default for PlayOptions {
             vanish_after: None,
             frame: Duration::from_millis(20),
             reaction: None,
+            frames: None,
         }
     }
 }
@@ -329,10 +339,20 @@ pub fn play<S: Simulation, A: Agent<S>>(
     let mut agent: Option<A> = None;
     let mut error = None;
     let mut held = Held::new(opts.reaction);
+    let mut next_frame = opts.frames.map(|_| start);
     loop {
         let now = udp.now();
         think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
         held.submit_due(udp.peer_mut(), now);
+        if let (Some(every), Some(at)) = (opts.frames, next_frame)
+            && now >= at
+        {
+            let epoch = udp.epoch;
+            let mut clock = move || Instant::from_std(epoch, std::time::Instant::now());
+            let _ = udp.peer_mut().handle_frame(now, &mut clock);
+            // A late frame is not made up for: the next one is a frame from now.
+            next_frame = Some((at + every).max(now + Duration::from_micros(every.as_micros() / 2)));
+        }
         udp.send_all(now);
         if stop.load(Ordering::Relaxed) {
             break;
@@ -382,6 +402,7 @@ pub fn play<S: Simulation, A: Agent<S>>(
         let wait = held
             .next()
             .map_or(wait, |t| t.saturating_since(now).min(wait));
+        let wait = next_frame.map_or(wait, |t| t.saturating_since(now).min(wait));
         udp.pump(wait)?;
     }
     udp.close();

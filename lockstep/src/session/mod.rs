@@ -181,6 +181,48 @@ impl Session {
         }
     }
 
+    /// The turn a command submitted at `now` is expected to be played in:
+    /// where a speculative view places it. Under the relay's clock the relay
+    /// stamps an input into the turn it closes next after the input arrives
+    /// (half a round trip from now), and bundle `T` is due here a down-link
+    /// delay after the relay closed `T`: so it is the first turn due at
+    /// least one RTT from now. Under an input delay it is the turn the
+    /// session will send it for. `None` outside a running match.
+    #[must_use]
+    pub fn landing_turn(&self, now: Instant) -> Option<Turn> {
+        let Phase::Running(r) = &self.phase else {
+            return None;
+        };
+        if let Some(p) = &r.playout {
+            let at = now + self.stats.link.rtt;
+            let first = r.next_exec;
+            let due = p.due(first);
+            if due >= at {
+                return Some(first);
+            }
+            let len = r.turn_length.as_micros().max(1);
+            let n = at.saturating_since(due).as_micros().div_ceil(len);
+            return Some(Turn(
+                first.0.saturating_add(u32::try_from(n).unwrap_or(u32::MAX)),
+            ));
+        }
+        // As `pump_inputs` schedules: local turn + delay, or the next turn
+        // an input is still to be sent for.
+        let d0 = i64::from(r.delay.delay_at(r.first_turn));
+        let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
+        let clock = i64::from(r.first_turn.0) + ticks - d0;
+        let consumed = r
+            .consumed
+            .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
+        let local = clock.min(consumed);
+        let d = i64::from(
+            r.delay
+                .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
+        );
+        let target = u32::try_from(local + d).unwrap_or(0);
+        Some(Turn(target.max(r.next_input.0)))
+    }
+
     /// Queues one encoded command list (`sim::encode_commands`) for turn `t + d`.
     ///
     /// # Errors

@@ -24,6 +24,7 @@ mod netsim;
 mod pipe;
 mod refusals;
 mod rejoin;
+mod speculation;
 mod token_cli;
 mod tokens;
 mod udp;

@@ -109,7 +109,7 @@ impl PeerNode {
         })
     }
 
-    fn with(
+    pub(super) fn with(
         at: Instant,
         spec: PeerSpec<'_>,
         server: SocketAddr,

@@ -65,6 +65,7 @@ fn quick_demo_config(
         vanish,
         rejoin_after: None,
         spectators: 0,
+        speculate: false,
     };
     let report = relay::demo::run(&config, |_| {}).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -167,6 +168,7 @@ fn udp_demo_restarts_a_crashed_peer_which_rejoins_and_agrees() {
         vanish: Some((2, Duration::from_millis(900))),
         rejoin_after: Some(Duration::from_millis(1200)),
         spectators: 2,
+        speculate: false,
     };
     let r = relay::demo::run(&config, |_| {}).unwrap();
     let path = r.replay.path.clone().unwrap();
@@ -216,6 +218,7 @@ fn a_restarted_relay_keeps_the_previous_runs_recordings() {
         vanish: None,
         rejoin_after: None,
         spectators: 0,
+        speculate: false,
     };
     let first = relay::demo::run(&config, |_| {}).unwrap();
     let first_path = first.replay.path.clone().unwrap();

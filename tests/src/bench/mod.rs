@@ -25,6 +25,7 @@ pub mod relay_report;
 pub mod replay_bench;
 pub mod report;
 pub mod sim_bench;
+pub mod speculation_bench;
 pub mod stats;
 pub mod svg;
 pub mod udp_loop;

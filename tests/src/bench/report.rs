@@ -8,7 +8,7 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 11] = [
+pub const SECTIONS: [(&str, &str); 12] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
     ("latency", "Command latency against each player's own floor"),
@@ -20,6 +20,7 @@ pub const SECTIONS: [(&str, &str); 11] = [
     ("bulk", "Bulk transfer and message size (transport)"),
     ("rejoin", "Rejoin and late spectators"),
     ("viewer", "Replay viewer in the browser"),
+    ("speculation", "Speculation"),
 ];
 
 /// The heading of section `name`, or `None` for a name `bench` does not

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
     bandwidth_bench, bulk_bench, crowd_bench, crypto_bench, latency_bench, net_bench, net_report,
-    rejoin_bench, relay_bench, relay_report, replay_bench, report, sim_bench, viewer_bench,
+    rejoin_bench, relay_bench, relay_report, replay_bench, report, sim_bench, speculation_bench,
+    viewer_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -28,7 +29,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, crypto, crowd, bandwidth, bulk, rejoin, viewer); the report's other sections are kept as they were.
+    /// relay, crypto, crowd, bandwidth, bulk, rejoin, viewer, speculation); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -273,6 +274,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
+    }
+
+    if wanted(&args, "speculation") {
+        let text = speculation_bench::section(args.quick);
+        md.push_str("## Speculation\n\n");
+        md.push_str(&section_stamp);
+        md.push_str(&text);
+        md.push('\n');
     }
 
     // `--only`: replace the measured sections in the existing report, keep the rest.
