@@ -527,3 +527,26 @@ fn every_receiver_streams_the_snapshot_from_the_matchs_one_copy() {
     let (base, bytes) = resumed(m.inbox(105, 0));
     assert_eq!(bytes, true_snapshot(base.unwrap().0));
 }
+
+/// At the memory budget no player is asked for a snapshot upload (it would
+/// hold a second snapshot beside the base) while the match plays on; below
+/// it again, uploads are asked for at the next interval.
+#[test]
+fn at_the_memory_budget_no_upload_is_asked_for_and_turns_go_on() {
+    let mut m = Match::start(config(10), &[Uploads::Honest, Uploads::Honest]);
+    m.r.set_memory_full(true);
+    let closed = m.r.counters().turns_closed;
+    m.run(60);
+    assert!(
+        m.requests.is_empty(),
+        "asked at the budget: {:?}",
+        m.requests
+    );
+    assert!(
+        m.r.counters().turns_closed >= closed + 50,
+        "turns kept closing"
+    );
+    m.r.set_memory_full(false);
+    m.run(30);
+    assert!(!m.requests.is_empty(), "never asked below the budget");
+}
