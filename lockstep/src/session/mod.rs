@@ -208,18 +208,7 @@ impl Session {
         }
         // As `pump_inputs` schedules: local turn + delay, or the next turn
         // an input is still to be sent for.
-        let d0 = i64::from(r.delay.delay_at(r.first_turn));
-        let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
-        let clock = i64::from(r.first_turn.0) + ticks - d0;
-        let consumed = r
-            .consumed
-            .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
-        let local = clock.min(consumed);
-        let d = i64::from(
-            r.delay
-                .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
-        );
-        let target = u32::try_from(local + d).unwrap_or(0);
+        let target = u32::try_from(input_target(r, now)).unwrap_or(0);
         Some(Turn(target.max(r.next_input.0)))
     }
 
@@ -728,23 +717,7 @@ impl Session {
             }
             return;
         }
-        // Local turn c: the turn the clock is in, counted so that the start
-        // is turn `first - d0`; the input for turn T goes out d turns before
-        // T is due. It never passes the last turn the game has taken: the
-        // game's response to TurnReady(c) goes into turn c + d, and a stalled
-        // peer stops issuing inputs for ever-further turns.
-        let d0 = i64::from(r.delay.delay_at(r.first_turn));
-        let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
-        let clock = i64::from(r.first_turn.0) + ticks - d0;
-        let consumed = r
-            .consumed
-            .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
-        let local = clock.min(consumed);
-        let d = i64::from(
-            r.delay
-                .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
-        );
-        let Ok(target) = u32::try_from(local + d) else {
+        let Ok(target) = u32::try_from(input_target(r, now)) else {
             return;
         };
         let target = Turn(target);
@@ -886,6 +859,28 @@ impl Session {
         self.events.push_back(Event::TurnReady { turn, inputs });
         true
     }
+}
+
+/// The turn an input issued at `now` is for under an input delay (not the
+/// clock policy): local turn c + the delay d in force at c. The local turn
+/// is the turn the clock is in, counted so that the start is turn
+/// `first - d0`, so the input for turn T goes out d turns before T is due;
+/// it never passes the last turn the game has taken, because the game's
+/// response to TurnReady(c) goes into turn c + d, and a stalled peer stops
+/// issuing inputs for ever-further turns.
+fn input_target(r: &Running, now: Instant) -> i64 {
+    let d0 = i64::from(r.delay.delay_at(r.first_turn));
+    let ticks = i64::try_from(r.ticks(now)).unwrap_or(i64::MAX / 2);
+    let clock = i64::from(r.first_turn.0) + ticks - d0;
+    let consumed = r
+        .consumed
+        .map_or(i64::from(r.first_turn.0) - 1, |t| i64::from(t.0));
+    let local = clock.min(consumed);
+    let d = i64::from(
+        r.delay
+            .delay_at(Turn(u32::try_from(local.max(0)).unwrap_or(u32::MAX))),
+    );
+    local + d
 }
 
 #[cfg(test)]
