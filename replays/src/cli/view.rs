@@ -55,7 +55,8 @@ struct Served {
 /// times faster than the page's, and a seek then restores a keyframe
 /// instead of simulating from turn 0.
 fn keyframed_copy(games: &Games, file: &Path) -> Option<Vec<u8>> {
-    let mut reader = super::commands::open(file).ok()?;
+    // One reader: `keyframe_index` puts it back where it was.
+    let (mut reader, game) = open_game(games, file).ok()?;
     if reader
         .keyframe_index()
         .ok()
@@ -64,7 +65,6 @@ fn keyframed_copy(games: &Games, file: &Path) -> Option<Vec<u8>> {
     {
         return None;
     }
-    let (reader, game) = open_game(games, file).ok()?;
     let tmp = std::env::temp_dir().join(format!("replay-view-{}.lsr", std::process::id()));
     let out = std::fs::File::create(&tmp).ok()?;
     let report = game.reindex(reader, out, SERVED_KEYFRAME_EVERY);

@@ -94,18 +94,6 @@ impl<S: Scene> Playback<S> {
         &self.index.hashes
     }
 
-    fn restore_at(
-        &mut self,
-        turn: Turn,
-        hash: StateHash,
-        snapshot: &[u8],
-    ) -> Result<(), ReplayError> {
-        let world = restore_checked::<S>(turn, snapshot, hash)?;
-        self.rp = Replayer::from_world(world, turn.0 + 1, self.rec.header.setup.players);
-        self.next = self.rec.first_after(Some(turn));
-        Ok(())
-    }
-
     fn step_next(&mut self) -> Result<bool, ReplayError> {
         let Some((turn, inputs)) = self.rec.turns.get(self.next) else {
             return Ok(false);
@@ -152,24 +140,20 @@ impl<S: Scene> View for Playback<S> {
         // The nearest known state at or before the target: the shown world,
         // a snapshot the index left, or a keyframe of the file.
         let current = self.rp.current().filter(|t| *t <= target);
-        let cached = self
-            .cache
-            .range(..=target)
-            .next_back()
-            .map(|(t, v)| (*t, v.clone()));
-        let keyframe = self
-            .rec
-            .keyframes
-            .range(..=target)
-            .next_back()
-            .map(|(t, v)| (*t, v.clone()));
+        // Borrowed, not copied: only the one restored is read.
+        let cached = self.cache.range(..=target).next_back();
+        let keyframe = self.rec.keyframes.range(..=target).next_back();
         let best = [cached, keyframe]
             .into_iter()
             .flatten()
-            .max_by_key(|(t, _)| *t);
+            .max_by_key(|(t, _)| **t);
         match (current, best) {
-            (Some(c), Some((t, _))) if c >= t => {}
-            (_, Some((t, (hash, snapshot)))) => self.restore_at(t, hash, &snapshot)?,
+            (Some(c), Some((t, _))) if c >= *t => {}
+            (_, Some((&t, (hash, snapshot)))) => {
+                let world = restore_checked::<S>(t, snapshot, *hash)?;
+                self.rp = Replayer::from_world(world, t.0 + 1, self.rec.header.setup.players);
+                self.next = self.rec.first_after(Some(t));
+            }
             (Some(_), None) => {}
             (None, None) => {
                 self.rp = fresh::<S>(&self.rec)?;
