@@ -129,3 +129,79 @@ fn a_leaked_secret_cannot_take_the_slot_of_a_player_that_plays() {
     assert!(relay.events_of("rejoining").is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A SIGKILLed peer is restarted twice at once with the same rejoin file
+/// (two processes for one seat): exactly one takes the slot back and
+/// finishes with everyone's hash; the other is refused `slot_taken`, which
+/// the peer does not retry, and exits refused (code 5) while the match is
+/// still playing, instead of retrying or sitting at one turn to its timeout.
+#[test]
+fn of_two_processes_restarted_for_one_seat_one_rejoins_and_the_other_is_told_at_once() {
+    let dir = scratch_dir("two-rejoiners");
+    let turns = 800;
+    let mut relay = Relay::start(
+        &dir,
+        &[
+            "--turn-ms",
+            "25",
+            "--silence-timeout-ms",
+            "5000",
+            "--snapshot-every",
+            "40",
+        ],
+    );
+    let rejoin_file = |i: usize| dir.join(format!("peer{i}.rejoin"));
+    let relay_addr = relay.addr;
+    let spec = |i: usize| PeerSpec {
+        relay: relay_addr,
+        match_name: "two-rejoiners".to_owned(),
+        players: 2,
+        turns,
+        seed: i as u64 + 1,
+        extra: vec!["--rejoin-file".into(), rejoin_file(i).display().to_string()],
+    };
+    let mut procs: Vec<_> = (0..2).map(|i| peer(&spec(i))).collect();
+    relay.wait_event("turn 100", MATCH, |v| {
+        v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(100)
+    });
+    let deadline = Instant::now() + MATCH;
+    while !rejoin_file(1).exists() {
+        assert!(Instant::now() < deadline, "no rejoin file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    procs[1].kill();
+    let mut twins = [peer(&spec(1)), peer(&spec(1))];
+    // Whichever loses exits first: poll both, bounded.
+    let deadline = Instant::now() + MATCH;
+    let loser = loop {
+        if let Some(i) = twins.iter_mut().position(|p| !p.is_running()) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "neither twin ended");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let refused = finish_peer(&mut twins[loser], MATCH);
+    assert_eq!(refused.code, Some(5), "{}", refused.summary);
+    assert_eq!(
+        refused.summary["refused"]["reason"], "SlotTaken",
+        "{}",
+        refused.summary
+    );
+    // Told at once: the match is still being played when the loser is gone.
+    assert!(
+        procs[0].is_running(),
+        "the match ended before the loser was told"
+    );
+    let winner = finish_peer(&mut twins[1 - loser], MATCH);
+    let first = finish_peer(&mut procs[0], MATCH);
+    for r in [&winner, &first] {
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["final_turn"], turns - 1, "{}", r.summary);
+    }
+    assert_eq!(winner.summary["final_hash"], first.summary["final_hash"]);
+    assert_eq!(winner.summary["rejoins"], 1, "{}", winner.summary);
+    // The relay's log is complete once the match is recorded.
+    let _ = relay.wait_recorded(MATCH);
+    assert_eq!(relay.events_of("rejoined").len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

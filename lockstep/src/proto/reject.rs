@@ -66,6 +66,10 @@ pub enum RejectReason {
     /// end or shrink; running matches play on. Try again later or another
     /// relay.
     MemoryFull,
+    /// A rejoin named a slot that another process took back by a rejoin
+    /// moments ago and now plays: two processes were started for one seat
+    /// and this one lost. Not retried: the seat has its player.
+    SlotTaken,
 }
 
 impl RejectReason {
@@ -94,11 +98,12 @@ impl RejectReason {
             Self::WrongTokenKind => "wrong_token_kind",
             Self::SlotInUse => "slot_in_use",
             Self::MemoryFull => "memory_full",
+            Self::SlotTaken => "slot_taken",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -120,6 +125,7 @@ impl RejectReason {
         Self::WrongTokenKind,
         Self::SlotInUse,
         Self::MemoryFull,
+        Self::SlotTaken,
     ];
 }
 
@@ -153,6 +159,9 @@ impl fmt::Display for RejectReason {
                 "the slot's connection is still playing; it is taken over only once that connection falls silent"
             }
             Self::MemoryFull => "the relay is at its memory budget; running matches play on, new ones wait",
+            Self::SlotTaken => {
+                "another process rejoined this slot moments ago and plays it; this one is not needed"
+            }
         })
     }
 }

@@ -305,6 +305,39 @@ mod tests {
         assert!(!ct_eq(&m, &packet_mac(&k.c2s, 7, b"abd")));
     }
 
+    /// The keystream depends on the whole 64-bit counter (a packet 65,536
+    /// later has the same 16-bit sequence on the wire, never the same
+    /// keystream) and on the direction's key; applying it twice restores
+    /// the payload.
+    #[test]
+    fn keystreams_differ_by_full_counter_and_by_direction() {
+        const TEXT: &[u8; 71] =
+            b"a command and a rejoin secret, longer than one 64-byte keystream block.";
+        let c = Cookie {
+            protocol_id: 1,
+            client_salt: 2,
+            timestamp: 3,
+            mac: [4; COOKIE_LEN],
+        };
+        let k = conn_keys(&c);
+        let (up, down) = (PayloadCipher::new(&k.c2s), PayloadCipher::new(&k.s2c));
+        let stream = |cipher: &PayloadCipher, counter: u64| {
+            let mut b = [0u8; 96];
+            cipher.apply(counter, &mut b);
+            b
+        };
+        let mut seen = std::collections::HashSet::new();
+        for counter in [0, 1, 65_535, 65_536, 65_537, 1 << 32, u64::MAX - 1] {
+            assert!(seen.insert(stream(&up, counter)), "up {counter}");
+            assert!(seen.insert(stream(&down, counter)), "down {counter}");
+        }
+        let mut payload = *TEXT;
+        up.apply(9, &mut payload);
+        assert_ne!(&payload, TEXT);
+        up.apply(9, &mut payload);
+        assert_eq!(&payload, TEXT);
+    }
+
     #[test]
     fn replay_window_reconstructs_across_wrap_and_rejects_repeats() {
         let mut w = ReplayWindow::default();

@@ -19,6 +19,13 @@ use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::sync::Arc;
 
+/// How long after a rejoin took a slot a second rejoin of that slot, while
+/// the first one's connection is heard, is refused [`RejectReason::SlotTaken`]
+/// (two processes started for one seat; the second is not needed) rather
+/// than [`RejectReason::SlotInUse`], which the library's peer retries for
+/// as long (`lockstep`'s 10 s of retries).
+const REJOIN_RACE: lockstep::Duration = lockstep::Duration::from_secs(10);
+
 /// Why a rejoin was refused: the typed reason and a detail for humans.
 pub(crate) type Refused = (RejectReason, Option<String>);
 
@@ -78,6 +85,20 @@ impl MatchRoom {
             && let Some(old) = s.conn
         {
             let silent = now.saturating_since(s.last_heard);
+            // Another process won the slot by a rejoin a moment ago and is
+            // heard: this one lost the race. Told so, not asked to retry.
+            let raced = s
+                .rejoined_at
+                .is_some_and(|t| now.saturating_since(t) < REJOIN_RACE);
+            if raced && silent < config.rejoin.takeover_after {
+                let d = format!(
+                    "the slot was rejoined {} ms ago by another connection, heard {} ms ago",
+                    now.saturating_since(s.rejoined_at.unwrap_or(now))
+                        .as_millis(),
+                    silent.as_millis()
+                );
+                return Err((RejectReason::SlotTaken, Some(d)));
+            }
             if silent < config.rejoin.takeover_after {
                 let d = format!(
                     "the slot's connection was heard {} ms ago; it is taken over after {} ms of silence",
@@ -104,6 +125,7 @@ impl MatchRoom {
         }
         slot.conn = Some(conn);
         slot.rejoining = true;
+        slot.rejoined_at = Some(now);
         slot.last_heard = now;
         slot.next_ping = now;
         let mut start = g.start_msg.clone();

@@ -66,6 +66,9 @@ struct Slot {
     held_since: Option<Instant>,
     /// Its player came back and is catching up (not live yet).
     rejoining: bool,
+    /// When its connection took the slot by a rejoin: a second rejoin
+    /// soon after is the loser of a race between two processes.
+    rejoined_at: Option<Instant>,
     /// The turn its player came back at: hashes are expected from there.
     back_from: Option<Turn>,
     /// A `PlayerRejoined` notice goes into the next bundle.
@@ -361,6 +364,7 @@ impl MatchRoom {
                 last_seq: None,
                 held_since: None,
                 rejoining: false,
+                rejoined_at: None,
                 back_from: None,
                 rejoin_pending: false,
                 heals: VecDeque::new(),
@@ -660,6 +664,7 @@ mod tests {
             last_seq: None,
             held_since: None,
             rejoining: false,
+            rejoined_at: None,
             back_from: None,
             rejoin_pending: false,
             heals: VecDeque::new(),

@@ -331,7 +331,8 @@ mod tests {
     }
 
     /// Two processes rejoin one slot with its secret: the second is refused
-    /// at once (typed), it does not get a `Resume` it can never play from.
+    /// at once with `SlotTaken` (typed, not retried by the peer), it does
+    /// not get a `Resume` it can never play from.
     #[test]
     fn of_two_rejoins_into_one_slot_the_second_is_refused() {
         let (mut r, secret) = dropped(None);
@@ -350,8 +351,23 @@ mod tests {
             .filter(|(c, _, _)| *c == ConnId(10))
             .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
             .collect();
-        assert_eq!(refusal(&got), Some(RejectReason::SlotInUse), "{got:?}");
+        assert_eq!(refusal(&got), Some(RejectReason::SlotTaken), "{got:?}");
         assert!(!got.iter().any(|m| matches!(m, ToPeer::Resume(_))));
+        // Once the race window is over, a rejoin while the winner plays is
+        // the ordinary `SlotInUse` (a leaked secret, a restart to retry).
+        let later = at + lockstep::Duration::from_secs(11);
+        let input = ToRelay::Input {
+            turn: Turn(0),
+            commands: vec![],
+        };
+        r.handle_message(later, ConnId(9), &input.to_bytes());
+        while r.poll_outgoing().is_some() {}
+        r.handle_message(later, ConnId(10), &msg.to_bytes());
+        let got: Vec<ToPeer> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| *c == ConnId(10))
+            .filter_map(|(_, _, b)| ToPeer::decode(&b).ok())
+            .collect();
+        assert_eq!(refusal(&got), Some(RejectReason::SlotInUse), "{got:?}");
     }
 
     #[test]

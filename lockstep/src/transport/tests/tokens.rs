@@ -214,6 +214,62 @@ fn payloads_are_encrypted_in_token_mode_and_in_the_clear_in_open_mode() {
     }
 }
 
+/// The payload cipher's nonce is the packet counter, which never repeats:
+/// resends put the same frames in new packets, and both directions carry
+/// the same bytes. Under 30 % loss (so every message is resent), in token
+/// mode no two packets on the wire carry the same encrypted payload, while
+/// in open mode, for the same traffic, equal payloads do repeat: a
+/// keystream used twice would show up exactly so (equal frames, equal
+/// ciphertext), so the check can fail.
+#[test]
+fn no_keystream_is_used_twice_across_resends_and_directions() {
+    const MSG: &[u8] = b"the same command, resent until acked";
+    for tokens in [true, false] {
+        let mut link = LinkConfig::with_latency(Duration::from_millis(20));
+        link.loss = 0.3;
+        let t = token(0);
+        let (server, client) = if tokens {
+            let c = Client::with_token(Instant::ZERO, addr(SERVER), cfg(), &t, 40);
+            (token_server(), c)
+        } else {
+            let c = Client::new(Instant::ZERO, addr(SERVER), cfg(), 40);
+            (Server::new(cfg(), [7; 32]), c)
+        };
+        let mut h = Harness::from_parts(link, 47, server, vec![client]);
+        h.connect();
+        h.tap = Some(Vec::new());
+        let conn = h.conn_of(0);
+        for _ in 0..50 {
+            h.clients[0].send(Channel::Reliable, MSG).unwrap();
+            h.server.send(conn, Channel::Reliable, MSG).unwrap();
+            let end = h.now + Duration::from_millis(200);
+            h.run_until(end, |_| {});
+        }
+        assert_eq!(h.server_messages(conn).len(), 50);
+        assert_eq!(h.client_messages(0).len(), 50);
+        let mut payloads = std::collections::HashMap::<Vec<u8>, usize>::new();
+        for d in h.tap.take().unwrap() {
+            let Ok((_, header_len)) = wire::decode_header(&d) else {
+                continue;
+            };
+            let payload = &d[header_len..d.len() - crate::wire::TAG_LEN];
+            if payload.len() >= MSG.len() {
+                *payloads.entry(payload.to_vec()).or_default() += 1;
+            }
+        }
+        let repeated = payloads.values().filter(|&&n| n > 1).count();
+        assert!(payloads.len() >= 50, "{} payloads", payloads.len());
+        if tokens {
+            assert_eq!(repeated, 0, "token mode: a keystream was used twice");
+        } else {
+            assert!(
+                repeated > 0,
+                "open mode: no payload repeated, the check is blind"
+            );
+        }
+    }
+}
+
 #[test]
 fn refused_tokens_are_counted_by_reason_and_allocate_nothing() {
     let mut s = token_server();
