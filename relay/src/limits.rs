@@ -105,24 +105,55 @@ impl Default for Limits {
 /// Default of `relay serve --max-memory-mib`: 1 GiB. A running 4-player
 /// match holds about 51 KiB and a connection at every per-connection cap
 /// about 600 KiB (BENCHMARKS.md, relay section), so the default admits
-/// tens of thousands of matches, and still about 1,700 connections all at
-/// their worst at once.
+/// tens of thousands of matches, and still about 1,000 connections all at
+/// their worst at once in the connections' 60 % share.
 pub const DEFAULT_MAX_MEMORY_BYTES: usize = 1024 * 1024 * 1024;
 
 /// The relay-wide memory budget (`relay serve --max-memory-mib`), shared by
-/// every event loop: each loop publishes what it holds (connections, send
-/// backlogs, snapshots and rejoin tails, recordings) a few times a second,
-/// and while the sum is at the budget every loop refuses what would add to
-/// it: new connections (`RelayFull` at the handshake), joins and
-/// spectators (`MemoryFull`), snapshot uploads (asked for again later).
+/// every event loop and split in three parts, each with its own share
+/// ([`MEMORY_SHARES`]): connections (transport state and send backlogs),
+/// snapshots (agreed copies, uploads in progress, rejoin tails) and
+/// recordings (buffered data of open recordings). Each loop publishes what
+/// it holds, by part, a few times a second; a part at its share (summed
+/// over every loop) refuses what would add to it, whatever the others hold,
+/// so one kind of load cannot starve the others:
+/// - connections: new connections (`memory_full` at the handshake), joins,
+///   rejoins and spectators (`MemoryFull`);
+/// - snapshots: no snapshot upload is asked for (the match keeps its last
+///   agreed one and asks again later);
+/// - recordings: joins (a new match would open a recording).
+///
 /// Running matches keep every turn: what they hold is bounded per
-/// connection and per match, so they cannot grow the relay far past it.
+/// connection and per match, so they cannot grow a part far past its share.
 #[derive(Debug)]
 pub struct MemoryBudget {
     max: usize,
-    /// What each loop held when it last published.
-    held: Vec<AtomicUsize>,
-    full: AtomicBool,
+    /// What each loop held, by part, when it last published.
+    held: Vec<[AtomicUsize; 3]>,
+    /// Which parts were at their share at the last publish.
+    full: [AtomicBool; 3],
+}
+
+/// Shares of the memory budget, in percent, by part: connections (with
+/// their send backlogs), snapshots, recordings. Connections get most: each
+/// player and spectator is one, and their caps are the largest per-client
+/// cost; snapshots are one shared copy per match plus its tail; recordings
+/// buffer a few KiB per match before writing.
+pub const MEMORY_SHARES: MemoryShares = MemoryShares {
+    connections: 60,
+    snapshots: 30,
+    recordings: 10,
+};
+
+/// Percent of the budget each part may hold ([`MEMORY_SHARES`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryShares {
+    /// Transport connections and their send backlogs.
+    pub connections: u8,
+    /// Agreed snapshots, uploads in progress and rejoin tails.
+    pub snapshots: u8,
+    /// Open recordings' buffered data.
+    pub recordings: u8,
 }
 
 /// What one event loop holds, by part, in bytes.
@@ -144,6 +175,44 @@ impl MemoryUse {
     pub const fn total(&self) -> usize {
         self.connections + self.backlogs + self.snapshots + self.recordings
     }
+
+    /// By budget part: connections with their backlogs, snapshots, recordings.
+    const fn parts(&self) -> [usize; 3] {
+        [
+            self.connections + self.backlogs,
+            self.snapshots,
+            self.recordings,
+        ]
+    }
+}
+
+/// Which parts of the memory budget are at their share: what the relay
+/// refuses while each is (see [`MemoryBudget`]). The router acts on it
+/// (`Router::set_memory`); `Default` is "nothing full".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPressure {
+    /// Connections and backlogs at their share: no new connection, join,
+    /// rejoin or spectator.
+    pub connections: bool,
+    /// Snapshots at their share: no snapshot upload is asked for.
+    pub snapshots: bool,
+    /// Recordings at their share: no join (no new match).
+    pub recordings: bool,
+}
+
+impl MemoryPressure {
+    /// Every part full (tests, and a relay that must take nothing new).
+    pub const ALL: Self = Self {
+        connections: true,
+        snapshots: true,
+        recordings: true,
+    };
+
+    /// Whether any part is full.
+    #[must_use]
+    pub const fn any(&self) -> bool {
+        self.connections || self.snapshots || self.recordings
+    }
 }
 
 impl MemoryBudget {
@@ -152,32 +221,55 @@ impl MemoryBudget {
     pub fn new(max: usize, loops: usize) -> Self {
         Self {
             max,
-            held: (0..loops.max(1)).map(|_| AtomicUsize::new(0)).collect(),
-            full: AtomicBool::new(false),
+            held: (0..loops.max(1)).map(|_| Default::default()).collect(),
+            full: Default::default(),
         }
     }
 
-    /// Loop `index` now holds `bytes`; returns whether the relay is at its
-    /// budget (the sum over every loop's latest figure).
-    pub fn publish(&self, index: usize, bytes: usize) -> bool {
+    /// What part `i` (connections, snapshots, recordings) may hold.
+    fn share(&self, i: usize) -> usize {
+        let pct = [
+            MEMORY_SHARES.connections,
+            MEMORY_SHARES.snapshots,
+            MEMORY_SHARES.recordings,
+        ][i];
+        self.max / 100 * usize::from(pct) + self.max % 100 * usize::from(pct) / 100
+    }
+
+    /// Loop `index` now holds `used`; returns which parts the relay (every
+    /// loop's latest figures summed) has at their share.
+    pub fn publish(&self, index: usize, used: MemoryUse) -> MemoryPressure {
         if let Some(h) = self.held.get(index) {
-            h.store(bytes, Ordering::Relaxed);
+            for (slot, v) in h.iter().zip(used.parts()) {
+                slot.store(v, Ordering::Relaxed);
+            }
         }
-        let full = self.held() >= self.max;
-        self.full.store(full, Ordering::Relaxed);
-        full
+        let mut full = [false; 3];
+        for (i, f) in full.iter_mut().enumerate() {
+            let part: usize = self.held.iter().map(|h| h[i].load(Ordering::Relaxed)).sum();
+            *f = part >= self.share(i);
+            self.full[i].store(*f, Ordering::Relaxed);
+        }
+        MemoryPressure {
+            connections: full[0],
+            snapshots: full[1],
+            recordings: full[2],
+        }
     }
 
     /// What every loop held when it last published.
     #[must_use]
     pub fn held(&self) -> usize {
-        self.held.iter().map(|h| h.load(Ordering::Relaxed)).sum()
+        self.held
+            .iter()
+            .flat_map(|h| h.iter().map(|v| v.load(Ordering::Relaxed)))
+            .sum()
     }
 
-    /// Whether the relay was at its budget when a loop last published.
+    /// Whether any part was at its share when a loop last published.
     #[must_use]
     pub fn is_full(&self) -> bool {
-        self.full.load(Ordering::Relaxed)
+        self.full.iter().any(|f| f.load(Ordering::Relaxed))
     }
 
     /// The budget, in bytes.
@@ -307,19 +399,64 @@ mod tests {
     /// alone under it can still make the relay full, and the relay is no
     /// longer full once a loop's figure falls.
     #[test]
-    fn the_memory_budget_sums_every_loops_latest_figure() {
+    fn the_memory_budget_sums_every_loops_latest_figure_by_part() {
         let b = MemoryBudget::new(1000, 2);
-        assert!(!b.publish(0, 600));
+        let conns = |connections, backlogs| MemoryUse {
+            connections,
+            backlogs,
+            ..MemoryUse::default()
+        };
+        // Connections' share is 600 of 1000, summed over loops, backlogs in.
+        assert!(!b.publish(0, conns(300, 100)).any());
         assert!(!b.is_full());
-        assert!(b.publish(1, 400), "600 + 400 reaches 1000");
+        let p = b.publish(1, conns(150, 50));
+        assert_eq!(
+            p,
+            MemoryPressure {
+                connections: true,
+                ..MemoryPressure::default()
+            }
+        );
         assert!(b.is_full());
-        assert_eq!(b.held(), 1000);
+        assert_eq!(b.held(), 600);
         // A loop's newer figure replaces its older one.
-        assert!(!b.publish(0, 100));
+        assert!(!b.publish(0, conns(100, 0)).any());
         assert!(!b.is_full());
-        assert_eq!(b.held(), 500);
+        assert_eq!(b.held(), 300);
         // An index past the loops changes nothing.
-        assert!(!b.publish(7, 10_000));
+        assert!(!b.publish(7, conns(10_000, 0)).any());
+    }
+
+    /// Each part is held to its own share, whatever the others hold: a
+    /// relay full of snapshots still takes connections, and one whose
+    /// recordings are at their share still asks for snapshots.
+    #[test]
+    fn each_part_is_held_to_its_own_share() {
+        let b = MemoryBudget::new(1000, 1);
+        let snaps = MemoryUse {
+            snapshots: 300,
+            ..MemoryUse::default()
+        };
+        assert_eq!(
+            b.publish(0, snaps),
+            MemoryPressure {
+                snapshots: true,
+                ..MemoryPressure::default()
+            }
+        );
+        let recs = MemoryUse {
+            snapshots: 299,
+            recordings: 100,
+            connections: 599,
+            ..MemoryUse::default()
+        };
+        assert_eq!(
+            b.publish(0, recs),
+            MemoryPressure {
+                recordings: true,
+                ..MemoryPressure::default()
+            }
+        );
         let parts = MemoryUse {
             connections: 1,
             backlogs: 2,
@@ -327,6 +464,12 @@ mod tests {
             recordings: 4,
         };
         assert_eq!(parts.total(), 10);
+        assert_eq!(
+            u32::from(MEMORY_SHARES.connections)
+                + u32::from(MEMORY_SHARES.snapshots)
+                + u32::from(MEMORY_SHARES.recordings),
+            100
+        );
     }
 
     /// A player's share of a turn is the bundle budget's, split among the

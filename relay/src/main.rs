@@ -222,10 +222,11 @@ struct ServeArgs {
     /// transport's own default is 64, i.e. only 16 four-player matches).
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
-    /// The relay's memory budget (MiB) for connections, send backlogs,
-    /// snapshots and recordings together: at it, new connections, joins and
-    /// spectators are refused (`memory_full`) and no snapshot upload is
-    /// asked for; running matches play on.
+    /// The relay's memory budget (MiB), split between connections with
+    /// their send backlogs (60 %), snapshots (30 %) and recordings (10 %):
+    /// at connections' share new connections, joins and spectators are
+    /// refused (`memory_full`); at snapshots' no snapshot upload is asked
+    /// for; at recordings' joins are refused. Running matches play on.
     #[arg(
         long,
         default_value_t = relay::limits::DEFAULT_MAX_MEMORY_BYTES as u64 / (1024 * 1024),

@@ -300,7 +300,7 @@ const DEFS: [(&str, &str, &str); COUNT] = [
     (
         "relay_memory_full",
         "gauge",
-        "1 while the relay is at its memory budget: new connections, joins and spectators are refused (memory_full), running matches play on",
+        "1 while a part of the relay's memory budget (connections, snapshots, recordings) is at its share: what would add to it is refused (memory_full), running matches play on",
     ),
     (
         "relay_memory_refused_total",

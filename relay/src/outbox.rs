@@ -135,9 +135,10 @@ pub(crate) struct Outbox {
     /// the glue takes the next chunk only when the connection's bulk path
     /// has room. Cleared when the connection closes.
     pub(crate) in_flight: BTreeMap<ConnId, SnapshotStream>,
-    /// The relay is at its memory budget: no snapshot upload is asked for
-    /// (see `Router::set_memory_full`).
-    pub(crate) memory_full: bool,
+    /// Which parts of the relay's memory budget are full; at the
+    /// snapshots' share no snapshot upload is asked for (see
+    /// `Router::set_memory`).
+    pub(crate) memory: crate::limits::MemoryPressure,
 }
 
 /// One receiver's place in the snapshot it is being sent: the bytes are

@@ -8,7 +8,7 @@
 
 use crate::config::RelayConfig;
 use crate::event::{MatchId, RouterEvent};
-use crate::limits::TokenBucket;
+use crate::limits::{MemoryPressure, TokenBucket};
 use crate::matchroom::MatchRoom;
 use crate::outbox::Outbox;
 use lockstep::low_level::proto::{Delivery, MAX_REASON_LEN, RejectReason, ToPeer, ToRelay};
@@ -140,18 +140,19 @@ impl Router {
         self.conns.len()
     }
 
-    /// Tells the router whether the relay is at its memory budget
-    /// (`limits::MemoryBudget`): while it is, joins and spectators are
-    /// refused with `MemoryFull` and no snapshot upload is asked for;
-    /// running matches and rejoins of their players go on.
-    pub fn set_memory_full(&mut self, full: bool) {
-        self.out.memory_full = full;
+    /// Tells the router which parts of the relay's memory budget are at
+    /// their share (`limits::MemoryBudget`): connections full, joins and
+    /// spectators are refused with `MemoryFull`; recordings full, joins
+    /// are; snapshots full, no snapshot upload is asked for. Running
+    /// matches and rejoins of their players go on.
+    pub fn set_memory(&mut self, pressure: MemoryPressure) {
+        self.out.memory = pressure;
     }
 
-    /// Whether the relay was last said to be at its memory budget.
+    /// Which parts of the memory budget the router was last told are full.
     #[must_use]
-    pub const fn is_memory_full(&self) -> bool {
-        self.out.memory_full
+    pub const fn memory(&self) -> MemoryPressure {
+        self.out.memory
     }
 
     /// Counts a refusal the driver made at the memory budget (a new
@@ -554,17 +555,21 @@ impl Router {
         self.reject(conn, join, refusal.into(), detail, Some(refusal));
     }
 
-    /// Refuses a new player or spectator the relay takes none of right now:
-    /// it is draining (`ShuttingDown`) or at its memory budget
-    /// (`MemoryFull`, counted). Whether it did.
+    /// Refuses a new player (`player`) or spectator the relay takes none
+    /// of right now: it is draining (`ShuttingDown`) or the part of its
+    /// memory budget the newcomer would add to is full (`MemoryFull`,
+    /// counted): connections for both, recordings too for a player (a
+    /// join may start a match, which opens a recording). Whether it did.
     fn refused_at_the_door(
         &mut self,
         conn: ConnId,
         join: &lockstep::low_level::proto::Join,
+        player: bool,
     ) -> bool {
+        let memory = self.out.memory;
         let reason = if self.draining {
             RejectReason::ShuttingDown
-        } else if self.out.memory_full {
+        } else if memory.connections || (player && memory.recordings) {
             self.out.counters.memory_refused += 1;
             RejectReason::MemoryFull
         } else {
@@ -575,7 +580,7 @@ impl Router {
     }
 
     fn join(&mut self, now: Instant, conn: ConnId, join: &lockstep::low_level::proto::Join) {
-        if self.refused_at_the_door(conn, join) {
+        if self.refused_at_the_door(conn, join, true) {
             return;
         }
         let slot = self
@@ -915,8 +920,8 @@ mod tests {
     fn at_the_memory_budget_new_joins_and_spectators_are_refused_and_the_match_plays_on() {
         let (mut r, mut now, _) = started_router();
         let closed = |r: &Router| r.counters().turns_closed;
-        r.set_memory_full(true);
-        assert!(r.is_memory_full());
+        r.set_memory(MemoryPressure::ALL);
+        assert!(r.memory().any());
         let addr = |p| SocketAddr::from((Ipv4Addr::LOCALHOST, p));
         r.handle_connected(now, ConnId(20), addr(6020));
         r.handle_message(
@@ -949,8 +954,47 @@ mod tests {
             while r.poll_outgoing().is_some() {}
         }
         assert!(closed(&r) > before, "turns kept closing");
-        // Below the budget again, the same join is admitted.
-        r.set_memory_full(false);
+        // Only recordings at their share: a join (a new match) is still
+        // refused, a spectator (no recording of its own) is admitted.
+        r.set_memory(MemoryPressure {
+            recordings: true,
+            ..MemoryPressure::default()
+        });
+        r.handle_connected(now, ConnId(23), addr(6023));
+        r.handle_message(
+            now,
+            ConnId(23),
+            &crate::test_support::join_bytes("other", "q"),
+        );
+        r.handle_connected(now, ConnId(24), addr(6024));
+        r.handle_message(now, ConnId(24), &watch);
+        let got: Vec<(ConnId, ToPeer)> = std::iter::from_fn(|| r.poll_outgoing())
+            .filter(|(c, _, _)| c.0 >= 23)
+            .filter_map(|(c, _, b)| Some((c, ToPeer::decode(&b).ok()?)))
+            .collect();
+        assert!(
+            got.iter().any(|(c, m)| *c == ConnId(23)
+                && matches!(
+                    m,
+                    ToPeer::Rejected {
+                        reason: RejectReason::MemoryFull,
+                        ..
+                    }
+                )),
+            "{got:?}"
+        );
+        assert!(
+            !got.iter()
+                .any(|(c, m)| *c == ConnId(24) && matches!(m, ToPeer::Rejected { .. })),
+            "{got:?}"
+        );
+        assert_eq!(r.counters().memory_refused, 3);
+        // Only snapshots at their share, or below the budget again: the
+        // same join is admitted.
+        r.set_memory(MemoryPressure {
+            snapshots: true,
+            ..MemoryPressure::default()
+        });
         r.handle_connected(now, ConnId(22), addr(6022));
         r.handle_message(
             now,

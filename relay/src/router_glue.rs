@@ -211,7 +211,7 @@ impl RouterGlue {
                     // A connection moved in from another loop (it brings its
                     // budget) is already the relay's: only new ones are
                     // refused at the memory budget.
-                    let refused = if budget.is_none() && router.is_memory_full() {
+                    let refused = if budget.is_none() && router.memory().connections {
                         router.count_memory_refusal();
                         Some((RejectReason::MemoryFull, "memory budget reached"))
                     } else {

@@ -211,7 +211,7 @@ impl Game {
     pub(super) fn request_snapshot(&mut self, turn: Turn, config: &RelayConfig, out: &mut Outbox) {
         // At the memory budget an upload would hold a second snapshot
         // beside the base: ask again at the next interval.
-        if !self.snapshots.due(turn, &config.rejoin) || self.desynced || out.memory_full {
+        if !self.snapshots.due(turn, &config.rejoin) || self.desynced || out.memory.snapshots {
             return;
         }
         let live: Vec<(PlayerId, ConnId)> = self

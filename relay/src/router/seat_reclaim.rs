@@ -67,7 +67,7 @@ impl Router {
         conn: ConnId,
         join: &lockstep::low_level::proto::Join,
     ) {
-        if self.refused_at_the_door(conn, join) {
+        if self.refused_at_the_door(conn, join, false) {
             return;
         }
         // Token mode: only a spectator token for the match admits a spectator.

@@ -528,13 +528,18 @@ fn every_receiver_streams_the_snapshot_from_the_matchs_one_copy() {
     assert_eq!(bytes, true_snapshot(base.unwrap().0));
 }
 
-/// At the memory budget no player is asked for a snapshot upload (it would
-/// hold a second snapshot beside the base) while the match plays on; below
-/// it again, uploads are asked for at the next interval.
+/// With the snapshots' share of the memory budget full no player is asked
+/// for a snapshot upload (it would hold a second snapshot beside the base)
+/// while the match plays on; with only the other parts full, and below the
+/// budget again, uploads are asked for at the next interval.
 #[test]
 fn at_the_memory_budget_no_upload_is_asked_for_and_turns_go_on() {
+    use crate::limits::MemoryPressure;
     let mut m = Match::start(config(10), &[Uploads::Honest, Uploads::Honest]);
-    m.r.set_memory_full(true);
+    m.r.set_memory(MemoryPressure {
+        snapshots: true,
+        ..MemoryPressure::default()
+    });
     let closed = m.r.counters().turns_closed;
     m.run(60);
     assert!(
@@ -546,7 +551,14 @@ fn at_the_memory_budget_no_upload_is_asked_for_and_turns_go_on() {
         m.r.counters().turns_closed >= closed + 50,
         "turns kept closing"
     );
-    m.r.set_memory_full(false);
+    // Connections and recordings full: snapshots still have room.
+    m.r.set_memory(MemoryPressure {
+        snapshots: false,
+        ..MemoryPressure::ALL
+    });
     m.run(30);
-    assert!(!m.requests.is_empty(), "never asked below the budget");
+    assert!(
+        !m.requests.is_empty(),
+        "never asked with snapshots' share free"
+    );
 }

@@ -335,8 +335,8 @@ impl<'a> EventLoop<'a> {
             snapshots: snap + upload + tail,
             recordings: self.recorder.as_ref().map_or(0, Recorder::memory),
         };
-        let full = self.shared.memory.publish(self.index, self.memory.total());
-        self.core.router.set_memory_full(full);
+        let pressure = self.shared.memory.publish(self.index, self.memory);
+        self.core.router.set_memory(pressure);
     }
 
     /// Takes what other loops handed over.
