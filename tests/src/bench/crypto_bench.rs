@@ -4,7 +4,11 @@
 //! in token mode (the payload encrypted with a keyed-BLAKE3 keystream, then
 //! MACed the same way),
 //! over one in-memory client/server pair with a virtual clock: no socket, so
-//! the figure is the protocol's own cost, all of which the relay pays.
+//! the figure is the protocol's own cost, all of which the relay pays. Then
+//! the whole relay (transport, glue, router) with many fake matches in each
+//! mode, alternating in one run ([`super::hotpath`]): the CPU per datagram
+//! the relay's capacity is planned on, so the ratio is what token mode
+//! costs in matches per core.
 
 use super::stats::Summary;
 use lockstep::low_level::transport::{
@@ -122,12 +126,79 @@ fn run(tokens: bool, payload: usize, rounds: usize) -> Option<(f64, f64)> {
     (rx_n > 0 && tx_n > 0).then(|| (rx as f64 / rx_n as f64, tx as f64 / tx_n as f64))
 }
 
-/// Measures every payload size, `runs` times each.
+/// The whole relay's CPU per datagram moved, open and token mode, over
+/// alternating runs of the same fake matches.
+#[derive(Clone, Copy, Debug)]
+pub struct RelayFigures {
+    /// 4-player matches per run.
+    pub matches: usize,
+    /// Turns per match.
+    pub turns: u32,
+    /// ns per datagram moved (in + out), every stage, open mode.
+    pub open: Summary,
+    /// The same in token mode.
+    pub token: Summary,
+    /// Peers that completed in the last run of each mode (open, token), of
+    /// `4 * matches`.
+    pub completed: (usize, usize),
+}
+
+/// Everything the section reports.
+#[derive(Clone, Debug)]
+pub struct Crypto {
+    /// The transport alone, per payload size.
+    pub sizes: Vec<Figures>,
+    /// The whole relay.
+    pub relay: RelayFigures,
+}
+
+/// Runs the whole relay in both modes, alternating, `runs` times each.
+fn measure_relay(runs: usize, matches: usize, turns: u32) -> Result<RelayFigures, String> {
+    use super::hotpath::{Auth, measure};
+    let (mut open, mut token, mut completed) = (Vec::new(), Vec::new(), (0, 0));
+    for run in 0..runs {
+        for auth in [Auth::Open, Auth::Tokens] {
+            let s = measure(matches, turns, 7 + run as u64, auth);
+            if s.completed != 4 * matches {
+                return Err(format!(
+                    "{auth:?}: {} of {} peers completed",
+                    s.completed,
+                    4 * matches
+                ));
+            }
+            let ns = s.total_per_datagram();
+            match auth {
+                Auth::Open => (open.push(ns), completed.0 = s.completed),
+                Auth::Tokens => (token.push(ns), completed.1 = s.completed),
+            };
+        }
+    }
+    Ok(RelayFigures {
+        matches,
+        turns,
+        open: Summary::of(&open).ok_or("no samples")?,
+        token: Summary::of(&token).ok_or("no samples")?,
+        completed,
+    })
+}
+
+/// Measures every payload size, `runs` times each, then the whole relay.
 ///
 /// # Errors
-/// When a pair does not connect or stops exchanging (the section cannot
-/// measure: the run must fail, not print an empty table).
-pub fn measure(quick: bool) -> Result<Vec<Figures>, String> {
+/// When a pair does not connect or stops exchanging, or a relay run does
+/// not complete (the section cannot measure: the run must fail, not print
+/// an empty table).
+pub fn measure(quick: bool) -> Result<Crypto, String> {
+    let sizes = measure_sizes(quick)?;
+    let relay = if quick {
+        measure_relay(3, 64, 60)?
+    } else {
+        measure_relay(7, 256, 100)?
+    };
+    Ok(Crypto { sizes, relay })
+}
+
+fn measure_sizes(quick: bool) -> Result<Vec<Figures>, String> {
     let (runs, rounds) = if quick { (3, 5_000) } else { (7, 20_000) };
     let mut out = Vec::new();
     for payload in [32, 200, 1000] {
@@ -154,7 +225,43 @@ pub fn measure(quick: bool) -> Result<Vec<Figures>, String> {
 
 /// The section's text.
 #[must_use]
-pub fn markdown(figures: &[Figures]) -> String {
+pub fn markdown(c: &Crypto) -> String {
+    let mut md = sizes_markdown(&c.sizes);
+    let r = &c.relay;
+    let extra = r.token.median / r.open.median - 1.0;
+    md.push_str(&format!(
+        "\nThe whole relay (transport `Server`, glue and `Router`, as `relay serve` runs them) \
+         with {} fake 4-player matches of {} turns in process on the seeded netsim with a \
+         virtual clock (`bench --internal-hotpath`'s setup: one small command every 2 turns per \
+         peer), the same matches once in open mode and once in token mode (every peer joining \
+         with a token for its match and slot), alternating, {} runs each. CPU per datagram moved \
+         (in + out, every stage) is what the relay capacity section's matches per core follow; \
+         medians (min–max):\n\n\
+         | mode | relay ns per datagram | peers completed | against open mode |\n|---|---|---|---|\n\
+         | open | {} | {}/{} | 1.00x |\n\
+         | token | {} | {}/{} | {:.2}x ({:+.1} %) |\n\n\
+         So a relay in token mode holds about {:.0} % of the matches per core that it holds in \
+         open mode; turn latency is the link's and the turn's, to which encryption adds {:+.0} ns \
+         per datagram at the relay ({:.4} ms a hop, against turns of 100 ms).\n",
+        r.matches,
+        r.turns,
+        r.open.runs,
+        r.open.cell(0),
+        r.completed.0,
+        4 * r.matches,
+        r.token.cell(0),
+        r.completed.1,
+        4 * r.matches,
+        r.token.median / r.open.median,
+        100.0 * extra,
+        100.0 / (1.0 + extra),
+        r.token.median - r.open.median,
+        (r.token.median - r.open.median) / 1e6,
+    ));
+    md
+}
+
+fn sizes_markdown(figures: &[Figures]) -> String {
     let mut md = String::from(
         "What encrypting every payload in token mode costs the relay: the transport `Server`'s \
          CPU per datagram received (a player's message) and per datagram built and sealed (the \

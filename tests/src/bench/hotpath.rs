@@ -7,9 +7,10 @@
 
 use super::benchpeer::{BenchPeer, BenchPeerConfig, Play};
 use lockstep::low_level::peer_glue::PeerGlue;
-use lockstep::low_level::transport::{Client, ConnMemory, Server, TransportConfig};
+use lockstep::low_level::transport::{AuthMode, Client, ConnMemory, Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
+use lockstep::token::{TokenClaims, TokenKey, issue_token};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::endpoint::RelayEndpoint;
@@ -149,9 +150,22 @@ impl Endpoint for Timed {
     }
 }
 
+/// Unix time at the virtual clock's zero, for token mode's tokens.
+const UNIX0: u64 = 1_700_000_000;
+
+/// How the relay admits peers in a hot-path run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auth {
+    /// Open mode: MAC only, payloads readable (`relay serve` without a key).
+    Open,
+    /// Token mode: each peer joins with a token for its match and slot, and
+    /// every payload is encrypted (`relay serve --token-key`).
+    Tokens,
+}
+
 /// The relay and `matches` fake 4-player matches of `turns` turns on a
 /// virtual lossless network (5 ms one way), not started yet.
-fn setup(matches: usize, turns: u32, seed: u64) -> (Timed, Vec<FakePeer>, Harness) {
+fn setup(matches: usize, turns: u32, seed: u64, auth: Auth) -> (Timed, Vec<FakePeer>, Harness) {
     let start = Instant::from_millis(1);
     let relay_addr = SocketAddr::from(([10, 0, 0, 1], 7000));
     let peer_transport = TransportConfig {
@@ -160,12 +174,16 @@ fn setup(matches: usize, turns: u32, seed: u64) -> (Timed, Vec<FakePeer>, Harnes
     };
     // The transport `relay serve` gives its relay (its acks ride on bundles).
     let transport = RelayConfig::default().server_transport(peer_transport);
+    let key = TokenKey::from_bytes([0x5a ^ seed as u8; 32]);
+    let mut server = Server::new(transport, [seed as u8; 32]);
+    if auth == Auth::Tokens {
+        server = server.with_auth(AuthMode::Tokens {
+            key: key.clone(),
+            unix_at_zero: UNIX0,
+        });
+    }
     let relay = Timed {
-        relay: RelayEndpoint::new(
-            Server::new(transport, [seed as u8; 32]),
-            RelayConfig::default(),
-            relay_addr,
-        ),
+        relay: RelayEndpoint::new(server, RelayConfig::default(), relay_addr),
         stages: Stages {
             matches,
             ..Stages::default()
@@ -186,9 +204,26 @@ fn setup(matches: usize, turns: u32, seed: u64) -> (Timed, Vec<FakePeer>, Harnes
             )
             .ok()?;
             let n = u32::try_from(m).ok()? * 4 + u32::from(i);
+            let client_seed = seed * 31 + u64::from(n);
+            let client = match auth {
+                Auth::Open => Client::new(start, relay_addr, peer_transport, client_seed),
+                Auth::Tokens => {
+                    let claims = TokenClaims::new(
+                        peer_transport.protocol_id,
+                        format!("hot-{m}"),
+                        i,
+                        UNIX0,
+                        3600,
+                    );
+                    let entropy = blake3::hash(&client_seed.to_le_bytes());
+                    let token =
+                        issue_token(&key, &claims, &[relay_addr], entropy.as_bytes()).ok()?;
+                    Client::with_token(start, relay_addr, peer_transport, &token, client_seed)
+                }
+            };
             Some(FakePeer {
                 peer,
-                client: Client::new(start, relay_addr, peer_transport, seed * 31 + u64::from(n)),
+                client,
                 glue: PeerGlue::new(),
                 addr: SocketAddr::from(([10, 1, (n >> 8) as u8, n as u8], 9000)),
             })
@@ -202,8 +237,8 @@ fn setup(matches: usize, turns: u32, seed: u64) -> (Timed, Vec<FakePeer>, Harnes
 /// Runs `matches` fake 4-player matches of `turns` turns through the real
 /// relay on a virtual lossless network (5 ms one way) and times the relay.
 #[must_use]
-pub fn measure(matches: usize, turns: u32, seed: u64) -> Stages {
-    let (mut relay, mut peers, mut harness) = setup(matches, turns, seed);
+pub fn measure(matches: usize, turns: u32, seed: u64, auth: Auth) -> Stages {
+    let (mut relay, mut peers, mut harness) = setup(matches, turns, seed, auth);
     let limit = Instant::from_millis(u64::from(turns) * 100 + 60_000);
     {
         let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
@@ -239,7 +274,7 @@ pub struct MemoryFigures {
 /// from capacities on the virtual clock), so two runs print the same.
 #[must_use]
 pub fn memory(matches: usize, turns: u32, seed: u64) -> MemoryFigures {
-    let (mut relay, mut peers, mut harness) = setup(matches, turns, seed);
+    let (mut relay, mut peers, mut harness) = setup(matches, turns, seed, Auth::Open);
     let at = Instant::from_millis(u64::from(turns) * 75);
     {
         let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
@@ -298,7 +333,7 @@ pub fn memory_main(args: &[String]) -> std::process::ExitCode {
 pub fn hotpath_main(args: &[String]) -> std::process::ExitCode {
     let matches = args.first().and_then(|a| a.parse().ok()).unwrap_or(256);
     let turns = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(40);
-    let s = measure(matches, turns, 7);
+    let s = measure(matches, turns, 7, Auth::Open);
     replays::out_println!(
         "matches {matches} completed {}/{} datagrams {} in {} out | ns/datagram: receive {:.0} route {:.0} transmit {:.0} timeout {:.0} total {:.0}",
         s.completed,
@@ -333,10 +368,12 @@ mod tests {
     }
 
     #[test]
-    fn every_stage_is_timed_and_every_peer_completes() {
-        let s = measure(2, 10, 1);
-        assert_eq!(s.completed, 8);
-        assert!(s.datagrams_in > 0 && s.datagrams_out > 0);
-        assert!(s.receive_ns > 0 && s.route_ns > 0 && s.transmit_ns > 0 && s.timeout_ns > 0);
+    fn every_stage_is_timed_and_every_peer_completes_in_both_modes() {
+        for auth in [Auth::Open, Auth::Tokens] {
+            let s = measure(2, 10, 1, auth);
+            assert_eq!(s.completed, 8, "{auth:?}");
+            assert!(s.datagrams_in > 0 && s.datagrams_out > 0);
+            assert!(s.receive_ns > 0 && s.route_ns > 0 && s.transmit_ns > 0 && s.timeout_ns > 0);
+        }
     }
 }

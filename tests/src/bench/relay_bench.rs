@@ -588,7 +588,12 @@ pub fn measure(quick: bool) -> Capacity {
     };
     for m in [64, 512] {
         replays::err_println!("[relay] CPU per datagram by stage, in process: {m} matches");
-        cap.stages.push(super::hotpath::measure(m, turns, 7));
+        cap.stages.push(super::hotpath::measure(
+            m,
+            turns,
+            7,
+            super::hotpath::Auth::Open,
+        ));
     }
     for threads in [1, 2] {
         cap.ladders
