@@ -230,6 +230,16 @@ fn snakes_bin() -> PathBuf {
         let relay = &bins().relay;
         let dir = relay.parent().unwrap();
         let target = dir.parent().unwrap();
+        let bin = dir
+            .join("examples")
+            .join(format!("snakes{}", std::env::consts::EXE_SUFFIX));
+        // `cargo test --workspace` builds the examples already; building it
+        // again with this package's feature set alone recompiles half the
+        // workspace (tens of seconds of CI). `E2E_REBUILD=1` forces it.
+        let rebuild = std::env::var_os("E2E_REBUILD").is_some_and(|v| v != "0");
+        if !rebuild && bin.exists() {
+            return bin;
+        }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args([
@@ -248,8 +258,7 @@ fn snakes_bin() -> PathBuf {
             cmd.status().unwrap().success(),
             "cargo build --example snakes"
         );
-        dir.join("examples")
-            .join(format!("snakes{}", std::env::consts::EXE_SUFFIX))
+        bin
     })
     .clone()
 }

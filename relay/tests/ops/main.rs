@@ -32,7 +32,12 @@ fn peer_bin() -> PathBuf {
     PEER.get_or_init(|| {
         let relay = Path::new(env!("CARGO_BIN_EXE_relay"));
         let peer = relay.with_file_name(format!("peer{}", std::env::consts::EXE_SUFFIX));
-        {
+        // Built by `cargo test --workspace` already; building it again with
+        // this package's feature set alone would recompile the transport
+        // crate (half a minute of CI). `E2E_REBUILD=1` forces it (a stale
+        // binary after editing `lockstep-net` and testing only this crate).
+        let rebuild = std::env::var_os("E2E_REBUILD").is_some_and(|v| v != "0");
+        if rebuild || !peer.exists() {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             // target/<profile>/relay -> target
             let target = relay.parent().and_then(Path::parent).unwrap();
