@@ -61,5 +61,7 @@ export LOCKSTEP_VIEWER_WASM=$target_dir/wasm32-unknown-unknown/wasm/viewer.wasm
 echo "   built in $((SECONDS - t0)) s ($(stat -c %s "$LOCKSTEP_VIEWER_WASM") bytes)"
 
 log "golden replays in headless $("$CHROMIUM" --version 2>/dev/null | head -n 1)"
-cargo test --quiet --locked -p lockstep-tests --test browser -- --ignored
+# --workspace, not -p lockstep-tests: the same feature set as the suite's
+# `cargo test --workspace`, so its test binary is reused, not rebuilt.
+cargo test --quiet --locked --workspace --test browser -- --ignored
 echo "browser: every golden replay hashes the same in the browser ($((SECONDS - start)) s)"
