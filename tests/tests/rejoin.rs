@@ -5,10 +5,52 @@
 //! `replay verify` passes through them.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tests::harness::{PeerSpec, Relay, SplitMix, finish_peer, peer, replay_verify, scratch_dir};
 
 const MATCH: Duration = Duration::from_secs(120);
+
+/// Where peer `i` of a test keeps its rejoin secret.
+fn rejoin_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("peer{i}.rejoin"))
+}
+
+/// A relay with 25 ms turns, the given silence timeout and a snapshot every
+/// 40 turns, and the spec of peer `i` of a `players`-player match on it,
+/// each with its own rejoin file.
+fn rejoin_match(
+    dir: &Path,
+    name: &str,
+    players: u8,
+    turns: u32,
+    silence_ms: &str,
+) -> (Relay, impl Fn(usize) -> PeerSpec) {
+    let relay = Relay::start(
+        dir,
+        &[
+            "--turn-ms",
+            "25",
+            "--silence-timeout-ms",
+            silence_ms,
+            "--snapshot-every",
+            "40",
+        ],
+    );
+    let (addr, name, dir) = (relay.addr, name.to_owned(), dir.to_owned());
+    let spec = move |i: usize| PeerSpec {
+        relay: addr,
+        match_name: name.clone(),
+        players,
+        turns,
+        seed: i as u64 + 1,
+        extra: vec![
+            "--rejoin-file".into(),
+            rejoin_file(&dir, i).display().to_string(),
+        ],
+    };
+    (relay, spec)
+}
 
 #[test]
 fn a_sigkilled_peer_restarts_rejoins_its_slot_and_agrees() {
@@ -18,27 +60,8 @@ fn a_sigkilled_peer_restarts_rejoins_its_slot_and_agrees() {
     let victim = usize::try_from(rng.range(0, 3)).unwrap();
     eprintln!("rejoin: peer {victim} killed at turn {kill_turn}");
     let turns = 400;
-    let mut relay = Relay::start(
-        &dir,
-        &[
-            "--turn-ms",
-            "25",
-            "--silence-timeout-ms",
-            "2500",
-            "--snapshot-every",
-            "40",
-        ],
-    );
-    let rejoin_file = |i: usize| dir.join(format!("peer{i}.rejoin"));
-    let relay_addr = relay.addr;
-    let spec = |i: usize| PeerSpec {
-        relay: relay_addr,
-        match_name: "rejoin".to_owned(),
-        players: 3,
-        turns,
-        seed: i as u64 + 1,
-        extra: vec!["--rejoin-file".into(), rejoin_file(i).display().to_string()],
-    };
+    let (mut relay, spec) = rejoin_match(&dir, "rejoin", 3, turns, "2500");
+    let rejoin_file = |i: usize| rejoin_file(&dir, i);
     let mut procs: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
     relay.wait_event("the kill turn", MATCH, |v| {
         v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_turn))
@@ -139,27 +162,8 @@ fn a_leaked_secret_cannot_take_the_slot_of_a_player_that_plays() {
 fn of_two_processes_restarted_for_one_seat_one_rejoins_and_the_other_is_told_at_once() {
     let dir = scratch_dir("two-rejoiners");
     let turns = 800;
-    let mut relay = Relay::start(
-        &dir,
-        &[
-            "--turn-ms",
-            "25",
-            "--silence-timeout-ms",
-            "5000",
-            "--snapshot-every",
-            "40",
-        ],
-    );
-    let rejoin_file = |i: usize| dir.join(format!("peer{i}.rejoin"));
-    let relay_addr = relay.addr;
-    let spec = |i: usize| PeerSpec {
-        relay: relay_addr,
-        match_name: "two-rejoiners".to_owned(),
-        players: 2,
-        turns,
-        seed: i as u64 + 1,
-        extra: vec!["--rejoin-file".into(), rejoin_file(i).display().to_string()],
-    };
+    let (mut relay, spec) = rejoin_match(&dir, "two-rejoiners", 2, turns, "5000");
+    let rejoin_file = |i: usize| rejoin_file(&dir, i);
     let mut procs: Vec<_> = (0..2).map(|i| peer(&spec(i))).collect();
     relay.wait_event("turn 100", MATCH, |v| {
         v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(100)

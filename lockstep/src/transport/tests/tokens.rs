@@ -36,6 +36,18 @@ fn token(slot: u8) -> ConnectToken {
     token_for(slot, slot, UNIX0, 60)
 }
 
+/// A server and a client for it: with `tokens`, a token server and a
+/// client holding `t`; otherwise an open-mode pair (`t` unused).
+fn server_and_client(tokens: bool, t: &ConnectToken, seed: u64) -> (Server, Client) {
+    if tokens {
+        let c = Client::with_token(Instant::ZERO, addr(SERVER), cfg(), t, seed);
+        (token_server(), c)
+    } else {
+        let c = Client::new(Instant::ZERO, addr(SERVER), cfg(), seed);
+        (Server::new(cfg(), [7; 32]), c)
+    }
+}
+
 fn request(t: &ConnectToken, salt: u64) -> Vec<u8> {
     let mut b = Vec::new();
     wire::Packet::TokenRequest {
@@ -184,13 +196,7 @@ fn payloads_are_encrypted_in_token_mode_and_in_the_clear_in_open_mode() {
     for tokens in [true, false] {
         let link = LinkConfig::with_latency(Duration::from_millis(15));
         let t = token(0);
-        let (server, client) = if tokens {
-            let c = Client::with_token(Instant::ZERO, addr(SERVER), cfg(), &t, 40);
-            (token_server(), c)
-        } else {
-            let c = Client::new(Instant::ZERO, addr(SERVER), cfg(), 40);
-            (Server::new(cfg(), [7; 32]), c)
-        };
+        let (server, client) = server_and_client(tokens, &t, 40);
         let mut h = Harness::from_parts(link, 43, server, vec![client]);
         h.tap = Some(Vec::new());
         h.connect();
@@ -228,13 +234,7 @@ fn no_keystream_is_used_twice_across_resends_and_directions() {
         let mut link = LinkConfig::with_latency(Duration::from_millis(20));
         link.loss = 0.3;
         let t = token(0);
-        let (server, client) = if tokens {
-            let c = Client::with_token(Instant::ZERO, addr(SERVER), cfg(), &t, 40);
-            (token_server(), c)
-        } else {
-            let c = Client::new(Instant::ZERO, addr(SERVER), cfg(), 40);
-            (Server::new(cfg(), [7; 32]), c)
-        };
+        let (server, client) = server_and_client(tokens, &t, 40);
         let mut h = Harness::from_parts(link, 47, server, vec![client]);
         h.connect();
         h.tap = Some(Vec::new());
@@ -585,13 +585,7 @@ fn connect_flood(tokens: bool) {
     let link = LinkConfig::with_latency(Duration::from_millis(20));
     let stolen = token(0);
     let fresh = token(1);
-    let (server, client) = if tokens {
-        let c = Client::with_token(Instant::ZERO, addr(SERVER), cfg(), &stolen, 3);
-        (token_server(), c)
-    } else {
-        let c = Client::new(Instant::ZERO, addr(SERVER), cfg(), 3);
-        (Server::new(cfg(), [7; 32]), c)
-    };
+    let (server, client) = server_and_client(tokens, &stolen, 3);
     let mut h = Harness::from_parts(link, 57, server, vec![client]);
     h.connect();
     let conn = h.conn_of(0);
