@@ -250,6 +250,9 @@ impl<'a> EventLoop<'a> {
                 self.measure_memory();
             }
             self.post_handoffs();
+            // Before anything is sent: the recorder writes the turns this
+            // wake-up closed to their files, so no peer ever holds a turn
+            // its recording lacks (the recording is the match's log).
             self.notes(now, note, &mut refusal_notes, &mut drop_notes);
             while let Some(to) = self.core.server.poll_transmit(now, &mut buf) {
                 out.push(to, &buf);
