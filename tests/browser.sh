@@ -10,7 +10,9 @@
 # every golden replay of replays/tests/data with `replay view` in headless
 # Chromium and requires the page's per-turn hashes to equal native
 # `replays::verify`'s, the page's own pass to agree, a seek to land on its
-# turn with native's hash on screen, and units to be drawn.
+# turn with native's hash on screen, and units to be drawn; and a match
+# watched live from `relay serve --http` (tests/tests/browser.rs,
+# a_running_match_is_listed_and_watched_live_with_the_relays_hashes).
 #
 # Environment: CARGO_TARGET_DIR (default ./target), CHROMIUM, CHROMEDRIVER.
 set -euo pipefail
