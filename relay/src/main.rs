@@ -539,6 +539,14 @@ fn live_config(
             None
         }
     };
+    // Each live view connects from this host: more than the per-host limit
+    // admits would only be refused one by one later.
+    if a.max_live_viewers > a.relay.max_connections_per_host {
+        eprintln!(
+            "relay: --max-live-viewers {} is above --max-connections-per-host {}: at most {} views can connect (fewer with local players)",
+            a.max_live_viewers, a.relay.max_connections_per_host, a.relay.max_connections_per_host
+        );
+    }
     Ok(relay::live::LiveConfig {
         relay: relay_addr,
         wasm,
