@@ -259,6 +259,13 @@ fn a_running_match_is_listed_and_watched_live_with_the_relays_hashes() {
         text.contains("live-duel") && text.contains("lockstep-rts"),
         "{row}"
     );
+    poll("a snapshot agreed", Duration::from_secs(60), || {
+        metric(
+            &scrape_metrics(http),
+            "relay_snapshots_total{outcome=\"agreed\"}",
+        )
+        .filter(|n| *n > 0)
+    });
     let href = row["href"].as_str().unwrap_or_default().to_owned();
     assert!(href.starts_with("watch?match="), "{href}");
     let live_url = format!("{base}/{href}");

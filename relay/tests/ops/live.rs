@@ -159,8 +159,20 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
         .collect();
     let peers = Peers(peers);
 
-    // The list names the match once a snapshot was agreed: join late.
+    // Join once a snapshot was agreed: a late view starts from it.
     relay.wait_for(turn_closed_at_least(40));
+    let until = Instant::now() + BOUND;
+    while metric(
+        &get(http, "/metrics").1,
+        "relay_snapshots_total{outcome=\"agreed\"}",
+    )
+    .unwrap_or_default()
+        == 0
+    {
+        assert!(Instant::now() < until, "no snapshot agreed in time");
+        // Paces the polling of a counter; the condition is the counter.
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (status, body) = get(http, "/matches.json");
     assert!(status.contains("200"), "{status}");
     let list: Value = serde_json::from_str(&body).unwrap();
