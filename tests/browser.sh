@@ -10,7 +10,9 @@
 # every golden replay of replays/tests/data with `replay view` in headless
 # Chromium and requires the page's per-turn hashes to equal native
 # `replays::verify`'s, the page's own pass to agree, a seek to land on its
-# turn with native's hash on screen, and units to be drawn.
+# turn with native's hash on screen, and units to be drawn; and a match
+# watched live from `relay serve --http` (tests/tests/browser.rs,
+# a_running_match_is_listed_and_watched_live_with_the_relays_hashes).
 #
 # Environment: CARGO_TARGET_DIR (default ./target), CHROMIUM, CHROMEDRIVER.
 set -euo pipefail
@@ -64,4 +66,4 @@ log "golden replays in headless $("$CHROMIUM" --version 2>/dev/null | head -n 1)
 # --workspace, not -p lockstep-tests: the same feature set as the suite's
 # `cargo test --workspace`, so its test binary is reused, not rebuilt.
 cargo test --quiet --locked --workspace --test browser -- --ignored
-echo "browser: every golden replay hashes the same in the browser ($((SECONDS - start)) s)"
+echo "browser: every golden replay hashes the same in the browser, and a live match shows the relay's hashes ($((SECONDS - start)) s)"

@@ -61,6 +61,7 @@ pub mod endpoint;
 pub mod entropy;
 pub mod event;
 pub mod limits;
+pub mod live;
 mod matchroom;
 pub mod metrics;
 #[doc = include_str!("../docs/operations.md")]

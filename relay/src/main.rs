@@ -237,9 +237,23 @@ struct ServeArgs {
     /// port (SO_REUSEPORT); a match lives on one of them. Default: one per core.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
-    /// Serve Prometheus metrics (`/metrics`) and `/health` over HTTP on this address.
-    #[arg(long)]
-    metrics: Option<SocketAddr>,
+    /// Serve HTTP on this address: Prometheus metrics (`/metrics`),
+    /// `/health`, and the live viewer (`/watch`: the running matches, each
+    /// watchable in a browser as a delayed spectator, fed over a WebSocket).
+    #[arg(long = "http", visible_alias = "metrics", value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// The viewer's WebAssembly module for `--http` (default:
+    /// LOCKSTEP_VIEWER_WASM, else the workspace build of `cargo build
+    /// --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown`).
+    /// Without it the page lists the matches and says how to build it.
+    #[arg(long, value_name = "PATH", requires = "http")]
+    viewer_wasm: Option<PathBuf>,
+    /// Most browsers watching live at once (`--http`). Each is a spectator
+    /// connection from this host: keep it within the per-host connection
+    /// limit (`--max-connections-per-host`, default 16), which players on
+    /// this machine share.
+    #[arg(long, default_value_t = relay::live::DEFAULT_MAX_VIEWERS, requires = "http")]
+    max_live_viewers: usize,
     /// Watchdog: `/health` answers 503 (and `relay_watchdog_trips_total`
     /// counts it) when the event loop has not completed an iteration for
     /// this many seconds, so an orchestrator restarts a wedged relay.
@@ -476,6 +490,76 @@ fn valid_config(a: &RelayArgs) -> Result<RelayConfig, ExitCode> {
     Ok(config)
 }
 
+/// The relay's UDP address: the first socket's, else the flag's.
+fn addr_of(sockets: &[UdpSocket], bind: SocketAddr) -> SocketAddr {
+    sockets
+        .first()
+        .and_then(|s| s.local_addr().ok())
+        .unwrap_or(bind)
+}
+
+/// Where a live view's bridge, on this machine, reaches the relay: its
+/// address, with loopback for an unspecified one (`0.0.0.0`, `::`).
+fn addr_for_bridge(udp: SocketAddr) -> SocketAddr {
+    let ip = match udp.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, udp.port())
+}
+
+/// The live view's settings: the viewer's module if it is built (a missing
+/// one is a warning: the page still lists the matches).
+fn live_config(
+    a: &ServeArgs,
+    relay_addr: SocketAddr,
+    auth: &AuthMode,
+) -> Result<relay::live::LiveConfig, ExitCode> {
+    let wasm = match replays::web::find_viewer_wasm(a.viewer_wasm.as_deref()) {
+        Some(path) => match std::fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if a.viewer_wasm.is_some() => {
+                eprintln!("relay: cannot read --viewer-wasm {}: {e}", path.display());
+                return Err(ExitCode::from(2));
+            }
+            Err(e) => {
+                eprintln!(
+                    "relay: live view without a viewer: {}: {e}; {}",
+                    path.display(),
+                    replays::web::missing_wasm_hint("--viewer-wasm")
+                );
+                None
+            }
+        },
+        None => {
+            eprintln!(
+                "relay: live view lists matches only: {}",
+                replays::web::missing_wasm_hint("--viewer-wasm")
+            );
+            None
+        }
+    };
+    // Each live view connects from this host: more than the per-host limit
+    // admits would only be refused one by one later.
+    if a.max_live_viewers > a.relay.max_connections_per_host {
+        eprintln!(
+            "relay: --max-live-viewers {} is above --max-connections-per-host {}: at most {} views can connect (fewer with local players)",
+            a.max_live_viewers, a.relay.max_connections_per_host, a.relay.max_connections_per_host
+        );
+    }
+    Ok(relay::live::LiveConfig {
+        relay: relay_addr,
+        wasm,
+        max_viewers: a.max_live_viewers,
+        token_key: match auth {
+            AuthMode::Tokens { key, .. } => Some(key.clone()),
+            AuthMode::Open => None,
+        },
+        transport: TransportConfig::default(),
+    })
+}
+
 fn serve_cmd(a: &ServeArgs) -> ExitCode {
     let config = match valid_config(&a.relay) {
         Ok(c) => c,
@@ -576,7 +660,8 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         eprintln!("relay: token mode: only holders of a join token may connect");
     }
     let level = if a.verbose { Level::Debug } else { a.log_level };
-    let metrics = match a.metrics {
+    let mut live = None;
+    let metrics = match a.http {
         Some(addr) => {
             let m = Arc::new(
                 Metrics::new()
@@ -586,27 +671,38 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
             let listener = match relay::metrics::bind(addr) {
                 Ok(l) => l,
                 Err(e) => {
-                    eprintln!("relay: cannot bind metrics {addr}: {e}");
+                    eprintln!("relay: cannot bind http {addr}: {e}");
                     return ExitCode::from(1);
                 }
             };
             let shown = listener.local_addr().map_or(addr, |x| x);
-            if let Err(e) = relay::metrics::spawn_http(
+            let view = match live_config(a, addr_for_bridge(addr_of(&sockets, a.bind)), &auth) {
+                Ok(c) => Arc::new(relay::live::Live::new(c)),
+                Err(code) => return code,
+            };
+            if let Err(e) = relay::live::spawn_http(
                 listener,
                 Arc::clone(&m),
+                Arc::clone(&view),
                 Arc::new(AtomicBool::new(false)),
             ) {
-                eprintln!("relay: cannot start the metrics thread: {e}");
+                eprintln!("relay: cannot start the http thread: {e}");
                 return ExitCode::from(1);
             }
+            live = Some(view);
             // A start-up fact, printed at any level like `listening`.
             if a.json {
                 out_line(
                     &serde_json::json!({ "event": "metrics", "addr": shown.to_string() })
                         .to_string(),
                 );
+                out_line(
+                    &serde_json::json!({ "event": "watch", "url": format!("http://{shown}/watch") })
+                        .to_string(),
+                );
             } else {
                 eprintln!("relay: metrics on http://{shown}/metrics");
+                eprintln!("relay: watch live at http://{shown}/watch");
             }
             Some(m)
         }
@@ -626,6 +722,9 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         ..TransportConfig::default()
     });
     let r = relay::serve::serve_loops(sockets, config, transport, recorders, &opts, &|n| {
+        if let (Some(live), relay::udp::RelayNote::Event(ev)) = (&live, &n) {
+            live.handle_event(ev, replays::format::unix_now_ms());
+        }
         log_note(&n, a.json, level);
     });
     if r.is_ok() {

@@ -4,7 +4,7 @@
 //! scraper can never block the loop, and each request has its own bounded
 //! thread, so it cannot block another scraper or the watchdog either.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -93,10 +93,13 @@ pub enum Metric {
     MemoryBudget,
     MemoryFull,
     MemoryRefused,
+    SpectatorHashesVerified,
+    SpectatorHashMismatches,
+    SpectatorHashesUnchecked,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::MemoryRefused as usize + 1;
+const COUNT: usize = Metric::SpectatorHashesUnchecked as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -307,6 +310,13 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "counter",
         "New connections, joins and spectators refused at the memory budget",
     ),
+    (
+        "relay_spectator_hashes_total{result=\"verified\"}",
+        "counter",
+        "Spectators' hash reports (live viewers' included): equal to the turn's agreed hash, different, or for a turn not judged yet or forgotten",
+    ),
+    ("relay_spectator_hashes_total{result=\"mismatch\"}", "", ""),
+    ("relay_spectator_hashes_total{result=\"unchecked\"}", "", ""),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes
@@ -515,6 +525,17 @@ pub fn spawn_http(
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<std::thread::JoinHandle<()>> {
+    spawn_server(listener, metrics, None, stop)
+}
+
+/// [`spawn_http`], with the live view's routes when `live` is given
+/// ([`crate::live::spawn_http`]).
+pub(crate) fn spawn_server(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    live: Option<Arc<crate::live::Live>>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<std::thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
     let watchdog = {
         let (metrics, stop) = (Arc::clone(&metrics), Arc::clone(&stop));
@@ -540,13 +561,14 @@ pub fn spawn_http(
                         }
                         let busy = Busy::new(&active);
                         let metrics = Arc::clone(&metrics);
+                        let live = live.clone();
                         // A failed scrape concerns only that client; a
                         // thread that cannot start drops its connection.
                         let _ = std::thread::Builder::new()
                             .name("relay-scrape".into())
                             .spawn(move || {
                                 let _busy = busy;
-                                let _ = answer(stream, &metrics);
+                                let _ = answer(stream, &metrics, live.as_ref());
                             });
                     }
                     Err(_) => std::thread::sleep(StdDuration::from_millis(50)),
@@ -580,43 +602,18 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr)
 }
 
-/// Reads a request's line and headers (to the blank line, or the end of
-/// the stream) by `deadline` and within [`MAX_REQUEST`] bytes; returns the
-/// request line.
-fn read_request(stream: &mut TcpStream, deadline: std::time::Instant) -> io::Result<String> {
-    let mut buf: Vec<u8> = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    let ended =
-        |b: &[u8]| b.windows(4).any(|w| w == b"\r\n\r\n") || b.windows(2).any(|w| w == b"\n\n");
-    while !ended(&buf) {
-        if buf.len() >= MAX_REQUEST {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request too large",
-            ));
-        }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "request too slow"));
-        }
-        stream.set_read_timeout(Some(left))?;
-        let room = chunk.len().min(MAX_REQUEST - buf.len());
-        let n = stream.read(&mut chunk[..room])?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
-    Ok(String::from_utf8_lossy(line).into_owned())
-}
-
-fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    live: Option<&Arc<crate::live::Live>>,
+) -> io::Result<()> {
     let deadline = std::time::Instant::now() + REQUEST_TIME;
     stream.set_nonblocking(false)?;
-    let line = read_request(&mut stream, deadline)?;
-    let path = line.split_whitespace().nth(1).unwrap_or("/");
-    let (status, body) = match path {
+    let request = replays::web::read_request(&mut stream, deadline, MAX_REQUEST)?;
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    // A zero timeout means none: at least a millisecond.
+    stream.set_write_timeout(Some(left.max(StdDuration::from_millis(1))))?;
+    let (status, body) = match request.path() {
         "/metrics" => ("200 OK", metrics.render()),
         "/health" | "/healthz" => {
             if metrics.watch(std::time::Instant::now()) {
@@ -627,23 +624,28 @@ fn answer(mut stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
                 ("503 Service Unavailable", "draining\n".to_owned())
             }
         }
-        _ => ("404 Not Found", "not found\n".to_owned()),
+        _ => {
+            if let Some(live) = live
+                && live.answer(&mut stream, &request)?
+            {
+                return Ok(());
+            }
+            ("404 Not Found", "not found\n".to_owned())
+        }
     };
-    let left = deadline.saturating_duration_since(std::time::Instant::now());
-    // A zero timeout means none: at least a millisecond.
-    stream.set_write_timeout(Some(left.max(StdDuration::from_millis(1))))?;
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
+    replays::web::respond(
+        &mut stream,
+        status,
+        "text/plain; version=0.0.4",
+        body.as_bytes(),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+    use std::io::{Read, Write};
 
     #[test]
     fn render_lists_every_series_once_with_help_per_family() {

@@ -240,6 +240,32 @@ fn file_name(match_name: &str, unix_ms: u64, id: MatchId, clash: u32) -> String 
     format!("{clean}-{date}T{time}Z-{}{suffix}.lsr", id.0)
 }
 
+/// The replay header of a match: what the relay's recording of it starts
+/// with, and what a live view's stream starts with (`crate::live`), so both
+/// read the same.
+pub(crate) fn header(info: &MatchInfo, rules_hash: StateHash, unix_ms: u64) -> Header {
+    Header {
+        format_version: replays::FORMAT_VERSION,
+        engine_version: env!("CARGO_PKG_VERSION").to_owned(),
+        protocol_version: u32::from(lockstep::low_level::proto::PROTOCOL_VERSION),
+        game_id: info.game_id.clone(),
+        game_version: info.game_version,
+        rules_hash,
+        setup: info.setup.clone(),
+        turn_length_us: info.turn_length_us,
+        players: info
+            .players
+            .iter()
+            .map(|p| PlayerInfo {
+                id: p.id,
+                name: p.name.clone(),
+            })
+            .collect(),
+        match_name: info.match_name.clone(),
+        start_time_unix_ms: unix_ms,
+    }
+}
+
 impl Recorder {
     /// A recorder writing into `dir` (created if missing).
     pub fn new(dir: &Path, rules: RulesHashFn) -> std::io::Result<Self> {
@@ -355,26 +381,7 @@ impl Recorder {
     fn record(&mut self, unix_ms: u64, ev: &RouterEvent) -> Result<Option<Recorded>, ReplayError> {
         match ev {
             RouterEvent::MatchStarted { id, info } => {
-                let header = Header {
-                    format_version: replays::FORMAT_VERSION,
-                    engine_version: env!("CARGO_PKG_VERSION").to_owned(),
-                    protocol_version: u32::from(lockstep::low_level::proto::PROTOCOL_VERSION),
-                    game_id: info.game_id.clone(),
-                    game_version: info.game_version,
-                    rules_hash: (self.rules)(info),
-                    setup: info.setup.clone(),
-                    turn_length_us: info.turn_length_us,
-                    players: info
-                        .players
-                        .iter()
-                        .map(|p| PlayerInfo {
-                            id: p.id,
-                            name: p.name.clone(),
-                        })
-                        .collect(),
-                    match_name: info.match_name.clone(),
-                    start_time_unix_ms: unix_ms,
-                };
+                let header = header(info, (self.rules)(info), unix_ms);
                 let (path, sink) = self.create(info, unix_ms, *id)?;
                 let writer = Writer::new(sink, &header, DEFAULT_SYNC)?;
                 self.live.insert(

@@ -340,6 +340,12 @@ pub(crate) fn publish(
     set(Metric::MemoryRefused, r.memory_refused);
     set(Metric::Rejoins, r.rejoins);
     set(Metric::RejoinsRefused, r.rejoins_refused);
+    set(Metric::SpectatorHashesVerified, r.spectator_hashes_verified);
+    set(Metric::SpectatorHashMismatches, r.spectator_hash_mismatches);
+    set(
+        Metric::SpectatorHashesUnchecked,
+        r.spectator_hashes_unchecked,
+    );
     set(Metric::DropBulkRefused, s.bulk_refused);
     set(Metric::DropBulkExpired, s.bulk_expired);
     set(Metric::DropReorderRefused, s.reorder_refused);

@@ -121,6 +121,7 @@ pub mod reader;
 pub mod seek;
 pub mod stdio;
 pub mod verify;
+pub mod web;
 pub mod writer;
 
 pub use diff::{DiffReport, Difference, diff};

@@ -180,6 +180,23 @@ impl Browser {
         }
     }
 
+    /// Evaluates the JavaScript expression `cond` in the page every 50 ms
+    /// until it gives a truthy value, which is returned; an error naming
+    /// `what` once `within` passed (the deadline is kept by the page).
+    ///
+    /// # Errors
+    /// The deadline passed, the expression threw, or the call failed.
+    pub fn wait_for(&self, what: &str, within: Duration, cond: &str) -> Result<Value, String> {
+        let what = what.replace(['\\', '"'], " ");
+        self.eval_async(&format!(
+            "new Promise((resolve, reject) => {{ const t0 = performance.now(); \
+             const tick = () => {{ let v; try {{ v = ({cond}); }} catch (e) {{ reject(e); return; }} \
+             if (v) resolve(v); else if (performance.now() - t0 > {ms}) reject(new Error(\"timed out waiting for {what}\")); \
+             else setTimeout(tick, 50); }}; tick(); }})",
+            ms = within.as_millis()
+        ))
+    }
+
     fn call(&self, what: &str, body: &Value) -> Result<Value, String> {
         let path = format!("/session/{}/{what}", self.session);
         let answer = request(self.addr, "POST", &path, Some(body))?;
@@ -256,6 +273,19 @@ fn request(
     }
     serde_json::from_slice(&raw).map_err(|e| format!("webdriver {method} {path}: not JSON ({e})"))
 }
+
+/// A JavaScript expression giving a promise of what the viewer's canvas
+/// shows two frames from now: `{lit, players, total}`, the pixels brighter
+/// than the background, how many of the eight players' colours appear
+/// exactly, and all pixels. Units are drawn when at least two players'
+/// colours are there and a good part of the canvas is lit.
+pub const CANVAS_STATS: &str = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => { \
+     const c = document.getElementById('world'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; \
+     const colours = [[0xe6,0x19,0x4b],[0x3c,0xb4,0x4b],[0x43,0x63,0xd8],[0xf5,0x82,0x31],[0xb1,0x5c,0xe6],[0x42,0xd4,0xf4],[0xf0,0x32,0xe6],[0xbf,0xef,0x45]]; \
+     const seen = colours.map(() => 0); let lit = 0; \
+     for (let i = 0; i < d.length; i += 4) { if (d[i] + d[i+1] + d[i+2] > 60) lit++; \
+       colours.forEach((c, k) => { if (d[i] === c[0] && d[i+1] === c[1] && d[i+2] === c[2]) seen[k]++; }); } \
+     r({lit, players: seen.filter(n => n > 0).length, total: d.length / 4}); })))";
 
 /// `replay view FILE` on a free loopback port, stopped on drop.
 pub struct ViewerServer {

@@ -10,7 +10,7 @@
 use serde_json::Value;
 use sim::Simulation;
 use std::path::{Path, PathBuf};
-use tests::browser::{Browser, BrowserBins, ViewerServer};
+use tests::browser::{Browser, BrowserBins, CANVAS_STATS, ViewerServer};
 use tests::harness::{bins, scratch_dir};
 
 /// Every turn's hash as native verification computes it, as the page lists
@@ -138,15 +138,7 @@ fn golden_replays_hash_the_same_in_the_browser_and_the_page_draws_and_seeks() {
 
         // 4. Units are drawn: coloured pixels of at least two players' colours.
         let pixels = browser
-            .eval_async(
-                "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => { \
-                 const c = document.getElementById('world'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; \
-                 const colours = [[0xe6,0x19,0x4b],[0x3c,0xb4,0x4b],[0x43,0x63,0xd8],[0xf5,0x82,0x31],[0xb1,0x5c,0xe6],[0x42,0xd4,0xf4],[0xf0,0x32,0xe6],[0xbf,0xef,0x45]]; \
-                 const seen = colours.map(() => 0); let lit = 0; \
-                 for (let i = 0; i < d.length; i += 4) { if (d[i] + d[i+1] + d[i+2] > 60) lit++; \
-                   colours.forEach((c, k) => { if (d[i] === c[0] && d[i+1] === c[1] && d[i+2] === c[2]) seen[k]++; }); } \
-                 r({lit, players: seen.filter(n => n > 0).length, total: d.length / 4}); })))",
-            )
+            .eval_async(CANVAS_STATS)
             .unwrap_or_else(|e| panic!("{e}"));
         let players = pixels["players"].as_u64().unwrap_or_default();
         assert!(
@@ -160,4 +152,214 @@ fn golden_replays_hash_the_same_in_the_browser_and_the_page_draws_and_seeks() {
         );
         drop(server);
     }
+}
+
+/// `GET path` from the relay's HTTP address; the body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the relay's http");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// What the page shows and knows, for a failure message.
+fn page_status(browser: &Browser) -> String {
+    browser
+        .eval(
+            "return JSON.stringify({meta: document.getElementById('meta').textContent, \
+             error: document.getElementById('error').textContent, live: viewer.live(), \
+             state: viewer.state(), index: viewer.indexState(), \
+             turns: viewer.info() && viewer.info().turn_records, keyframes: viewer.info() && viewer.info().keyframes})",
+        )
+        .map_or_else(|e| e, |v| v.as_str().unwrap_or_default().to_owned())
+}
+
+/// Polls `f` until it gives `Some`, for at most `within`; panics naming `what`.
+fn poll<T>(what: &str, within: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < until, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `relay serve --http` with a running match: the page lists it (name,
+/// game, players, turn), its live view (a late spectator: it starts from
+/// the agreed snapshot) draws the players' units, a closed tab frees the
+/// spectator place at once, and at the match's end the page shows the hash
+/// the relay agreed for the last turn, seeks to an earlier turn with the
+/// relay's hash for it, and every hash the page reported was verified by
+/// the relay as a spectator's.
+#[test]
+#[ignore = "needs Chromium, chromedriver and the viewer's wasm: run by tests/browser.sh"]
+fn a_running_match_is_listed_and_watched_live_with_the_relays_hashes() {
+    use std::time::Duration;
+    use tests::harness::{PeerSpec, Relay, finish_peer, metric, peer, scrape_metrics};
+    let b = BrowserBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    b.require_wasm().unwrap_or_else(|e| panic!("{e}"));
+    let dir = scratch_dir("browser-live");
+    let wasm = b.wasm.display().to_string();
+    let mut relay = Relay::start(
+        &dir.join("replays"),
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--viewer-wasm",
+            &wasm,
+            "--turn-ms",
+            "50",
+            "--snapshot-every",
+            "40",
+            "--spectator-delay-ms",
+            "300",
+        ],
+    );
+    let http = relay.metrics_addr();
+    let turns = 700;
+    let mut peers: Vec<_> = (1..=2)
+        .map(|seed| {
+            peer(&PeerSpec {
+                relay: relay.addr,
+                match_name: "live-duel".into(),
+                players: 2,
+                turns,
+                seed,
+                extra: Vec::new(),
+            })
+        })
+        .collect();
+    let browser =
+        Browser::start(&b, &dir.join("profile"), 1280, 800).unwrap_or_else(|e| panic!("{e}"));
+
+    // 1. The list: the match with its game and players, its turn going up.
+    let base = format!("http://{http}");
+    browser
+        .goto(&format!("{base}/"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let row = browser
+        .wait_for(
+            "the match listed past turn 60",
+            Duration::from_secs(60),
+            "(() => { const r = document.querySelector('#matches tr:nth-child(2)'); \
+             return r && +r.cells[3].textContent > 60 && \
+             {text: r.textContent, href: r.querySelector('a').getAttribute('href')}; })()",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = row["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("live-duel") && text.contains("lockstep-rts"),
+        "{row}"
+    );
+    poll("a snapshot agreed", Duration::from_secs(60), || {
+        metric(
+            &scrape_metrics(http),
+            "relay_snapshots_total{outcome=\"agreed\"}",
+        )
+        .filter(|n| *n > 0)
+    });
+    let href = row["href"].as_str().unwrap_or_default().to_owned();
+    assert!(href.starts_with("watch?match="), "{href}");
+    let live_url = format!("{base}/{href}");
+
+    // 2. The live view draws units, from the agreed snapshot (a keyframe).
+    browser.goto(&live_url).unwrap_or_else(|e| panic!("{e}"));
+    let first = browser
+        .wait_for(
+            "the live view's first turns",
+            Duration::from_secs(60),
+            "viewer.info() && viewer.state() && viewer.state().turn > 60 && viewer.units() > 0 && viewer.info()",
+        )
+        .unwrap_or_else(|e| panic!("{e}: {}", page_status(&browser)));
+    assert!(
+        first["keyframes"].as_array().is_some_and(|k| !k.is_empty()),
+        "a late joiner starts from a keyframe: {}",
+        first["keyframes"]
+    );
+    let pixels = browser
+        .eval_async(CANVAS_STATS)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        pixels["players"].as_u64().unwrap_or_default() >= 2,
+        "fewer than two players' colours drawn: {pixels}"
+    );
+    let viewers = |addr| {
+        serde_json::from_str::<Value>(&http_get(addr, "/matches.json"))
+            .ok()
+            .and_then(|j| j["viewers"].as_u64())
+    };
+    assert_eq!(viewers(http), Some(1));
+
+    // 3. Closing the tab frees the place at once; a new view joins again.
+    browser
+        .goto("about:blank")
+        .unwrap_or_else(|e| panic!("{e}"));
+    poll("the viewer place freed", Duration::from_secs(20), || {
+        (viewers(http) == Some(0)).then_some(())
+    });
+    browser.goto(&live_url).unwrap_or_else(|e| panic!("{e}"));
+
+    // 4. At the end the page shows the relay's agreed hash of the last turn.
+    let done = browser
+        .wait_for(
+            "the match's end in the live view",
+            Duration::from_secs(120),
+            "(() => { const l = viewer.live(), s = viewer.state(), i = viewer.indexState(); \
+             return l && l.ended && l.closed && s && s.at_end && i && i.done && \
+             {state: s, shown_turn: document.getElementById('hash-turn').textContent, \
+              shown: document.getElementById('hash-value').textContent, live: l}; })()",
+        )
+        .unwrap_or_else(|e| panic!("{e}: {}", page_status(&browser)));
+    for p in &mut peers {
+        let r = finish_peer(p, Duration::from_secs(120));
+        assert_eq!(r.code, Some(0), "peer: {}", r.summary);
+    }
+    let recording = relay.wait_recorded(Duration::from_secs(60));
+    let mut agreed = std::collections::BTreeMap::new();
+    for rec in replays::Reader::open(&recording).expect("the relay's recording") {
+        if let Ok(replays::Record::Hash { turn, hash }) = rec {
+            agreed.insert(u64::from(turn.0), hash.to_hex());
+        }
+    }
+    let last = done["state"]["turn"].as_u64().unwrap_or_default();
+    assert_eq!(
+        last,
+        u64::from(turns) - 1,
+        "the view followed to the last turn: {done}"
+    );
+    assert_eq!(done["shown_turn"], last.to_string());
+    assert_eq!(
+        done["shown"].as_str(),
+        agreed.get(&last).map(String::as_str),
+        "the page's final hash is the relay's agreed one"
+    );
+
+    // 5. The timeline seeks, to the relay's hash of that turn.
+    let mid = last * 3 / 4;
+    let seeked = browser
+        .eval(&format!(
+            "viewer.seek({mid}); return document.getElementById('hash-value').textContent"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(seeked.as_str(), agreed.get(&mid).map(String::as_str));
+
+    // The page's own frame figures (for the report, not asserted).
+    if let Ok(stats) = browser.eval("return viewer.frameStats()") {
+        eprintln!("live view frame stats: {stats}");
+    }
+
+    // 6. The relay checked the page's hashes as a spectator's: equal.
+    let page = scrape_metrics(http);
+    let verified = metric(&page, "relay_spectator_hashes_total{result=\"verified\"}");
+    let mismatched = metric(&page, "relay_spectator_hashes_total{result=\"mismatch\"}");
+    assert!(verified.unwrap_or_default() > 100, "verified {verified:?}");
+    assert_eq!(mismatched, Some(0));
 }

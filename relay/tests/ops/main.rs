@@ -654,6 +654,7 @@ fn peers_of_a_match_ended_by_shutdown_say_so_and_exit_4() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+mod live;
 mod threads;
 
 /// 60 handshakes of another protocol from one address, then silence: the

@@ -10,15 +10,12 @@
 use super::commands::{CliError, file_error, open_game};
 use super::console::{Console, errln, outln};
 use super::games::Games;
-use std::io::{Read, Write};
+use crate::web::{VIEWER_PAGE, find_viewer_wasm, missing_wasm_hint, read_request, respond};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-/// The page: markup, style and script in one file.
-const PAGE: &str = include_str!("../../web/index.html");
 
 /// Connections served at once; more wait in the listen queue.
 const MAX_CONNECTIONS: usize = 32;
@@ -26,17 +23,8 @@ const MAX_CONNECTIONS: usize = 32;
 /// A request line and headers larger than this are refused.
 const MAX_REQUEST: usize = 8 * 1024;
 
-/// Where `cargo build --profile wasm -p lockstep-viewer --target
-/// wasm32-unknown-unknown` leaves the module, relative to the directory of
-/// the running `replay` binary (`target/<profile>/`).
-const WASM_NEAR_EXE: [&str; 2] = [
-    "../wasm32-unknown-unknown/wasm/viewer.wasm",
-    "../wasm32-unknown-unknown/release/viewer.wasm",
-];
-
-/// The command that builds the viewer's module, for error messages and docs.
-pub(super) const BUILD_WASM: &str =
-    "cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown";
+/// How long a request's line and headers may take to arrive.
+const REQUEST_TIME: Duration = Duration::from_secs(5);
 
 /// Keyframe interval of the copy served for a recording without keyframes.
 const SERVED_KEYFRAME_EVERY: u32 = 100;
@@ -74,29 +62,9 @@ fn keyframed_copy(games: &Games, file: &Path) -> Option<Vec<u8>> {
     bytes
 }
 
-/// Finds the viewer's WebAssembly module: `--wasm`, else
-/// `LOCKSTEP_VIEWER_WASM`, else next to this binary's target directory.
+/// Finds the viewer's WebAssembly module ([`find_viewer_wasm`]).
 fn find_wasm(given: Option<&Path>) -> Result<PathBuf, CliError> {
-    if let Some(p) = given {
-        return Ok(p.to_owned());
-    }
-    if let Some(p) = std::env::var_os("LOCKSTEP_VIEWER_WASM") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_owned));
-    if let Some(dir) = exe_dir {
-        for rel in WASM_NEAR_EXE {
-            let p = dir.join(rel);
-            if p.is_file() {
-                return Ok(p);
-            }
-        }
-    }
-    Err(CliError::Usage(format!(
-        "the viewer's WebAssembly module is not built: run `rustup target add wasm32-unknown-unknown && {BUILD_WASM}` (or pass --wasm PATH)"
-    )))
+    find_viewer_wasm(given).ok_or_else(|| CliError::Usage(missing_wasm_hint("--wasm")))
 }
 
 pub(super) fn view(
@@ -159,17 +127,14 @@ pub(super) fn view(
 
 /// Reads one request (bounded in size and time) and answers it.
 fn serve_one(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(30)))?;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.len() > MAX_REQUEST {
+    let request = match read_request(
+        &mut stream,
+        std::time::Instant::now() + REQUEST_TIME,
+        MAX_REQUEST,
+    ) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             return respond(
                 &mut stream,
                 "431 Request Header Fields Too Large",
@@ -177,11 +142,12 @@ fn serve_one(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
                 b"request too large\n",
             );
         }
+        Err(e) => return Err(e),
+    };
+    if request.method.is_empty() {
+        return Ok(());
     }
-    let line = String::from_utf8_lossy(&buf);
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
+    if request.method != "GET" {
         return respond(
             &mut stream,
             "405 Method Not Allowed",
@@ -189,13 +155,12 @@ fn serve_one(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
             b"GET only\n",
         );
     }
-    let path = target.split('?').next().unwrap_or("");
-    match path {
+    match request.path() {
         "/" | "/index.html" => respond(
             &mut stream,
             "200 OK",
             "text/html; charset=utf-8",
-            PAGE.as_bytes(),
+            VIEWER_PAGE.as_bytes(),
         ),
         "/viewer.wasm" => respond(&mut stream, "200 OK", "application/wasm", &served.wasm),
         "/recording" if served.indexed.is_some() => {
@@ -236,14 +201,4 @@ fn serve_one(mut stream: TcpStream, served: &Served) -> std::io::Result<()> {
         }
         _ => respond(&mut stream, "404 Not Found", "text/plain", b"not found\n"),
     }
-}
-
-fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &[u8]) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    stream.flush()
 }

@@ -41,6 +41,12 @@ pub trait View {
     /// # Errors
     /// A snapshot that does not restore to its recorded hash, a rules mismatch.
     fn seek(&mut self, turn: u32) -> Result<(), ReplayError>;
+    /// Takes the next bytes of the recording (a live view receives it as it
+    /// grows) and reads the records they complete.
+    ///
+    /// # Errors
+    /// The bytes do not continue this recording.
+    fn append(&mut self, more: &[u8]) -> Result<(), ReplayError>;
     /// Steps the shown world over the next turn record; `false` at the end.
     ///
     /// # Errors
@@ -55,8 +61,10 @@ pub trait View {
     fn index(&mut self, turns: u32) -> bool;
     /// How far the background pass is, and what its hash checks found.
     fn index_state(&self) -> Value;
-    /// Every turn hash the background pass computed: `[{turn, hash}]`.
-    fn index_hashes(&self) -> Value;
+    /// The turn hashes the background pass computed, from the `from`th on
+    /// (0: all of them): `[{turn, hash}]`. A live view asks for the new ones
+    /// only, to report them to the relay.
+    fn index_hashes(&self, from: usize) -> Value;
     /// The per-player figures the background pass sampled.
     fn figures(&self) -> Value;
     /// The shown world's entities of one section with their fields (at most

@@ -94,6 +94,24 @@ impl<S: Scene> Playback<S> {
         &self.index.hashes
     }
 
+    /// Takes `more` bytes of the same recording (a live view's next records)
+    /// and reads the records they complete; what is shown stays where it is.
+    ///
+    /// # Errors
+    /// The bytes do not continue this recording, or its first keyframe
+    /// does not restore.
+    pub fn append(&mut self, more: &[u8]) -> Result<(), ReplayError> {
+        self.bytes.extend_from_slice(more);
+        self.rec.extend(&self.bytes)?;
+        // Nothing stepped yet: the start may have arrived only now (a late
+        // joiner's keyframe), so both worlds start again from it.
+        if self.next == 0 && self.index.next == 0 && self.index.hashes.is_empty() {
+            self.rp = fresh::<S>(&self.rec)?;
+            self.index.rp = fresh::<S>(&self.rec)?;
+        }
+        Ok(())
+    }
+
     fn step_next(&mut self) -> Result<bool, ReplayError> {
         let Some((turn, inputs)) = self.rec.turns.get(self.next) else {
             return Ok(false);
@@ -104,8 +122,22 @@ impl<S: Scene> Playback<S> {
     }
 }
 
-/// A replayer at the start of the match (a scenario's start record applied).
+/// A replayer at the start of the recording: the match's start (a
+/// scenario's start record applied), or, for a recording that begins in the
+/// middle of a match (a live view that joined late: a keyframe before any
+/// turn record), that keyframe.
 fn fresh<S: Simulation>(rec: &Recording) -> Result<Replayer<S>, ReplayError> {
+    if rec.start.is_none()
+        && let Some((&t, (hash, snapshot))) = rec.keyframes.first_key_value()
+        && rec.turns.first().is_none_or(|(first, _)| *first > t)
+    {
+        let world = restore_checked::<S>(t, snapshot, *hash)?;
+        return Ok(Replayer::from_world(
+            world,
+            t.0 + 1,
+            rec.header.setup.players,
+        ));
+    }
     let mut rp = Replayer::<S>::start(&rec.header)?;
     if let Some((hash, snapshot)) = &rec.start {
         rp.begin_from(snapshot, *hash)?;
@@ -175,6 +207,10 @@ impl<S: Scene> View for Playback<S> {
         self.step_next()
     }
 
+    fn append(&mut self, more: &[u8]) -> Result<(), ReplayError> {
+        Self::append(self, more)
+    }
+
     fn state(&self) -> Value {
         let turn = self.rp.current();
         let hash = self.world().state_hash();
@@ -241,11 +277,12 @@ impl<S: Scene> View for Playback<S> {
         })
     }
 
-    fn index_hashes(&self) -> Value {
+    fn index_hashes(&self, from: usize) -> Value {
         Value::Array(
             self.index
                 .hashes
                 .iter()
+                .skip(from)
                 .map(|(t, h)| json!({"turn": t.0, "hash": hex(*h)}))
                 .collect(),
         )
@@ -347,7 +384,11 @@ mod tests {
             let expected = hashes(&verified["turn_hashes"]);
             assert!(expected.len() > 100, "{name}: {} turns", expected.len());
             while !view.index(7) {}
-            assert_eq!(hashes(&view.index_hashes()), expected, "{name}: index pass");
+            assert_eq!(
+                hashes(&view.index_hashes(0)),
+                expected,
+                "{name}: index pass"
+            );
             assert!(view.index_state()["first_mismatch"].is_null(), "{name}");
             // Far forward, back before a snapshot, then next to it.
             for &i in &[expected.len() - 1, 3, 120, 60, 61] {
@@ -378,6 +419,85 @@ mod tests {
             );
             assert_eq!(shapes[0], crate::scene::Shape::Bounds as i32);
         }
+    }
+
+    /// A live view: a recording that starts at a keyframe in the middle of
+    /// the match (a late spectator's), arriving in pieces that cut records
+    /// anywhere, plays from that keyframe and its background pass computes
+    /// the same hashes as verifying the whole match.
+    #[test]
+    fn a_late_joiners_recording_appended_in_pieces_hashes_as_native() {
+        use replays::{Replayer, Writer};
+        use sim::Simulation;
+        let name = "peer_skirmish_2p.replay";
+        let bytes = fixture(name);
+        let whole = open(bytes.clone()).unwrap_or_else(|e| panic!("{e}"));
+        let expected = hashes(&whole.verify()["turn_hashes"]);
+        let rec = crate::Recording::parse(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        let join = 40;
+        let mut rp =
+            Replayer::<sim::game::World>::start(&rec.header).unwrap_or_else(|e| panic!("{e}"));
+        if let Some((hash, snapshot)) = &rec.start {
+            rp.begin_from(snapshot, *hash)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        for (turn, inputs) in rec.turns.iter().filter(|(t, _)| t.0 <= join) {
+            rp.step(*turn, inputs, |_, _| {})
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let world = rp.world();
+        let mut w = Writer::new(Vec::new(), &rec.header, replays::DEFAULT_SYNC)
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.record_keyframe(sim::Turn(join), &world.snapshot(), world.state_hash())
+            .unwrap_or_else(|e| panic!("{e}"));
+        for (turn, inputs) in rec.turns.iter().filter(|(t, _)| t.0 > join) {
+            w.record_turn(*turn, inputs)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let live = w.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        // The header alone first, then pieces of 777 bytes.
+        let first = 200.min(live.len());
+        let mut view = open(live[..first].to_vec()).unwrap_or_else(|e| panic!("{e}"));
+        for piece in live[first..].chunks(777) {
+            view.append(piece).unwrap_or_else(|e| panic!("{e}"));
+            view.index(5);
+        }
+        while !view.index(50) {}
+        let want: Vec<(u64, String)> = expected
+            .into_iter()
+            .filter(|(t, _)| *t > u64::from(join))
+            .collect();
+        assert!(want.len() > 50, "{} turns after the join", want.len());
+        let got = hashes(&view.index_hashes(0));
+        assert_eq!(got.len(), want.len(), "turns of the index pass");
+        assert!(
+            got == want,
+            "index pass: first {:?}, want {:?}",
+            got[0],
+            want[0]
+        );
+        assert_eq!(
+            hashes(&view.index_hashes(want.len() - 2)),
+            want[want.len() - 2..]
+        );
+        // Seeking before the keyframe shows the keyframe's turn; after it, the turn.
+        view.seek(3).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(view.state()["turn"].as_u64(), Some(u64::from(join)));
+        let (turn, hash) = &want[want.len() / 2];
+        view.seek(u32::try_from(*turn).unwrap_or(0))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(view.state()["hash"].as_str(), Some(hash.as_str()));
+        assert!(
+            view.append(b"garbage that does not continue the chain")
+                .is_ok()
+        );
+        assert!(
+            view.info()["ending"]
+                .as_str()
+                .is_some_and(|e| e.starts_with("damaged")),
+            "{}",
+            view.info()["ending"]
+        );
     }
 
     /// A recording cut in the middle still opens with what it holds.

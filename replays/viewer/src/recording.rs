@@ -43,6 +43,10 @@ pub struct Recording {
     pub forensics: Vec<DesyncReport>,
     /// How the file ends: complete, or what was recovered from a cut or damaged one.
     pub ending: String,
+    /// Offset just past the last whole record read: where [`Recording::extend`] resumes.
+    read_to: u64,
+    /// Whether a trailer was read.
+    finished: bool,
 }
 
 impl Recording {
@@ -62,61 +66,89 @@ impl Recording {
             start: None,
             markers: Vec::new(),
             forensics: Vec::new(),
-            ending: "complete".to_owned(),
+            ending: String::new(),
+            read_to: reader.position(),
+            finished: false,
         };
-        let mut finished = false;
-        for record in reader {
+        rec.read(reader);
+        Ok(rec)
+    }
+
+    /// Reads the records `bytes` holds beyond those read before: `bytes` is
+    /// this recording grown at its end (a live view receives it a few
+    /// records at a time). Reading resumes at the end of the last whole
+    /// record, with the checksum chain checked from there, so each call
+    /// costs what is new, not the whole file; a record cut short is read
+    /// again, whole, by the next call.
+    ///
+    /// # Errors
+    /// The bytes are not a recording, or not the one read so far (the
+    /// record at the resume point does not continue the chain).
+    pub fn extend(&mut self, bytes: &[u8]) -> Result<(), ReplayError> {
+        let mut reader = Reader::from_bytes(bytes)?;
+        if self.read_to > reader.position() {
+            reader.jump_to(self.read_to)?;
+        }
+        self.read(reader);
+        Ok(())
+    }
+
+    /// Reads records to the end of what `reader` holds, from where it stands.
+    fn read(&mut self, mut reader: Reader<std::io::Cursor<&[u8]>>) {
+        "complete".clone_into(&mut self.ending);
+        for record in reader.by_ref() {
             let record = match record {
                 Ok(r) => r,
                 Err(e) => {
-                    rec.ending = format!("damaged: {e}");
+                    self.ending = format!("damaged: {e}");
                     break;
                 }
             };
             match record {
                 Record::Header(_) | Record::KeyframeIndex(_) => {}
-                Record::Turn { turn, inputs } => rec.turns.push((turn, inputs)),
+                Record::Turn { turn, inputs } => self.turns.push((turn, inputs)),
                 Record::Hash { turn, hash } => {
-                    rec.hashes.insert(turn, hash);
+                    self.hashes.insert(turn, hash);
                 }
-                Record::Desync { turn, hashes, .. } => rec.mark(
+                Record::Desync { turn, hashes, .. } => self.mark(
                     turn,
                     "desync",
                     format!("desync: {} players' hashes differ", hashes.len()),
                 ),
                 Record::Dispute { turn, dissent, .. } => {
                     let who: Vec<String> = dissent.iter().map(|(p, _)| p.to_string()).collect();
-                    rec.mark(turn, "dispute", format!("odd: {}", who.join(", ")));
+                    self.mark(turn, "dispute", format!("odd: {}", who.join(", ")));
                 }
                 Record::Drop { player, turn } => {
-                    rec.mark(turn, "drop", format!("{} dropped", rec.name(player)));
+                    self.mark(turn, "drop", format!("{} dropped", self.name(player)));
                 }
                 Record::Rejoin { player, turn } => {
-                    rec.mark(turn, "rejoin", format!("{} rejoined", rec.name(player)));
+                    self.mark(turn, "rejoin", format!("{} rejoined", self.name(player)));
                 }
                 Record::DelayChange { delay, from_turn } => {
-                    rec.mark(from_turn, "delay", format!("input delay {delay} turns"))
+                    self.mark(from_turn, "delay", format!("input delay {delay} turns"))
                 }
                 Record::Keyframe {
                     turn,
                     hash,
                     snapshot,
                 } => {
-                    rec.keyframes.insert(turn, (hash, snapshot));
+                    self.keyframes.insert(turn, (hash, snapshot));
                 }
-                Record::Start { hash, snapshot } => rec.start = Some((hash, snapshot)),
-                Record::Forensics(report) => rec.forensics.push(*report),
+                Record::Start { hash, snapshot } => self.start = Some((hash, snapshot)),
+                Record::Forensics(report) => self.forensics.push(*report),
                 Record::Trailer { final_turn, .. } => {
-                    finished = true;
-                    rec.mark(final_turn, "end", "match end".to_owned());
+                    self.finished = true;
+                    self.mark(final_turn, "end", "match end".to_owned());
                 }
             }
         }
-        if !finished && rec.ending == "complete" {
-            "unfinished (no trailer)".clone_into(&mut rec.ending);
+        self.read_to = self.read_to.max(reader.summary().intact_bytes);
+        if !self.finished && self.ending == "complete" {
+            "unfinished (no trailer)".clone_into(&mut self.ending);
         }
-        rec.markers.sort_by_key(|m| m.turn);
-        Ok(rec)
+        // Stable: markers of one turn keep the order they were recorded in.
+        self.markers.sort_by_key(|m| m.turn);
     }
 
     fn mark(&mut self, turn: Turn, kind: &'static str, text: String) {

@@ -136,10 +136,21 @@ pub extern "C" fn viewer_index(turns: u32) -> i32 {
     })
 }
 
-/// Answers with [`View::index_hashes`].
+/// Answers with [`View::index_hashes`] from the `from`th hash on.
 #[unsafe(no_mangle)]
-pub extern "C" fn viewer_index_hashes() -> i32 {
-    call(|v| v.index_hashes())
+pub extern "C" fn viewer_index_hashes(from: u32) -> i32 {
+    call(|v| v.index_hashes(usize::try_from(from).unwrap_or(usize::MAX)))
+}
+
+/// Appends the input buffer's bytes to the open recording (a live view's
+/// next records); answers with [`View::info`], or `{"error": ...}`.
+#[unsafe(no_mangle)]
+pub extern "C" fn viewer_append() -> i32 {
+    let more = with(|s| std::mem::take(&mut s.input));
+    call(|v| match v.append(&more) {
+        Ok(()) => v.info(),
+        Err(e) => json!({"error": e.to_string()}),
+    })
 }
 
 /// Answers with [`View::figures`].

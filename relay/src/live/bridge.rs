@@ -1,0 +1,454 @@
+//! One browser's live view: a spectator client of this relay over loopback
+//! UDP (the library's session and transport, as any spectator), whose
+//! events become a recording's bytes sent over the browser's WebSocket, and
+//! whose hash reports come from the browser. It runs on a thread of its own
+//! with the real clock, like a peer's UDP runner.
+
+use super::websocket::{
+    self, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, Overflow, SendQueue, decode_frame,
+};
+use super::{Listed, LiveConfig, MAX_CLIENT_FRAME, SEND_QUEUE_BYTES};
+use lockstep::Instant;
+use lockstep::low_level::peer_glue::PeerGlue;
+use lockstep::low_level::session::{Event, Session, SessionBuilder};
+use lockstep::low_level::transport::Client;
+use lockstep::token::{TokenClaims, issue_token};
+use replays::{DEFAULT_SYNC, ReplayError, Sink, Writer};
+use serde_json::json;
+use sim::{StateHash, Turn};
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
+use std::rc::Rc;
+use std::time::Duration as StdDuration;
+
+/// Longest wait for a datagram before the browser's socket is looked at again.
+const POLL: StdDuration = StdDuration::from_millis(10);
+
+/// After the match ended: how long the bridge waits for the last bytes to
+/// reach the browser and its last hashes to reach the relay.
+const LINGER: StdDuration = StdDuration::from_secs(5);
+
+/// Lifetime of the spectator token a bridge seals itself (token mode): it
+/// only has to get through the handshake.
+const TOKEN_SECONDS: u64 = 60;
+
+/// One hash report in a browser's binary message: the turn (u32, little
+/// endian) and the 32-byte state hash after it.
+pub(super) const HASH_REPORT_LEN: usize = 36;
+
+/// A recording's bytes as the writer produces them, taken out after each
+/// batch of events.
+#[derive(Clone, Default)]
+struct Pipe(Rc<RefCell<Vec<u8>>>);
+
+impl Write for Pipe {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for Pipe {
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a spectator session's events write: the header (as the relay's own
+/// recording of the match has it), the agreed snapshot as a keyframe when
+/// the view joined late, then every turn, drop, rejoin and delay change.
+struct LiveRecording {
+    writer: Writer<Pipe>,
+    pipe: Pipe,
+    /// Whether the start is known (the spectator's `Restored`, or a first
+    /// turn): the header waits for it, so the page's first message holds
+    /// the header and the world to start from together.
+    started: bool,
+}
+
+impl LiveRecording {
+    fn new(listed: &Listed) -> Result<Self, ReplayError> {
+        let pipe = Pipe::default();
+        let header = crate::recorder::header(
+            &listed.info,
+            crate::demo::known_rules_hash(&listed.info),
+            listed.started_unix_ms,
+        );
+        Ok(Self {
+            writer: Writer::new(pipe.clone(), &header, DEFAULT_SYNC)?,
+            pipe,
+            started: false,
+        })
+    }
+
+    /// Writes what `ev` adds to the recording; returns a status line for
+    /// the page (JSON text) when it is one.
+    fn handle(&mut self, ev: Event) -> Result<Option<serde_json::Value>, ReplayError> {
+        match ev {
+            Event::Restored { snapshot } => {
+                if let Some((turn, hash, bytes)) = snapshot {
+                    self.writer.record_keyframe(turn, &bytes, hash)?;
+                }
+                self.started = true;
+            }
+            Event::TurnReady { turn, inputs } => {
+                self.writer.record_turn(turn, &inputs)?;
+                self.started = true;
+            }
+            Event::PlayerDropped { player, turn } => self.writer.record_drop(player, turn)?,
+            Event::PlayerRejoined { player, turn } => self.writer.record_rejoin(player, turn)?,
+            Event::InputDelayChanged { delay, from_turn } => self
+                .writer
+                .record_delay_change(u32::from(delay), from_turn)?,
+            Event::MatchEnded { turn, reason } => {
+                return Ok(Some(
+                    json!({"event": "ended", "turn": turn.map(|t| t.0), "reason": format!("{reason:?}")}),
+                ));
+            }
+            Event::Desync { turn, .. } => {
+                return Ok(Some(json!({"event": "desync", "turn": turn.0})));
+            }
+            Event::Rejected { reason, detail } => {
+                return Ok(Some(
+                    json!({"event": "refused", "reason": reason.to_string(), "detail": detail}),
+                ));
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// The bytes written since the last call (none before the start is known).
+    fn take(&mut self) -> Vec<u8> {
+        if self.started {
+            std::mem::take(&mut *self.pipe.0.borrow_mut())
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// Reads the hash reports of one binary message: whole 36-byte entries,
+/// anything else ignored.
+pub(super) fn hash_reports(payload: &[u8]) -> impl Iterator<Item = (Turn, StateHash)> + '_ {
+    payload.chunks_exact(HASH_REPORT_LEN).map(|c| {
+        let turn = Turn(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        let mut h = [0u8; 32];
+        h.copy_from_slice(&c[4..]);
+        (turn, StateHash(h))
+    })
+}
+
+/// Why a bridge stopped (for the close frame; the log has no line per browser).
+enum End {
+    /// The browser closed its tab or socket.
+    Browser,
+    /// The match is over and its last bytes went out.
+    Ended,
+    /// The browser read too slowly.
+    Slow,
+    /// The browser broke the WebSocket protocol.
+    Protocol(u16),
+    /// The relay refused the spectator or the connection was lost.
+    Relay,
+}
+
+/// The spectator's connection to the relay and the browser's socket.
+struct Bridge {
+    ws: TcpStream,
+    udp: UdpSocket,
+    client: Client,
+    session: Session,
+    glue: PeerGlue,
+    rec: LiveRecording,
+    out: SendQueue,
+    inbuf: Vec<u8>,
+    epoch: std::time::Instant,
+    buf: Vec<u8>,
+}
+
+/// Runs one browser's live view of `listed` until the tab closes, the
+/// match ends, or the browser falls behind.
+///
+/// # Errors
+/// The sockets could not be set up.
+pub(super) fn run(ws: TcpStream, listed: &Listed, config: &LiveConfig) -> io::Result<()> {
+    let local: SocketAddr = if config.relay.is_ipv4() {
+        (Ipv4Addr::LOCALHOST, 0).into()
+    } else {
+        (Ipv6Addr::LOCALHOST, 0).into()
+    };
+    let udp = UdpSocket::bind(local)?;
+    let entropy = crate::entropy::os_random("a live view's connection")?;
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&entropy[..8]);
+    let seed = u64::from_le_bytes(seed);
+    let now = Instant::ZERO;
+    let name = &listed.info.match_name;
+    let client = match &config.token_key {
+        Some(key) => {
+            let claims = TokenClaims::spectator(
+                config.transport.protocol_id,
+                name.clone(),
+                replays::format::unix_now_ms() / 1000,
+                TOKEN_SECONDS,
+            );
+            let token =
+                issue_token(key, &claims, &[config.relay], &entropy).map_err(io::Error::other)?;
+            Client::with_token(now, config.relay, config.transport, &token, seed)
+        }
+        None => Client::new(now, config.relay, config.transport, seed),
+    };
+    let session = SessionBuilder::new()
+        .with_match(name, listed.info.setup.players.max(1))
+        .with_game(
+            &listed.info.game_id,
+            listed.info.game_version,
+            listed.info.rules_hash,
+        )
+        .with_name("browser")
+        .with_spectate()
+        .build(now)
+        .map_err(io::Error::other)?;
+    ws.set_nonblocking(true)?;
+    let mut bridge = Bridge {
+        ws,
+        udp,
+        client,
+        session,
+        glue: PeerGlue::new(),
+        rec: LiveRecording::new(listed).map_err(io::Error::other)?,
+        out: SendQueue::new(SEND_QUEUE_BYTES),
+        inbuf: Vec::new(),
+        epoch: std::time::Instant::now(),
+        buf: Vec::with_capacity(2048),
+    };
+    let end = bridge.pump_until_done();
+    bridge.finish(&end);
+    Ok(())
+}
+
+impl Bridge {
+    fn now(&self) -> Instant {
+        Instant::from_std(self.epoch, std::time::Instant::now())
+    }
+
+    fn send_datagrams(&mut self, now: Instant) {
+        while let Some(to) = self.client.poll_transmit(now, &mut self.buf) {
+            // A lost datagram is resent by the transport.
+            let _ = self.udp.send_to(&self.buf, to);
+        }
+    }
+
+    /// Waits up to [`POLL`] for datagrams and hands them to the client.
+    fn read_datagrams(&mut self) -> io::Result<()> {
+        let now = self.now();
+        let wait = [self.client.poll_timeout(), self.session.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(POLL, |t| t.saturating_since(now).to_std().min(POLL))
+            .max(StdDuration::from_millis(1));
+        self.udp.set_nonblocking(false)?;
+        self.udp.set_read_timeout(Some(wait))?;
+        let mut recv = [0u8; 2048];
+        for i in 0..256 {
+            match self.udp.recv_from(&mut recv) {
+                Ok((n, from)) => {
+                    let now = self.now();
+                    self.client.handle_datagram(now, from, &recv[..n]);
+                }
+                Err(e)
+                    if lockstep::peer::udp::is_timeout(&e)
+                        || lockstep::peer::udp::is_transient(&e) =>
+                {
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+            if i == 0 {
+                self.udp.set_nonblocking(true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the browser sent: hash reports go to the relay, a ping
+    /// is answered, a close ends the view.
+    fn read_browser(&mut self, now: Instant) -> Result<(), End> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match self.ws.read(&mut chunk) {
+                Ok(0) => return Err(End::Browser),
+                Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(End::Browser),
+            }
+            // Frames are taken as they complete, so the buffer holds at
+            // most one frame under the cap and a read's worth.
+            self.take_frames(now)?;
+        }
+        self.take_frames(now)
+    }
+
+    fn take_frames(&mut self, now: Instant) -> Result<(), End> {
+        loop {
+            let (frame, used) = match decode_frame(&self.inbuf, MAX_CLIENT_FRAME) {
+                Ok(Some(f)) => f,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(End::Protocol(e.close_code())),
+            };
+            self.inbuf.drain(..used);
+            match frame.opcode {
+                OP_BINARY => {
+                    for (turn, hash) in hash_reports(&frame.payload) {
+                        // A turn not yet seen or already reported is refused
+                        // by the session, as any spectator's would be.
+                        let _ = self.session.report_hash(turn, hash, Vec::new());
+                    }
+                    self.glue.pump(now, &mut self.session, &mut self.client);
+                }
+                OP_PING => self
+                    .out
+                    .push(OP_PONG, &frame.payload)
+                    .map_err(|Overflow| End::Slow)?,
+                OP_CLOSE => return Err(End::Browser),
+                // Text and pongs mean nothing here.
+                _ => {}
+            }
+        }
+    }
+
+    /// Writes what the browser can take now.
+    fn write_browser(&mut self) -> Result<(), End> {
+        while !self.out.is_empty() {
+            match self.ws.write(self.out.front()) {
+                Ok(0) => return Err(End::Browser),
+                Ok(n) => self.out.consume(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(End::Browser),
+            }
+        }
+        Ok(())
+    }
+
+    /// The session's events into the recording; its bytes and status lines
+    /// into the browser's queue.
+    fn forward_events(&mut self, ended: &mut Option<std::time::Instant>) -> Result<(), End> {
+        while let Some(ev) = self.session.poll_event() {
+            let refused = matches!(ev, Event::Rejected { .. });
+            let over = matches!(ev, Event::MatchEnded { .. });
+            let status = self.rec.handle(ev).map_err(|_| End::Relay)?;
+            let bytes = self.rec.take();
+            if !bytes.is_empty() {
+                self.out.push(OP_BINARY, &bytes).map_err(|_| End::Slow)?;
+            }
+            if let Some(s) = status {
+                self.out
+                    .push(OP_TEXT, s.to_string().as_bytes())
+                    .map_err(|_| End::Slow)?;
+            }
+            if refused {
+                return Err(End::Relay);
+            }
+            if over {
+                ended.get_or_insert_with(std::time::Instant::now);
+            }
+        }
+        Ok(())
+    }
+
+    fn pump_until_done(&mut self) -> End {
+        let mut ended: Option<std::time::Instant> = None;
+        loop {
+            let now = self.now();
+            self.glue.pump(now, &mut self.session, &mut self.client);
+            self.send_datagrams(now);
+            if self.read_datagrams().is_err() {
+                return End::Relay;
+            }
+            let now = self.now();
+            self.client.handle_timeout(now);
+            self.session.handle_timeout(now);
+            self.glue.pump(now, &mut self.session, &mut self.client);
+            if let Err(end) = self.forward_events(&mut ended) {
+                return end;
+            }
+            if let Err(end) = self.read_browser(now) {
+                return end;
+            }
+            if let Err(end) = self.write_browser() {
+                return end;
+            }
+            self.send_datagrams(now);
+            if ended.is_none() && self.glue.disconnected().is_some() {
+                return End::Relay;
+            }
+            if let Some(at) = ended {
+                let flushed = self.out.is_empty() && self.glue.is_flushed(&self.client);
+                if flushed || at.elapsed() > LINGER {
+                    return End::Ended;
+                }
+            }
+        }
+    }
+
+    /// Leaves the match at once (the relay frees the spectator's place
+    /// without a timeout) and closes the WebSocket with a code saying why.
+    fn finish(&mut self, end: &End) {
+        let now = self.now();
+        self.session.leave(now);
+        self.glue.pump(now, &mut self.session, &mut self.client);
+        self.client.disconnect(now);
+        self.send_datagrams(now);
+        let (code, reason): (u16, &str) = match end {
+            End::Browser | End::Ended => (1000, "match over"),
+            End::Slow => (1008, "too slow: dropped"),
+            End::Protocol(code) => (*code, "protocol error"),
+            End::Relay => (1011, "the relay refused or lost the view"),
+        };
+        let mut payload = code.to_be_bytes().to_vec();
+        payload.extend_from_slice(reason.as_bytes());
+        let mut frame = Vec::new();
+        websocket::encode_frame(OP_CLOSE, &payload, &mut frame);
+        // Best effort, bounded: whatever is queued, then the close.
+        let _ = self.ws.set_nonblocking(false);
+        let _ = self.ws.set_write_timeout(Some(StdDuration::from_secs(1)));
+        if !matches!(end, End::Slow | End::Browser) {
+            while !self.out.is_empty() {
+                match self.ws.write(self.out.front()) {
+                    Ok(n) if n > 0 => self.out.consume(n),
+                    _ => break,
+                }
+            }
+        }
+        let _ = self.ws.write_all(&frame);
+        let _ = self.ws.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_reports_are_whole_36_byte_entries() {
+        let mut msg = Vec::new();
+        for t in [7u32, 8] {
+            msg.extend_from_slice(&t.to_le_bytes());
+            msg.extend_from_slice(&[t as u8; 32]);
+        }
+        msg.extend_from_slice(&[1, 2, 3]); // a torn tail is ignored
+        let got: Vec<(Turn, StateHash)> = hash_reports(&msg).collect();
+        assert_eq!(
+            got,
+            vec![(Turn(7), StateHash([7; 32])), (Turn(8), StateHash([8; 32]))]
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! What every server of the replay viewer shares (`replay view`, and
+//! `relay serve --http` for live matches): the page, where the viewer's
+//! WebAssembly module is found, and a minimal HTTP/1.1 request reader and
+//! answer writer on `std::net`, bounded in size and time.
+//!
+//! Use it to serve the viewer from your own tool; the page and module are
+//! the same files either way.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The viewer page: markup, style and script in one file
+/// (`replays/web/index.html`). Served as it is at `/` by `replay view` and
+/// at `/watch` by the relay, which it tells apart by its path.
+pub const VIEWER_PAGE: &str = include_str!("../web/index.html");
+
+/// The command that builds the viewer's module, for error messages and docs.
+pub const BUILD_VIEWER_WASM: &str =
+    "cargo build --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown";
+
+/// Where [`BUILD_VIEWER_WASM`] leaves the module, relative to the directory
+/// of a binary of the same workspace (`target/<profile>/`).
+const WASM_NEAR_EXE: [&str; 2] = [
+    "../wasm32-unknown-unknown/wasm/viewer.wasm",
+    "../wasm32-unknown-unknown/release/viewer.wasm",
+];
+
+/// Finds the viewer's WebAssembly module: `given` (a `--wasm` flag), else
+/// the `LOCKSTEP_VIEWER_WASM` environment variable, else next to the
+/// running binary's target directory. `None` when none of them names a
+/// file; the caller says how to build it ([`missing_wasm_hint`]).
+#[must_use]
+pub fn find_viewer_wasm(given: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = given {
+        return Some(p.to_owned());
+    }
+    if let Some(p) = std::env::var_os("LOCKSTEP_VIEWER_WASM") {
+        return Some(PathBuf::from(p));
+    }
+    let dir = std::env::current_exe().ok()?.parent()?.to_owned();
+    WASM_NEAR_EXE
+        .iter()
+        .map(|rel| dir.join(rel))
+        .find(|p| p.is_file())
+}
+
+/// The line that tells a person how to get the module (with the name of
+/// the flag that points at one).
+#[must_use]
+pub fn missing_wasm_hint(flag: &str) -> String {
+    format!(
+        "the viewer's WebAssembly module is not built: run `rustup target add wasm32-unknown-unknown && {BUILD_VIEWER_WASM}` (or pass {flag} PATH)"
+    )
+}
+
+/// One HTTP request's line and headers (no body: every route is a `GET`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The path with its query, as sent (`/watch?match=3`).
+    pub target: String,
+    /// Header names (lower case) and values, in order.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Request {
+    /// The target without its query.
+    #[must_use]
+    pub fn path(&self) -> &str {
+        self.target.split('?').next().unwrap_or("")
+    }
+
+    /// The value of query parameter `key`, if the target has it.
+    #[must_use]
+    pub fn query(&self, key: &str) -> Option<&str> {
+        let (_, query) = self.target.split_once('?')?;
+        query
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Parses a request's line and headers (up to the blank line).
+    #[must_use]
+    pub fn parse(head: &[u8]) -> Self {
+        let text = String::from_utf8_lossy(head);
+        let mut lines = text.lines();
+        let mut first = lines.next().unwrap_or("").split_whitespace();
+        let method = first.next().unwrap_or("").to_owned();
+        let target = first.next().unwrap_or("").to_owned();
+        let headers = lines
+            .take_while(|l| !l.is_empty())
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        Self {
+            method,
+            target,
+            headers,
+        }
+    }
+}
+
+/// Reads a request's line and headers (to the blank line, or the end of
+/// the stream) by `deadline` and within `max` bytes, reading no byte past
+/// the blank line, so what follows (a WebSocket's first frame) stays in
+/// the stream.
+///
+/// # Errors
+/// `InvalidData` over `max` bytes, `TimedOut` past the deadline, and the
+/// stream's own errors.
+pub fn read_request(stream: &mut TcpStream, deadline: Instant, max: usize) -> io::Result<Request> {
+    let mut buf: Vec<u8> = Vec::with_capacity(512);
+    let ended = |b: &[u8]| b.ends_with(b"\r\n\r\n") || b.ends_with(b"\n\n");
+    let mut byte = [0u8; 1];
+    while !ended(&buf) {
+        if buf.len() >= max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "request too large",
+            ));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "request too slow"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        // Byte by byte: a request head is a few hundred bytes, and nothing
+        // after it may be swallowed.
+        if stream.read(&mut byte)? == 0 {
+            break;
+        }
+        buf.push(byte[0]);
+    }
+    Ok(Request::parse(&buf))
+}
+
+/// Writes a whole answer (`Connection: close`, not cached) and flushes it.
+///
+/// # Errors
+/// The stream's write errors.
+pub fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &[u8]) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_head_parses_into_path_query_and_headers() {
+        let r = Request::parse(
+            b"GET /live?match=12&x=y HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nSec-WebSocket-Key: abc==\r\n\r\n",
+        );
+        assert_eq!(r.method, "GET");
+        assert_eq!(r.path(), "/live");
+        assert_eq!(r.query("match"), Some("12"));
+        assert_eq!(r.query("x"), Some("y"));
+        assert_eq!(r.query("y"), None);
+        assert_eq!(r.header("upgrade"), Some("websocket"));
+        assert_eq!(r.header("SEC-WEBSOCKET-KEY"), Some("abc=="));
+        assert_eq!(Request::parse(b"").path(), "");
+    }
+}
