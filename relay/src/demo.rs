@@ -403,7 +403,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
         std::thread::spawn(move || {
             serve(&relay_socket, cfg, transport, Some(recorder), &stop, |n| {
                 let note = match n {
-                    RelayNote::Event(e) => Note::Event(e.clone()),
+                    RelayNote::Event(e, _) => Note::Event(e.clone()),
                     RelayNote::Recorded(r) => Note::Recorded(r.clone()),
                     RelayNote::RecordError(e) => Note::RecordError(e),
                     RelayNote::Draining { .. }

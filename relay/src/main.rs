@@ -722,8 +722,8 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         ..TransportConfig::default()
     });
     let r = relay::serve::serve_loops(sockets, config, transport, recorders, &opts, &|n| {
-        if let (Some(live), relay::udp::RelayNote::Event(ev)) = (&live, &n) {
-            live.handle_event(ev, replays::format::unix_now_ms());
+        if let (Some(live), relay::udp::RelayNote::Event(ev, unix_ms)) = (&live, &n) {
+            live.handle_event(ev, *unix_ms);
         }
         log_note(&n, a.json, level);
     });

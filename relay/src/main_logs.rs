@@ -26,7 +26,7 @@ impl Level {
 
 pub(crate) fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
     let (at, value) = match n {
-        RelayNote::Event(e) => {
+        RelayNote::Event(e, _) => {
             let at = event_level(e);
             if at > level {
                 return;

@@ -29,8 +29,10 @@ pub fn process_secret() -> io::Result<[u8; 32]> {
 /// What the relay driver reports to its caller, event by event.
 #[derive(Debug)]
 pub enum RelayNote<'a> {
-    /// A router event.
-    Event(&'a RouterEvent),
+    /// A router event, and the wall-clock time (Unix ms) the relay's
+    /// recorder stamps it with (a match's recording and its live view's
+    /// header carry the same start time).
+    Event(&'a RouterEvent, u64),
     /// A match's replay was closed.
     Recorded(&'a Recorded),
     /// Recording failed for a match (the match goes on; reported once per match).

@@ -127,10 +127,10 @@ fn snakes_plays_through_a_real_relay_and_its_recordings_verify() {
                 Some(recorder),
                 &stop,
                 move |note| {
-                    if let relay::udp::RelayNote::Event(relay::RouterEvent::TurnClosed {
-                        turn: Turn(10),
-                        ..
-                    }) = note
+                    if let relay::udp::RelayNote::Event(
+                        relay::RouterEvent::TurnClosed { turn: Turn(10), .. },
+                        _,
+                    ) = note
                         && let Some(tx) = running.take()
                     {
                         let _ = tx.send(());

@@ -399,6 +399,45 @@ impl Bridge {
         }
     }
 
+    /// The rest of the closing handshake, after our close frame: no more
+    /// from us (FIN), then what the browser still sends (hash reports in
+    /// flight) is read and dropped until its close frame or its FIN, for at
+    /// most a second. A socket closed with unread bytes is reset instead,
+    /// and the reset can discard our close frame and the last turns before
+    /// the browser reads them.
+    fn await_close(&mut self) {
+        let _ = self.ws.shutdown(std::net::Shutdown::Write);
+        let _ = self
+            .ws
+            .set_read_timeout(Some(StdDuration::from_millis(100)));
+        let until = std::time::Instant::now() + StdDuration::from_secs(1);
+        let mut chunk = [0u8; 4096];
+        while std::time::Instant::now() < until {
+            loop {
+                match decode_frame(&self.inbuf, MAX_CLIENT_FRAME) {
+                    Ok(Some((frame, used))) => {
+                        self.inbuf.drain(..used);
+                        if frame.opcode == OP_CLOSE {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+            match std::io::Read::read(&mut self.ws, &mut chunk) {
+                Ok(0) => return,
+                Ok(n) => self.inbuf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
     /// Leaves the match at once (the relay frees the spectator's place
     /// without a timeout) and closes the WebSocket with a code saying why.
     fn finish(&mut self, end: &End) {
@@ -429,6 +468,9 @@ impl Bridge {
             }
         }
         let _ = self.ws.write_all(&frame);
+        if !matches!(end, End::Browser) {
+            self.await_close();
+        }
         let _ = self.ws.shutdown(std::net::Shutdown::Both);
     }
 }

@@ -413,10 +413,12 @@ impl<'a> EventLoop<'a> {
         }
         refusal_notes.flush(now, note);
         while let Some(ev) = core.router.poll_event() {
-            note(RelayNote::Event(&ev));
+            // One reading for the log, the live list and the recorder.
+            let unix_ms = unix_now_ms();
+            note(RelayNote::Event(&ev, unix_ms));
             if let Some(rec) = self.recorder.as_mut() {
                 // The recorder reads no clock: the wall-clock time comes from here.
-                match rec.handle(unix_now_ms(), &ev) {
+                match rec.handle(unix_ms, &ev) {
                     Ok(Some(done)) => note(RelayNote::Recorded(&done)),
                     Ok(None) => {}
                     Err(e) => note(RelayNote::RecordError(e.to_string())),
