@@ -287,14 +287,19 @@ mod tests {
         assert_ne!(base, cookie_mac(&[2; 32], a, 10, 20, 30));
     }
 
-    #[test]
-    fn directional_keys_differ_and_mac_binds_counter() {
-        let c = Cookie {
+    /// A cookie with every field set, for the key derivations.
+    fn cookie() -> Cookie {
+        Cookie {
             protocol_id: 1,
             client_salt: 2,
             timestamp: 3,
             mac: [4; COOKIE_LEN],
-        };
+        }
+    }
+
+    #[test]
+    fn directional_keys_differ_and_mac_binds_counter() {
+        let c = cookie();
         let k = conn_keys(&c);
         assert_ne!(k.c2s, k.s2c);
         assert_eq!(k, conn_keys(&c));
@@ -313,12 +318,7 @@ mod tests {
     fn keystreams_differ_by_full_counter_and_by_direction() {
         const TEXT: &[u8; 71] =
             b"a command and a rejoin secret, longer than one 64-byte keystream block.";
-        let c = Cookie {
-            protocol_id: 1,
-            client_salt: 2,
-            timestamp: 3,
-            mac: [4; COOKIE_LEN],
-        };
+        let c = cookie();
         let k = conn_keys(&c);
         let (up, down) = (PayloadCipher::new(&k.c2s), PayloadCipher::new(&k.s2c));
         let stream = |cipher: &PayloadCipher, counter: u64| {
