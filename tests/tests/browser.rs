@@ -168,6 +168,26 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Takes a live viewer place as a browser would (the WebSocket upgrade of
+/// `/live` for the match `href` links to), held until the stream drops.
+fn hold_live_place(addr: std::net::SocketAddr, href: &str) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let id = href.rsplit('=').next().unwrap_or_default();
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the relay's http");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET /live?match={id} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .expect("request");
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).expect("the relay's answer");
+    assert_eq!(&head, b"HTTP/1.1 101", "the upgrade is accepted");
+    s
+}
+
 /// What the page shows and knows, for a failure message.
 fn page_status(browser: &Browser) -> String {
     browser
@@ -195,7 +215,8 @@ fn poll<T>(what: &str, within: std::time::Duration, mut f: impl FnMut() -> Optio
 /// `relay serve --http` with a running match: the page lists it (name,
 /// game, players, turn), its live view (a late spectator: it starts from
 /// the agreed snapshot) draws the players' units, a closed tab frees the
-/// spectator place at once, and at the match's end the page shows the hash
+/// spectator place at once, a refused feed says why on the page (no such
+/// match; every live viewer place taken), and at the match's end the page shows the hash
 /// the relay agreed for the last turn, seeks to an earlier turn with the
 /// relay's hash for it, and every hash the page reported was verified by
 /// the relay as a spectator's.
@@ -221,6 +242,8 @@ fn a_running_match_is_listed_and_watched_live_with_the_relays_hashes() {
             "40",
             "--spectator-delay-ms",
             "300",
+            "--max-live-viewers",
+            "1",
         ],
     );
     let http = relay.metrics_addr();
@@ -305,9 +328,39 @@ fn a_running_match_is_listed_and_watched_live_with_the_relays_hashes() {
     poll("the viewer place freed", Duration::from_secs(20), || {
         (viewers(http) == Some(0)).then_some(())
     });
+
+    // 4. A refused live feed says why: no such match; every place taken.
+    let why = |url: &str| {
+        browser.goto(url).unwrap_or_else(|e| panic!("{e}"));
+        let v = browser
+            .wait_for(
+                "the page's reason for a refused feed",
+                Duration::from_secs(20),
+                "viewer.live() && viewer.live().closed && viewer.live().closed.why",
+            )
+            .unwrap_or_else(|e| panic!("{e}: {}", page_status(&browser)));
+        let shown = browser
+            .eval("return document.getElementById('error').textContent")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v, shown, "the reason is shown on the page");
+        v.as_str().unwrap_or_default().to_owned()
+    };
+    let missing = why(&format!("{base}/watch?match=987654"));
+    assert!(missing.contains("987654 is not running"), "{missing}");
+    let held = hold_live_place(http, &href);
+    assert_eq!(viewers(http), Some(1));
+    let full = why(&live_url);
+    assert!(
+        full.contains("all 1 live viewer places") && full.contains("--max-live-viewers"),
+        "{full}"
+    );
+    drop(held);
+    poll("the held place freed", Duration::from_secs(20), || {
+        (viewers(http) == Some(0)).then_some(())
+    });
     browser.goto(&live_url).unwrap_or_else(|e| panic!("{e}"));
 
-    // 4. At the end the page shows the relay's agreed hash of the last turn.
+    // 5. At the end the page shows the relay's agreed hash of the last turn.
     let done = browser
         .wait_for(
             "the match's end in the live view",

@@ -11,6 +11,7 @@ pub mod framing;
 pub mod hotpath;
 pub mod internal;
 pub mod latency_bench;
+pub mod live_view_bench;
 pub mod machine;
 pub mod net_bench;
 pub mod net_figures;

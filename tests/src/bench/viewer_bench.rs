@@ -3,7 +3,9 @@
 //! (no keyframes), served by `replay view` and measured in the page: how
 //! long the background pass takes to cover it, how long a seek to a random
 //! turn takes before and after that pass, and the work and interval of each
-//! frame while it plays at 1× and 16×.
+//! frame while it plays at 1× and 16×. Then the live view (`relay serve
+//! --http`) of a running 4-player match of about 1,000 units, watched as a
+//! late spectator: the work and interval of each frame.
 
 use super::stats::Summary;
 use crate::browser::{Browser, BrowserBins, ViewerServer};
@@ -42,6 +44,21 @@ pub struct ViewerFigures {
     pub units_drawn: u64,
     /// Per speed (1×, 16×): frame work p50 and p99 (ms), frame interval p50 and p99 (ms), frames.
     pub playing: Vec<(f64, [f64; 4], u64)>,
+    /// The live view of a running match.
+    pub live: LiveFigures,
+}
+
+/// What the live view measured.
+#[derive(Clone, Debug)]
+pub struct LiveFigures {
+    /// Units drawn in the frames measured.
+    pub units_drawn: u64,
+    /// Frame work p50 and p99 (ms), frame interval p50 and p99 (ms).
+    pub frame: [f64; 4],
+    /// Frames measured.
+    pub frames: u64,
+    /// Turns the page received while it was measured.
+    pub turns: u64,
 }
 
 fn num(v: &Value, k: &str) -> f64 {
@@ -176,9 +193,11 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
             stats["measured"].as_u64().unwrap_or(0),
         ));
     }
-    drop(browser);
     drop(server);
+    let live = super::live_view_bench::measure(&browser, &bins, &browser_bins.wasm, &dir, play_ms);
+    drop(browser);
     let _ = std::fs::remove_dir_all(&dir);
+    let live = live?;
     Ok(ViewerFigures {
         turns: TURNS,
         bytes: bytes.len(),
@@ -192,6 +211,7 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
         seeks: Summary::of(&seeks).ok_or("no seek")?,
         units_drawn,
         playing,
+        live,
     })
 }
 
@@ -235,8 +255,13 @@ pub fn markdown(f: &ViewerFigures) -> String {
             f.units_drawn
         ));
     }
+    let l = &f.live;
+    md.push_str(&format!(
+        "| live view (`relay serve --http`, a running match of 4 bot players with {} army units at the start, watched as a late spectator) with up to {} units drawn: work per frame (append, step, draw) | p50 {:.2} ms, p99 {:.2} ms; frame interval p50 {:.1} ms, p99 {:.1} ms ({} frames, {} turns) |\n",
+        UNITS, l.units_drawn, l.frame[0], l.frame[1], l.frame[2], l.frame[3], l.frames, l.turns
+    ));
     md.push_str(
-        "\nA seek restores the nearest keyframe or snapshot the pass left (every 50 turns) and simulates the rest: at most 99 turns before the pass, 49 after it. The frame interval is the browser's own pacing (60 frames per second is 16.7 ms); the work is what the page does in a frame (step, hash, draw, the entity table and plot when due). Both are taken over the played frames only, from turn 40, once the background pass is over (while it runs, it takes a slice of up to 4 ms of every frame that plays, 12 ms of every paused one).\n",
+        "\nA seek restores the nearest keyframe or snapshot the pass left (every 50 turns) and simulates the rest: at most 99 turns before the pass, 49 after it. The frame interval is the browser's own pacing (60 frames per second is 16.7 ms); the work is what the page does in a frame (step, hash, draw, the entity table and plot when due). Both are taken over the played frames only, from turn 40, once the background pass is over (while it runs, it takes a slice of up to 4 ms of every frame that plays, 12 ms of every paused one). The live match is the reference game started from `sim::scenarios::armies` instead of the standard map (a `Simulation` wrapper in the benchmark, as any game would bring its own): 4 in-process peers with bots at 300 APM play 100 ms turns through the release relay over loopback, on the same two cores as the browser; the page joins once a snapshot is agreed (every 20 turns), starts from it, and plays each turn as it arrives, 300 ms behind the players (`--spectator-delay-ms`).\n",
     );
     md
 }
