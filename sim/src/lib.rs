@@ -44,6 +44,7 @@ pub mod arena;
 pub mod bot;
 pub mod check;
 mod contract;
+pub mod culling;
 mod decoded_turn;
 pub mod forensics;
 pub mod game;

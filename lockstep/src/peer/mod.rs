@@ -48,7 +48,8 @@ pub use crate::proto::{
 pub use crate::session::{LinkFigures, PlayoutConfig, SessionError, SessionStats};
 pub use crate::transport::{CongestionConfig, CongestionMode, LinkStats, TransportConfig};
 pub use speculation::{
-    CloneFork, SnapshotFork, Speculation, SpeculationConfig, SpeculationHook, SpeculationStats,
+    CloneFork, CullToArea, SnapshotFork, Speculation, SpeculationConfig, SpeculationHook,
+    SpeculationStats, ViewArea,
 };
 pub use summary::{
     DesyncSummary, LatencyMs, PeerRefusal, PeerSummary, SpeculationSummary, progress_line,

@@ -20,9 +20,11 @@
 //! frame is bounded by construction, so there is no death spiral.
 
 use crate::time::{Duration, Instant};
+use sim::culling::CulledStep;
 use sim::forensics::{EntityHash, diff_entities, entities_match_section};
 use sim::{PlayerId, SectionHash, Simulation, Stamped, Turn};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 /// Own-feedback samples kept for the percentiles.
 const FEEDBACK_SAMPLES: usize = 4096;
@@ -79,6 +81,121 @@ pub trait SpeculationHook<S: Simulation>: Send {
     /// counted against what it computes.
     fn step(&mut self, world: &mut S, turn: Turn, inputs: &[Stamped<S::Command>]) {
         world.step(turn, inputs);
+    }
+
+    /// The entity hashes of `section` the correction probe keeps after the
+    /// first speculative turn, and whether they are the whole section
+    /// (default: [`Simulation::entity_hashes`], the whole section). A hook
+    /// whose `step` skips entities lists only those it stepped (`false`),
+    /// and only those are compared with the confirmed world.
+    fn probe(&mut self, world: &S, section: &str) -> (Vec<EntityHash>, bool) {
+        (world.entity_hashes(section), true)
+    }
+
+    /// Whether the speculative world no longer suits the view and must be
+    /// forked again at this frame, though no turn was confirmed (default:
+    /// never; [`CullToArea`]: the camera moved).
+    fn stale(&mut self) -> bool {
+        false
+    }
+}
+
+/// The area a [`CullToArea`] view steps, shared between the hook and the
+/// game's renderer, which sets it from its camera every frame or when the
+/// camera moves. `None`: the whole world.
+#[derive(Debug, Default)]
+pub struct ViewArea<A>(Arc<Mutex<Option<A>>>);
+
+impl<A> Clone for ViewArea<A> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<A: Clone> ViewArea<A> {
+    /// A shared area, `None` for the whole world.
+    #[must_use]
+    pub fn new(area: Option<A>) -> Self {
+        Self(Arc::new(Mutex::new(area)))
+    }
+
+    /// Sets the area the next speculative steps cover.
+    pub fn set(&self, area: Option<A>) {
+        // A renderer that panicked holding the lock left a plain value: use it.
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = area;
+    }
+
+    /// The area now.
+    #[must_use]
+    pub fn get(&self) -> Option<A> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Prediction culling for a game that implements
+/// [`sim::culling::CulledStep`]: forks only what a view of the
+/// [`ViewArea`] (the screen) needs and steps only the entities within it,
+/// so a view of a world of thousands of units re-derives within a frame.
+/// What is off screen is not in the speculative world (draw it from the
+/// confirmed one) or keeps its confirmed state; corrections are counted
+/// over the entities on screen. Without an area it forks by `Clone` like
+/// [`CloneFork`] and steps everything.
+///
+/// Use it when whole speculative steps fall back (the speculation's
+/// `fallbacks` grow): a few thousand units or more.
+#[derive(Debug)]
+pub struct CullToArea<S: CulledStep> {
+    area: ViewArea<S::Area>,
+    /// The area of the current derivation: one area for all its steps and
+    /// its probe, whatever the renderer sets meanwhile.
+    current: Option<S::Area>,
+}
+
+impl<S: CulledStep> CullToArea<S> {
+    /// A hook stepping what `area` holds.
+    #[must_use]
+    pub const fn new(area: ViewArea<S::Area>) -> Self {
+        Self {
+            area,
+            current: None,
+        }
+    }
+}
+
+impl<S: CulledStep + Clone> SpeculationHook<S> for CullToArea<S> {
+    fn fork(&mut self, confirmed: &S, into: &mut Option<S>) -> bool {
+        self.current = self.area.get();
+        match &self.current {
+            Some(area) => {
+                confirmed.fork_within(area, into);
+                true
+            }
+            None => CloneFork.fork(confirmed, into),
+        }
+    }
+
+    fn step(&mut self, world: &mut S, turn: Turn, inputs: &[Stamped<S::Command>]) {
+        match &self.current {
+            Some(area) => world.step_culled(turn, inputs, area),
+            None => world.step(turn, inputs),
+        }
+    }
+
+    fn stale(&mut self) -> bool {
+        self.area.get() != self.current
+    }
+
+    fn probe(&mut self, world: &S, section: &str) -> (Vec<EntityHash>, bool) {
+        match &self.current {
+            Some(area) => (world.entity_hashes_within(section, area), false),
+            None => (world.entity_hashes(section), true),
+        }
     }
 }
 
@@ -162,7 +279,8 @@ struct Pending<C> {
 #[derive(Debug)]
 struct Probe {
     turn: Turn,
-    sections: Vec<(String, Vec<EntityHash>)>,
+    /// Per section: the entity hashes, and whether they are the whole section.
+    sections: Vec<(String, Vec<EntityHash>, bool)>,
 }
 
 /// The speculative view of game `S`: a disposable world forked from the
@@ -407,7 +525,7 @@ impl<S: Simulation> Speculation<S> {
         // Each reading of the clock ends one piece of work and starts the
         // next: `last` is the latest.
         let mut last = start;
-        if self.base != Some(next) || self.world.is_none() {
+        if self.base != Some(next) || self.world.is_none() || self.hook.stale() {
             if !self.fits(Duration::ZERO, self.fork_cost.estimate()) {
                 self.stats.fallbacks += 1;
                 return false;
@@ -443,13 +561,18 @@ impl<S: Simulation> Speculation<S> {
                     self.section_names =
                         world.section_hashes().into_iter().map(|s| s.name).collect();
                 }
+                let hook = &mut self.hook;
+                let sections = self
+                    .section_names
+                    .iter()
+                    .map(|name| {
+                        let (hashes, whole) = hook.probe(world, name);
+                        (name.clone(), hashes, whole)
+                    })
+                    .collect();
                 self.probe = Some(Probe {
                     turn: next,
-                    sections: self
-                        .section_names
-                        .iter()
-                        .map(|name| (name.clone(), world.entity_hashes(name)))
-                        .collect(),
+                    sections,
                 });
             }
             let after = clock();
@@ -547,20 +670,34 @@ impl<S: Simulation> Speculation<S> {
         self.stats.compared_turns += 1;
         let mut wrong: Vec<(String, u64)> = Vec::new();
         for s in sections {
-            let spec = probe
+            let (spec, whole) = probe
                 .sections
                 .iter()
-                .find(|(n, _)| *n == s.name)
-                .map_or(&[][..], |(_, e)| &e[..]);
-            if entities_match_section(spec, &s.hash) {
-                continue;
+                .find(|(n, _, _)| *n == s.name)
+                .map_or((&[][..], true), |(_, e, whole)| (&e[..], *whole));
+            if whole {
+                if entities_match_section(spec, &s.hash) {
+                    continue;
+                }
+                let conf = confirmed.entity_hashes(&s.name);
+                wrong.extend(
+                    diff_entities(spec, &conf)
+                        .into_iter()
+                        .map(|id| (s.name.clone(), id)),
+                );
+            } else if !spec.is_empty() {
+                // Only the entities the view stepped: each must be in the
+                // confirmed world with the same hash (lists sorted by id).
+                let conf = confirmed.entity_hashes(&s.name);
+                wrong.extend(
+                    spec.iter()
+                        .filter(|x| {
+                            conf.binary_search_by_key(&x.id, |y| y.id)
+                                .map_or(true, |k| conf[k].hash != x.hash)
+                        })
+                        .map(|x| (s.name.clone(), x.id)),
+                );
             }
-            let conf = confirmed.entity_hashes(&s.name);
-            wrong.extend(
-                diff_entities(spec, &conf)
-                    .into_iter()
-                    .map(|id| (s.name.clone(), id)),
-            );
         }
         if wrong.is_empty() {
             self.streaks.clear();
@@ -858,5 +995,68 @@ mod tests {
         }
         assert_eq!(spec.stats().mispredicted_turns, 1);
         assert_eq!(spec.stats().max_correction_turns, 1);
+    }
+
+    /// With prediction culling, only the entities on screen are compared:
+    /// another player's command off screen corrects nothing, the same
+    /// command on screen is counted as without culling.
+    #[test]
+    fn a_culled_view_counts_corrections_on_screen_only() {
+        use sim::game::TileRect;
+        let base = world();
+        let theirs = order(&base, PlayerId(1));
+        let Command::Move { units, .. } = &theirs else {
+            unreachable!("order() makes a move")
+        };
+        let tile_of = |pred: &dyn Fn(&sim::game::Entity) -> bool| {
+            base.entities().iter().find(|e| pred(e)).unwrap().pos.tile()
+        };
+        let moved = tile_of(&|e| e.id == units[0]);
+        let mine = tile_of(&|e| e.owner == Some(ME) && e.kind == sim::game::UnitKind::Base);
+        let corrections = |screen: (u16, u16)| {
+            let mut confirmed = world();
+            let area = ViewArea::new(Some(TileRect::around(screen.0, screen.1, 12, 12)));
+            let mut spec = Speculation::<World>::with_hook(generous(), CullToArea::new(area));
+            let mut clock = ticking(Duration::from_micros(10));
+            for t in 0..6u32 {
+                spec.handle_frame(Instant::ZERO, &confirmed, Turn(t), Turn(t + 2), &mut clock);
+                let inputs = if t == 3 {
+                    vec![Stamped {
+                        player: PlayerId(1),
+                        seq: 0,
+                        command: theirs.clone(),
+                    }]
+                } else {
+                    Vec::new()
+                };
+                confirmed.step(Turn(t), &inputs);
+                let sections = confirmed.section_hashes();
+                spec.handle_confirmed(Instant::ZERO, Turn(t), &confirmed, &sections, 0);
+            }
+            assert_eq!(spec.stats().compared_turns, 6);
+            spec.stats().corrections
+        };
+        assert_eq!(corrections(mine), 0, "the move was off screen");
+        assert!(corrections(moved) >= 1, "the move was on screen");
+    }
+
+    /// The camera moving forks the view again at the next frame; a still
+    /// camera does not.
+    #[test]
+    fn a_culled_view_forks_again_when_the_camera_moves() {
+        use sim::game::TileRect;
+        let confirmed = world();
+        let area = ViewArea::new(Some(TileRect::around(10, 10, 12, 12)));
+        let mut spec = Speculation::<World>::with_hook(generous(), CullToArea::new(area.clone()));
+        let mut clock = ticking(Duration::from_micros(10));
+        let mut frame = |spec: &mut Speculation<World>| {
+            assert!(spec.handle_frame(Instant::ZERO, &confirmed, Turn(0), Turn(2), &mut clock));
+            spec.stats().forks
+        };
+        assert_eq!(frame(&mut spec), 1);
+        assert_eq!(frame(&mut spec), 1, "a still camera");
+        area.set(Some(TileRect::around(30, 30, 12, 12)));
+        assert_eq!(frame(&mut spec), 2, "the camera moved");
+        assert_eq!(frame(&mut spec), 2);
     }
 }

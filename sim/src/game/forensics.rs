@@ -25,6 +25,27 @@ pub(crate) fn entity_hashes(w: &World, section: &str) -> Vec<EntityHash> {
     }
 }
 
+/// [`entity_hashes`] of the entities within `area` only (none for the
+/// globals and the map): what a culled speculative step computed.
+pub(crate) fn entity_hashes_within(
+    w: &World,
+    section: &str,
+    area: &super::culling::TileRect,
+) -> Vec<EntityHash> {
+    let Some(b) = entity_block_of(section) else {
+        return Vec::new();
+    };
+    if b >= w.s.next_id.div_ceil(ENTITY_BLOCK).max(1) {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    block(w, b)
+        .iter()
+        .filter(|e| area.holds(e.pos))
+        .flat_map(|e| entity_leaves(std::slice::from_ref(e), &mut buf))
+        .collect()
+}
+
 fn whole(sections: Vec<SectionHash>, name: &str) -> Vec<EntityHash> {
     sections
         .into_iter()

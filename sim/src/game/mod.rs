@@ -3,6 +3,7 @@
 //! drive them. [`World`] implements [`crate::Simulation`].
 
 mod command;
+mod culling;
 mod flow;
 mod forensics;
 mod grid;
@@ -12,6 +13,7 @@ mod systems;
 pub(crate) mod world;
 
 pub use command::{Command, MAX_PATH_COMMANDS_PER_TURN, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
+pub use culling::TileRect;
 pub use map::{Map, MapConfig, Tile};
 pub use world::{
     Entity, Order, Outcome, PlayerState, PlayerSummary, RejectStats, World, WorldSummary,

@@ -6,6 +6,7 @@
 //! training → damage → separation → removal of the dead and win check.
 
 use super::command::{Command, MAX_PATH_COMMANDS_PER_TURN, MAX_TRAIN_COUNT, MAX_UNITS_PER_COMMAND};
+use super::culling::TileRect;
 use super::systems::{self, Goal, Plan};
 use super::world::{Entity, Order, Outcome, World};
 use super::{MAX_QUEUE, UnitKind};
@@ -14,6 +15,18 @@ use std::collections::BTreeSet;
 
 impl World {
     pub(crate) fn step_turn(&mut self, turn: Turn, inputs: &[Stamped<Command>]) {
+        self.step_turn_in(turn, inputs, None);
+    }
+
+    /// [`World::step_turn`], with only the units inside `area` planning,
+    /// acting and being pushed apart when it is given (a speculative view's
+    /// prediction culling: `super::culling`). Commands apply everywhere.
+    pub(crate) fn step_turn_in(
+        &mut self,
+        turn: Turn,
+        inputs: &[Stamped<Command>],
+        area: Option<&TileRect>,
+    ) {
         // Canonical order: player, then seq; exact duplicates of (player, seq)
         // are further ordered by their encoded bytes so arrival order never matters.
         let mut keyed: Vec<(PlayerId, u16, Vec<u8>, &Command)> = inputs
@@ -47,7 +60,7 @@ impl World {
             self.apply(player, cmd);
         }
         for _ in 0..self.ticks_per_turn() {
-            self.tick_once();
+            self.tick_once(area);
         }
         self.s.last_turn = Some(turn);
     }
@@ -226,12 +239,12 @@ impl World {
     }
 
     /// One simulation tick.
-    pub(crate) fn tick_once(&mut self) {
+    pub(crate) fn tick_once(&mut self, area: Option<&TileRect>) {
         self.s.tick = self.s.tick.wrapping_add(1);
         let (w, h) = (self.s.map.width(), self.s.map.height());
         self.cache.grid.rebuild(w, h, &self.s.entities);
 
-        let plans: Vec<Plan> = systems::plan_all(&self.s, &self.cache.grid);
+        let plans: Vec<Plan> = systems::plan_all(&self.s, &self.cache.grid, area);
 
         let dests: BTreeSet<(u16, u16)> = plans
             .iter()
@@ -262,7 +275,7 @@ impl World {
             e.hp = e.hp.saturating_sub(*d);
         }
         self.cache.grid.rebuild(w, h, &self.s.entities);
-        systems::movement::separate(&mut self.s, &self.cache.grid);
+        systems::movement::separate(&mut self.s, &self.cache.grid, area);
         self.remove_dead();
     }
 

@@ -7,6 +7,7 @@ pub(crate) mod economy;
 pub(crate) mod movement;
 
 use super::UnitKind;
+use super::culling::TileRect;
 use super::flow::FlowCache;
 use super::grid::Grid;
 use super::map::Map;
@@ -136,14 +137,15 @@ fn walk_to(map: &Map, from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
     }
 }
 
-/// Plans every entity's tick from the start-of-tick state.
-pub(crate) fn plan_all(s: &State, grid: &Grid) -> Vec<Plan> {
+/// Plans every entity's tick from the start-of-tick state; with an `area`,
+/// only the units inside it (the others idle: prediction culling).
+pub(crate) fn plan_all(s: &State, grid: &Grid, area: Option<&TileRect>) -> Vec<Plan> {
     let marks = Landmarks::of(s);
     s.entities
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            if e.kind.is_mobile() && e.alive() {
+            if e.kind.is_mobile() && e.alive() && area.is_none_or(|a| a.holds(e.pos)) {
                 plan_unit(s, grid, &marks, i)
             } else {
                 Plan::IDLE

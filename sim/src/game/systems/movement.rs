@@ -2,6 +2,7 @@
 //! clear and downhill), sliding along rock, and separation so units do not
 //! stack. Everything is integer fixed-point; no square roots in separation.
 
+use super::super::culling::TileRect;
 use super::super::flow::{FlowCache, UNREACHABLE};
 use super::super::grid::Grid;
 use super::super::map::Map;
@@ -79,11 +80,12 @@ fn slide(map: &Map, from: Vec2, to: Vec2) -> Vec2 {
 
 /// Pushes overlapping mobile units apart. Pushes are computed from the
 /// positions at the start of the pass and applied afterwards, so the result
-/// does not depend on iteration order.
-pub(crate) fn separate(s: &mut State, grid: &Grid) {
+/// does not depend on iteration order. With an `area`, only the units
+/// inside it are pushed (prediction culling).
+pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
     let mut pushes: Vec<(usize, Vec2)> = Vec::new();
     for (i, e) in s.entities.iter().enumerate() {
-        if !e.kind.is_mobile() || !e.alive() {
+        if !e.kind.is_mobile() || !e.alive() || area.is_some_and(|a| !a.holds(e.pos)) {
             continue;
         }
         let ri = e.kind.stats().radius;
