@@ -109,6 +109,9 @@ pub enum Event {
     InputRefused {
         /// The turn the input was meant for.
         turn: Turn,
+        /// When each of its chunks was submitted (`Session::submit_commands`
+        /// calls, in order): which of the game's submissions were dropped.
+        submitted: Vec<crate::Instant>,
     },
     /// The relay asks for desync forensics about a past turn: answer with
     /// `Session::answer_forensics` from the state kept for that turn (the

@@ -430,7 +430,13 @@ impl<S: Simulation> GameSession<S> {
                 }
             }
             Event::LateInput { turn, landed_in } => PeerEvent::LateInput { turn, landed_in },
-            Event::InputRefused { turn } => PeerEvent::InputRefused { turn },
+            Event::InputRefused { turn, submitted } => {
+                if let Some(spec) = self.speculation.as_mut() {
+                    // The view must not keep showing commands that will never play.
+                    spec.handle_refused(&submitted);
+                }
+                PeerEvent::InputRefused { turn }
+            }
             Event::MatchEnded { turn, reason } => {
                 self.completed = reason == EndReason::Completed;
                 self.ended = Some(reason);

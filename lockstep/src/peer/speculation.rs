@@ -257,6 +257,9 @@ pub struct SpeculationStats {
     /// Own commands dropped from the view unconfirmed
     /// ([`SpeculationConfig::forget_after`]).
     pub forgotten: u64,
+    /// Own commands dropped from the view because the relay refused their
+    /// input ([`Speculation::handle_refused`]).
+    pub refused: u64,
 }
 
 /// One own command waiting for its confirmed turn.
@@ -445,6 +448,20 @@ impl<S: Simulation> Speculation<S> {
             shown: false,
             frames: 0,
         });
+    }
+
+    /// The relay refused own submissions made at `submitted` (the session's
+    /// `InputRefused`): they will be in no bundle, so they leave the view
+    /// (at the next frame) and no later confirmed chunk retires them.
+    pub fn handle_refused(&mut self, submitted: &[Instant]) {
+        for at in submitted {
+            if let Some(i) = self.own.iter().position(|p| p.at == *at) {
+                self.own.remove(i);
+                self.stats.refused += 1;
+                // The speculative world may hold it already.
+                self.base = None;
+            }
+        }
     }
 
     /// The confirmed world was stepped through `turn` (whose section hashes
@@ -1058,5 +1075,53 @@ mod tests {
         area.set(Some(TileRect::around(30, 30, 12, 12)));
         assert_eq!(frame(&mut spec), 2, "the camera moved");
         assert_eq!(frame(&mut spec), 2);
+    }
+
+    /// A command whose input the relay refused leaves the view at the next
+    /// frame, and the next confirmed own chunk retires the command it
+    /// carries, not the refused one.
+    #[test]
+    fn a_refused_command_leaves_the_view_and_the_next_chunk_retires_its_own() {
+        let confirmed = world();
+        let cmd = order(&confirmed, ME);
+        let mut spec = Speculation::<World>::new(generous());
+        let mut clock = ticking(Duration::from_micros(10));
+        let (refused, kept) = (Instant::from_millis(5), Instant::from_millis(6));
+        spec.handle_submit(refused, ME, Turn(1), vec![cmd.clone()]);
+        spec.handle_submit(kept, ME, Turn(2), vec![cmd.clone()]);
+        assert!(spec.handle_frame(
+            Instant::from_millis(16),
+            &confirmed,
+            Turn(0),
+            Turn(2),
+            &mut clock
+        ));
+        let both = stepped(confirmed.clone(), 0..=2, Some((1, &cmd)));
+        assert_eq!(spec.view(&confirmed).state_hash(), both.state_hash());
+
+        spec.handle_refused(&[refused, Instant::from_millis(99)]);
+        assert_eq!((spec.pending(), spec.stats().refused), (1, 1));
+        assert!(spec.handle_frame(
+            Instant::from_millis(32),
+            &confirmed,
+            Turn(0),
+            Turn(2),
+            &mut clock
+        ));
+        let kept_only = stepped(confirmed.clone(), 0..=2, Some((2, &cmd)));
+        assert_eq!(spec.view(&confirmed).state_hash(), kept_only.state_hash());
+        assert_ne!(kept_only.state_hash(), both.state_hash());
+
+        // The kept command's chunk arrives: nothing is left pending.
+        let mut next = confirmed.clone();
+        next.step(Turn(0), &[]);
+        spec.handle_confirmed(
+            Instant::from_millis(40),
+            Turn(0),
+            &next,
+            &next.section_hashes(),
+            1,
+        );
+        assert_eq!(spec.pending(), 0);
     }
 }

@@ -400,12 +400,24 @@ impl Session {
                 if let Phase::Running(r) = &mut self.phase {
                     self.stats.inputs_refused += 1;
                     // Its commands are never played: no latency sample.
-                    r.awaiting_late.remove(&turn);
-                    if r.playout.is_some() {
+                    let submitted = if r.playout.is_some() {
                         // Under the relay's clock `turn` is our input's sequence.
-                        r.ledger.refuse(turn.0);
-                    }
-                    self.events.push_back(Event::InputRefused { turn });
+                        r.ledger.refuse(turn.0)
+                    } else {
+                        // Waiting as late, or (the notice came before the
+                        // turn ran) still in flight for it.
+                        let mut times = r.awaiting_late.remove(&turn).unwrap_or_default();
+                        if let Some(list) = r.in_flight.get_mut(&turn) {
+                            times.extend(list.iter().filter(|f| f.own).map(|f| f.at));
+                            list.retain(|f| !f.own);
+                            if list.is_empty() {
+                                r.in_flight.remove(&turn);
+                            }
+                        }
+                        times
+                    };
+                    self.events
+                        .push_back(Event::InputRefused { turn, submitted });
                 }
             }
             ToPeer::Waiting { turn, players } => {

@@ -198,9 +198,16 @@ impl Ledger {
         seq
     }
 
-    /// The relay refused input `seq`: its chunks will be in no bundle.
-    pub(crate) fn refuse(&mut self, seq: u32) {
-        self.sent.retain(|(s, _)| *s != seq);
+    /// The relay refused input `seq`: its chunks will be in no bundle. Their
+    /// submit times, oldest first.
+    pub(crate) fn refuse(&mut self, seq: u32) -> Vec<Instant> {
+        let Some(i) = self.sent.iter().position(|(s, _)| *s == seq) else {
+            return Vec::new();
+        };
+        self.sent
+            .remove(i)
+            .map(|(_, times)| times.into())
+            .unwrap_or_default()
     }
 
     /// The submit times of our next `n` chunks, which a bundle carried.
@@ -333,7 +340,8 @@ mod tests {
         let b = l.record([ms(3)].into());
         let _c = l.record([ms(4), ms(5)].into());
         assert_eq!((a, b), (0, 1));
-        l.refuse(b);
+        assert_eq!(l.refuse(b), vec![ms(3)]);
+        assert!(l.refuse(b).is_empty(), "refused once");
         assert_eq!(l.take(1), vec![ms(1)]);
         assert_eq!(l.take(2), vec![ms(2), ms(4)]);
         assert_eq!(l.take(5), vec![ms(5)]);

@@ -316,3 +316,48 @@ fn a_late_notice_before_the_intended_turn_still_counts_the_latency() {
     assert_eq!(st.latency_samples, 1);
     assert_eq!(st.latency_p50, Duration::from_millis(400));
 }
+
+/// A refused input's event names when its chunks were submitted, whether
+/// the notice comes before the intended turn runs or after it ran without
+/// them; those chunks then count neither as played nor as late.
+#[test]
+fn a_refused_input_names_its_chunks_submit_times() {
+    for before_the_turn in [true, false] {
+        let t0 = Instant::from_millis(1000);
+        let mut s = started(t0);
+        drain(&mut s);
+        let (a, b) = (t0, t0 + Duration::from_millis(1));
+        s.submit(a, vec![7]).unwrap();
+        s.submit(b, vec![8]).unwrap();
+        s.handle_message(t0, &bundle(0));
+        s.handle_timeout(t0 + Duration::from_millis(200));
+        drain(&mut s);
+        let refused = ToPeer::InputRefused { turn: Turn(1) }.to_bytes();
+        let at = t0 + Duration::from_millis(210);
+        if before_the_turn {
+            s.handle_message(at, &refused);
+        }
+        s.handle_message(at, &bundle(1));
+        s.handle_timeout(t0 + Duration::from_millis(400));
+        if !before_the_turn {
+            s.handle_message(t0 + Duration::from_millis(400), &refused);
+        }
+        let (_, ev) = drain(&mut s);
+        let submitted: Vec<Vec<Instant>> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::InputRefused { turn, submitted } if *turn == Turn(1) => {
+                    Some(submitted.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            submitted,
+            vec![vec![a, b]],
+            "before the turn: {before_the_turn}"
+        );
+        let st = s.stats(t0 + Duration::from_millis(400));
+        assert_eq!((st.inputs_refused, st.latency_samples), (1, 0));
+    }
+}
