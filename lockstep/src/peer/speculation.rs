@@ -979,9 +979,28 @@ mod tests {
     /// entities it moves; a turn that went as predicted corrects nothing.
     #[test]
     fn corrections_count_the_entities_another_players_command_changed() {
+        let mut spec = Speculation::<World>::new(generous());
+        six_turns_with_their_move(&mut spec, |t, s| {
+            assert_eq!(s.compared_turns, u64::from(t) + 1);
+            if t < 3 {
+                assert_eq!(s.corrections, 0, "turn {t}");
+            } else {
+                assert!(s.corrections >= 1, "turn {t}");
+            }
+        });
+        assert_eq!(spec.stats().mispredicted_turns, 1);
+        assert_eq!(spec.stats().max_correction_turns, 1);
+    }
+
+    /// Six turns of the skirmish confirmed one by one, with a move of
+    /// player 1's (predicted as none) at turn 3, a frame before each; `each`
+    /// sees the stats after each turn.
+    fn six_turns_with_their_move(
+        spec: &mut Speculation<World>,
+        mut each: impl FnMut(u32, SpeculationStats),
+    ) {
         let mut confirmed = world();
         let theirs = order(&confirmed, PlayerId(1));
-        let mut spec = Speculation::<World>::new(generous());
         let mut clock = ticking(Duration::from_micros(10));
         for t in 0..6u32 {
             spec.handle_frame(Instant::ZERO, &confirmed, Turn(t), Turn(t + 2), &mut clock);
@@ -995,23 +1014,10 @@ mod tests {
                 Vec::new()
             };
             confirmed.step(Turn(t), &inputs);
-            spec.handle_confirmed(
-                Instant::ZERO,
-                Turn(t),
-                &confirmed,
-                &confirmed.section_hashes(),
-                0,
-            );
-            let s = spec.stats();
-            assert_eq!(s.compared_turns, u64::from(t) + 1);
-            if t < 3 {
-                assert_eq!(s.corrections, 0, "turn {t}");
-            } else {
-                assert!(s.corrections >= 1, "turn {t}");
-            }
+            let sections = confirmed.section_hashes();
+            spec.handle_confirmed(Instant::ZERO, Turn(t), &confirmed, &sections, 0);
+            each(t, spec.stats());
         }
-        assert_eq!(spec.stats().mispredicted_turns, 1);
-        assert_eq!(spec.stats().max_correction_turns, 1);
     }
 
     /// With prediction culling, only the entities on screen are compared:
@@ -1031,25 +1037,9 @@ mod tests {
         let moved = tile_of(&|e| e.id == units[0]);
         let mine = tile_of(&|e| e.owner == Some(ME) && e.kind == sim::game::UnitKind::Base);
         let corrections = |screen: (u16, u16)| {
-            let mut confirmed = world();
             let area = ViewArea::new(Some(TileRect::around(screen.0, screen.1, 12, 12)));
             let mut spec = Speculation::<World>::with_hook(generous(), CullToArea::new(area));
-            let mut clock = ticking(Duration::from_micros(10));
-            for t in 0..6u32 {
-                spec.handle_frame(Instant::ZERO, &confirmed, Turn(t), Turn(t + 2), &mut clock);
-                let inputs = if t == 3 {
-                    vec![Stamped {
-                        player: PlayerId(1),
-                        seq: 0,
-                        command: theirs.clone(),
-                    }]
-                } else {
-                    Vec::new()
-                };
-                confirmed.step(Turn(t), &inputs);
-                let sections = confirmed.section_hashes();
-                spec.handle_confirmed(Instant::ZERO, Turn(t), &confirmed, &sections, 0);
-            }
+            six_turns_with_their_move(&mut spec, |_, _| {});
             assert_eq!(spec.stats().compared_turns, 6);
             spec.stats().corrections
         };

@@ -8,17 +8,15 @@
 //! a `Simulation` wrapper, as any game on the contract would be, with the
 //! reference game's id so the page draws it.
 
+use super::scenario_game::{Scenario, ScenarioBot, Start};
 use super::viewer_bench::{LiveFigures, UNITS};
 use crate::browser::Browser;
 use crate::harness::{Bins, Relay};
 use lockstep::peer::PeerBuilder;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
 use serde_json::Value;
-use sim::forensics::{EntityHash, Field};
-use sim::game::{Command, World};
-use sim::{
-    Agent, MatchSetup, PlayerId, SectionHash, Simulation, SnapshotError, Stamped, StateHash, Turn,
-};
+use sim::game::World;
+use sim::{MatchSetup, Simulation};
 use std::net::UdpSocket;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,54 +27,18 @@ const PLAYERS: u8 = 4;
 /// Turns the live match may last (it is stopped once measured).
 const TURNS: u32 = 1_800;
 
-/// The reference RTS started from `armies(players, UNITS, seed)`.
-struct Armies(World);
+/// The reference RTS started from `armies(players, UNITS, seed)`, with the
+/// reference game's id so the page draws it.
+struct ArmiesStart;
 
-impl Simulation for Armies {
-    type Command = Command;
+impl Start for ArmiesStart {
     const GAME_ID: &'static str = World::GAME_ID;
-    const GAME_VERSION: u32 = World::GAME_VERSION;
-
-    fn new(setup: &MatchSetup) -> Self {
-        Self(sim::scenarios::armies(setup.players, UNITS, setup.seed))
-    }
-    fn rules_hash(&self) -> StateHash {
-        self.0.rules_hash()
-    }
-    fn step(&mut self, turn: Turn, inputs: &[Stamped<Command>]) {
-        self.0.step(turn, inputs);
-    }
-    fn state_hash(&self) -> StateHash {
-        self.0.state_hash()
-    }
-    fn section_hashes(&self) -> Vec<SectionHash> {
-        self.0.section_hashes()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.0.snapshot()
-    }
-    fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
-        World::restore(bytes).map(Self)
-    }
-    fn entity_hashes(&self, section: &str) -> Vec<EntityHash> {
-        self.0.entity_hashes(section)
-    }
-    fn entity_fields(&self, section: &str, id: u64) -> Option<Vec<Field>> {
-        self.0.entity_fields(section, id)
+    fn world(setup: &MatchSetup) -> World {
+        sim::scenarios::armies(setup.players, UNITS, setup.seed)
     }
 }
 
-/// The reference game's bot, playing the wrapped world.
-struct ArmiesBot(sim::bot::Bot);
-
-impl Agent<Armies> for ArmiesBot {
-    fn player(&self) -> PlayerId {
-        self.0.player()
-    }
-    fn think(&mut self, world: &Armies, turn: Turn) -> Vec<Command> {
-        self.0.think(&world.0, turn)
-    }
-}
+type Armies = Scenario<ArmiesStart>;
 
 fn num(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or(f64::NAN)
@@ -131,7 +93,7 @@ pub fn measure(
                     };
                     play(
                         &mut udp,
-                        |p| ArmiesBot(sim::bot::Bot::new(p, seed, 300)),
+                        |p| ScenarioBot::<ArmiesStart>::new(p, seed, 300),
                         &opts,
                         stop,
                         |_, _| {},

@@ -10,6 +10,7 @@
 //! snapshots of a few hundred KB). A second table shows what snapshot
 //! uploads cost the players who upload them.
 
+use super::scenario_game::{Scenario, ScenarioBot, Start};
 use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
@@ -18,60 +19,27 @@ use lockstep::{Duration, Instant};
 use relay::RelayConfig;
 use relay::endpoint::RelayEndpoint;
 use sim::game::{Command, World};
-use sim::{
-    Agent, MatchSetup, PlayerId, SectionHash, Simulation, SnapshotError, Stamped, StateHash, Turn,
-};
+use sim::{Agent, MatchSetup, PlayerId, Simulation};
 use std::net::SocketAddr;
 
 /// Units of the large world.
 const ARMY_UNITS: u32 = 10_000;
 
 /// The reference game's `melee` scenario with `ARMY_UNITS` units (two
-/// armies attack-moving into each other, 2 players), as a game of its own so
-/// a peer builds it from the match setup: a snapshot of about 325 KB at the
-/// start, less as the armies die.
+/// armies attack-moving into each other, 2 players): a snapshot of about
+/// 325 KB at the start, less as the armies die.
 #[derive(Clone, Debug)]
-pub struct Melee(World);
+pub struct MeleeStart;
 
-impl Simulation for Melee {
-    type Command = Command;
+impl Start for MeleeStart {
     const GAME_ID: &'static str = "lockstep-rts-melee-bench";
-    const GAME_VERSION: u32 = World::GAME_VERSION;
-
-    fn new(setup: &MatchSetup) -> Self {
-        Self(sim::scenarios::melee(ARMY_UNITS, setup.seed))
-    }
-    fn rules_hash(&self) -> StateHash {
-        self.0.rules_hash()
-    }
-    fn step(&mut self, turn: Turn, inputs: &[Stamped<Command>]) {
-        self.0.step(turn, inputs);
-    }
-    fn state_hash(&self) -> StateHash {
-        self.0.state_hash()
-    }
-    fn section_hashes(&self) -> Vec<SectionHash> {
-        self.0.section_hashes()
-    }
-    fn snapshot(&self) -> Vec<u8> {
-        self.0.snapshot()
-    }
-    fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
-        World::restore(bytes).map(Self)
+    fn world(setup: &MatchSetup) -> World {
+        sim::scenarios::melee(ARMY_UNITS, setup.seed)
     }
 }
 
-/// The reference bot playing [`Melee`].
-pub struct MeleeBot(sim::bot::Bot);
-
-impl Agent<Melee> for MeleeBot {
-    fn player(&self) -> PlayerId {
-        Agent::<World>::player(&self.0)
-    }
-    fn think(&mut self, world: &Melee, turn: Turn) -> Vec<Command> {
-        Agent::<World>::think(&mut self.0, &world.0, turn)
-    }
-}
+/// The melee as a game of its own.
+pub type Melee = Scenario<MeleeStart>;
 
 /// A game the section plays: its world and its bot.
 pub trait BenchGame: Simulation<Command = Command> + 'static {
@@ -93,9 +61,9 @@ impl BenchGame for World {
 
 impl BenchGame for Melee {
     const PLAYERS: u8 = 2;
-    type Bot = MeleeBot;
+    type Bot = ScenarioBot<MeleeStart>;
     fn bot(player: PlayerId, seed: u64) -> Self::Bot {
-        MeleeBot(sim::bot::Bot::new(player, seed, 300))
+        ScenarioBot::new(player, seed, 300)
     }
 }
 

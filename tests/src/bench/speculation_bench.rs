@@ -79,6 +79,23 @@ pub struct CostFigures {
     pub on_screen: Option<usize>,
 }
 
+impl CostFigures {
+    /// The table cells from the turn rate to the fallback share.
+    fn cells(&self) -> String {
+        format!(
+            "{} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} %",
+            self.tps,
+            self.ahead,
+            self.frame_mean_ms,
+            self.frame_p50_ms,
+            self.frame_p99_ms,
+            self.derive_p50_ms,
+            self.derive_p99_ms,
+            self.fallback_share * 100.0
+        )
+    }
+}
+
 /// The screens prediction culling steps, (width, height) in tiles: a
 /// 1920 × 1080 screen at 60 pixels a tile (about an RTS's default zoom) and
 /// at 30 (zoomed out).
@@ -617,19 +634,7 @@ pub fn section(quick: bool) -> String {
                 format!("[speculation] cost: {units} units, {tps} turns/s")
             );
             let f = cost(units, tps, ahead, s, None);
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} % |",
-                f.units,
-                f.tps,
-                f.ahead,
-                f.frame_mean_ms,
-                f.frame_p50_ms,
-                f.frame_p99_ms,
-                f.derive_p50_ms,
-                f.derive_p99_ms,
-                f.fallback_share * 100.0
-            );
+            let _ = writeln!(md, "| {} | {} |", f.units, f.cells());
             rows.push(f);
         }
     }
@@ -655,19 +660,12 @@ pub fn section(quick: bool) -> String {
                 let f = cost(units, tps, ahead, s, Some(size));
                 let _ = writeln!(
                     md,
-                    "| {} | {} × {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} % |",
+                    "| {} | {} × {} | {} | {} |",
                     f.units,
                     size.0,
                     size.1,
                     f.on_screen.unwrap_or(0),
-                    f.tps,
-                    f.ahead,
-                    f.frame_mean_ms,
-                    f.frame_p50_ms,
-                    f.frame_p99_ms,
-                    f.derive_p50_ms,
-                    f.derive_p99_ms,
-                    f.fallback_share * 100.0
+                    f.cells()
                 );
             }
         }
