@@ -168,15 +168,16 @@ pub(crate) fn world_sections(w: &World) -> Vec<SectionHash> {
     out
 }
 
-/// Leaf hashes of a block of entities: each entity's id and the digest of
-/// its postcard bytes (the section hash combines them, so forensics can
-/// check a peer's per-entity list against the section hash).
-pub(crate) fn entity_leaves(
-    block: &[crate::game::Entity],
+/// Leaf hashes of a block of entities (or of some of them, in id order):
+/// each entity's id and the digest of its postcard bytes (the section hash
+/// combines them, so forensics can check a peer's per-entity list against
+/// the section hash).
+pub(crate) fn entity_leaves<'a>(
+    entities: impl IntoIterator<Item = &'a crate::game::Entity>,
     buf: &mut Vec<u8>,
 ) -> Vec<crate::forensics::EntityHash> {
-    block
-        .iter()
+    entities
+        .into_iter()
         .map(|e| crate::forensics::EntityHash {
             id: u64::from(e.id),
             hash: digest_of(e, buf),

@@ -1,6 +1,8 @@
 //! Prediction culling for the reference RTS ([`crate::culling::CulledStep`]):
-//! a speculative view steps only the units within a rectangle of tiles (the
-//! screen); the others keep their confirmed state until the next re-derive.
+//! a speculative view forks only a rectangle of tiles (the screen), what
+//! lies within sight of it and every building and mine, and steps only the
+//! units on the screen; the others keep their confirmed state until the
+//! next re-derive.
 
 use super::World;
 use crate::contract::{Stamped, Turn};
@@ -37,6 +39,17 @@ impl TileRect {
         }
     }
 
+    /// The rectangle grown by `by` tiles on every side.
+    #[must_use]
+    pub const fn grown(&self, by: u16) -> Self {
+        Self {
+            x0: self.x0.saturating_sub(by),
+            y0: self.y0.saturating_sub(by),
+            x1: self.x1.saturating_add(by),
+            y1: self.y1.saturating_add(by),
+        }
+    }
+
     /// Whether the point lies within.
     #[must_use]
     pub fn holds(&self, p: Vec2) -> bool {
@@ -49,55 +62,51 @@ impl TileRect {
 /// longest sight, within which a unit on screen picks its target.
 const MARGIN: u16 = 8;
 
-impl TileRect {
-    /// The rectangle grown by `by` tiles on every side.
-    #[must_use]
-    pub const fn grown(&self, by: u16) -> Self {
-        Self {
-            x0: self.x0.saturating_sub(by),
-            y0: self.y0.saturating_sub(by),
-            x1: self.x1.saturating_add(by),
-            y1: self.y1.saturating_add(by),
-        }
-    }
-}
-
 impl CulledStep for World {
     type Area = TileRect;
 
     fn fork_within(&self, area: &TileRect, into: &mut Option<Self>) {
         let near = area.grown(MARGIN);
-        let keep = |e: &&super::Entity| !e.kind.is_mobile() || near.holds(e.pos);
-        let w = into.get_or_insert_with(|| Self {
+        let kept = self
+            .s
+            .entities
+            .iter()
+            .filter(|e| !e.kind.is_mobile() || near.holds(e.pos));
+        // Reuse the last fork's allocations (entities, map, players, caches);
+        // the struct below names every field, so none is left stale.
+        let (mut entities, map, players, mut cache) = match into.take() {
+            Some(w) => {
+                let (mut map, mut players) = (w.s.map, w.s.players);
+                map.clone_from(&self.s.map);
+                players.clone_from(&self.s.players);
+                (w.s.entities, map, players, w.cache)
+            }
+            None => (
+                Vec::new(),
+                self.s.map.clone(),
+                self.s.players.clone(),
+                super::world::Cache::default(),
+            ),
+        };
+        entities.clear();
+        entities.extend(kept.cloned());
+        // Flow fields are the same map's: reuse them rather than recompute.
+        cache.flow.clone_from(&self.cache.flow);
+        *into = Some(Self {
             s: super::world::State {
                 setup: self.s.setup.clone(),
-                map: self.s.map.clone(),
+                map,
                 tick: self.s.tick,
                 last_turn: self.s.last_turn,
                 rng: self.s.rng.clone(),
-                players: Vec::new(),
-                entities: Vec::new(),
+                players,
+                entities,
                 next_id: self.s.next_id,
                 rejected: self.s.rejected,
                 outcome: self.s.outcome,
             },
-            cache: super::world::Cache::default(),
+            cache,
         });
-        let s = &mut w.s;
-        s.setup.clone_from(&self.s.setup);
-        s.map.clone_from(&self.s.map);
-        s.tick = self.s.tick;
-        s.last_turn = self.s.last_turn;
-        s.rng.clone_from(&self.s.rng);
-        s.players.clone_from(&self.s.players);
-        s.entities.clear();
-        s.entities
-            .extend(self.s.entities.iter().filter(keep).cloned());
-        s.next_id = self.s.next_id;
-        s.rejected = self.s.rejected;
-        s.outcome = self.s.outcome;
-        // Flow fields are the same map's: reuse them rather than recompute.
-        w.cache.flow.clone_from(&self.cache.flow);
     }
 
     fn step_culled(&mut self, turn: Turn, inputs: &[Stamped<Self::Command>], area: &TileRect) {

@@ -38,12 +38,10 @@ pub(crate) fn entity_hashes_within(
     if b >= w.s.next_id.div_ceil(ENTITY_BLOCK).max(1) {
         return Vec::new();
     }
-    let mut buf = Vec::new();
-    block(w, b)
-        .iter()
-        .filter(|e| area.holds(e.pos))
-        .flat_map(|e| entity_leaves(std::slice::from_ref(e), &mut buf))
-        .collect()
+    entity_leaves(
+        block(w, b).iter().filter(|e| area.holds(e.pos)),
+        &mut Vec::new(),
+    )
 }
 
 fn whole(sections: Vec<SectionHash>, name: &str) -> Vec<EntityHash> {
