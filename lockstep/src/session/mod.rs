@@ -376,19 +376,7 @@ impl Session {
             ToPeer::LateInput { turn, landed_in } => {
                 if let Phase::Running(r) = &mut self.phase {
                     self.stats.late_inputs += 1;
-                    let mut times = r.awaiting_late.remove(&turn).unwrap_or_default();
-                    // The notice can also come before the intended turn runs
-                    // (its bundle arrived early, without our input): our
-                    // chunks then still wait under that turn.
-                    if turn >= r.next_exec
-                        && let Some(list) = r.in_flight.get_mut(&turn)
-                    {
-                        times.extend(list.iter().filter(|f| f.own).map(|f| f.at));
-                        list.retain(|f| !f.own);
-                        if list.is_empty() {
-                            r.in_flight.remove(&turn);
-                        }
-                    }
+                    let times = r.take_own_chunks(turn);
                     r.in_flight
                         .entry(landed_in)
                         .or_default()
@@ -404,17 +392,7 @@ impl Session {
                         // Under the relay's clock `turn` is our input's sequence.
                         r.ledger.refuse(turn.0)
                     } else {
-                        // Waiting as late, or (the notice came before the
-                        // turn ran) still in flight for it.
-                        let mut times = r.awaiting_late.remove(&turn).unwrap_or_default();
-                        if let Some(list) = r.in_flight.get_mut(&turn) {
-                            times.extend(list.iter().filter(|f| f.own).map(|f| f.at));
-                            list.retain(|f| !f.own);
-                            if list.is_empty() {
-                                r.in_flight.remove(&turn);
-                            }
-                        }
-                        times
+                        r.take_own_chunks(turn)
                     };
                     self.events
                         .push_back(Event::InputRefused { turn, submitted });

@@ -71,6 +71,24 @@ impl Running {
         (self.epoch + self.turn_length.saturating_mul(n)) - self.lead
     }
 
+    /// Takes the submit times of our chunks meant for `turn` that the relay
+    /// reported late or refused: those waiting as late (the turn ran
+    /// without them), and those still in flight for it (the notice came
+    /// before the turn ran: its bundle arrived early, without them).
+    pub(super) fn take_own_chunks(&mut self, turn: Turn) -> Vec<Instant> {
+        let mut times = self.awaiting_late.remove(&turn).unwrap_or_default();
+        if turn >= self.next_exec
+            && let Some(list) = self.in_flight.get_mut(&turn)
+        {
+            times.extend(list.iter().filter(|f| f.own).map(|f| f.at));
+            list.retain(|f| !f.own);
+            if list.is_empty() {
+                self.in_flight.remove(&turn);
+            }
+        }
+        times
+    }
+
     /// Whether the relay's `MatchEnd` came and every turn up to its last
     /// one has been yielded.
     pub(super) fn end_reached(&self) -> bool {
