@@ -66,6 +66,35 @@ pub struct MatchInfo {
     pub last_turn: Option<Turn>,
 }
 
+#[cfg(test)]
+impl MatchInfo {
+    /// A two-player match `name` of game `game_id` (players `p0` and `p1`,
+    /// two turns), for unit tests.
+    pub(crate) fn two_players(name: &str, game_id: &str) -> Self {
+        Self {
+            match_name: name.into(),
+            game_id: game_id.into(),
+            game_version: 1,
+            rules_hash: StateHash([3; 32]),
+            setup: MatchSetup {
+                seed: 1,
+                players: 2,
+                ticks_per_turn: 2,
+            },
+            turn_length_us: 100_000,
+            players: (0..2)
+                .map(|i| PlayerInfo {
+                    id: PlayerId(i),
+                    name: format!("p{i}"),
+                })
+                .collect(),
+            input_delay: 3,
+            first_turn: Turn(0),
+            last_turn: Some(Turn(1)),
+        }
+    }
+}
+
 /// A router event, polled with `Router::poll_event`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouterEvent {

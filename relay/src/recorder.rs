@@ -543,34 +543,13 @@ impl Recorder {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
     use super::*;
-    use lockstep::low_level::proto::{EndReason, PlayerInfo as ProtoPlayer};
-    use sim::MatchSetup;
+    use lockstep::low_level::proto::EndReason;
 
     /// 2026-11-22 02:30:00 UTC.
     const T0: u64 = 1_795_314_600_000;
 
     fn info(name: &str) -> MatchInfo {
-        MatchInfo {
-            match_name: name.into(),
-            game_id: "toy".into(),
-            game_version: 1,
-            rules_hash: StateHash([3; 32]),
-            setup: MatchSetup {
-                seed: 1,
-                players: 2,
-                ticks_per_turn: 2,
-            },
-            turn_length_us: 100_000,
-            players: (0..2)
-                .map(|i| ProtoPlayer {
-                    id: PlayerId(i),
-                    name: format!("p{i}"),
-                })
-                .collect(),
-            input_delay: 3,
-            first_turn: Turn(0),
-            last_turn: Some(Turn(1)),
-        }
+        MatchInfo::two_players(name, "toy")
     }
 
     /// A whole two-turn match of match number `id`.

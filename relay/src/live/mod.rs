@@ -314,32 +314,6 @@ pub fn spawn_http(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockstep::low_level::proto::PlayerInfo;
-    use sim::{MatchSetup, PlayerId, StateHash};
-
-    fn info(name: &str) -> MatchInfo {
-        MatchInfo {
-            match_name: name.into(),
-            game_id: "lockstep-rts".into(),
-            game_version: 1,
-            rules_hash: StateHash([0; 32]),
-            setup: MatchSetup {
-                seed: 1,
-                players: 2,
-                ticks_per_turn: 1,
-            },
-            turn_length_us: 100_000,
-            players: (0..2)
-                .map(|i| PlayerInfo {
-                    id: PlayerId(i),
-                    name: format!("p{i}"),
-                })
-                .collect(),
-            input_delay: 3,
-            first_turn: Turn(0),
-            last_turn: None,
-        }
-    }
 
     fn live(max_viewers: usize) -> Live {
         Live::new(LiveConfig {
@@ -357,7 +331,7 @@ mod tests {
         l.handle_event(
             &RouterEvent::MatchStarted {
                 id: MatchId(3),
-                info: info("duel"),
+                info: MatchInfo::two_players("duel", "lockstep-rts"),
             },
             1_000,
         );

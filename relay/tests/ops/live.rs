@@ -11,20 +11,6 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-/// `GET path`: the status line and the body.
-fn get(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(BOUND)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    (
-        head.lines().next().unwrap_or_default().to_owned(),
-        body.to_owned(),
-    )
-}
-
 /// A WebSocket request for `/live?match={id}`: the whole answer (a refusal).
 fn refused_upgrade(addr: SocketAddr, id: u64) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -163,7 +149,7 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
     relay.wait_for(turn_closed_at_least(40));
     let until = Instant::now() + BOUND;
     while metric(
-        &get(http, "/metrics").1,
+        &http_get(http, "/metrics").1,
         "relay_snapshots_total{outcome=\"agreed\"}",
     )
     .unwrap_or_default()
@@ -173,7 +159,7 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
         // Paces the polling of a counter; the condition is the counter.
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (status, body) = get(http, "/matches.json");
+    let (status, body) = http_get(http, "/matches.json");
     assert!(status.contains("200"), "{status}");
     let list: Value = serde_json::from_str(&body).unwrap();
     let m = &list["matches"][0];
@@ -181,14 +167,14 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
     assert_eq!(m["game"], "lockstep-rts");
     assert_eq!(m["players"].as_array().map(Vec::len), Some(2));
     let id = m["id"].as_u64().unwrap();
-    assert_eq!(get(http, "/watch").0, "HTTP/1.1 200 OK");
-    assert!(get(http, "/").0.contains("302"));
+    assert_eq!(http_get(http, "/watch").0, "HTTP/1.1 200 OK");
+    assert!(http_get(http, "/").0.contains("302"));
     let none = refused_upgrade(http, 999_999);
     assert!(none.starts_with("HTTP/1.1 404"), "{none}");
 
     let mut ws = open_live(http, id);
     // One viewer at most: a second is refused while the first watches.
-    let (second, _) = get(http, &format!("/live?match={id}"));
+    let (second, _) = http_get(http, &format!("/live?match={id}"));
     assert!(second.contains("426"), "not a WebSocket: {second}");
     let refused = refused_upgrade(http, id);
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
@@ -293,7 +279,7 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
     }
 
     // The relay checked those hashes as a spectator's, and the place is free.
-    let (_, page) = get(http, "/metrics");
+    let (_, page) = http_get(http, "/metrics");
     let verified = metric(&page, "relay_spectator_hashes_total{result=\"verified\"}");
     assert!(verified.unwrap_or_default() > 100, "{verified:?}");
     assert_eq!(
@@ -305,7 +291,7 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
     let _ = ws.write_all(&client_frame(0x8, &1000u16.to_be_bytes()));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let list: Value = serde_json::from_str(&get(http, "/matches.json").1).unwrap();
+        let list: Value = serde_json::from_str(&http_get(http, "/matches.json").1).unwrap();
         if list["viewers"] == 0 {
             break;
         }

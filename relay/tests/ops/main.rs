@@ -61,6 +61,21 @@ fn peer_bin() -> PathBuf {
     .clone()
 }
 
+/// `GET path` from the relay's HTTP address: the status line and the body.
+fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(BOUND)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("relay-ops-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -4,15 +4,6 @@
 
 use super::*;
 
-pub(crate) fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut r = String::new();
-    s.read_to_string(&mut r).unwrap();
-    r
-}
-
 pub(crate) fn metric(page: &str, name: &str) -> u64 {
     page.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -87,7 +78,7 @@ fn two_event_loops_run_matches_whose_peers_land_on_either_loop() {
         assert_eq!(report.turns, 40, "{}", f.display());
         assert!(report.hashes_checked >= 40, "{}", f.display());
     }
-    let page = http_get(&http, "/metrics");
+    let (_, page) = http_get(&http, "/metrics");
     assert_eq!(metric(&page, "relay_matches_ended_total"), 4, "{page}");
     assert_eq!(metric(&page, "relay_turns_closed_total"), 160, "{page}");
     assert!(metric(&page, "relay_connections_moved_total") > 0, "{page}");
@@ -128,7 +119,7 @@ fn floods_from_several_addresses_are_limited_on_every_loop() {
     for c in &mut peers.0 {
         assert_eq!(wait_bounded(c).code(), Some(0), "the calm match completes");
     }
-    let page = http_get(&http, "/metrics");
+    let (_, page) = http_get(&http, "/metrics");
     let limited = metric(&page, "relay_drops_total{reason=\"rate_limited_address\"}");
     assert!(limited > 0, "{page}");
     let malformed = metric(&page, "relay_drops_total{reason=\"malformed\"}");
