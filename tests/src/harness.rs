@@ -624,20 +624,28 @@ pub fn replay_verify(path: &Path) -> (Option<i32>, Value) {
     (status.code(), v)
 }
 
-/// The body of `GET /metrics` from a relay's metrics address (empty if
-/// it cannot be reached: a scrape is a diagnostic, the caller asserts).
+/// The body of `GET path` from a relay's HTTP address (empty if it cannot
+/// be reached: a request is a diagnostic, the caller asserts).
 #[must_use]
-pub fn scrape_metrics(addr: SocketAddr) -> String {
+pub fn http_get(addr: SocketAddr, path: &str) -> String {
     use std::io::Write;
     let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
         return String::new();
     };
     // The relay answers each request within 2 s of its accept.
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
     let mut r = String::new();
     let _ = s.read_to_string(&mut r);
-    r
+    r.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
+}
+
+/// The body of `GET /metrics` from a relay's metrics address ([`http_get`]).
+#[must_use]
+pub fn scrape_metrics(addr: SocketAddr) -> String {
+    http_get(addr, "/metrics")
 }
 
 /// The value of the sample `name` (with its labels, e.g.

@@ -154,20 +154,6 @@ fn golden_replays_hash_the_same_in_the_browser_and_the_page_draws_and_seeks() {
     }
 }
 
-/// `GET path` from the relay's HTTP address; the body.
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the relay's http");
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
-}
-
 /// Takes a live viewer place as a browser would (the WebSocket upgrade of
 /// `/live` for the match `href` links to), held until the stream drops.
 fn hold_live_place(addr: std::net::SocketAddr, href: &str) -> std::net::TcpStream {
@@ -224,7 +210,7 @@ fn poll<T>(what: &str, within: std::time::Duration, mut f: impl FnMut() -> Optio
 #[ignore = "needs Chromium, chromedriver and the viewer's wasm: run by tests/browser.sh"]
 fn a_running_match_is_listed_and_watched_live_with_the_relays_hashes() {
     use std::time::Duration;
-    use tests::harness::{PeerSpec, Relay, finish_peer, metric, peer, scrape_metrics};
+    use tests::harness::{PeerSpec, Relay, finish_peer, http_get, metric, peer, scrape_metrics};
     let b = BrowserBins::from_env().unwrap_or_else(|e| panic!("{e}"));
     b.require_wasm().unwrap_or_else(|e| panic!("{e}"));
     let dir = scratch_dir("browser-live");

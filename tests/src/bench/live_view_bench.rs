@@ -9,12 +9,11 @@
 //! reference game's id so the page draws it.
 
 use super::scenario_game::{Scenario, ScenarioBot, Start};
-use super::viewer_bench::{LiveFigures, UNITS};
+use super::viewer_bench::{LiveFigures, UNITS, frame_figures};
 use crate::browser::Browser;
 use crate::harness::{Bins, Relay};
 use lockstep::peer::PeerBuilder;
 use lockstep::peer::udp::{PlayOptions, UdpPeer, play};
-use serde_json::Value;
 use sim::game::World;
 use sim::{MatchSetup, Simulation};
 use std::net::UdpSocket;
@@ -39,10 +38,6 @@ impl Start for ArmiesStart {
 }
 
 type Armies = Scenario<ArmiesStart>;
-
-fn num(v: &Value, k: &str) -> f64 {
-    v[k].as_f64().unwrap_or(f64::NAN)
-}
 
 /// Starts the release relay with `--http`, plays the match with in-process
 /// peers, opens its live view in `browser` once a snapshot is agreed and
@@ -148,12 +143,7 @@ fn watch(
     }
     Ok(LiveFigures {
         units_drawn: stats["units"].as_u64().unwrap_or(0),
-        frame: [
-            num(&stats, "work_p50_ms"),
-            num(&stats, "work_p99_ms"),
-            num(&stats, "gap_p50_ms"),
-            num(&stats, "gap_p99_ms"),
-        ],
+        frame: frame_figures(&stats),
         frames: stats["measured"].as_u64().unwrap_or(0),
         turns,
     })

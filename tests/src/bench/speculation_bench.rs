@@ -109,7 +109,8 @@ pub fn melee_screen(world: &World, size: (u16, u16)) -> TileRect {
 }
 
 /// Plays `secs` seconds of frames over a melee of `units` confirmed at
-/// `tps` turns per second; with `budget`, counts fallbacks instead.
+/// `tps` turns per second; with `budget`, counts fallbacks instead. With
+/// `cull`, also the units on that screen at the start.
 fn cost_run(
     units: u32,
     tps: u32,
@@ -117,7 +118,7 @@ fn cost_run(
     secs: u32,
     budget: Option<Duration>,
     cull: Option<(u16, u16)>,
-) -> (Vec<f64>, Vec<f64>, SpeculationStats) {
+) -> (Vec<f64>, Vec<f64>, SpeculationStats, Option<usize>) {
     let mut confirmed: World = sim::scenarios::melee(units, 42);
     for t in 0..100 {
         confirmed.step(Turn(t), &[]);
@@ -127,8 +128,16 @@ fn cost_run(
         max_ahead: ahead + 1,
         ..SpeculationConfig::default()
     };
-    let mut spec = if let Some(size) = cull {
-        let area = ViewArea::new(Some(melee_screen(&confirmed, size)));
+    let screen = cull.map(|size| melee_screen(&confirmed, size));
+    let on_screen = screen.map(|screen| {
+        confirmed
+            .entities()
+            .iter()
+            .filter(|e| e.kind.is_mobile() && screen.holds(e.pos))
+            .count()
+    });
+    let mut spec = if let Some(screen) = screen {
+        let area = ViewArea::new(Some(screen));
         Speculation::<World>::with_hook(config, CullToArea::new(area))
     } else {
         Speculation::<World>::with_hook(config, CloneFork)
@@ -159,16 +168,16 @@ fn cost_run(
             derives.push(ms);
         }
     }
-    (frames, derives, spec.stats())
+    (frames, derives, spec.stats(), on_screen)
 }
 
 /// Cost of the view at `units` and `tps`, `ahead` turns ahead; with
 /// `cull`, stepping only a screen of that size ([`melee_screen`], `CullToArea`).
 #[must_use]
 pub fn cost(units: u32, tps: u32, ahead: u32, secs: u32, cull: Option<(u16, u16)>) -> CostFigures {
-    let (mut frames, mut derives, _) = cost_run(units, tps, ahead, secs, None, cull);
+    let (mut frames, mut derives, _, on_screen) = cost_run(units, tps, ahead, secs, None, cull);
     let mean = frames.iter().sum::<f64>() / frames.len().max(1) as f64;
-    let (_, _, budgeted) = cost_run(
+    let (_, _, budgeted, _) = cost_run(
         units,
         tps,
         ahead,
@@ -176,17 +185,6 @@ pub fn cost(units: u32, tps: u32, ahead: u32, secs: u32, cull: Option<(u16, u16)
         Some(SpeculationConfig::default().budget),
         cull,
     );
-    let on_screen = cull.map(|size| {
-        let mut w: World = sim::scenarios::melee(units, 42);
-        for t in 0..100 {
-            w.step(Turn(t), &[]);
-        }
-        let screen = melee_screen(&w, size);
-        w.entities()
-            .iter()
-            .filter(|e| e.kind.is_mobile() && screen.holds(e.pos))
-            .count()
-    });
     CostFigures {
         units,
         tps,

@@ -65,6 +65,12 @@ fn num(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or(f64::NAN)
 }
 
+/// The page's `viewer.frameStats()`: frame work p50 and p99, frame
+/// interval p50 and p99 (ms).
+pub(super) fn frame_figures(stats: &Value) -> [f64; 4] {
+    ["work_p50_ms", "work_p99_ms", "gap_p50_ms", "gap_p99_ms"].map(|k| num(stats, k))
+}
+
 /// Builds the module if it is missing (the bench may run before `tests/browser.sh`).
 fn ensure_wasm(bins: &BrowserBins) -> Result<(), String> {
     if bins.require_wasm().is_ok() {
@@ -184,12 +190,7 @@ pub fn measure(quick: bool, bench_dir: &Path) -> Result<ViewerFigures, String> {
         units_drawn = units_drawn.max(stats["units"].as_u64().unwrap_or(0));
         playing.push((
             speed,
-            [
-                num(&stats, "work_p50_ms"),
-                num(&stats, "work_p99_ms"),
-                num(&stats, "gap_p50_ms"),
-                num(&stats, "gap_p99_ms"),
-            ],
+            frame_figures(&stats),
             stats["measured"].as_u64().unwrap_or(0),
         ));
     }
