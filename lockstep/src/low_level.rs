@@ -41,8 +41,8 @@ pub mod proto {
         MAX_ENTITY_HASHES, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_INPUT_DELAY, MAX_MESSAGE_LEN,
         MAX_NAME_LEN, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, MAX_REASON_LEN,
         MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Notice, PROTOCOL_VERSION, PeerReport,
-        PlayerInfo, RejectReason, Rejoin, RejoinSecret, Reoffer, Resume, SnapshotChunk, Start,
-        ToPeer, ToRelay, decode_turn,
+        PlayerInfo, Reconnect, Reconnected, RejectReason, Rejoin, RejoinSecret, Reoffer, Resume,
+        SnapshotChunk, Start, ToPeer, ToRelay, decode_turn,
     };
 }
 

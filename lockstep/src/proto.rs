@@ -23,8 +23,8 @@ mod rejoin_messages;
 pub use reject::RejectReason;
 pub(crate) use rejoin_messages::MAX_SNAPSHOT_TOTAL;
 pub use rejoin_messages::{
-    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Rejoin, RejoinSecret, Reoffer, Resume,
-    SnapshotChunk,
+    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Reconnect, Reconnected, Rejoin,
+    RejoinSecret, Reoffer, Resume, SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -301,6 +301,11 @@ pub enum ToRelay {
         /// The turn of the snapshot that failed.
         turn: Turn,
     },
+    /// Come back into a held slot keeping the world (instead of
+    /// [`ToRelay::Rejoin`]): the connection to the relay was lost (the relay
+    /// restarted, or the path broke) while this peer kept simulating.
+    /// Appended last, so every older message keeps its encoding.
+    Reconnect(Reconnect),
 }
 
 /// Messages from the relay to a peer.
@@ -419,6 +424,9 @@ pub enum ToPeer {
     /// so every older message keeps its encoding; a peer that predates it
     /// drops it as undecodable, as it drops any message it does not know.
     DesyncDetails(DesyncDetails),
+    /// The relay took a [`ToRelay::Reconnect`] back into its slot: the
+    /// bundles from the turn it asked for follow, the peer's world stands.
+    Reconnected(Reconnected),
 }
 
 /// Why bytes are not a valid protocol message.
@@ -537,7 +545,7 @@ impl ToRelay {
             } => forensics::check_entity_hashes(section, entities),
             Self::EntityDumps { section, dumps, .. } => forensics::check_dumps(section, dumps),
             Self::SnapshotChunk(c) => check(c.valid(), "snapshot chunk"),
-            Self::Rejoin(r) => {
+            Self::Rejoin(r) | Self::Reconnect(Reconnect { rejoin: r, .. }) => {
                 check_player(r.player)?;
                 Self::Join(r.join.clone()).validate()
             }
@@ -552,17 +560,21 @@ impl ToRelay {
     }
 
     /// The wire tags (variant index, after the version byte) of the
-    /// messages that name a match to enter: `Join`, `Rejoin`, `Spectate`. A
-    /// driver that hosts matches on several event loops decodes only these
-    /// to route a new connection (see [`ToRelay::match_to_enter`]).
-    pub const ENTERING_TAGS: [u8; 3] = [0, 10, 12];
+    /// messages that name a match to enter: `Join`, `Rejoin`, `Spectate`,
+    /// `Reconnect`. A driver that hosts matches on several event loops
+    /// decodes only these to route a new connection (see
+    /// [`ToRelay::match_to_enter`]).
+    pub const ENTERING_TAGS: [u8; 4] = [0, 10, 12, 14];
 
-    /// The match this message asks to enter (`Join`, `Rejoin`, `Spectate`).
+    /// The match this message asks to enter (`Join`, `Rejoin`, `Spectate`,
+    /// `Reconnect`).
     #[must_use]
     pub fn match_to_enter(&self) -> Option<&str> {
         match self {
             Self::Join(j) | Self::Spectate(j) => Some(&j.match_name),
-            Self::Rejoin(r) => Some(&r.join.match_name),
+            Self::Rejoin(r) | Self::Reconnect(Reconnect { rejoin: r, .. }) => {
+                Some(&r.join.match_name)
+            }
             _ => None,
         }
     }
@@ -691,6 +703,7 @@ impl ToPeer {
                 "snapshot length",
             ),
             Self::DesyncDetails(d) => d.check(),
+            Self::Reconnected(r) => check(r.delay <= MAX_INPUT_DELAY, "input delay"),
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }

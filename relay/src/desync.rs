@@ -93,6 +93,15 @@ pub(crate) struct HashBook {
 }
 
 impl HashBook {
+    /// A book that takes reports from the turn after `turn` on (a match
+    /// resumed after a relay restart: earlier turns count as judged).
+    pub(crate) fn judged_through(turn: Option<Turn>) -> Self {
+        Self {
+            turns: BTreeMap::new(),
+            judged_through: turn,
+        }
+    }
+
     /// Records a report; false if it is stale, duplicate or the book is full.
     pub(crate) fn report(
         &mut self,
@@ -149,7 +158,7 @@ impl HashBook {
     }
 
     /// Every turn up to this one has been judged.
-    pub(crate) const fn judged_through(&self) -> Option<Turn> {
+    pub(crate) const fn judged_up_to(&self) -> Option<Turn> {
         self.judged_through
     }
 

@@ -212,6 +212,16 @@ pub enum RouterEvent {
         /// The figures.
         report: PeerReport,
     },
+    /// A match unfinished at a relay restart was rebuilt from its
+    /// recording: it waits for its players, then plays on from `next_turn`.
+    MatchResumed {
+        /// Which match (its number before the restart).
+        id: MatchId,
+        /// Its parameters, as recorded.
+        info: MatchInfo,
+        /// The next turn it closes.
+        next_turn: Turn,
+    },
     /// The match is over.
     MatchEnded {
         /// Which match.

@@ -70,6 +70,7 @@ mod names;
 mod outbox;
 pub mod recorder;
 pub mod rejoin_config;
+pub mod resume;
 pub mod router;
 pub mod router_glue;
 pub mod serve;

@@ -123,6 +123,10 @@ struct RelayArgs {
     /// Hold a dropped player's slot this long for its rejoin (ms).
     #[arg(long, default_value_t = 120_000)]
     rejoin_hold_ms: u64,
+    /// A match resumed after a restart waits this long for its players
+    /// (ms); then it plays on without the missing ones, or ends abandoned.
+    #[arg(long, default_value_t = 30_000)]
+    resume_wait_ms: u64,
     /// Spectators watch this far behind live (ms; 0 for a LAN).
     #[arg(long, default_value_t = 3000)]
     spectator_delay_ms: u64,
@@ -178,6 +182,7 @@ impl RelayArgs {
             rejoin: relay::rejoin_config::RejoinConfig {
                 snapshot_every: self.snapshot_every,
                 hold: Duration::from_millis(self.rejoin_hold_ms),
+                resume_wait: Duration::from_millis(self.resume_wait_ms),
                 spectator_delay: Duration::from_millis(self.spectator_delay_ms),
                 max_spectators: self.max_spectators,
                 ..relay::rejoin_config::RejoinConfig::default()
@@ -204,8 +209,18 @@ struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7777", value_parser = resolve_addr)]
     bind: SocketAddr,
     /// Directory for one replay file per match (no recording if omitted).
+    /// Each recording is its match's write-ahead log: a relay started on a
+    /// directory that holds unfinished matches (the previous process was
+    /// killed or crashed) resumes them and waits for their players.
     #[arg(long)]
     record_dir: Option<PathBuf>,
+    /// The key the players' rejoin secrets are derived from (64 hex digits;
+    /// created, readable by its owner only, if missing). With it a
+    /// restarted relay knows every seat's secret and resumes open-mode
+    /// matches from `--record-dir`; without it each process draws its own
+    /// key and a restart ends them. Keep it out of the record directory.
+    #[arg(long)]
+    rejoin_key_file: Option<PathBuf>,
     /// One JSON object per line instead of text logs.
     #[arg(long)]
     json: bool,
@@ -403,12 +418,17 @@ fn parse_lifetime(text: &str) -> Result<u64, String> {
 }
 
 fn load_or_create_key(path: &std::path::Path, create: bool) -> Result<TokenKey, String> {
+    key_file(path, create, "a new token key").map(TokenKey::from_bytes)
+}
+
+/// Reads a key file (64 hex digits); with `create`, a missing one is made
+/// with a fresh key from the OS CSPRNG, readable by its owner only. One
+/// mechanism for the token key and the rejoin key.
+fn key_file(path: &std::path::Path, create: bool, what: &str) -> Result<[u8; 32], String> {
     match std::fs::read_to_string(path) {
-        Ok(text) => TokenKey::from_hex(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Ok(text) => parse_key(&text).map_err(|e| format!("{}: {e}", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-            let key = TokenKey::from_bytes(
-                relay::entropy::os_random("a new token key").map_err(|e| e.to_string())?,
-            );
+            let key = relay::entropy::os_random(what).map_err(|e| e.to_string())?;
             let mut opts = std::fs::OpenOptions::new();
             opts.write(true).create_new(true);
             #[cfg(unix)]
@@ -416,7 +436,8 @@ fn load_or_create_key(path: &std::path::Path, create: bool) -> Result<TokenKey, 
             let mut f = opts
                 .open(path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            std::io::Write::write_all(&mut f, format!("{}\n", key.to_hex()).as_bytes())
+            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            std::io::Write::write_all(&mut f, format!("{hex}\n").as_bytes())
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             Ok(key)
         }
@@ -560,11 +581,65 @@ fn live_config(
     })
 }
 
+/// The matches a previous relay process left unfinished in `dir`, to
+/// resume; those that cannot be are named on stderr. `seats_provable`: the
+/// players can prove their seats to this process (a rejoin key file, or
+/// token mode); otherwise nothing is resumed and the operator is told why.
+fn resumable(
+    dir: &std::path::Path,
+    config: &RelayConfig,
+    seats_provable: bool,
+) -> Vec<relay::resume::Unfinished> {
+    let max_tail = config
+        .rejoin
+        .max_tail_turns
+        .min(relay::rejoin_config::MAX_TAIL_TURNS) as usize;
+    let (found, skipped) = relay::resume::scan(dir, max_tail);
+    for s in &skipped {
+        eprintln!("relay: not resuming {}: {}", s.path.display(), s.reason);
+    }
+    if !found.is_empty() && !seats_provable {
+        eprintln!(
+            "relay: not resuming {} unfinished match(es) in {}: their players' rejoin secrets came from the previous process's key (start the relay with --rejoin-key-file to keep one across restarts)",
+            found.len(),
+            dir.display()
+        );
+        return Vec::new();
+    }
+    for m in &found {
+        eprintln!(
+            "relay: resuming match {:?} (number {}) at turn {} from {}{}",
+            m.match_name(),
+            m.match_id(),
+            m.next_turn().0,
+            m.path.display(),
+            if m.cut_bytes > 0 {
+                format!(" ({} bytes of a torn last record cut)", m.cut_bytes)
+            } else {
+                String::new()
+            }
+        );
+    }
+    found
+}
+
 fn serve_cmd(a: &ServeArgs) -> ExitCode {
-    let config = match valid_config(&a.relay) {
+    let mut config = match valid_config(&a.relay) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let Some(path) = &a.rejoin_key_file {
+        let key = key_file(path, true, "a new rejoin key").and_then(|k| {
+            relay::rejoin_config::RejoinKey::from_bytes(&k).map_err(|e| e.to_string())
+        });
+        match key {
+            Ok(k) => config.rejoin.key = k,
+            Err(e) => {
+                eprintln!("relay: bad --rejoin-key-file: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     // The cookie secret comes from the OS CSPRNG: without one, stop at
     // start-up with a clear message rather than serve with a guessable key.
     if let Err(e) = relay::udp::process_secret() {
@@ -599,12 +674,20 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Matches the previous process left unfinished: the first recorder
+    // holds them until the serve loops place each on its home loop.
+    let provable = a.rejoin_key_file.is_some() || auth != AuthMode::Open;
+    let mut found = a
+        .record_dir
+        .as_deref()
+        .map(|dir| resumable(dir, &config, provable))
+        .unwrap_or_default();
     // One recorder per event loop: each records the matches its loop hosts.
     let mut recorders = Vec::with_capacity(threads);
     for _ in 0..threads {
         recorders.push(match &a.record_dir {
             Some(dir) => match Recorder::new(dir, known_rules_hash) {
-                Ok(r) => Some(r),
+                Ok(r) => Some(r.with_resumable(std::mem::take(&mut found))),
                 Err(e) => {
                     eprintln!("relay: cannot use {}: {e}", dir.display());
                     return ExitCode::from(1);

@@ -107,6 +107,7 @@ const fn event_level(e: &RouterEvent) -> Level {
         RouterEvent::Dropped { .. } => Level::Warn,
         RouterEvent::LobbyOpened { .. }
         | RouterEvent::MatchStarted { .. }
+        | RouterEvent::MatchResumed { .. }
         | RouterEvent::Rejoining { .. }
         | RouterEvent::Rejoined { .. }
         | RouterEvent::Healing { .. }
@@ -156,6 +157,14 @@ pub(crate) fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::V
             "game": info.game_id, "seed": info.setup.seed, "players": info.players.iter().map(|p| &p.name).collect::<Vec<_>>(),
             "turn_length_us": info.turn_length_us, "input_delay": info.input_delay,
             "last_turn": info.last_turn.map(|t| t.0) }),
+        RouterEvent::MatchResumed {
+            id,
+            info,
+            next_turn,
+        } => json!({
+            "event": "match_resumed", "match": id.0, "name": info.match_name,
+            "game": info.game_id, "players": info.players.iter().map(|p| &p.name).collect::<Vec<_>>(),
+            "next_turn": next_turn.0, "last_turn": info.last_turn.map(|t| t.0) }),
         RouterEvent::TurnClosed {
             id,
             turn,

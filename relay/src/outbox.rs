@@ -73,6 +73,8 @@ pub struct RouterCounters {
     pub delay_changes: u64,
     /// Matches started.
     pub matches_started: u64,
+    /// Matches rebuilt from their recordings at a relay restart.
+    pub matches_resumed: u64,
     /// Matches ended.
     pub matches_ended: u64,
     /// Joins refused because the connection's token names another match.
@@ -82,8 +84,12 @@ pub struct RouterCounters {
     /// Joins, rejoins or spectate requests refused because the token is of
     /// the other kind (spectator token to play, player token to watch).
     pub token_wrong_kind: u64,
-    /// Rejoins accepted (the player got the snapshot and the tail).
+    /// Rejoins accepted (the player got the snapshot and the tail, or, for
+    /// a reconnect, the bundles it lacked).
     pub rejoins: u64,
+    /// Of those, reconnects: players that kept their world and got only
+    /// the bundles they lacked (after a relay restart or a broken path).
+    pub reconnects: u64,
     /// Rejoins refused (wrong secret or slot, hold expired, no snapshot).
     pub rejoins_refused: u64,
     /// Snapshots asked of a player.

@@ -110,6 +110,7 @@ const fn event_match(ev: &RouterEvent) -> MatchId {
         | RouterEvent::Rejoined { id, .. }
         | RouterEvent::Healing { id, .. }
         | RouterEvent::Healed { id, .. }
+        | RouterEvent::MatchResumed { id, .. }
         | RouterEvent::MatchEnded { id, .. } => *id,
     }
 }
@@ -157,6 +158,8 @@ pub struct Recorder {
     report_turns: usize,
     /// The file last tried to create, for an error naming it.
     tried: Option<PathBuf>,
+    /// Unfinished matches found at start-up, until the driver takes them.
+    resumable: Vec<crate::resume::Unfinished>,
 }
 
 impl Recorder {
@@ -279,6 +282,7 @@ impl Recorder {
             errors: 0,
             report_turns: REPORT_INPUT_TURNS as usize,
             tried: None,
+            resumable: Vec::new(),
         })
     }
 
@@ -346,6 +350,50 @@ impl Recorder {
         }
     }
 
+    /// Matches found unfinished in the record directory at start-up, for
+    /// the driver to resume ([`crate::resume::scan`]); given once.
+    #[must_use]
+    pub fn with_resumable(mut self, found: Vec<crate::resume::Unfinished>) -> Self {
+        self.resumable = found;
+        self
+    }
+
+    /// Takes the matches given by [`Recorder::with_resumable`].
+    pub fn take_resumable(&mut self) -> Vec<crate::resume::Unfinished> {
+        std::mem::take(&mut self.resumable)
+    }
+
+    /// Goes on recording match `id`, resumed after a relay restart, into
+    /// its reopened file at `path` (see [`crate::resume`]).
+    pub fn adopt(
+        &mut self,
+        id: MatchId,
+        path: &Path,
+        writer: Writer<std::fs::File>,
+        last_hash: Option<(Turn, StateHash)>,
+    ) -> Result<(), RecordError> {
+        let writer = writer
+            .into_sink(RecordSink::new)
+            .map_err(|source| RecordError {
+                path: path.to_owned(),
+                source,
+            })?;
+        self.failed.remove(&id);
+        self.live.insert(
+            id,
+            Recording {
+                writer,
+                path: path.to_owned(),
+                last_hash,
+                desync: None,
+                recent: VecDeque::new(),
+                report_inputs: Vec::new(),
+                report: None,
+            },
+        );
+        Ok(())
+    }
+
     /// Where match `id` is being recorded, if it is.
     #[must_use]
     pub fn path(&self, id: MatchId) -> Option<&Path> {
@@ -383,7 +431,15 @@ impl Recorder {
             RouterEvent::MatchStarted { id, info } => {
                 let header = header(info, (self.rules)(info), unix_ms);
                 let (path, sink) = self.create(info, unix_ms, *id)?;
-                let writer = Writer::new(sink, &header, DEFAULT_SYNC)?;
+                let mut writer = Writer::new(sink, &header, DEFAULT_SYNC)?;
+                // What a restarted relay resumes the match from.
+                writer.record_match(&replays::MatchFacts {
+                    match_id: id.0,
+                    rules_fingerprint: info.rules_hash,
+                    input_delay: info.input_delay,
+                    first_turn: info.first_turn,
+                    last_turn: info.last_turn,
+                })?;
                 self.live.insert(
                     *id,
                     Recording {
@@ -533,7 +589,9 @@ impl Recorder {
             | RouterEvent::PeerReport { .. }
             | RouterEvent::Rejoining { .. }
             | RouterEvent::Healing { .. }
-            | RouterEvent::Healed { .. } => {}
+            | RouterEvent::Healed { .. }
+            // A resumed match's recording is adopted (`Recorder::adopt`).
+            | RouterEvent::MatchResumed { .. } => {}
         }
         Ok(None)
     }

@@ -54,6 +54,12 @@ pub struct RejoinConfig {
     pub spectator_delay: Duration,
     /// Most spectators per match (default 32).
     pub max_spectators: usize,
+    /// How long a match resumed from its recording after a relay restart
+    /// waits for its players (default 30 s): it closes no turn until every
+    /// player is back or this has passed; then the missing ones are dropped
+    /// (their slots held as after any drop) and the match plays on, or ends
+    /// abandoned if nobody came back.
+    pub resume_wait: Duration,
 }
 
 impl std::fmt::Debug for RejoinConfig {
@@ -66,6 +72,7 @@ impl std::fmt::Debug for RejoinConfig {
             .field("spectator_delay", &self.spectator_delay)
             .field("max_spectators", &self.max_spectators)
             .field("takeover_after", &self.takeover_after)
+            .field("resume_wait", &self.resume_wait)
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +145,7 @@ impl Default for RejoinConfig {
             takeover_after: Duration::from_secs(1),
             spectator_delay: Duration::from_secs(3),
             max_spectators: 32,
+            resume_wait: Duration::from_secs(30),
         }
     }
 }

@@ -110,6 +110,39 @@ impl Router {
         self
     }
 
+    /// Numbers this router's next matches after `id` (a relay resuming
+    /// matches from its recordings: their numbers are taken).
+    pub fn skip_match_ids_through(&mut self, id: u64) {
+        while self.next_match <= id {
+            self.next_match += self.match_id_step;
+        }
+    }
+
+    /// Rebuilds a match found unfinished in the record directory when the
+    /// relay started (see [`crate::resume`]): every seat is held for its
+    /// player's reconnect, and the match closes no turn until they are
+    /// back or the rejoin config's `resume_wait` has passed.
+    ///
+    /// # Errors
+    /// A match of that name or number is already here (two recordings of
+    /// one match): this one is not resumed.
+    pub fn resume(&mut self, now: Instant, m: crate::resume::Unfinished) -> Result<(), String> {
+        let name = m.match_name().to_owned();
+        if self.names.contains_key(&name) || self.matches.get(&m.id).is_some() {
+            return Err(format!(
+                "match {name:?} (number {}) is resumed already",
+                m.id.0
+            ));
+        }
+        self.skip_match_ids_through(m.id.0);
+        let room = MatchRoom::resumed(now, m.id, &m.info, m.state, &self.config, &mut self.out);
+        self.matches.insert(m.id, room);
+        self.names.insert(name, m.id);
+        self.out.counters.matches_resumed += 1;
+        self.matches.reschedule(&self.config);
+        Ok(())
+    }
+
     /// The configuration.
     #[must_use]
     pub const fn config(&self) -> &RelayConfig {
@@ -374,7 +407,8 @@ impl Router {
         match (c.room, msg) {
             (None, ToRelay::Join(join)) => self.join(now, conn, &join),
             (None, ToRelay::Spectate(join)) => self.spectate(now, conn, &join),
-            (None, ToRelay::Rejoin(rejoin)) => self.rejoin(now, conn, &rejoin),
+            (None, ToRelay::Rejoin(rejoin)) => self.rejoin(now, conn, &rejoin, None),
+            (None, ToRelay::Reconnect(r)) => self.rejoin(now, conn, &r.rejoin, Some(r.from)),
             (Some((id, Some(player))), msg) => {
                 let leaving = msg == ToRelay::Leave;
                 if let Some(m) = self.matches.get_mut(&id) {

@@ -111,6 +111,11 @@ pub enum ReplayError {
     #[error("the writer is closed")]
     Closed,
 
+    /// [`crate::Writer::reopen`] was given a finished file: it has a trailer,
+    /// and nothing may follow one.
+    #[error("the replay is finished (it has a trailer): nothing can be appended to it")]
+    Finished,
+
     /// The replay was recorded for another game than the one replaying it.
     #[error(
         "replay is of game {file:?} version {file_version}, this tool plays {ours:?} version {ours_version}"

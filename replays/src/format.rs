@@ -184,6 +184,24 @@ pub struct KeyframeEntry {
     pub hash: StateHash,
 }
 
+/// What a relay needs, beside the header, to resume a match from its
+/// recording after a restart ([`Record::Match`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatchFacts {
+    /// The relay's number of the match (its players' rejoin secrets are
+    /// derived from it).
+    pub match_id: u64,
+    /// The rules fingerprint the players joined with (the header's
+    /// `rules_hash` may be the game's own, recomputed by the relay).
+    pub rules_fingerprint: StateHash,
+    /// The input delay the match started with (0 under the relay's clock).
+    pub input_delay: u8,
+    /// The match's first turn.
+    pub first_turn: Turn,
+    /// Its last turn, if the players agreed on a length.
+    pub last_turn: Option<Turn>,
+}
+
 /// One record of a replay, in file order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -266,6 +284,9 @@ pub enum Record {
     KeyframeIndex(Vec<KeyframeEntry>),
     /// The relay's desync forensics report (entities and fields that differ).
     Forensics(Box<crate::forensics::DesyncReport>),
+    /// The relay's facts about the match, right after the header of a
+    /// relay's recording: what a restarted relay resumes the match from.
+    Match(MatchFacts),
     /// The last record of a finished file.
     Trailer {
         /// Last turn of the match.
@@ -305,6 +326,8 @@ pub mod kind {
     pub const FORENSICS: u8 = 12;
     /// [`super::Record::Rejoin`]
     pub const REJOIN: u8 = 13;
+    /// [`super::Record::Match`]
+    pub const MATCH: u8 = 14;
 }
 
 /// Name of a record kind byte, for messages and `replay export`.
@@ -324,6 +347,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::DISPUTE => "dispute",
         kind::FORENSICS => "forensics",
         kind::REJOIN => "rejoin",
+        kind::MATCH => "match",
         _ => "unknown",
     }
 }
@@ -368,6 +392,7 @@ impl Record {
             Self::Dispute { .. } => kind::DISPUTE,
             Self::Forensics(_) => kind::FORENSICS,
             Self::Rejoin { .. } => kind::REJOIN,
+            Self::Match(_) => kind::MATCH,
         }
     }
 
@@ -385,7 +410,7 @@ impl Record {
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
             Self::Trailer { final_turn, .. } => Some(*final_turn),
             Self::Forensics(r) => Some(Turn(r.turn)),
-            Self::Header(_) | Self::KeyframeIndex(_) | Self::Start { .. } => None,
+            Self::Header(_) | Self::KeyframeIndex(_) | Self::Start { .. } | Self::Match(_) => None,
         }
     }
 
@@ -439,6 +464,7 @@ impl Record {
             }
             Self::KeyframeIndex(entries) => postcard::to_io(entries, &mut *out),
             Self::Forensics(report) => postcard::to_io(&**report, &mut *out),
+            Self::Match(facts) => postcard::to_io(facts, &mut *out),
             Self::Trailer {
                 final_turn,
                 final_hash,
@@ -533,6 +559,7 @@ impl Record {
             }
             kind::KEYFRAME_INDEX => Self::KeyframeIndex(exact(payload).map_err(bad)?),
             kind::FORENSICS => Self::Forensics(Box::new(exact(payload).map_err(bad)?)),
+            kind::MATCH => Self::Match(exact(payload).map_err(bad)?),
             kind::TRAILER => {
                 let (final_turn, final_hash, turns) = exact(payload).map_err(bad)?;
                 Self::Trailer {

@@ -127,11 +127,11 @@ pub mod writer;
 pub use diff::{DiffReport, Difference, diff};
 pub use error::ReplayError;
 pub use forensics::DesyncReport;
-pub use format::{FORMAT_VERSION, Header, KeyframeEntry, PlayerInfo, Record};
+pub use format::{FORMAT_VERSION, Header, KeyframeEntry, MatchFacts, PlayerInfo, Record};
 pub use reader::{Ending, ReadSummary, Reader};
 pub use seek::{ReindexReport, Seeked, reindex, seek, seek_stream};
 pub use verify::{
     Divergence, Progress, RecordedDesync, Replayer, SectionDiff, VerifyReport, restore_checked,
     verify,
 };
-pub use writer::{DEFAULT_SYNC, Sink, SyncPolicy, Writer};
+pub use writer::{DEFAULT_SYNC, Reopened, Sink, SyncPolicy, Writer};

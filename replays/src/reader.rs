@@ -153,6 +153,10 @@ pub struct Reader<R: Read = BufReader<File>> {
     version: u32,
     header: Header,
     prev: Checksum,
+    /// The chain's checksum after the last record returned intact: `prev`
+    /// already moves past a record whose checksum holds but which is then
+    /// refused (malformed, out of place), and an append must not chain on that.
+    intact_prev: Checksum,
     offset: u64,
     last_offset: u64,
     done: bool,
@@ -239,6 +243,7 @@ impl<R: Read> Reader<R> {
                 start_time_unix_ms: 0,
             },
             prev: format::chain_seed(version),
+            intact_prev: format::chain_seed(version),
             offset: PREAMBLE_LEN,
             last_offset: PREAMBLE_LEN,
             done: false,
@@ -269,6 +274,7 @@ impl<R: Read> Reader<R> {
             }
         }
         r.summary.intact_bytes = r.offset;
+        r.intact_prev = r.prev;
         Ok(r)
     }
 
@@ -307,11 +313,19 @@ impl<R: Read> Reader<R> {
         &mut self.inner
     }
 
+    /// The chain checksum after the last intact record (the header, before
+    /// any record was returned): what [`crate::Writer::reopen`] chains the
+    /// next record on, at [`ReadSummary::intact_bytes`].
+    pub(crate) const fn intact_checksum(&self) -> Checksum {
+        self.intact_prev
+    }
+
     /// Continues at the record at `offset` (the inner reader is already
     /// there) with `prev` as the chain's previous checksum; the summary
     /// restarts, so it describes what is read from here on.
     pub(crate) fn resume(&mut self, offset: u64, prev: Checksum) {
         self.prev = prev;
+        self.intact_prev = prev;
         self.offset = offset;
         self.last_offset = offset;
         self.done = false;
@@ -456,7 +470,7 @@ impl<R: Read> Reader<R> {
             Record::Drop { .. } => s.drops += 1,
             Record::Rejoin { .. } => s.rejoins += 1,
             Record::DelayChange { .. } => s.delay_changes += 1,
-            Record::KeyframeIndex(_) => {}
+            Record::KeyframeIndex(_) | Record::Match(_) => {}
             Record::Start { .. } => {
                 if s.turns > 0 || s.started {
                     return Err(seq("a start state after the first turn or twice".into()));
@@ -479,6 +493,7 @@ impl<R: Read> Reader<R> {
         }
         s.records += 1;
         s.intact_bytes = self.offset;
+        self.intact_prev = self.prev;
         Ok(Some(record))
     }
 }

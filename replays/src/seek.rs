@@ -247,6 +247,7 @@ pub fn reindex<S: Simulation, R: Read, W: Sink>(
             Record::Drop { player, turn } => w.record_drop(player, turn)?,
             Record::Forensics(report) => w.record_forensics(&report)?,
             Record::Rejoin { player, turn } => w.record_rejoin(player, turn)?,
+            Record::Match(facts) => w.record_match(&facts)?,
             Record::DelayChange { delay, from_turn } => w.record_delay_change(delay, from_turn)?,
             Record::Trailer {
                 final_turn,

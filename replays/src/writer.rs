@@ -5,9 +5,10 @@ use crate::error::ReplayError;
 use crate::format::{
     self, Checksum, FORMAT_VERSION, Header, KeyframeEntry, PREAMBLE_LEN, Record, kind,
 };
+use crate::reader::Reader;
 use sim::{PlayerId, StateHash, Turn};
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// A byte sink that can also force its data onto stable storage.
@@ -85,6 +86,106 @@ impl Writer<File> {
     ) -> Result<Self, ReplayError> {
         Self::new(File::create(path)?, header, sync)
     }
+
+    /// Reopens an unfinished recording (no trailer) to append to it: use it
+    /// when the recording process restarts after a crash and the match goes
+    /// on, so the match stays one file.
+    ///
+    /// Every intact record is kept. A torn or damaged tail (from the first
+    /// record whose framing or checksum fails) is cut off the file, which is
+    /// then appended to: the writer continues the checksum chain, the turn
+    /// count and the keyframe list, so after more records and
+    /// [`Writer::finish`] the file reads as one complete replay. The records
+    /// kept are returned, for the caller to pick up where it stopped (last
+    /// turn, last agreed hash, last keyframe).
+    ///
+    /// # Errors
+    /// [`ReplayError::Finished`] for a file with a trailer; the [`Reader`]'s
+    /// error when the preamble or header cannot be read; an intact record
+    /// this build refuses (unknown kind, malformed payload, out of place:
+    /// written by another build, not torn by a crash) is returned as its
+    /// error rather than cut; I/O errors. The file is changed only on success.
+    pub fn reopen(
+        path: impl AsRef<Path>,
+        sync: SyncPolicy,
+    ) -> Result<(Self, Reopened), ReplayError> {
+        // One handle for reading, cutting and appending: the file checked is
+        // the file written.
+        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        let mut reader = Reader::new(BufReader::with_capacity(64 * 1024, &file))?;
+        if reader.version() != FORMAT_VERSION {
+            // Appended records would be in this build's format, not the file's.
+            return Err(ReplayError::UnsupportedVersion {
+                found: reader.version(),
+                oldest: FORMAT_VERSION,
+                newest: FORMAT_VERSION,
+            });
+        }
+        let mut records = Vec::new();
+        let mut keyframes = Vec::new();
+        while let Some(item) = reader.next() {
+            let record = match item {
+                Ok(record) => record,
+                // The bytes themselves are cut or damaged: a crash's tail.
+                Err(ReplayError::Torn { .. } | ReplayError::Checksum { .. }) => break,
+                Err(e) => return Err(e),
+            };
+            match &record {
+                Record::Trailer { .. } => return Err(ReplayError::Finished),
+                Record::Keyframe { turn, hash, .. } => keyframes.push(KeyframeEntry {
+                    turn: *turn,
+                    offset: reader.record_offset(),
+                    hash: *hash,
+                }),
+                _ => {}
+            }
+            records.push(record);
+        }
+        let summary = reader.summary();
+        let (end, last_turn, turns, started) = (
+            summary.intact_bytes,
+            summary.last_turn,
+            summary.turns,
+            summary.started,
+        );
+        let prev = reader.intact_checksum();
+        let header = reader.header().clone();
+        drop(reader);
+
+        let cut_bytes = file.metadata()?.len().saturating_sub(end);
+        if cut_bytes > 0 {
+            file.set_len(end)?;
+            // The cut is durable before anything lands after it.
+            file.sync_data()?;
+        }
+        file.seek(SeekFrom::Start(end))?;
+        let mut w = Self::at(file, prev, end, sync);
+        w.last_turn = last_turn;
+        w.turns = turns;
+        w.keyframes = keyframes;
+        w.started = started;
+        Ok((
+            w,
+            Reopened {
+                header,
+                records,
+                cut_bytes,
+            },
+        ))
+    }
+}
+
+/// What [`Writer::reopen`] found in the file it continues: read it to resume
+/// the match where the recording stopped.
+#[derive(Debug, Clone)]
+pub struct Reopened {
+    /// The file's header.
+    pub header: Header,
+    /// Every intact record after the header, in file order.
+    pub records: Vec<Record>,
+    /// Bytes of a torn or damaged tail cut off the file (0 when it ended
+    /// cleanly between records).
+    pub cut_bytes: u64,
 }
 
 impl<W: Sink> Writer<W> {
@@ -93,20 +194,7 @@ impl<W: Sink> Writer<W> {
     /// The header's `format_version` is ignored: the writer always writes
     /// [`FORMAT_VERSION`].
     pub fn new(sink: W, header: &Header, sync: SyncPolicy) -> Result<Self, ReplayError> {
-        let mut w = Self {
-            out: Some(BufWriter::with_capacity(64 * 1024, sink)),
-            prev: format::chain_seed(FORMAT_VERSION),
-            offset: 0,
-            buf: Vec::with_capacity(1024),
-            frame: Vec::with_capacity(1024),
-            last_turn: None,
-            turns: 0,
-            keyframes: Vec::new(),
-            sync,
-            unsynced_turns: 0,
-            closed: false,
-            started: false,
-        };
+        let mut w = Self::at(sink, format::chain_seed(FORMAT_VERSION), 0, sync);
         w.write_raw(&format::preamble())?;
         debug_assert_eq!(w.offset, PREAMBLE_LEN);
         let mut h = header.clone();
@@ -206,6 +294,12 @@ impl<W: Sink> Writer<W> {
         self.record(&Record::Rejoin { player, turn })
     }
 
+    /// Records the relay's facts about the match (right after the header),
+    /// so that a restarted relay can resume it from this file.
+    pub fn record_match(&mut self, facts: &crate::format::MatchFacts) -> Result<(), ReplayError> {
+        self.record(&Record::Match(facts.clone()))
+    }
+
     /// Records an input-delay change effective from `from_turn`.
     pub fn record_delay_change(&mut self, delay: u32, from_turn: Turn) -> Result<(), ReplayError> {
         self.record(&Record::DelayChange { delay, from_turn })
@@ -283,6 +377,52 @@ impl<W: Sink> Writer<W> {
         let out = self.out.take().ok_or(ReplayError::Closed)?;
         out.into_inner()
             .map_err(|e| ReplayError::Io(e.into_error()))
+    }
+
+    /// A writer whose next record goes at `offset` of `sink` and chains on
+    /// `prev`, with nothing recorded yet.
+    fn at(sink: W, prev: Checksum, offset: u64, sync: SyncPolicy) -> Self {
+        Self {
+            out: Some(BufWriter::with_capacity(64 * 1024, sink)),
+            prev,
+            offset,
+            buf: Vec::with_capacity(1024),
+            frame: Vec::with_capacity(1024),
+            last_turn: None,
+            turns: 0,
+            keyframes: Vec::new(),
+            sync,
+            unsynced_turns: 0,
+            closed: false,
+            started: false,
+        }
+    }
+
+    /// The same writer on another sink wrapping this one (`wrap` gets the
+    /// flushed sink): a recorder that keeps its files behind one sink type
+    /// adopts a [`Writer::reopen`]ed file this way.
+    pub fn into_sink<V: Sink>(
+        mut self,
+        wrap: impl FnOnce(W) -> V,
+    ) -> Result<Writer<V>, ReplayError> {
+        let out = self.out.take().ok_or(ReplayError::Closed)?;
+        let sink = out
+            .into_inner()
+            .map_err(|e| ReplayError::Io(e.into_error()))?;
+        Ok(Writer {
+            out: Some(BufWriter::with_capacity(64 * 1024, wrap(sink))),
+            prev: self.prev,
+            offset: self.offset,
+            buf: std::mem::take(&mut self.buf),
+            frame: std::mem::take(&mut self.frame),
+            last_turn: self.last_turn,
+            turns: self.turns,
+            keyframes: std::mem::take(&mut self.keyframes),
+            sync: self.sync,
+            unsynced_turns: self.unsynced_turns,
+            closed: self.closed,
+            started: self.started,
+        })
     }
 
     fn record(&mut self, record: &Record) -> Result<(), ReplayError> {

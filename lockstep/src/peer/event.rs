@@ -129,7 +129,21 @@ pub enum PeerEvent<C> {
         /// Why.
         reason: EndReason,
     },
-    /// The transport connection to the relay ended before the match did.
+    /// The connection to the relay was lost while the match ran (the relay
+    /// restarted, or the path broke): the peer keeps its world and is
+    /// asking for its slot back on a new connection to the same address,
+    /// for at most [`PeerBuilder::with_reconnect`](super::PeerBuilder::with_reconnect)
+    /// in all. Show "reconnecting"; turns resume by themselves, and a
+    /// [`PeerEvent::CaughtUp`] follows once the peer plays live again. If it
+    /// gives up, [`PeerEvent::ConnectionLost`] follows.
+    Reconnecting {
+        /// 1 for the first try after the loss, counting up.
+        attempt: u32,
+        /// Why the previous connection ended.
+        reason: DisconnectReason,
+    },
+    /// The transport connection to the relay ended before the match did,
+    /// and no reconnect brought it back: the peer is done.
     ConnectionLost {
         /// Why.
         reason: DisconnectReason,

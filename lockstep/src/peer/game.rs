@@ -99,6 +99,11 @@ impl<S: Simulation> GameSession<S> {
         self.session.poll_outgoing()
     }
 
+    /// The session, read-only.
+    pub(crate) const fn session(&self) -> &Session {
+        &self.session
+    }
+
     /// The session, for glue to a transport (feed it messages and drain its
     /// outgoing ones, as [`PeerGlue`](crate::peer_glue::PeerGlue) does).
     /// Poll events through [`poll_event`](Self::poll_event), never from the

@@ -108,6 +108,7 @@ pub struct PeerBuilder<S: Simulation> {
     spectate: bool,
     upload_pacing: Option<(usize, Duration)>,
     speculation: Option<Speculation<S>>,
+    reconnect_for: Duration,
 }
 
 impl<S: Simulation> std::fmt::Debug for PeerBuilder<S> {
@@ -154,7 +155,20 @@ impl<S: Simulation> PeerBuilder<S> {
             spectate: false,
             upload_pacing: None,
             speculation: None,
+            reconnect_for: RECONNECT_FOR,
         }
+    }
+
+    /// How long a peer whose connection to the relay was lost keeps asking
+    /// for its slot back on new connections to the same address (default
+    /// [`RECONNECT_FOR`]; zero: never, the peer ends with
+    /// [`PeerEvent::ConnectionLost`] at once). A restarted relay resumes
+    /// its matches from their recordings and waits for their players; a
+    /// peer that comes back keeps its world and plays on from its turn.
+    #[must_use]
+    pub const fn with_reconnect(mut self, give_up_after: Duration) -> Self {
+        self.reconnect_for = give_up_after;
+        self
     }
 
     /// Opt in to a speculative view: a second, disposable world forked from
@@ -346,6 +360,16 @@ impl<S: Simulation> PeerBuilder<S> {
             None => Client::new(now, relay, self.transport, self.seed),
         };
         let local_addr = self.local_addr;
+        let redial = Redial {
+            relay,
+            token: self.token.clone(),
+            transport: self.transport,
+            seed: self.seed,
+            give_up_after: self.reconnect_for,
+            lost_at: None,
+            next_at: None,
+            attempts: 0,
+        };
         Ok(Peer {
             game: self.build_session(now)?,
             client,
@@ -354,6 +378,7 @@ impl<S: Simulation> PeerBuilder<S> {
             pending: VecDeque::new(),
             lost_reported: false,
             dirty: false,
+            redial,
         })
     }
 
@@ -430,6 +455,44 @@ pub struct Peer<S: Simulation> {
     lost_reported: bool,
     /// The transport got datagrams or timers ran since the last flush.
     dirty: bool,
+    /// Finding the relay again after the connection was lost.
+    redial: Redial,
+}
+
+/// How long a peer asks for its slot back after losing its relay, unless
+/// [`PeerBuilder::with_reconnect`] says otherwise: longer than a relay
+/// restart takes (a restarted relay waits as long for its players), short
+/// enough that a relay gone for good ends the match within a minute.
+pub const RECONNECT_FOR: Duration = Duration::from_secs(30);
+
+/// Longest wait between two reconnect attempts (they start at once and
+/// double from 250 ms): a relay back after a restart is found within this.
+const REDIAL_MAX_GAP: Duration = Duration::from_secs(1);
+
+/// A peer's way back to its relay after the connection was lost: a new
+/// transport connection to the same address (and token), asking for the
+/// slot with the world kept.
+#[derive(Debug)]
+struct Redial {
+    relay: SocketAddr,
+    token: Option<ConnectToken>,
+    transport: TransportConfig,
+    seed: u64,
+    give_up_after: Duration,
+    /// When the connection was lost (`None`: connected).
+    lost_at: Option<Instant>,
+    /// When the next attempt starts.
+    next_at: Option<Instant>,
+    attempts: u32,
+}
+
+impl Redial {
+    /// The wait before attempt `n` (1-based) after a failed one.
+    fn gap(n: u32) -> Duration {
+        Duration::from_millis(250)
+            .saturating_mul(1u64 << n.saturating_sub(1).min(8))
+            .min(REDIAL_MAX_GAP)
+    }
 }
 
 impl<S: Simulation> std::fmt::Debug for Peer<S> {
@@ -457,6 +520,9 @@ impl<S: Simulation> Peer<S> {
     /// or [`poll_transmit`](Self::poll_transmit) (timers first, then
     /// messages, in the order the peer has always run them).
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.redial.next_at.is_some_and(|t| t <= now) {
+            self.redial_now(now);
+        }
         self.client.handle_timeout(now);
         self.game.handle_timeout(now);
         self.dirty = true;
@@ -483,10 +549,14 @@ impl<S: Simulation> Peer<S> {
     /// When the peer next needs [`handle_timeout`](Self::handle_timeout).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [self.client.poll_timeout(), self.game.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.client.poll_timeout(),
+            self.game.poll_timeout(),
+            self.redial.next_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The next event, `None` when there is none. A [`PeerEvent::TurnReady`]
@@ -576,10 +646,17 @@ impl<S: Simulation> Peer<S> {
         self.game.is_catching_up()
     }
 
-    /// Why the transport connection ended, if it did.
+    /// Why the connection to the relay ended for good, if it did: `None`
+    /// while the peer is reconnecting after a loss (see
+    /// [`PeerBuilder::with_reconnect`]), so a game loop that stops on a
+    /// disconnect stops only once the peer gave up.
     #[must_use]
-    pub const fn disconnected(&self) -> Option<DisconnectReason> {
-        self.glue.disconnected()
+    pub fn disconnected(&self) -> Option<DisconnectReason> {
+        let reason = self.glue.disconnected()?;
+        let over = self.lost_reported
+            || self.game.is_done()
+            || matches!(reason, DisconnectReason::Denied(_));
+        over.then_some(reason)
     }
 
     /// Whether everything sent reached the relay (nothing queued or
@@ -643,16 +720,57 @@ impl<S: Simulation> Peer<S> {
         self.dirty = false;
         self.glue
             .pump(now, self.game.session_mut(), &mut self.client);
-        if !self.lost_reported
-            && let Some(reason) = self.glue.disconnected()
-            && !matches!(reason, DisconnectReason::Denied(_))
-            && !self.game.is_done()
-        {
-            self.lost_reported = true;
-            self.game
-                .note_error(format!("connection to the relay ended: {reason:?}"));
-            self.pending.push_back(PeerEvent::ConnectionLost { reason });
+        if self.glue.is_connected() && !self.game.session().is_reconnecting() {
+            // Back in the slot (or never gone): the next loss starts over.
+            self.redial.lost_at = None;
+            self.redial.attempts = 0;
         }
+        if self.lost_reported || self.redial.next_at.is_some() || self.game.is_done() {
+            return;
+        }
+        let Some(reason) = self.glue.disconnected() else {
+            return;
+        };
+        if matches!(reason, DisconnectReason::Denied(_)) {
+            return;
+        }
+        let lost_at = *self.redial.lost_at.get_or_insert(now);
+        let in_time = now.saturating_since(lost_at) < self.redial.give_up_after;
+        if in_time && self.game.rejoin_secret().is_some() && self.game.session().is_running() {
+            self.redial.attempts += 1;
+            let attempt = self.redial.attempts;
+            self.redial.next_at = Some(if attempt == 1 {
+                now
+            } else {
+                now + Redial::gap(attempt - 1)
+            });
+            self.pending
+                .push_back(PeerEvent::Reconnecting { attempt, reason });
+            return;
+        }
+        self.lost_reported = true;
+        self.game
+            .note_error(format!("connection to the relay ended: {reason:?}"));
+        self.pending.push_back(PeerEvent::ConnectionLost { reason });
+    }
+
+    /// Opens a new connection to the relay and asks for the slot back with
+    /// the world kept ([`Session::reconnect`](crate::session::Session::reconnect)).
+    fn redial_now(&mut self, now: Instant) {
+        self.redial.next_at = None;
+        let Some((player, secret)) = self.game.rejoin_secret() else {
+            return;
+        };
+        let r = &self.redial;
+        // Another seed per attempt: a fresh connection id and salt.
+        let seed = r.seed.wrapping_add(u64::from(r.attempts));
+        self.client = match &r.token {
+            Some(t) => Client::with_token(now, r.relay, r.transport, t, seed),
+            None => Client::new(now, r.relay, r.transport, seed),
+        };
+        self.glue = PeerGlue::new();
+        self.game.session_mut().reconnect(player, secret);
+        self.dirty = true;
     }
 }
 

@@ -81,6 +81,36 @@ pub struct Rejoin {
     pub secret: RejoinSecret,
 }
 
+/// A peer that lost its connection to the relay but kept its world comes
+/// back into its slot (the relay restarted from its recording, or the path
+/// broke and the relay dropped the old connection): it proves the slot as a
+/// [`Rejoin`] does and holds every turn before `from`, so the relay sends
+/// the bundles from `from` on ([`Reconnected`]) and no snapshot. A relay
+/// that no longer holds them answers with a [`Resume`] instead, and the
+/// peer restores from its snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconnect {
+    /// The match, slot and proof, as in a rejoin.
+    pub rejoin: Rejoin,
+    /// The first turn the peer has no bundle for.
+    pub from: Turn,
+}
+
+/// The relay's answer to a [`Reconnect`] it can serve from its bundles: the
+/// bundles from the asked turn up to `live` follow; the peer plays them at
+/// full speed and reports [`super::ToRelay::CaughtUp`], as after a resume.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconnected {
+    /// The next turn the relay will close.
+    pub live: Turn,
+    /// Time since the match started at the relay, in microseconds, as in
+    /// [`Resume::elapsed_us`] (a restarted relay counts only the time the
+    /// match ran, not its downtime).
+    pub elapsed_us: u64,
+    /// The input delay in force now.
+    pub delay: u8,
+}
+
 /// One piece of a snapshot: uploaded by a peer the relay asked
 /// ([`super::ToRelay::SnapshotChunk`]) and handed on by the relay to a
 /// rejoining peer ([`super::ToPeer::SnapshotChunk`]). Pieces of one snapshot

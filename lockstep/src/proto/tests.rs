@@ -2,10 +2,10 @@
 
 use super::*;
 
-/// `ENTERING_TAGS` are the tags `Join`, `Rejoin` and `Spectate` encode
+/// `ENTERING_TAGS` are the tags `Join`, `Rejoin`, `Spectate` and `Reconnect` encode
 /// to (a driver routes new connections by them), and no other message's.
 #[test]
-fn entering_tags_are_the_tags_of_join_rejoin_and_spectate() {
+fn entering_tags_are_the_tags_of_join_rejoin_spectate_and_reconnect() {
     let join = Join {
         match_name: "m".into(),
         slots: 2,
@@ -22,8 +22,17 @@ fn entering_tags_are_the_tags_of_join_rejoin_and_spectate() {
             player: PlayerId(1),
             secret: RejoinSecret([7; 16]),
         }),
-        ToRelay::Spectate(join),
+        ToRelay::Spectate(join.clone()),
+        ToRelay::Reconnect(Reconnect {
+            rejoin: Rejoin {
+                join,
+                player: PlayerId(1),
+                secret: RejoinSecret([7; 16]),
+            },
+            from: Turn(40),
+        }),
     ];
+    assert_eq!(entering.len(), ToRelay::ENTERING_TAGS.len());
     for (m, tag) in entering.iter().zip(ToRelay::ENTERING_TAGS) {
         assert_eq!(m.to_bytes()[1], tag);
         assert_eq!(m.match_to_enter(), Some("m"));

@@ -149,6 +149,12 @@ impl Session {
         true
     }
 
+    /// Whether a [`Session::reconnect`] waits for the relay's answer.
+    #[must_use]
+    pub fn is_reconnecting(&self) -> bool {
+        !self.config.spectate && matches!(&self.phase, Phase::Running(r) if r.awaits_reconnect())
+    }
+
     /// Whether the match is being played.
     #[must_use]
     pub fn is_running(&self) -> bool {
@@ -440,6 +446,7 @@ impl Session {
             ToPeer::SnapshotChunk(chunk) => self.on_snapshot_chunk(chunk),
             ToPeer::Heal(heal) => self.heal(heal),
             ToPeer::Reoffer(reoffer) => self.reoffer(reoffer),
+            ToPeer::Reconnected(answer) => self.reconnected(now, &answer),
         }
         self.advance(now);
     }

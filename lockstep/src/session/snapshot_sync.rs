@@ -7,10 +7,13 @@ use super::playout::{Ledger, Playout};
 use super::{Phase, Running, Session};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
-use crate::proto::{Heal, MAX_SNAPSHOT_CHUNK, Reoffer, Resume, SnapshotChunk, ToRelay};
+use crate::proto::{
+    Heal, MAX_SNAPSHOT_CHUNK, Reconnect, Reconnected, Rejoin, RejoinSecret, Reoffer, Resume,
+    SnapshotChunk, ToRelay,
+};
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
-use sim::{StateHash, Turn};
+use sim::{PlayerId, StateHash, Turn};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A rejoining session between the relay's `Resume` and catching up.
@@ -77,6 +80,12 @@ impl Running {
     /// Whether the session is still restoring (no own inputs, no stall).
     pub(super) const fn restoring(&self) -> bool {
         self.restoring.is_some()
+    }
+
+    /// Whether a reconnect waits for the relay's answer (a player's
+    /// session: a spectator's `live` is always [`NEVER`]).
+    pub(super) fn awaits_reconnect(&self) -> bool {
+        self.restoring.as_ref().is_some_and(|rs| rs.live == NEVER)
     }
 
     /// Whether the world may not step yet: a rejoin's snapshot is
@@ -178,9 +187,89 @@ impl Session {
         }
     }
 
+    /// The connection to the relay was lost and a new one is open (the
+    /// relay restarted from its recording, or the path broke): ask for our
+    /// slot back with the world kept. Messages queued for the old
+    /// connection are dropped; the buffered turns keep running; own inputs
+    /// and stall notices pause until the relay answers and the session
+    /// caught up with it. False (nothing sent) unless a player's match is
+    /// running.
+    pub fn reconnect(&mut self, player: PlayerId, secret: RejoinSecret) -> bool {
+        let Phase::Running(r) = &mut self.phase else {
+            return false;
+        };
+        if self.config.spectate || r.your_player != player {
+            return false;
+        }
+        self.outgoing.clear();
+        r.upload = Upload::default();
+        r.waiting = None;
+        r.stall_notified = None;
+        // The turns already here run meanwhile; `live` is unknown until
+        // the relay answers, so the catch-up cannot end before it does.
+        let from = r.next_exec;
+        match r.restoring.as_mut() {
+            Some(rs) => rs.live = NEVER,
+            None => {
+                r.restoring = Some(Restoring {
+                    snapshot: None,
+                    buf: Vec::new(),
+                    stage: Stage::Restored,
+                    live: NEVER,
+                });
+            }
+        }
+        let rejoin = Rejoin {
+            join: self.config.join.clone(),
+            player,
+            secret,
+        };
+        self.send(&ToRelay::Reconnect(Reconnect { rejoin, from }));
+        self.stats.reconnects += 1;
+        true
+    }
+
+    /// The relay took our [`Reconnect`] back: the bundles from the turn we
+    /// asked for follow; the schedule restarts from the relay's clock and
+    /// the catch-up ends once every turn before `live` ran.
+    pub(super) fn reconnected(&mut self, now: Instant, answer: &Reconnected) {
+        let Phase::Running(r) = &mut self.phase else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        let Some(rs) = r.restoring.as_mut().filter(|rs| rs.live == NEVER) else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        rs.live = answer.live;
+        // Input delay: due times follow the relay's clock again, which
+        // stood still while the relay was away.
+        let d0 = r.epoch.saturating_since(r.start);
+        r.start = now;
+        r.epoch = now + d0;
+        r.lead = Duration::from_micros(answer.elapsed_us);
+        r.stall_accounted = r.stall_accounted.max(now);
+        if r.delay.delay_at(answer.live) != answer.delay {
+            r.delay.change(answer.live, answer.delay);
+        }
+        self.stats.input_delay = answer.delay;
+    }
+
     /// The relay accepted our rejoin: set the schedule from its clock, wait
     /// for the snapshot, then fast-forward.
     pub(super) fn resume(&mut self, now: Instant, resume: Resume) {
+        // A reconnect the relay could not serve from its bundles: it sent
+        // its snapshot instead, which replaces our world.
+        if let Phase::Running(r) = &mut self.phase
+            && !resume.spectator
+            && r.restoring.as_ref().is_some_and(|rs| rs.live == NEVER)
+        {
+            restart(r, resume.snapshot, resume.live);
+            if resume.snapshot.is_none() {
+                self.events.push_back(Event::Restored { snapshot: None });
+            }
+            return;
+        }
         let expected = self.config.rejoin.is_some() || self.config.spectate;
         if !matches!(self.phase, Phase::Joining)
             || !expected

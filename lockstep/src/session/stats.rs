@@ -104,6 +104,10 @@ pub struct SessionStats {
     /// agreed hash ([`Session::snapshot_failed`](super::Session::snapshot_failed)):
     /// each was reported and replaced by the relay.
     pub snapshots_failed: u32,
+    /// Times this peer asked for its slot back with its world kept, after
+    /// its connection to the relay was lost
+    /// ([`Session::reconnect`](super::Session::reconnect)).
+    pub reconnects: u32,
 }
 
 /// The `p`th percentile of `sorted` (zero when empty).

@@ -27,6 +27,13 @@ impl Game {
         self.start + config.turn_length.saturating_mul(n)
     }
 
+    /// How long the match has run at the relay (a resumed match counts
+    /// none of the relay's downtime): a rejoining peer's schedule starts
+    /// from it.
+    pub(super) fn elapsed(&self, now: Instant) -> lockstep::Duration {
+        now.saturating_since(self.start)
+    }
+
     /// Stamps `player`'s input (sequence number `seq`) into the turn the
     /// relay closes next, if it fits the player's budget there; otherwise
     /// the player gets `InputRefused { turn: seq }`, as it does for an input

@@ -100,6 +100,6 @@ impl Game {
     }
 
     pub(super) fn hashes_judged_through(&self, turn: Turn) -> bool {
-        self.hashes.judged_through().is_some_and(|j| j >= turn)
+        self.hashes.judged_up_to().is_some_and(|j| j >= turn)
     }
 }

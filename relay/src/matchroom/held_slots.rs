@@ -12,8 +12,8 @@ use crate::event::{DropReason, MatchId, RouterEvent};
 use crate::outbox::{Outbox, SnapshotStream};
 use lockstep::Instant;
 use lockstep::low_level::proto::{
-    Delivery, MAX_SNAPSHOT_CHUNK_MESSAGE, RejectReason, Rejoin, Reoffer, Resume, SnapshotChunk,
-    ToPeer,
+    Delivery, MAX_SNAPSHOT_CHUNK_MESSAGE, Reconnected, RejectReason, Rejoin, Reoffer, Resume,
+    SnapshotChunk, ToPeer,
 };
 use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
@@ -34,12 +34,17 @@ impl MatchRoom {
     /// `token_mode`: the connection's token already granted this match and
     /// slot, so the secret is not checked. On success the peer gets the
     /// resume, the snapshot chunks and the tail; its inputs count once it
-    /// reports that it caught up.
+    /// reports that it caught up. `from` (a reconnect: the peer kept its
+    /// world and holds every turn before it): when the tail reaches back to
+    /// it, the peer gets `Reconnected` and the bundles from it instead, no
+    /// snapshot.
+    #[allow(clippy::too_many_arguments)] // the rejoin's facts, all needed
     pub(crate) fn rejoin(
         &mut self,
         now: Instant,
         conn: ConnId,
         rejoin: &Rejoin,
+        from: Option<Turn>,
         token_mode: bool,
         config: &RelayConfig,
         out: &mut Outbox,
@@ -69,7 +74,18 @@ impl MatchRoom {
         if !token_mode && rejoin.secret != secret {
             return Err((RejectReason::WrongSecret, None));
         }
+        if from.is_some_and(|f| f > g.next_close) {
+            let d = format!(
+                "the peer holds turns up to {}, the relay closed turns up to {} only",
+                from.map_or(0, |f| f.0.saturating_sub(1)),
+                g.next_close.0.saturating_sub(1)
+            );
+            return Err((RejectReason::HoldExpired, Some(d)));
+        }
+        // A reconnect the tail can serve: the bundles from `from` on.
+        let reconnect = from.filter(|&f| f == g.next_close || g.snapshots.holds_turn(f));
         let snapshot = match g.snapshots.base() {
+            _ if reconnect.is_some() => None,
             Base::Genesis => None,
             Base::Agreed { turn, hash, bytes } => {
                 Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
@@ -128,20 +144,34 @@ impl MatchRoom {
         slot.rejoined_at = Some(now);
         slot.last_heard = now;
         slot.next_ping = now;
-        let mut start = g.start_msg.clone();
-        start.your_player = player;
-        let resume = Resume {
-            start,
-            elapsed_us: now.saturating_since(g.start).as_micros(),
-            delay: g.delay.current(),
-            snapshot,
-            live: g.next_close,
-            spectator: false,
-        };
-        out.send(conn, &ToPeer::Resume(resume));
-        g.send_snapshot(conn, snapshot, out);
-        for bundle in g.snapshots.tail() {
-            out.push(conn, Delivery::Urgent, bundle.to_vec());
+        let elapsed_us = g.elapsed(now).as_micros();
+        if let Some(from) = reconnect {
+            let answer = Reconnected {
+                live: g.next_close,
+                elapsed_us,
+                delay: g.delay.current(),
+            };
+            out.send(conn, &ToPeer::Reconnected(answer));
+            for bundle in g.snapshots.tail_after(from.0.checked_sub(1).map(Turn)) {
+                out.push(conn, Delivery::Urgent, bundle.to_vec());
+            }
+            out.counters.reconnects += 1;
+        } else {
+            let mut start = g.start_msg.clone();
+            start.your_player = player;
+            let resume = Resume {
+                start,
+                elapsed_us,
+                delay: g.delay.current(),
+                snapshot,
+                live: g.next_close,
+                spectator: false,
+            };
+            out.send(conn, &ToPeer::Resume(resume));
+            g.send_snapshot(conn, snapshot, out);
+            for bundle in g.snapshots.tail() {
+                out.push(conn, Delivery::Urgent, bundle.to_vec());
+            }
         }
         out.counters.rejoins += 1;
         out.events.push_back(RouterEvent::Rejoining {

@@ -13,6 +13,7 @@ mod hashes;
 mod heal;
 mod held_slots;
 mod pinger;
+mod resumed;
 mod seats;
 mod snapshots;
 mod spectators;
@@ -137,6 +138,9 @@ struct Game {
     spectators: Vec<spectators::Spectator>,
     /// Agreed hashes of recent turns, for the spectators' late reports.
     agreed: spectators::AgreedHashes,
+    /// A match resumed after a relay restart closes no turn before its
+    /// players are back or this passed (see `resumed`).
+    paused_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -394,6 +398,7 @@ impl MatchRoom {
             awaiting: Vec::new(),
             spectators: Vec::new(),
             agreed: spectators::AgreedHashes::default(),
+            paused_until: None,
         }));
         self.tick(now, config, out);
         assigned
@@ -473,7 +478,10 @@ impl MatchRoom {
             ToRelay::SnapshotFailed { turn } => {
                 g.on_restore_failed(held_slots::Receiver::Player(player), turn, config, out);
             }
-            ToRelay::Join(_) | ToRelay::Rejoin(_) | ToRelay::Spectate(_) => {
+            ToRelay::Join(_)
+            | ToRelay::Rejoin(_)
+            | ToRelay::Spectate(_)
+            | ToRelay::Reconnect(_) => {
                 out.counters.bad_state += 1;
             }
         }
@@ -518,6 +526,9 @@ impl MatchRoom {
             return;
         };
         g.send_pings(now, config, out, closing);
+        if g.paused(now, config) {
+            return;
+        }
         let silent: Vec<(PlayerId, Option<ConnId>)> = g
             .seats()
             .filter(|(_, s)| {
@@ -583,6 +594,14 @@ impl MatchRoom {
         };
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        if let Some(until) = g.paused_until {
+            // Paused: only the deadline (a player's return ticks the match).
+            at(until);
+            for s in g.slots.iter().filter(|s| s.conn.is_some()) {
+                at(s.next_ping);
+            }
+            return t;
+        }
         let pings_wait = g.pings_ride_on_turns(config);
         for s in &g.slots {
             if s.conn.is_some() && !pings_wait {

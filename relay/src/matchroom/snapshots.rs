@@ -159,6 +159,19 @@ impl SnapshotStore {
         }
     }
 
+    /// The base is gone (a resumed match whose kept bundles do not reach
+    /// back to the first turn): rejoins wait for the next agreed snapshot.
+    pub(super) fn lose_base(&mut self) {
+        self.base = Base::Lost;
+    }
+
+    /// Whether the tail holds the bundle of `turn` (and so every one after
+    /// it): a reconnecting peer that kept its world can be served from it.
+    pub(super) fn holds_turn(&self, turn: Turn) -> bool {
+        self.tail.front().is_some_and(|(t, _, _)| *t <= turn)
+            && self.tail.back().is_some_and(|(t, _, _)| *t >= turn)
+    }
+
     /// Whether the tail still holds every bundle from the first turn on: a
     /// receiver can then restore from the setup's world instead.
     pub(super) fn holds_every_turn_from(&self, first: Turn) -> bool {

@@ -101,7 +101,7 @@ impl MatchRoom {
         };
         let resume = Resume {
             start: g.start_msg.clone(),
-            elapsed_us: now.saturating_since(g.start).as_micros(),
+            elapsed_us: g.elapsed(now).as_micros(),
             delay: g.delay.current(),
             snapshot,
             live: g.next_close,

@@ -9,8 +9,15 @@ use lockstep::low_level::transport::ConnId;
 use lockstep::token::{Refusal, TokenKind};
 
 impl Router {
-    /// A connection asks to come back into a held slot.
-    pub(super) fn rejoin(&mut self, now: Instant, conn: ConnId, rejoin: &Rejoin) {
+    /// A connection asks to come back into a held slot; `from`: it kept its
+    /// world and holds every turn before this one (a reconnect).
+    pub(super) fn rejoin(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        rejoin: &Rejoin,
+        from: Option<sim::Turn>,
+    ) {
         let join = &rejoin.join;
         if self.draining {
             self.refuse_rejoin(conn, rejoin, RejectReason::ShuttingDown, None, None);
@@ -45,6 +52,7 @@ impl Router {
             now,
             conn,
             rejoin,
+            from,
             claims.is_some(),
             &self.config,
             &mut self.out,

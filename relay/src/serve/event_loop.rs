@@ -150,6 +150,35 @@ impl<'a> EventLoop<'a> {
         })
     }
 
+    /// Matches found unfinished at start-up that this loop's recorder holds
+    /// for the driver to place.
+    pub(crate) fn take_resumable(&mut self) -> Vec<crate::resume::Unfinished> {
+        self.recorder
+            .as_mut()
+            .map(Recorder::take_resumable)
+            .unwrap_or_default()
+    }
+
+    /// Resumes a match found unfinished at start-up on this loop (its
+    /// home): the router rebuilds it and the recorder goes on writing its
+    /// file.
+    pub(crate) fn resume(&mut self, mut m: crate::resume::Unfinished) -> Result<(), String> {
+        let now = self.clock();
+        let (id, path, last_hash) = (m.id, m.path.clone(), m.state.last_hash);
+        let writer = m.take_writer();
+        self.core.router.resume(now, m)?;
+        if let (Some(rec), Some(writer)) = (self.recorder.as_mut(), writer) {
+            rec.adopt(id, &path, writer, last_hash)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Numbers this loop's next matches after `id` (taken by a resumed match).
+    pub(crate) fn skip_match_ids_through(&mut self, id: u64) {
+        self.core.router.skip_match_ids_through(id);
+    }
+
     fn clock(&self) -> Instant {
         Instant::from_std(self.shared.epoch, std::time::Instant::now())
     }

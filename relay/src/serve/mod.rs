@@ -105,6 +105,12 @@ pub(crate) fn serve_one(
     )
 }
 
+/// A match found unfinished could not be resumed: said on stderr (the
+/// loops' notes do not run yet), its file left as it is.
+fn resume_failed(path: &std::path::Path, why: &str) {
+    eprintln!("relay: not resuming {}: {why}", path.display());
+}
+
 /// Checks the settings, builds one loop per socket and hands them to `run`.
 fn with_loops(
     sockets: Vec<UdpSocket>,
@@ -169,6 +175,29 @@ fn with_loops(
     for (i, (socket, poll, inbox)) in parts.into_iter().enumerate() {
         let rec = recorders.next().flatten();
         loops.push(EventLoop::new(i, &shared, socket, poll, inbox, rec)?);
+    }
+    // Matches a previous process left unfinished go to their home loops.
+    let resumable: Vec<_> = loops
+        .iter_mut()
+        .flat_map(EventLoop::take_resumable)
+        .collect();
+    if let Some(max) = resumable
+        .iter()
+        .map(crate::resume::Unfinished::match_id)
+        .max()
+    {
+        for l in &mut loops {
+            l.skip_match_ids_through(max);
+        }
+    }
+    for m in resumable {
+        let home = home_of(m.match_name(), n, &shared.home_key);
+        let path = m.path.clone();
+        if let Some(l) = loops.get_mut(home)
+            && let Err(e) = l.resume(m)
+        {
+            resume_failed(&path, &e);
+        }
     }
     if let Some(m) = &opts.metrics {
         m.set(Metric::Up, 1);

@@ -70,6 +70,13 @@ fn record_json(game: &dyn Registered, offset: u64, r: &Record) -> Value {
             json!({"player": player.0, "turn": turn.0})
         }
         Record::Forensics(report) => serde_json::to_value(report).unwrap_or(Value::Null),
+        Record::Match(facts) => json!({
+            "match_id": facts.match_id,
+            "rules_fingerprint": facts.rules_fingerprint.to_hex(),
+            "input_delay": facts.input_delay,
+            "first_turn": facts.first_turn.0,
+            "last_turn": facts.last_turn.map(|t| t.0),
+        }),
         Record::DelayChange { delay, from_turn } => {
             json!({"delay": delay, "from_turn": from_turn.0})
         }

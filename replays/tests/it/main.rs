@@ -12,6 +12,7 @@ mod cli_games;
 mod damage;
 mod golden;
 mod hostile_inputs;
+mod reopen;
 mod seek_index;
 mod toy;
 mod toy_replays;

@@ -105,7 +105,7 @@ impl Recording {
                 }
             };
             match record {
-                Record::Header(_) | Record::KeyframeIndex(_) => {}
+                Record::Header(_) | Record::KeyframeIndex(_) | Record::Match(_) => {}
                 Record::Turn { turn, inputs } => self.turns.push((turn, inputs)),
                 Record::Hash { turn, hash } => {
                     self.hashes.insert(turn, hash);

@@ -1,0 +1,152 @@
+//! A match rebuilt from its recording after a relay restart, and its pause:
+//! it holds every seat, closes no turn until its players are back (each
+//! proves its seat with a reconnect, gets the bundles it lacks and catches
+//! up) or the relay's `resume_wait` has passed, then plays on with the
+//! turn clock restarted where it stopped.
+
+use super::{Game, MatchRoom, Phase, Slot};
+use crate::config::RelayConfig;
+use crate::delay::DelayController;
+use crate::desync::HashBook;
+use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
+use crate::outbox::Outbox;
+use crate::resume::RecordedState;
+use lockstep::Instant;
+use lockstep::low_level::proto::Start;
+use std::collections::{BTreeMap, VecDeque};
+
+impl MatchRoom {
+    /// The match `id` described by `info`, rebuilt at the state its
+    /// recording holds, waiting for its players until `now` plus the
+    /// relay's `resume_wait`.
+    pub(crate) fn resumed(
+        now: Instant,
+        id: MatchId,
+        info: &MatchInfo,
+        state: RecordedState,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) -> Self {
+        let d0 = info.input_delay;
+        let slots = info
+            .players
+            .iter()
+            .map(|p| {
+                let dropped_at = state
+                    .dropped
+                    .iter()
+                    .find(|(d, _)| *d == p.id)
+                    .map(|(_, t)| *t);
+                Slot {
+                    conn: None,
+                    dropped_at,
+                    drop_pending: None,
+                    last_heard: now,
+                    next_ping: now,
+                    pings: super::PingTable::default(),
+                    rtt_hold_until: now,
+                    last_seq: None,
+                    // Held from now: its player proves the seat to come back.
+                    held_since: Some(now),
+                    rejoining: false,
+                    rejoined_at: None,
+                    back_from: None,
+                    rejoin_pending: false,
+                    heals: VecDeque::new(),
+                }
+            })
+            .collect::<Vec<_>>();
+        let mut snapshots = super::snapshots::SnapshotStore::default();
+        for (turn, bytes) in state.bundles {
+            snapshots.push_tail(turn, now, bytes, &config.rejoin);
+        }
+        // The bundles kept do not reach back to the first turn: a player
+        // that lost its world waits for the next agreed snapshot.
+        if !snapshots.holds_every_turn_from(info.first_turn) && state.next_close > info.first_turn {
+            snapshots.lose_base();
+        }
+        let start_msg = Start {
+            your_player: sim::PlayerId(0),
+            setup: info.setup.clone(),
+            turn_length_us: info.turn_length_us,
+            players: info.players.clone(),
+            input_delay: d0,
+            first_turn: info.first_turn,
+            last_turn: info.last_turn,
+        };
+        out.events.push_back(RouterEvent::MatchResumed {
+            id,
+            info: info.clone(),
+            next_turn: state.next_close,
+        });
+        let n = slots.len();
+        let game = Game {
+            start: now,
+            first: info.first_turn,
+            last: info.last_turn,
+            d0,
+            delay: DelayController::new(n, state.delay.unwrap_or(d0)),
+            slots,
+            next_close: state.next_close,
+            open: BTreeMap::new(),
+            // Turns before the resume are judged: reports of them that the
+            // old process did not judge are lost with it.
+            hashes: HashBook::judged_through(state.next_close.0.checked_sub(1).map(sim::Turn)),
+            probe: None,
+            forensics: None,
+            desynced: false,
+            desync_end: false,
+            healing: None,
+            overhealed: Vec::new(),
+            desync_end_by: None,
+            end_by: None,
+            start_msg,
+            snapshots,
+            upload_grant: None,
+            awaiting: Vec::new(),
+            spectators: Vec::new(),
+            agreed: super::spectators::AgreedHashes::default(),
+            paused_until: Some(now + config.rejoin.resume_wait),
+        };
+        Self {
+            id,
+            name: info.match_name.clone(),
+            slots: u8::try_from(n).unwrap_or(u8::MAX),
+            game_id: info.game_id.clone(),
+            game_version: info.game_version,
+            rules_hash: info.rules_hash,
+            phase: Phase::Running(Box::new(game)),
+        }
+    }
+}
+
+impl Game {
+    /// A resumed match's pause: true while it still waits for its players.
+    /// Ends once every seat not dropped before the restart is back and
+    /// caught up, or at the deadline, when the missing players are dropped
+    /// (their slots stay held); the turn clock restarts so that the next
+    /// turn closes one turn length from now.
+    pub(super) fn paused(&mut self, now: Instant, config: &RelayConfig) -> bool {
+        let Some(until) = self.paused_until else {
+            return false;
+        };
+        let back = |s: &Slot| s.dropped_at.is_some() || (s.conn.is_some() && !s.rejoining);
+        if !self.slots.iter().all(back) {
+            if now < until {
+                return true;
+            }
+            let missing: Vec<sim::PlayerId> = super::seats::Seat::all()
+                .zip(&self.slots)
+                .filter(|(_, s)| !back(s))
+                .map(|(seat, _)| seat.id())
+                .collect();
+            for player in missing {
+                self.drop_player(now, player, DropReason::Timeout);
+            }
+        }
+        self.paused_until = None;
+        let run = u64::from(self.next_close.0.saturating_sub(self.first.0));
+        self.start = now - config.turn_length.saturating_mul(run);
+        false
+    }
+}
