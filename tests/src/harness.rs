@@ -409,12 +409,33 @@ impl Relay {
     /// If the directory cannot be made, the relay cannot start or prints no
     /// valid listening line in time.
     pub fn try_start(program: &Path, record_dir: &Path, extra: &[&str]) -> Result<Self, String> {
+        Self::try_start_on(program, "127.0.0.1:0", record_dir, extra)
+    }
+
+    /// A relay started again where this one listened, on the same record
+    /// directory, with `extra` flags (a restart after a kill).
+    pub fn restart(&self, extra: &[&str]) -> Self {
+        let bind = self.addr.to_string();
+        Self::try_start_on(&bins().relay, &bind, &self.record_dir, extra)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Relay::try_start`] on the address `bind`.
+    ///
+    /// # Errors
+    /// As [`Relay::try_start`].
+    pub fn try_start_on(
+        program: &Path,
+        bind: &str,
+        record_dir: &Path,
+        extra: &[&str],
+    ) -> Result<Self, String> {
         std::fs::create_dir_all(record_dir)
             .map_err(|e| format!("cannot create {}: {e}", record_dir.display()))?;
         let mut args: Vec<String> = [
             "serve",
             "--bind",
-            "127.0.0.1:0",
+            bind,
             "--json",
             "--verbose",
             "--record-dir",

@@ -1,13 +1,75 @@
 //! A relay killed mid-match (SIGKILL: no goodbye, no flush at exit): its
 //! recording is the match's write-ahead log. Each turn's record reaches the
 //! file (the OS, not necessarily the disk) before that turn's bundle leaves
-//! the relay, so the recording holds every turn any peer simulated.
+//! the relay, so the recording holds every turn any peer simulated, and a
+//! relay restarted on the same directory resumes the match from it.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::time::Duration;
-use tests::harness::{PeerSpec, Relay, finish_peer, peer, scratch_dir};
+use tests::harness::{PeerSpec, Relay, SplitMix, finish_peer, peer, replay_verify, scratch_dir};
 
 const MATCH: Duration = Duration::from_secs(120);
+
+/// 3 peers play 400 turns; the relay is SIGKILLed twice, at seeded turns,
+/// and each time restarted at once on the same address, record directory
+/// and rejoin key. Every peer keeps its world, reconnects and finishes the
+/// match (exit 0, equal final hashes), and the recording verifies as one
+/// complete match.
+#[test]
+fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
+    let dir = scratch_dir("relay-restarted");
+    let records = dir.join("records");
+    let key = dir.join("rejoin.key");
+    let key_arg = key.display().to_string();
+    let turns = 400u32;
+    let mut rng = SplitMix(25);
+    let first_kill = rng.range(60, 160);
+    let second_kill = rng.range(first_kill + 60, 320);
+    let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
+    let mut relay = Relay::start(&records, &flags);
+    let spec = |i: usize| PeerSpec {
+        relay: relay.addr,
+        match_name: "restarted".to_owned(),
+        players: 3,
+        turns,
+        seed: i as u64 + 1,
+        extra: vec![],
+    };
+    let mut peers: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
+    for kill_at in [first_kill, second_kill] {
+        relay.wait_event("the kill turn", MATCH, |v| {
+            v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_at))
+        });
+        relay.proc.kill();
+        relay = relay.restart(&flags);
+        let resumed = relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
+        assert!(
+            resumed["next_turn"].as_u64() > Some(u64::from(kill_at)),
+            "{resumed}"
+        );
+    }
+    let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
+    for r in &results {
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["completed"], true, "{}", r.summary);
+        assert_eq!(r.summary["turns"], turns, "{}", r.summary);
+        assert_eq!(
+            r.summary["final_hash"], results[0].summary["final_hash"],
+            "{}",
+            r.summary
+        );
+    }
+    let path = relay.wait_recorded(MATCH);
+    let (code, report) = replay_verify(&path);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["verified"], true, "{report:#}");
+    assert_eq!(report["turns"], turns, "{report:#}");
+    assert_eq!(
+        report["final_hash"], results[0].summary["final_hash"],
+        "{report:#}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
 #[test]
 fn a_sigkilled_relay_has_recorded_every_turn_any_peer_simulated() {
@@ -20,7 +82,7 @@ fn a_sigkilled_relay_has_recorded_every_turn_any_peer_simulated() {
         players: 3,
         turns: 100_000,
         seed: i as u64 + 1,
-        extra: vec![],
+        extra: vec!["--reconnect-s".into(), "0".into()],
     };
     let mut peers: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
     relay.wait_event("turn 150", MATCH, |v| {

@@ -84,6 +84,11 @@ struct Cli {
     /// Raise it for matches that, lobby included, outlast it (`--turns unbounded`).
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
+    /// When the connection to the relay is lost mid-match (the relay
+    /// restarted, or the path broke), keep the world and ask for the slot
+    /// back on a new connection for this many seconds (0: exit 1 at once).
+    #[arg(long, default_value_t = lockstep::peer::RECONNECT_FOR.as_micros() / 1_000_000)]
+    reconnect_s: u64,
     /// Simulated loss on this peer's link, each way (0..1).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
@@ -203,7 +208,8 @@ fn run<S: Simulation + 'static, A: Agent<S>>(
         // The builder's 0 is its own "until the match ends".
         .with_turns(cli.turns.0.map_or(0, std::num::NonZeroU32::get))
         .with_seed(cli.seed)
-        .with_ticks_per_turn(ticks_per_turn);
+        .with_ticks_per_turn(ticks_per_turn)
+        .with_reconnect(lockstep::Duration::from_secs(cli.reconnect_s));
     if let Some(t) = token {
         builder = builder.with_token(t);
     }
