@@ -249,6 +249,18 @@ impl Session {
         r.epoch = now + d0;
         r.lead = Duration::from_micros(answer.elapsed_us);
         r.stall_accounted = r.stall_accounted.max(now);
+        // Under the relay's clock the playout restarts from the relay's
+        // live turn, as after a resume: its old schedule ran on while the
+        // relay was away, and would count the whole pause as stall turn
+        // after turn.
+        if r.playout.is_some() {
+            r.playout = Some(Playout::new(
+                self.config.playout,
+                now,
+                answer.live,
+                r.turn_length,
+            ));
+        }
         if r.delay.delay_at(answer.live) != answer.delay {
             r.delay.change(answer.live, answer.delay);
         }

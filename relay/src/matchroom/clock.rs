@@ -19,11 +19,16 @@ use lockstep::Instant;
 use lockstep::low_level::proto::ToPeer;
 use sim::{PlayerId, Turn};
 
+/// `turns` turn lengths of `turn_length_us` each.
+const fn turn_lengths(turns: u64, turn_length_us: u64) -> lockstep::Duration {
+    lockstep::Duration::from_micros(turns.saturating_mul(turn_length_us))
+}
+
 impl Game {
     /// When the relay closes turn `t` under the `clock` policy: one turn
     /// length after it opened (turn `first` opens at the start).
     pub(super) fn clock_close_at(&self, t: Turn, config: &RelayConfig) -> Instant {
-        let n = u64::from(t.0.saturating_sub(self.first.0)) + 1;
+        let n = u64::from(t.0.saturating_sub(self.clock_turn.0)) + 1;
         self.start + config.turn_length.saturating_mul(n)
     }
 
@@ -31,7 +36,8 @@ impl Game {
     /// none of the relay's downtime): a rejoining peer's schedule starts
     /// from it.
     pub(super) fn elapsed(&self, now: Instant) -> lockstep::Duration {
-        now.saturating_since(self.start)
+        let before = u64::from(self.clock_turn.0.saturating_sub(self.first.0));
+        now.saturating_since(self.start) + turn_lengths(before, self.start_msg.turn_length_us)
     }
 
     /// Stamps `player`'s input (sequence number `seq`) into the turn the

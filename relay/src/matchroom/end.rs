@@ -64,7 +64,7 @@ impl Game {
     /// delay peers accept, the silence timeout and the margin.
     pub(super) fn end_wait(&self, now: Instant, config: &RelayConfig) -> Duration {
         let last = self.last.unwrap_or(self.next_close);
-        let n = u64::from(last.0.saturating_sub(self.first.0)) + u64::from(self.d0);
+        let n = u64::from(last.0.saturating_sub(self.clock_turn.0)) + u64::from(self.d0);
         let schedule = (self.start + config.turn_length.saturating_mul(n)).saturating_since(now);
         let delay = config
             .turn_length

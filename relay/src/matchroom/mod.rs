@@ -104,7 +104,11 @@ impl Slot {
 /// A running match.
 #[derive(Debug)]
 struct Game {
+    /// When turn `clock_turn` opened: the turn clock counts from here.
     start: Instant,
+    /// The turn the clock counts from: the first turn, or where a match
+    /// resumed after a relay restart picked up (its clock stood still).
+    clock_turn: Turn,
     first: Turn,
     last: Option<Turn>,
     d0: u8,
@@ -376,6 +380,7 @@ impl MatchRoom {
             .collect::<Vec<_>>();
         self.phase = Phase::Running(Box::new(Game {
             start: now,
+            clock_turn: first,
             first,
             last,
             d0,
@@ -526,7 +531,7 @@ impl MatchRoom {
             return;
         };
         g.send_pings(now, config, out, closing);
-        if g.paused(now, config) {
+        if g.paused(now) {
             return;
         }
         let silent: Vec<(PlayerId, Option<ConnId>)> = g

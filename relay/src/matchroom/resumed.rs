@@ -82,6 +82,7 @@ impl MatchRoom {
         let n = slots.len();
         let game = Game {
             start: now,
+            clock_turn: state.next_close,
             first: info.first_turn,
             last: info.last_turn,
             d0,
@@ -126,7 +127,7 @@ impl Game {
     /// caught up, or at the deadline, when the missing players are dropped
     /// (their slots stay held); the turn clock restarts so that the next
     /// turn closes one turn length from now.
-    pub(super) fn paused(&mut self, now: Instant, config: &RelayConfig) -> bool {
+    pub(super) fn paused(&mut self, now: Instant) -> bool {
         let Some(until) = self.paused_until else {
             return false;
         };
@@ -145,8 +146,93 @@ impl Game {
             }
         }
         self.paused_until = None;
-        let run = u64::from(self.next_close.0.saturating_sub(self.first.0));
-        self.start = now - config.turn_length.saturating_mul(run);
+        // The clock restarts here: the next turn closes a turn length
+        // from now, as the first turn of a match does.
+        self.clock_turn = self.next_close;
+        self.start = now;
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep::Duration;
+    use lockstep::low_level::transport::ConnId;
+    use sim::Turn;
+
+    /// Before: the restarted clock was computed as `now` minus the turns
+    /// played, which saturates at the process's clock zero, so a match
+    /// resumed a few seconds after the relay started waited as long as it
+    /// had run before its next turn closed.
+    #[test]
+    fn a_resumed_match_waits_for_its_players_then_closes_the_next_turn_a_turn_length_later() {
+        let config = RelayConfig::default();
+        let mut info = MatchInfo::two_players("m", "g");
+        info.last_turn = None;
+        let state = RecordedState {
+            next_close: Turn(500),
+            ..RecordedState::default()
+        };
+        // Early on the restarted process's clock; 500 turns were played.
+        let now = Instant::from_millis(1000);
+        let mut out = Outbox::default();
+        let mut room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        // Paused: no turn is due, only the end of the wait.
+        assert_eq!(
+            room.poll_timeout(&config),
+            Some(now + config.rejoin.resume_wait)
+        );
+        let back = now + Duration::from_secs(3);
+        room.tick(back, &config, &mut out);
+        assert!(room.is_running());
+        let Phase::Running(g) = &mut room.phase else {
+            panic!("not running");
+        };
+        assert!(g.paused_until.is_some(), "closed turns without its players");
+        for (i, s) in g.slots.iter_mut().enumerate() {
+            s.conn = Some(ConnId(u32::try_from(i).unwrap_or(0)));
+            s.last_heard = back;
+        }
+        room.tick(back, &config, &mut out);
+        let Phase::Running(g) = &room.phase else {
+            panic!("not running");
+        };
+        assert!(g.paused_until.is_none());
+        assert_eq!(g.next_close, Turn(500));
+        assert_eq!(g.deadline(Turn(500), &config), back + config.turn_length);
+        // A rejoining peer's schedule counts the turns played before.
+        assert_eq!(
+            g.elapsed(back + config.turn_length),
+            config.turn_length.saturating_mul(501)
+        );
+    }
+
+    #[test]
+    fn players_who_never_return_are_dropped_at_the_end_of_the_wait() {
+        let config = RelayConfig::default();
+        let mut info = MatchInfo::two_players("m", "g");
+        info.last_turn = None;
+        let state = RecordedState {
+            next_close: Turn(40),
+            ..RecordedState::default()
+        };
+        let now = Instant::from_millis(1000);
+        let mut out = Outbox::default();
+        let mut room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        let end = now + config.rejoin.resume_wait;
+        // Player 0 came back (and is heard); player 1 never does.
+        if let Phase::Running(g) = &mut room.phase {
+            g.slots[0].conn = Some(ConnId(0));
+            g.slots[0].last_heard = end;
+        }
+        room.tick(end, &config, &mut out);
+        let Phase::Running(g) = &room.phase else {
+            panic!("not running");
+        };
+        assert!(g.paused_until.is_none());
+        assert!(g.slots[1].drop_pending.is_some(), "player 1 is dropped");
+        assert!(g.slots[1].held_since.is_some(), "its slot stays held");
+        assert!(g.slots[0].drop_pending.is_none());
     }
 }

@@ -100,7 +100,7 @@ impl Game {
         if config.policy == TurnPolicy::Clock {
             return self.clock_close_at(t, config);
         }
-        let n = u64::from(t.0.saturating_sub(self.first.0)) + u64::from(self.d0);
+        let n = u64::from(t.0.saturating_sub(self.clock_turn.0)) + u64::from(self.d0);
         let quarter = Duration::from_micros(config.turn_length.as_micros() / 4);
         let lead = config.deadline_lead.min(quarter);
         (self.start + config.turn_length.saturating_mul(n)) - lead
