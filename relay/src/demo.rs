@@ -407,6 +407,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
                     RelayNote::Recorded(r) => Note::Recorded(r.clone()),
                     RelayNote::RecordError(e) => Note::RecordError(e),
                     RelayNote::Draining { .. }
+                    | RelayNote::HandingOver { .. }
                     | RelayNote::CutOff { .. }
                     | RelayNote::Refused { .. }
                     | RelayNote::SendDropped { .. }

@@ -240,6 +240,11 @@ pub enum RouterEvent {
         player: PlayerId,
         /// The snapshot's turn.
         snapshot: Option<Turn>,
+        /// Bundles sent to it to catch up with (the tail after the snapshot,
+        /// or after the turn a reconnect asked for).
+        bundles: u32,
+        /// A reconnect: the player kept its world (no snapshot sent).
+        kept_world: bool,
     },
     /// A rejoined player caught up: its inputs and hashes count from `turn` on.
     Rejoined {

@@ -42,6 +42,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve matches on a UDP address, recording each to a replay file.
+    /// SIGTERM/SIGINT drain (running matches end after `--grace-s`);
+    /// SIGUSR2 hands them over: the relay exits at once without ending
+    /// them, and the next `relay serve` on the same `--record-dir` and
+    /// `--rejoin-key-file` resumes them.
     Serve(ServeArgs),
     /// Run a whole match locally: a relay and N headless peers over loopback UDP.
     Demo(DemoArgs),
@@ -706,6 +710,14 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     }
+    // SIGUSR2 hands the running matches over to the next process (an
+    // upgrade): the relay stops at once without ending them.
+    let handover = Arc::new(AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGUSR2, Arc::clone(&handover))
+    {
+        eprintln!("relay: cannot install the handler for SIGUSR2: {e}");
+        return ExitCode::from(1);
+    }
     let addr = sockets
         .first()
         .and_then(|s| s.local_addr().ok())
@@ -793,6 +805,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     };
     let opts = ServeOptions {
         stop: &stop,
+        handover: Some(&handover),
         grace: Duration::from_secs(a.grace_s),
         metrics,
         auth,

@@ -77,6 +77,11 @@ pub(crate) fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
             "event": "cut_off", "conn": conn.0, "reason": format!("{reason:?}"),
             "text": reason.to_string() }),
         ),
+        RelayNote::HandingOver { running } => (
+            Level::Warn,
+            serde_json::json!({ "event": "handing_over", "running": running,
+                "text": "stopping without ending the running matches: a relay started on the same record directory and rejoin key resumes them" }),
+        ),
         RelayNote::Draining { running, grace } => (
             Level::Warn,
             serde_json::json!({ "event": "draining", "running": running, "grace_s": grace.as_micros() / 1_000_000 }),
@@ -229,8 +234,11 @@ pub(crate) fn event_json(e: &RouterEvent, verbose: bool) -> Option<serde_json::V
             id,
             player,
             snapshot,
+            bundles,
+            kept_world,
         } => json!({
-            "event": "rejoining", "match": id.0, "player": player.0, "snapshot_turn": snapshot.map(|t| t.0) }),
+            "event": "rejoining", "match": id.0, "player": player.0, "snapshot_turn": snapshot.map(|t| t.0),
+            "bundles": bundles, "kept_world": kept_world }),
         RouterEvent::Rejoined { id, player, turn } => json!({
             "event": "rejoined", "match": id.0, "player": player.0, "turn": turn.0 }),
         RouterEvent::Healing {

@@ -89,6 +89,12 @@ pub enum RelayNote<'a> {
         /// How long they may go on.
         grace: Duration,
     },
+    /// A hand-over began (SIGUSR2): the relay stops without ending its
+    /// `running` matches, for the next process to resume them.
+    HandingOver {
+        /// Matches left running in their recordings.
+        running: usize,
+    },
 }
 
 /// How [`serve_with`] stops and what it publishes.
@@ -98,6 +104,12 @@ pub struct ServeOptions<'a> {
     /// running ones may finish within `grace`, then every match left is
     /// ended (`MatchEnd` to its players) and every replay finalised.
     pub stop: &'a AtomicBool,
+    /// Set (e.g. by SIGUSR2) to hand the running matches over to the next
+    /// relay process: joins are refused and lobbies closed as in a drain,
+    /// then the relay stops at once without ending any match. Their
+    /// recordings stay unfinished, and a relay started on the same record
+    /// directory and rejoin key resumes them (see [`crate::resume`]).
+    pub handover: Option<&'a AtomicBool>,
     /// How long running matches may go on after `stop` is set.
     pub grace: Duration,
     /// Counters to publish for the metrics endpoint, if any.
@@ -234,6 +246,7 @@ pub fn serve(
 ) -> io::Result<()> {
     let opts = ServeOptions {
         stop,
+        handover: None,
         grace: Duration::ZERO,
         metrics: None,
         auth: AuthMode::Open,

@@ -415,9 +415,17 @@ impl Relay {
     /// A relay started again where this one listened, on the same record
     /// directory, with `extra` flags (a restart after a kill).
     pub fn restart(&self, extra: &[&str]) -> Self {
-        let bind = self.addr.to_string();
-        Self::try_start_on(&bins().relay, &bind, &self.record_dir, extra)
+        self.try_restart(&bins().relay, extra)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Relay::restart`] with the relay binary `program`.
+    ///
+    /// # Errors
+    /// As [`Relay::try_start`].
+    pub fn try_restart(&self, program: &Path, extra: &[&str]) -> Result<Self, String> {
+        let bind = self.addr.to_string();
+        Self::try_start_on(program, &bind, &self.record_dir, extra)
     }
 
     /// [`Relay::try_start`] on the address `bind`.

@@ -121,3 +121,84 @@ fn a_sigkilled_relay_has_recorded_every_turn_any_peer_simulated() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An upgrade: 8 matches run when the relay gets SIGUSR2 (hand over). It
+/// stops at once without ending them, and the next process, started on the
+/// same address, record directory and rejoin key, resumes every one: every
+/// peer completes its match, both players of a match end with the same
+/// hash, and every recording verifies as one complete match.
+#[test]
+fn a_relay_handed_over_to_a_new_process_ends_none_of_its_8_matches() {
+    let dir = scratch_dir("relay-handover");
+    let records = dir.join("records");
+    let key = dir.join("rejoin.key");
+    let key_arg = key.display().to_string();
+    let turns = 240u32;
+    let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
+    let mut relay = Relay::start(&records, &flags);
+    let mut peers = Vec::new();
+    for m in 0..8u64 {
+        for seat in 0..2u64 {
+            peers.push((
+                m,
+                peer(&PeerSpec {
+                    relay: relay.addr,
+                    match_name: format!("upgrade{m}"),
+                    players: 2,
+                    turns,
+                    seed: m * 2 + seat + 1,
+                    extra: vec![],
+                }),
+            ));
+        }
+    }
+    let mut started = 0;
+    relay.wait_event("8 matches past turn 60", MATCH, |v| {
+        if v["event"] == "match_started" {
+            started += 1;
+        }
+        started == 8 && v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(60)
+    });
+    let usr2 = std::process::Command::new("kill")
+        .args(["-USR2", &relay.proc.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(usr2.success());
+    let (status, out) = relay.proc.wait_exit(MATCH);
+    assert!(status.success(), "{status}");
+    // One line per event loop, each with the matches it left running.
+    let running: u64 = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "handing_over")
+        .filter_map(|v| v["running"].as_u64())
+        .sum();
+    assert_eq!(running, 8, "{out}");
+    let mut next = relay.restart(&flags);
+    let mut resumed = 0;
+    next.wait_event("8 matches resumed", MATCH, |v| {
+        if v["event"] == "match_resumed" {
+            resumed += 1;
+        }
+        resumed == 8
+    });
+    let mut hashes = std::collections::BTreeMap::new();
+    for (m, p) in &mut peers {
+        let r = finish_peer(p, MATCH);
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["turns"], turns, "{}", r.summary);
+        let h = r.summary["final_hash"].clone();
+        assert_eq!(
+            hashes.entry(*m).or_insert_with(|| h.clone()),
+            &h,
+            "match {m}"
+        );
+    }
+    for _ in 0..8 {
+        let path = next.wait_recorded(MATCH);
+        let (code, report) = replay_verify(&path);
+        assert_eq!(code, Some(0), "{report:#}");
+        assert_eq!(report["turns"], turns, "{report:#}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -145,6 +145,7 @@ impl MatchRoom {
         slot.last_heard = now;
         slot.next_ping = now;
         let elapsed_us = g.elapsed(now).as_micros();
+        let mut bundles = 0u32;
         if let Some(from) = reconnect {
             let answer = Reconnected {
                 live: g.next_close,
@@ -154,6 +155,7 @@ impl MatchRoom {
             out.send(conn, &ToPeer::Reconnected(answer));
             for bundle in g.snapshots.tail_after(from.0.checked_sub(1).map(Turn)) {
                 out.push(conn, Delivery::Urgent, bundle.to_vec());
+                bundles += 1;
             }
             out.counters.reconnects += 1;
         } else {
@@ -171,6 +173,7 @@ impl MatchRoom {
             g.send_snapshot(conn, snapshot, out);
             for bundle in g.snapshots.tail() {
                 out.push(conn, Delivery::Urgent, bundle.to_vec());
+                bundles += 1;
             }
         }
         out.counters.rejoins += 1;
@@ -178,6 +181,8 @@ impl MatchRoom {
             id: self.id,
             player,
             snapshot: snapshot.map(|(t, _, _)| t),
+            bundles,
+            kept_world: reconnect.is_some(),
         });
         Ok(player)
     }

@@ -33,6 +33,10 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// After ending matches at shutdown, how long to keep sending so the
 /// players' `MatchEnd` gets through (or until every connection is gone).
 const LINGER: Duration = Duration::from_millis(1000);
+/// How long a hand-over keeps sending before the loop stops: the lobbies'
+/// refusals leave; the running matches need nothing (their peers find the
+/// next process on their own).
+const HANDOVER_LINGER: Duration = Duration::from_millis(50);
 /// How often a loop measures what it holds for the relay's memory budget:
 /// each measure walks every connection and match, and nothing the budget
 /// guards grows by much within it (per-connection caps bound each step).
@@ -210,6 +214,7 @@ impl<'a> EventLoop<'a> {
         let mut drain_until: Option<Instant> = None;
         let mut linger_until: Option<Instant> = None;
         let mut finished = false;
+        let mut handing_over = false;
         let mut last_wake = Instant::ZERO;
         if let Some(m) = &opts.metrics {
             m.beat_loop(self.index);
@@ -217,7 +222,19 @@ impl<'a> EventLoop<'a> {
         loop {
             let now = self.clock();
             self.check_stop(now, opts, &mut drain_until, note);
+            if !handing_over && opts.handover.is_some_and(|h| h.load(Ordering::Relaxed)) {
+                // Joins refused and lobbies closed as in a drain; the
+                // running matches are left to their recordings. One short
+                // linger sends the lobbies' refusals.
+                handing_over = true;
+                self.core.router.begin_drain();
+                note(RelayNote::HandingOver {
+                    running: self.core.router.running_count(),
+                });
+                linger_until = Some(now + HANDOVER_LINGER);
+            }
             if let Some(until) = drain_until
+                && !handing_over
                 && linger_until.is_none()
                 && (now >= until || self.core.router.match_count() == 0)
             {

@@ -348,6 +348,7 @@ fn health_is_503_while_the_event_loop_is_stalled() {
     std::thread::scope(|scope| {
         let opts = ServeOptions {
             stop: &stop,
+            handover: None,
             grace: Duration::ZERO,
             metrics: Some(Arc::clone(&metrics)),
             auth: lockstep::low_level::transport::AuthMode::Open,

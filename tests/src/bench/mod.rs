@@ -25,6 +25,7 @@ pub mod relay_procs;
 pub mod relay_report;
 pub mod replay_bench;
 pub mod report;
+pub mod restart_bench;
 pub mod scenario_game;
 pub mod sim_bench;
 pub mod speculation_bench;

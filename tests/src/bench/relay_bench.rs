@@ -666,6 +666,7 @@ mod tests {
             std::thread::spawn(move || {
                 let opts = relay::udp::ServeOptions {
                     stop: &stop,
+                    handover: None,
                     grace: lockstep::Duration::ZERO,
                     metrics: Some(metrics),
                     auth: lockstep::low_level::transport::AuthMode::Open,

@@ -233,6 +233,7 @@ pub fn relay_worker_main(args: &[String]) -> ExitCode {
     let metrics = Arc::new(Metrics::new().with_loops(threads));
     let opts = ServeOptions {
         stop: &stop,
+        handover: None,
         grace: lockstep::Duration::ZERO,
         metrics: Some(Arc::clone(&metrics)),
         auth: lockstep::low_level::transport::AuthMode::Open,

@@ -8,7 +8,7 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 12] = [
+pub const SECTIONS: [(&str, &str); 13] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
     ("latency", "Command latency against each player's own floor"),
@@ -19,6 +19,10 @@ pub const SECTIONS: [(&str, &str); 12] = [
     ("bandwidth", "Bandwidth against the Age of Empires budget"),
     ("bulk", "Bulk transfer and message size (transport)"),
     ("rejoin", "Rejoin and late spectators"),
+    (
+        "restart",
+        "Relay restarts: matches resumed from their recordings",
+    ),
     ("viewer", "Replay viewer in the browser"),
     ("speculation", "Speculation"),
 ];

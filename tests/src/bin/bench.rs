@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
     bandwidth_bench, bulk_bench, crowd_bench, crypto_bench, latency_bench, net_bench, net_report,
-    rejoin_bench, relay_bench, relay_report, replay_bench, report, sim_bench, speculation_bench,
-    viewer_bench,
+    rejoin_bench, relay_bench, relay_report, replay_bench, report, restart_bench, sim_bench,
+    speculation_bench, viewer_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -29,7 +29,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, crypto, crowd, bandwidth, bulk, rejoin, viewer, speculation); the report's other sections are kept as they were.
+    /// relay, crypto, crowd, bandwidth, bulk, rejoin, restart, viewer, speculation); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -254,6 +254,28 @@ fn main() -> ExitCode {
         md.push_str(&section_stamp);
         md.push_str(&text);
         md.push('\n');
+    }
+
+    if wanted(&args, "restart") {
+        eprintln!("[restart] matches on a relay SIGKILLed and restarted 5 times");
+        let dir = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default();
+        let figures = tests::harness::Bins::in_dir(&dir, false)
+            .and_then(|bins| restart_bench::measure(&bins, 25));
+        match figures {
+            Ok(f) => {
+                md.push_str("## Relay restarts: matches resumed from their recordings\n\n");
+                md.push_str(&section_stamp);
+                md.push_str(&restart_bench::markdown(&f));
+                md.push('\n');
+            }
+            Err(e) => {
+                eprintln!("error: restart benchmark could not measure: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
 
     if wanted(&args, "viewer") {
