@@ -70,6 +70,9 @@ pub enum RejectReason {
     /// moments ago and now plays: two processes were started for one seat
     /// and this one lost. Not retried: the seat has its player.
     SlotTaken,
+    /// The relay does not know this connection any more (it restarted):
+    /// connect again and ask for the slot back.
+    ConnectionUnknown,
 }
 
 impl RejectReason {
@@ -99,11 +102,12 @@ impl RejectReason {
             Self::SlotInUse => "slot_in_use",
             Self::MemoryFull => "memory_full",
             Self::SlotTaken => "slot_taken",
+            Self::ConnectionUnknown => "connection_unknown",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 22] = [
+    pub const ALL: [Self; 23] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -126,6 +130,7 @@ impl RejectReason {
         Self::SlotInUse,
         Self::MemoryFull,
         Self::SlotTaken,
+        Self::ConnectionUnknown,
     ];
 }
 
@@ -162,6 +167,9 @@ impl fmt::Display for RejectReason {
             Self::SlotTaken => {
                 "another process rejoined this slot moments ago and plays it; this one is not needed"
             }
+            Self::ConnectionUnknown => {
+                "the relay does not know this connection (it restarted); connect again"
+            }
         })
     }
 }
@@ -176,6 +184,7 @@ impl From<DenyReason> for RejectReason {
             DenyReason::TokenExpired => Self::TokenExpired,
             DenyReason::TokenReused => Self::TokenReused,
             DenyReason::TokenUnexpected => Self::TokenUnexpected,
+            DenyReason::UnknownConnection => Self::ConnectionUnknown,
         }
     }
 }

@@ -10,10 +10,16 @@ use super::connection::{ConnEvent, Connection, DisconnectReason, Role};
 use super::messages::SendError;
 use super::stats::{LinkEstimate, LinkStats};
 use crate::rng::Rng;
+use crate::time::Duration;
 use crate::time::Instant;
 use crate::token::{ConnectToken, SealedToken};
-use crate::wire::{self, Cookie, Packet};
+use crate::wire::{self, Cookie, DenyReason, Packet};
 use std::collections::VecDeque;
+
+/// How long a connection must have heard nothing before the server's "I do
+/// not know this connection" closes it: a relay sends every turn, so a
+/// second of silence means it is gone (restarted), not a lossy moment.
+const FORGOTTEN_AFTER: Duration = Duration::from_secs(1);
 use std::net::SocketAddr;
 
 /// What a [`Client`] reports.
@@ -114,6 +120,23 @@ impl Client {
             }
             Phase::Connected(conn) if authed => {
                 let _ = conn.handle_datagram(now, bytes);
+            }
+            Phase::Connected(conn) => {
+                // The server forgot us (it restarted): believed only after
+                // a silence no healthy link has, so a forged notice cannot
+                // break a connection that works.
+                if let Ok(Packet::Denied {
+                    reason: DenyReason::UnknownConnection,
+                    ..
+                }) = wire::decode(bytes)
+                    && conn.silent_for(now) >= FORGOTTEN_AFTER
+                    && let Phase::Connected(c) =
+                        std::mem::replace(&mut self.phase, Phase::Closed(None))
+                {
+                    self.phase = Phase::Closed(Some(c));
+                    self.events
+                        .push_back(ClientEvent::Disconnected(DisconnectReason::Forgotten));
+                }
             }
             _ => {}
         }

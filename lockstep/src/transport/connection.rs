@@ -50,6 +50,10 @@ pub enum DisconnectReason {
     /// The 64-bit packet counter ran out (never in practice).
     #[error("packet counter exhausted")]
     CounterExhausted,
+    /// The server said it does not know this connection (it restarted)
+    /// while the connection had been silent: connect again.
+    #[error("the server no longer knows this connection (it restarted)")]
+    Forgotten,
 }
 
 /// What a connection reports to its endpoint.
@@ -524,6 +528,11 @@ impl Connection {
 
     /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
     /// RTO plus the peer's ack hold allowance, at most ~1 s unless the RTT itself is longer.
+    /// How long nothing valid has been heard, as of `now`.
+    pub(crate) fn silent_for(&self, now: Instant) -> Duration {
+        now.saturating_since(self.last_recv)
+    }
+
     pub(crate) fn loss_bound(&self) -> Duration {
         let allowance =
             Duration::from_micros(2 * 1_000_000 / u64::from(self.cfg.congestion.bad_pps.max(1)));

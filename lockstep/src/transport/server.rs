@@ -135,6 +135,10 @@ pub enum AuthMode {
 
 /// Stateless replies waiting for `poll_transmit`; a flood beyond this is dropped.
 const MAX_REPLIES: usize = 1024;
+/// How often an address that is not a connection is told so at most.
+const FORGOTTEN_REPLY_EVERY: crate::time::Duration = crate::time::Duration::from_millis(200);
+/// Addresses remembered as told; the table is emptied when it fills.
+const MAX_FORGOTTEN_TOLD: usize = 4096;
 
 struct Slot {
     addr: SocketAddr,
@@ -155,6 +159,8 @@ pub struct Server {
     by_addr: HashMap<SocketAddr, ConnId>,
     next_id: u32,
     replies: VecDeque<(SocketAddr, Vec<u8>)>,
+    /// When each recent unknown sender was told it is not a connection.
+    forgotten_told: HashMap<SocketAddr, Instant>,
     events: VecDeque<ServerEvent>,
     counters: ServerCounters,
     cursor: Option<ConnId>,
@@ -185,6 +191,7 @@ impl Server {
             by_addr: HashMap::new(),
             next_id: 0,
             replies: VecDeque::new(),
+            forgotten_told: HashMap::new(),
             events: VecDeque::new(),
             counters: ServerCounters::default(),
             cursor: None,
@@ -347,6 +354,10 @@ impl Server {
         if prefix & 0x80 == 0 {
             let Some(&id) = self.by_addr.get(&from) else {
                 self.counters.unknown_sender += 1;
+                // Never a reply larger than what came: no amplification.
+                if bytes.len() >= wire::DENIED_LEN {
+                    self.tell_forgotten(now, from);
+                }
                 return;
             };
             if let Some(slot) = self.conns.get_mut(&id) {
@@ -376,6 +387,33 @@ impl Server {
             }
             Ok(_) => self.counters.unexpected += 1,
         }
+    }
+
+    /// A data packet came from an address with no connection (this server
+    /// restarted, or dropped the connection): the client is told, at most
+    /// once per [`FORGOTTEN_REPLY_EVERY`] per address, so a peer whose relay
+    /// restarted reconnects at once instead of after its silence timeout.
+    /// The notice (19 bytes) goes only to packets of a data packet's
+    /// least length or more: no amplification. The table of recent
+    /// notices is bounded.
+    fn tell_forgotten(&mut self, now: Instant, to: SocketAddr) {
+        if self
+            .forgotten_told
+            .get(&to)
+            .is_some_and(|&t| now.saturating_since(t) < FORGOTTEN_REPLY_EVERY)
+        {
+            return;
+        }
+        if self.forgotten_told.len() >= MAX_FORGOTTEN_TOLD {
+            self.forgotten_told.clear();
+        }
+        self.forgotten_told.insert(to, now);
+        let p = Packet::Denied {
+            protocol_id: self.cfg.protocol_id,
+            client_salt: 0,
+            reason: DenyReason::UnknownConnection,
+        };
+        self.reply(to, &p);
     }
 
     fn reply(&mut self, to: SocketAddr, packet: &Packet<'_>) {

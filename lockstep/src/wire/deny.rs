@@ -19,6 +19,11 @@ pub enum DenyReason {
     TokenReused,
     /// An open-mode server got a join token it cannot check.
     TokenUnexpected,
+    /// A data packet came for a connection the server does not know: it
+    /// restarted (or dropped the connection). Sent with a zero salt, so a
+    /// client acts on it only after its connection has been silent a while
+    /// (see `Client`): on a healthy link a forged one changes nothing.
+    UnknownConnection,
 }
 
 impl std::fmt::Display for DenyReason {
@@ -38,6 +43,7 @@ impl DenyReason {
             Self::TokenExpired => 5,
             Self::TokenReused => 6,
             Self::TokenUnexpected => 7,
+            Self::UnknownConnection => 8,
         }
     }
     pub(super) fn from_byte(b: u8, at: usize) -> Result<Self, DecodeError> {
@@ -49,6 +55,7 @@ impl DenyReason {
             5 => Ok(Self::TokenExpired),
             6 => Ok(Self::TokenReused),
             7 => Ok(Self::TokenUnexpected),
+            8 => Ok(Self::UnknownConnection),
             _ => Err(DecodeError::NonCanonical {
                 what: "deny reason",
                 at,

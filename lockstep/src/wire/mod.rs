@@ -51,7 +51,6 @@ pub const CONNECT_REQUEST_LEN: usize = MAX_PACKET;
 #[cfg(test)]
 pub(crate) const CHALLENGE_LEN: usize = 1 + 1 + 8 + 8 + 8 + COOKIE_LEN;
 /// Length of a `Denied`.
-#[cfg(test)]
 pub(crate) const DENIED_LEN: usize = 1 + 1 + 8 + 8 + 1;
 /// Length of a `TokenResponse` (a `ChallengeResponse` plus the sealed token).
 #[cfg(test)]

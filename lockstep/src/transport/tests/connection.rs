@@ -527,3 +527,48 @@ fn a_client_that_never_acks_is_capped_then_dropped() {
     assert!(h.server.stats(good).is_some());
     assert_eq!(h.client_messages(1).len() as u32, k, "and got every bundle");
 }
+
+/// A server that restarted (a new process: no connections) tells a client
+/// whose data it cannot place that it does not know it, in a reply no
+/// larger than the packet; the client, silent since the restart, closes
+/// with `Forgotten` after 1 s instead of waiting out its 5 s timeout, and a
+/// healthy client ignores the same notice forged.
+#[test]
+fn a_restarted_server_makes_its_old_clients_reconnect_within_a_second_of_silence() {
+    let cfg = TransportConfig::default();
+    let link = LinkConfig::with_latency(Duration::from_millis(10));
+    let mut h = Harness::new(2, link, cfg, 5);
+    h.connect();
+    // A forged notice to a healthy client (heard from the server just now).
+    let mut forged = Vec::new();
+    wire::Packet::Denied {
+        protocol_id: cfg.protocol_id,
+        client_salt: 0,
+        reason: wire::DenyReason::UnknownConnection,
+    }
+    .encode(&mut forged);
+    let now = h.now;
+    h.clients[1].handle_datagram(now, addr(SERVER), &forged);
+    assert!(
+        h.clients[1].is_connected(),
+        "a forged notice broke a live link"
+    );
+    // The server restarts.
+    h.server = Server::new(cfg, [9; 32]);
+    let restarted = h.now;
+    h.run_until(restarted + Duration::from_secs(4), |_| {});
+    assert!(h.server.counters().unknown_sender > 0);
+    for i in 0..2 {
+        let reason = h.seen.client[i].iter().find_map(|e| match e {
+            ClientEvent::Disconnected(r) => Some(*r),
+            _ => None,
+        });
+        assert_eq!(reason, Some(DisconnectReason::Forgotten), "client {i}");
+        assert!(!h.clients[i].is_connected());
+    }
+    for &(from, _, len) in &h.sizes {
+        if from == addr(SERVER) {
+            assert!(len <= 64, "a reply of {len} bytes");
+        }
+    }
+}
