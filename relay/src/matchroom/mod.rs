@@ -80,6 +80,26 @@ struct Slot {
 }
 
 impl Slot {
+    /// A slot played by `conn` (`None`: held, its player away) from `now`.
+    fn new(conn: Option<ConnId>, now: Instant) -> Self {
+        Self {
+            conn,
+            dropped_at: None,
+            drop_pending: None,
+            last_heard: now,
+            next_ping: now,
+            pings: PingTable::default(),
+            rtt_hold_until: now,
+            last_seq: None,
+            held_since: None,
+            rejoining: false,
+            rejoined_at: None,
+            back_from: None,
+            rejoin_pending: false,
+            heals: VecDeque::new(),
+        }
+    }
+
     /// A message from the player at `now`. After a silence much longer than
     /// its messages' usual spacing (a hash every turn, a pong every ping),
     /// the RTT samples of the next 2 s measure the backlog, not the link:
@@ -361,50 +381,9 @@ impl MatchRoom {
         });
         let slots = members
             .into_iter()
-            .map(|m| Slot {
-                conn: Some(m.conn),
-                dropped_at: None,
-                drop_pending: None,
-                last_heard: now,
-                next_ping: now,
-                pings: PingTable::default(),
-                rtt_hold_until: now,
-                last_seq: None,
-                held_since: None,
-                rejoining: false,
-                rejoined_at: None,
-                back_from: None,
-                rejoin_pending: false,
-                heals: VecDeque::new(),
-            })
+            .map(|m| Slot::new(Some(m.conn), now))
             .collect::<Vec<_>>();
-        self.phase = Phase::Running(Box::new(Game {
-            start: now,
-            clock_turn: first,
-            first,
-            last,
-            d0,
-            delay: DelayController::new(slots.len(), d0),
-            slots,
-            next_close: first,
-            open: BTreeMap::new(),
-            hashes: HashBook::default(),
-            probe: None,
-            forensics: None,
-            desynced: false,
-            desync_end: false,
-            healing: None,
-            overhealed: Vec::new(),
-            desync_end_by: None,
-            end_by: None,
-            start_msg,
-            snapshots: snapshots::SnapshotStore::default(),
-            upload_grant: None,
-            awaiting: Vec::new(),
-            spectators: Vec::new(),
-            agreed: spectators::AgreedHashes::default(),
-            paused_until: None,
-        }));
+        self.phase = Phase::Running(Box::new(Game::new(now, start_msg, slots)));
         self.tick(now, config, out);
         assigned
     }
@@ -638,6 +617,43 @@ impl MatchRoom {
     }
 }
 impl Game {
+    /// A match that starts at `now` as `start_msg` describes it (its first
+    /// turn, last turn and starting delay), its players in `slots`.
+    fn new(now: Instant, start_msg: Start, slots: Vec<Slot>) -> Self {
+        let (first, last, d0) = (
+            start_msg.first_turn,
+            start_msg.last_turn,
+            start_msg.input_delay,
+        );
+        Self {
+            start: now,
+            clock_turn: first,
+            first,
+            last,
+            d0,
+            delay: DelayController::new(slots.len(), d0),
+            slots,
+            next_close: first,
+            open: BTreeMap::new(),
+            hashes: HashBook::default(),
+            probe: None,
+            forensics: None,
+            desynced: false,
+            desync_end: false,
+            healing: None,
+            overhealed: Vec::new(),
+            desync_end_by: None,
+            end_by: None,
+            start_msg,
+            snapshots: snapshots::SnapshotStore::default(),
+            upload_grant: None,
+            awaiting: Vec::new(),
+            spectators: Vec::new(),
+            agreed: spectators::AgreedHashes::default(),
+            paused_until: None,
+        }
+    }
+
     pub(super) fn drop_player(&mut self, now: Instant, player: PlayerId, reason: DropReason) {
         let Some(slot) = self.slots.get_mut(usize::from(player.0)) else {
             return;
@@ -677,22 +693,7 @@ mod tests {
     use super::*;
 
     fn slot(now: Instant) -> Slot {
-        Slot {
-            conn: Some(ConnId(0)),
-            dropped_at: None,
-            drop_pending: None,
-            last_heard: now,
-            next_ping: now,
-            pings: PingTable::default(),
-            rtt_hold_until: now,
-            last_seq: None,
-            held_since: None,
-            rejoining: false,
-            rejoined_at: None,
-            back_from: None,
-            rejoin_pending: false,
-            heals: VecDeque::new(),
-        }
+        Slot::new(Some(ConnId(0)), now)
     }
 
     #[test]

@@ -13,7 +13,6 @@ use crate::outbox::Outbox;
 use crate::resume::RecordedState;
 use lockstep::Instant;
 use lockstep::low_level::proto::Start;
-use std::collections::{BTreeMap, VecDeque};
 
 impl MatchRoom {
     /// The match `id` described by `info`, rebuilt at the state its
@@ -27,88 +26,56 @@ impl MatchRoom {
         config: &RelayConfig,
         out: &mut Outbox,
     ) -> Self {
-        let d0 = info.input_delay;
         let slots = info
             .players
             .iter()
             .map(|p| {
-                let dropped_at = state
+                let mut slot = Slot::new(None, now);
+                slot.dropped_at = state
                     .dropped
                     .iter()
                     .find(|(d, _)| *d == p.id)
                     .map(|(_, t)| *t);
-                Slot {
-                    conn: None,
-                    dropped_at,
-                    drop_pending: None,
-                    last_heard: now,
-                    next_ping: now,
-                    pings: super::PingTable::default(),
-                    rtt_hold_until: now,
-                    last_seq: None,
-                    // Held from now: its player proves the seat to come back.
-                    held_since: Some(now),
-                    rejoining: false,
-                    rejoined_at: None,
-                    back_from: None,
-                    rejoin_pending: false,
-                    heals: VecDeque::new(),
-                }
+                // Held from now: its player proves the seat to come back.
+                slot.held_since = Some(now);
+                slot
             })
             .collect::<Vec<_>>();
-        let mut snapshots = super::snapshots::SnapshotStore::default();
-        for (turn, bytes) in state.bundles {
-            snapshots.push_tail(turn, now, bytes, &config.rejoin);
-        }
-        // The bundles kept do not reach back to the first turn: a player
-        // that lost its world waits for the next agreed snapshot.
-        if !snapshots.holds_every_turn_from(info.first_turn) && state.next_close > info.first_turn {
-            snapshots.lose_base();
-        }
+        let n = slots.len();
         let start_msg = Start {
             your_player: sim::PlayerId(0),
             setup: info.setup.clone(),
             turn_length_us: info.turn_length_us,
             players: info.players.clone(),
-            input_delay: d0,
+            input_delay: info.input_delay,
             first_turn: info.first_turn,
             last_turn: info.last_turn,
         };
+        let mut game = Game::new(now, start_msg, slots);
+        // Where the recording stopped: the next turn, the delay in force,
+        // the bundles a reconnecting player may lack.
+        game.next_close = state.next_close;
+        game.clock_turn = state.next_close;
+        game.delay = DelayController::new(n, state.delay.unwrap_or(info.input_delay));
+        for (turn, bytes) in state.bundles {
+            game.snapshots.push_tail(turn, now, bytes, &config.rejoin);
+        }
+        // The bundles kept do not reach back to the first turn: a player
+        // that lost its world waits for the next agreed snapshot.
+        if !game.snapshots.holds_every_turn_from(info.first_turn)
+            && state.next_close > info.first_turn
+        {
+            game.snapshots.lose_base();
+        }
+        // Turns before the resume are judged: reports of them that the old
+        // process did not judge are lost with it.
+        game.hashes = HashBook::judged_through(state.next_close.0.checked_sub(1).map(sim::Turn));
+        game.paused_until = Some(now + config.rejoin.resume_wait);
         out.events.push_back(RouterEvent::MatchResumed {
             id,
             info: info.clone(),
             next_turn: state.next_close,
         });
-        let n = slots.len();
-        let game = Game {
-            start: now,
-            clock_turn: state.next_close,
-            first: info.first_turn,
-            last: info.last_turn,
-            d0,
-            delay: DelayController::new(n, state.delay.unwrap_or(d0)),
-            slots,
-            next_close: state.next_close,
-            open: BTreeMap::new(),
-            // Turns before the resume are judged: reports of them that the
-            // old process did not judge are lost with it.
-            hashes: HashBook::judged_through(state.next_close.0.checked_sub(1).map(sim::Turn)),
-            probe: None,
-            forensics: None,
-            desynced: false,
-            desync_end: false,
-            healing: None,
-            overhealed: Vec::new(),
-            desync_end_by: None,
-            end_by: None,
-            start_msg,
-            snapshots,
-            upload_grant: None,
-            awaiting: Vec::new(),
-            spectators: Vec::new(),
-            agreed: super::spectators::AgreedHashes::default(),
-            paused_until: Some(now + config.rejoin.resume_wait),
-        };
         Self {
             id,
             name: info.match_name.clone(),
