@@ -124,8 +124,7 @@ fn open(path: &Path, max_tail: usize) -> Result<Option<Unfinished>, String> {
         return Ok(None);
     }
     // Only a relay's recording says how to resume it: checked before the
-    // whole file is read.
-    let mut reader = replays::Reader::open(path).map_err(|e| e.to_string())?;
+    // whole file is read (the index lookup kept the reader after the header).
     match reader.next() {
         Some(Ok(Record::Match(_))) => {}
         _ => {

@@ -192,26 +192,29 @@ pub fn markdown(f: &RestartFigures) -> String {
         f.kill_points
     );
     s.push_str("| figure | median (min–max) | worst |\n|---|---|---|\n");
-    s.push_str(&format!(
-        "| relay downtime (kill to listening again), s | {} | {:.2} |\n",
-        cell(&f.downtimes, 2),
-        worst(&f.downtimes)
-    ));
-    s.push_str(&format!(
-        "| pause per match (kill to its next turn closed), s | {} | {:.2} |\n",
-        cell(&f.pauses, 2),
-        worst(&f.pauses)
-    ));
-    s.push_str(&format!(
-        "| pause beyond the downtime, s | {} | {:.2} |\n",
-        cell(&f.beyond, 2),
-        worst(&f.beyond)
-    ));
-    s.push_str(&format!(
-        "| bundles re-sent per reconnecting peer | {} | {:.0} |\n\n",
-        cell(&f.resent, 0),
-        worst(&f.resent)
-    ));
+    let rows: [(&str, &[f64], usize); 4] = [
+        (
+            "relay downtime (kill to listening again), s",
+            &f.downtimes,
+            2,
+        ),
+        (
+            "pause per match (kill to its next turn closed), s",
+            &f.pauses,
+            2,
+        ),
+        ("pause beyond the downtime, s", &f.beyond, 2),
+        ("bundles re-sent per reconnecting peer", &f.resent, 0),
+    ];
+    for (label, v, d) in rows {
+        s.push_str(&format!(
+            "| {label} | {} | {:.*} |\n",
+            cell(v, d),
+            d,
+            worst(v)
+        ));
+    }
+    s.push('\n');
     s.push_str(&format!(
         "{} of {} peers completed every turn; {} of {MATCHES} matches ended with one hash; {} of \
          {MATCHES} recordings verified as one complete match; {} reconnects needed a snapshot \
