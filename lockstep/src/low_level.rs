@@ -42,7 +42,7 @@ pub mod proto {
         MAX_NAME_LEN, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, MAX_REASON_LEN,
         MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Notice, PROTOCOL_VERSION, PeerReport,
         PlayerInfo, Reconnect, Reconnected, RejectReason, Rejoin, RejoinSecret, Reoffer, Resume,
-        SnapshotChunk, Start, ToPeer, ToRelay, decode_turn,
+        Rewatch, SnapshotChunk, Start, ToPeer, ToRelay, decode_turn,
     };
 }
 

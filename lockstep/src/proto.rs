@@ -24,7 +24,7 @@ pub use reject::RejectReason;
 pub(crate) use rejoin_messages::MAX_SNAPSHOT_TOTAL;
 pub use rejoin_messages::{
     Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Reconnect, Reconnected, Rejoin,
-    RejoinSecret, Reoffer, Resume, SnapshotChunk,
+    RejoinSecret, Reoffer, Resume, Rewatch, SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -306,6 +306,10 @@ pub enum ToRelay {
     /// restarted, or the path broke) while this peer kept simulating.
     /// Appended last, so every older message keeps its encoding.
     Reconnect(Reconnect),
+    /// Watch again keeping the world (instead of [`ToRelay::Spectate`]): a
+    /// spectator lost its connection to the relay (the relay restarted, or
+    /// the path broke) while it kept its world. Appended last.
+    Rewatch(Rewatch),
 }
 
 /// Messages from the relay to a peer.
@@ -549,7 +553,9 @@ impl ToRelay {
                 check_player(r.player)?;
                 Self::Join(r.join.clone()).validate()
             }
-            Self::Spectate(j) => Self::Join(j.clone()).validate(),
+            Self::Spectate(j) | Self::Rewatch(Rewatch { join: j, .. }) => {
+                Self::Join(j.clone()).validate()
+            }
             Self::Hash { .. }
             | Self::Pong { .. }
             | Self::Report(_)
@@ -564,14 +570,16 @@ impl ToRelay {
     /// `Reconnect`. A driver that hosts matches on several event loops
     /// decodes only these to route a new connection (see
     /// [`ToRelay::match_to_enter`]).
-    pub const ENTERING_TAGS: [u8; 4] = [0, 10, 12, 14];
+    pub const ENTERING_TAGS: [u8; 5] = [0, 10, 12, 14, 15];
 
     /// The match this message asks to enter (`Join`, `Rejoin`, `Spectate`,
-    /// `Reconnect`).
+    /// `Reconnect`, `Rewatch`).
     #[must_use]
     pub fn match_to_enter(&self) -> Option<&str> {
         match self {
-            Self::Join(j) | Self::Spectate(j) => Some(&j.match_name),
+            Self::Join(j) | Self::Spectate(j) | Self::Rewatch(Rewatch { join: j, .. }) => {
+                Some(&j.match_name)
+            }
             Self::Rejoin(r) | Self::Reconnect(Reconnect { rejoin: r, .. }) => {
                 Some(&r.join.match_name)
             }

@@ -87,8 +87,9 @@ pub struct RouterCounters {
     /// Rejoins accepted (the player got the snapshot and the tail, or, for
     /// a reconnect, the bundles it lacked).
     pub rejoins: u64,
-    /// Of those, reconnects: players that kept their world and got only
-    /// the bundles they lacked (after a relay restart or a broken path).
+    /// Reconnects: players (counted in `rejoins` too) and spectators that
+    /// kept their world and got only the bundles they lacked (after a relay
+    /// restart or a broken path).
     pub reconnects: u64,
     /// Rejoins refused (wrong secret or slot, hold expired, no snapshot).
     pub rejoins_refused: u64,

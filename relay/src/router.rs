@@ -20,7 +20,13 @@ use std::net::SocketAddr;
 
 pub use crate::outbox::RouterCounters;
 
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod reconnect_tests;
 mod rooms;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod scripted_match;
 mod seat_reclaim;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
@@ -406,7 +412,8 @@ impl Router {
         }
         match (c.room, msg) {
             (None, ToRelay::Join(join)) => self.join(now, conn, &join),
-            (None, ToRelay::Spectate(join)) => self.spectate(now, conn, &join),
+            (None, ToRelay::Spectate(join)) => self.spectate(now, conn, &join, None),
+            (None, ToRelay::Rewatch(r)) => self.spectate(now, conn, &r.join, Some(r.from)),
             (None, ToRelay::Rejoin(rejoin)) => self.rejoin(now, conn, &rejoin, None),
             (None, ToRelay::Reconnect(r)) => self.rejoin(now, conn, &r.rejoin, Some(r.from)),
             (Some((id, Some(player))), msg) => {

@@ -12,9 +12,9 @@ const MATCH: Duration = Duration::from_secs(120);
 
 /// 3 peers play 400 turns; the relay is SIGKILLed twice, at seeded turns,
 /// and each time restarted at once on the same address, record directory
-/// and rejoin key. Every peer keeps its world, reconnects and finishes the
-/// match (exit 0, equal final hashes), and the recording verifies as one
-/// complete match.
+/// and rejoin key. Every peer and the spectator keep their world,
+/// reconnect and finish the match (exit 0, equal final hashes), and the
+/// recording verifies as one complete match.
 #[test]
 fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
     let dir = scratch_dir("relay-restarted");
@@ -27,8 +27,9 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
     let second_kill = rng.range(first_kill + 60, 320);
     let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
     let mut relay = Relay::start(&records, &flags);
+    let relay_addr = relay.addr;
     let spec = |i: usize| PeerSpec {
-        relay: relay.addr,
+        relay: relay_addr,
         match_name: "restarted".to_owned(),
         players: 3,
         turns,
@@ -36,6 +37,11 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
         extra: vec![],
     };
     let mut peers: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
+    // A spectator watches from the start (the base is the setup's world).
+    relay.wait_event("the start", MATCH, |v| v["event"] == "turn_closed");
+    let mut watch = spec(9);
+    watch.extra = vec!["--spectate".to_owned()];
+    peers.push(peer(&watch));
     for kill_at in [first_kill, second_kill] {
         relay.wait_event("the kill turn", MATCH, |v| {
             v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_at))
@@ -51,6 +57,7 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
     let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
     for r in &results {
         assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["reconnects"], 2, "{}", r.summary);
         assert_eq!(r.summary["completed"], true, "{}", r.summary);
         assert_eq!(r.summary["turns"], turns, "{}", r.summary);
         assert_eq!(

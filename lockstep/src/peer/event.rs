@@ -131,11 +131,12 @@ pub enum PeerEvent<C> {
     },
     /// The connection to the relay was lost while the match ran (the relay
     /// restarted, or the path broke): the peer keeps its world and is
-    /// asking for its slot back on a new connection to the same address,
-    /// for at most [`PeerBuilder::with_reconnect`](super::PeerBuilder::with_reconnect)
-    /// in all. Show "reconnecting"; turns resume by themselves, and a
-    /// [`PeerEvent::CaughtUp`] follows once the peer plays live again. If it
-    /// gives up, [`PeerEvent::ConnectionLost`] follows.
+    /// asking for its slot (a spectator: its seat) back on a new connection
+    /// to the same address, for at most
+    /// [`PeerBuilder::with_reconnect`](super::PeerBuilder::with_reconnect)
+    /// in all. Show "reconnecting"; turns resume by themselves, and for a
+    /// player a [`PeerEvent::CaughtUp`] follows once it plays live again. If
+    /// it gives up, [`PeerEvent::ConnectionLost`] follows.
     Reconnecting {
         /// 1 for the first try after the loss, counting up.
         attempt: u32,

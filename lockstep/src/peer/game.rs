@@ -303,6 +303,7 @@ impl<S: Simulation> GameSession<S> {
             refused: self.refused.clone(),
             rejoins: u32::from(self.rejoin_took.is_some()),
             rejoin_ms: self.rejoin_took.map(Duration::as_millis_f64),
+            reconnects: s.reconnects,
             snapshots_uploaded: s.snapshots_uploaded,
             own_feedback_ms: self.speculation.as_ref().and_then(|sp| {
                 sp.feedback().map(|(p50, p99)| LatencyMs {

@@ -160,11 +160,12 @@ impl<S: Simulation> PeerBuilder<S> {
     }
 
     /// How long a peer whose connection to the relay was lost keeps asking
-    /// for its slot back on new connections to the same address (default
-    /// [`RECONNECT_FOR`]; zero: never, the peer ends with
-    /// [`PeerEvent::ConnectionLost`] at once). A restarted relay resumes
-    /// its matches from their recordings and waits for their players; a
-    /// peer that comes back keeps its world and plays on from its turn.
+    /// for its slot (or, for a spectator, its seat) back on new connections
+    /// to the same address (default [`RECONNECT_FOR`]; zero: never, the
+    /// peer ends with [`PeerEvent::ConnectionLost`] at once). A restarted
+    /// relay resumes its matches from their recordings and waits for their
+    /// players; a peer that comes back keeps its world and plays (or
+    /// watches) on from its turn.
     #[must_use]
     pub const fn with_reconnect(mut self, give_up_after: Duration) -> Self {
         self.reconnect_for = give_up_after;
@@ -736,7 +737,9 @@ impl<S: Simulation> Peer<S> {
         }
         let lost_at = *self.redial.lost_at.get_or_insert(now);
         let in_time = now.saturating_since(lost_at) < self.redial.give_up_after;
-        if in_time && self.game.rejoin_secret().is_some() && self.game.session().is_running() {
+        // A player proves its seat with its secret; a spectator needs none.
+        let seated = self.game.rejoin_secret().is_some() || self.game.is_spectating();
+        if in_time && seated && self.game.session().is_running() {
             self.redial.attempts += 1;
             let attempt = self.redial.attempts;
             self.redial.next_at = Some(if attempt == 1 {
@@ -754,13 +757,16 @@ impl<S: Simulation> Peer<S> {
         self.pending.push_back(PeerEvent::ConnectionLost { reason });
     }
 
-    /// Opens a new connection to the relay and asks for the slot back with
-    /// the world kept ([`Session::reconnect`](crate::session::Session::reconnect)).
+    /// Opens a new connection to the relay and asks for the slot (or the
+    /// spectator's seat) back with the world kept
+    /// ([`Session::reconnect`](crate::session::Session::reconnect),
+    /// [`Session::rewatch`](crate::session::Session::rewatch)).
     fn redial_now(&mut self, now: Instant) {
         self.redial.next_at = None;
-        let Some((player, secret)) = self.game.rejoin_secret() else {
+        let seat = self.game.rejoin_secret();
+        if seat.is_none() && !self.game.is_spectating() {
             return;
-        };
+        }
         let r = &self.redial;
         // Another seed per attempt: a fresh connection id and salt.
         let seed = r.seed.wrapping_add(u64::from(r.attempts));
@@ -769,7 +775,11 @@ impl<S: Simulation> Peer<S> {
             None => Client::new(now, r.relay, r.transport, seed),
         };
         self.glue = PeerGlue::new();
-        self.game.session_mut().reconnect(player, secret);
+        let session = self.game.session_mut();
+        match seat {
+            Some((player, secret)) => session.reconnect(player, secret),
+            None => session.rewatch(),
+        };
         self.dirty = true;
     }
 }

@@ -151,6 +151,10 @@ pub struct PeerSummary {
     pub rejoins: u32,
     /// From sending the rejoin to caught up with the live turn, in ms.
     pub rejoin_ms: Option<f64>,
+    /// Times this peer (player or spectator) lost its connection to the
+    /// relay and opened a new one to come back keeping its world (the
+    /// relay restarted, or the path broke).
+    pub reconnects: u32,
     /// Snapshots the relay asked this peer for and it uploaded.
     pub snapshots_uploaded: u32,
     /// With speculation on: from each own command's submission to the end of

@@ -96,7 +96,22 @@ pub struct Reconnect {
     pub from: Turn,
 }
 
-/// The relay's answer to a [`Reconnect`] it can serve from its bundles: the
+/// A spectator that lost its connection to the relay but kept its world
+/// watches again from `from`: the relay sends [`Reconnected`] and the
+/// bundles from `from` on (at the spectator delay), or, if it no longer
+/// holds them, a spectator's [`Resume`] and its snapshot, which replace the
+/// spectator's world. The join is checked as for
+/// [`super::ToRelay::Spectate`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rewatch {
+    /// The match to watch, as in the first spectate.
+    pub join: Join,
+    /// The first turn the spectator has no bundle for.
+    pub from: Turn,
+}
+
+/// The relay's answer to a [`Reconnect`] (or a [`Rewatch`]) it can serve
+/// from its bundles: the
 /// bundles from the asked turn up to `live` follow; the peer plays them at
 /// full speed and reports [`super::ToRelay::CaughtUp`], as after a resume.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

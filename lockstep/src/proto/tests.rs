@@ -2,10 +2,11 @@
 
 use super::*;
 
-/// `ENTERING_TAGS` are the tags `Join`, `Rejoin`, `Spectate` and `Reconnect` encode
-/// to (a driver routes new connections by them), and no other message's.
+/// `ENTERING_TAGS` are the tags `Join`, `Rejoin`, `Spectate`, `Reconnect`
+/// and `Rewatch` encode to (a driver routes new connections by them), and
+/// no other message's.
 #[test]
-fn entering_tags_are_the_tags_of_join_rejoin_spectate_and_reconnect() {
+fn entering_tags_are_the_tags_of_the_messages_that_enter_a_match() {
     let join = Join {
         match_name: "m".into(),
         slots: 2,
@@ -25,11 +26,15 @@ fn entering_tags_are_the_tags_of_join_rejoin_spectate_and_reconnect() {
         ToRelay::Spectate(join.clone()),
         ToRelay::Reconnect(Reconnect {
             rejoin: Rejoin {
-                join,
+                join: join.clone(),
                 player: PlayerId(1),
                 secret: RejoinSecret([7; 16]),
             },
             from: Turn(40),
+        }),
+        ToRelay::Rewatch(Rewatch {
+            join,
+            from: Turn(30),
         }),
     ];
     assert_eq!(entering.len(), ToRelay::ENTERING_TAGS.len());

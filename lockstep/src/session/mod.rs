@@ -149,10 +149,11 @@ impl Session {
         true
     }
 
-    /// Whether a [`Session::reconnect`] waits for the relay's answer.
+    /// Whether a [`Session::reconnect`] or [`Session::rewatch`] waits for
+    /// the relay's answer.
     #[must_use]
     pub fn is_reconnecting(&self) -> bool {
-        !self.config.spectate && matches!(&self.phase, Phase::Running(r) if r.awaits_reconnect())
+        matches!(&self.phase, Phase::Running(r) if r.awaits_reconnect())
     }
 
     /// Whether the match is being played.

@@ -9,7 +9,7 @@ use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
     Heal, MAX_SNAPSHOT_CHUNK, Reconnect, Reconnected, Rejoin, RejoinSecret, Reoffer, Resume,
-    SnapshotChunk, ToRelay,
+    Rewatch, SnapshotChunk, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -28,6 +28,9 @@ pub(super) struct Restoring {
     /// The relay's next turn to close when it accepted the rejoin: every
     /// turn before it comes as the tail.
     live: Turn,
+    /// A reconnect (or rewatch) was sent on a new connection and the
+    /// relay's answer has not come yet.
+    reconnecting: bool,
 }
 
 /// Where a restore stands. No turn runs before `Restored`: the game checks
@@ -82,10 +85,9 @@ impl Running {
         self.restoring.is_some()
     }
 
-    /// Whether a reconnect waits for the relay's answer (a player's
-    /// session: a spectator's `live` is always [`NEVER`]).
+    /// Whether a reconnect or rewatch waits for the relay's answer.
     pub(super) fn awaits_reconnect(&self) -> bool {
-        self.restoring.as_ref().is_some_and(|rs| rs.live == NEVER)
+        self.restoring.as_ref().is_some_and(|rs| rs.reconnecting)
     }
 
     /// Whether the world may not step yet: a rejoin's snapshot is
@@ -195,38 +197,69 @@ impl Session {
     /// caught up with it. False (nothing sent) unless a player's match is
     /// running.
     pub fn reconnect(&mut self, player: PlayerId, secret: RejoinSecret) -> bool {
-        let Phase::Running(r) = &mut self.phase else {
+        if self.config.spectate
+            || !matches!(&self.phase, Phase::Running(r) if r.your_player == player)
+        {
+            return false;
+        }
+        let Some(from) = self.begin_reconnect() else {
             return false;
         };
-        if self.config.spectate || r.your_player != player {
-            return false;
-        }
-        self.outgoing.clear();
-        r.upload = Upload::default();
-        r.waiting = None;
-        r.stall_notified = None;
-        // The turns already here run meanwhile; `live` is unknown until
-        // the relay answers, so the catch-up cannot end before it does.
-        let from = r.next_exec;
-        match r.restoring.as_mut() {
-            Some(rs) => rs.live = NEVER,
-            None => {
-                r.restoring = Some(Restoring {
-                    snapshot: None,
-                    buf: Vec::new(),
-                    stage: Stage::Restored,
-                    live: NEVER,
-                });
-            }
-        }
         let rejoin = Rejoin {
             join: self.config.join.clone(),
             player,
             secret,
         };
         self.send(&ToRelay::Reconnect(Reconnect { rejoin, from }));
-        self.stats.reconnects += 1;
         true
+    }
+
+    /// [`Session::reconnect`] for a spectator: the connection to the relay
+    /// was lost and a new one is open; watch again from the first turn this
+    /// session has no bundle for, keeping the world. False (nothing sent)
+    /// unless a spectator's match is running.
+    pub fn rewatch(&mut self) -> bool {
+        if !self.config.spectate {
+            return false;
+        }
+        let Some(from) = self.begin_reconnect() else {
+            return false;
+        };
+        let join = self.config.join.clone();
+        self.send(&ToRelay::Rewatch(Rewatch { join, from }));
+        true
+    }
+
+    /// Forgets what was queued for the old connection and marks the wait
+    /// for the relay's answer; the first turn without a bundle here.
+    fn begin_reconnect(&mut self) -> Option<Turn> {
+        let Phase::Running(r) = &mut self.phase else {
+            return None;
+        };
+        self.outgoing.clear();
+        r.upload = Upload::default();
+        r.waiting = None;
+        r.stall_notified = None;
+        // The turns already here run meanwhile; a player's `live` is
+        // unknown until the relay answers, so the catch-up cannot end
+        // before it does.
+        let from = r.next_exec;
+        match r.restoring.as_mut() {
+            Some(rs) => {
+                rs.live = NEVER;
+                rs.reconnecting = true;
+            }
+            None => {
+                r.restoring = Some(Restoring {
+                    snapshot: None,
+                    buf: Vec::new(),
+                    stage: Stage::Restored,
+                    live: NEVER,
+                    reconnecting: true,
+                });
+            }
+        }
+        Some(from)
     }
 
     /// The relay took our [`Reconnect`] back: the bundles from the turn we
@@ -237,11 +270,15 @@ impl Session {
             self.stats.bad_messages += 1;
             return;
         };
-        let Some(rs) = r.restoring.as_mut().filter(|rs| rs.live == NEVER) else {
+        let Some(rs) = r.restoring.as_mut().filter(|rs| rs.reconnecting) else {
             self.stats.bad_messages += 1;
             return;
         };
-        rs.live = answer.live;
+        rs.reconnecting = false;
+        self.stats.reconnects += 1;
+        if !self.config.spectate {
+            rs.live = answer.live;
+        }
         // Input delay: due times follow the relay's clock again, which
         // stood still while the relay was away.
         let d0 = r.epoch.saturating_since(r.start);
@@ -273,10 +310,12 @@ impl Session {
         // A reconnect the relay could not serve from its bundles: it sent
         // its snapshot instead, which replaces our world.
         if let Phase::Running(r) = &mut self.phase
-            && !resume.spectator
-            && r.restoring.as_ref().is_some_and(|rs| rs.live == NEVER)
+            && resume.spectator == self.config.spectate
+            && r.awaits_reconnect()
         {
-            restart(r, resume.snapshot, resume.live);
+            let live = if resume.spectator { NEVER } else { resume.live };
+            restart(r, resume.snapshot, live);
+            self.stats.reconnects += 1;
             if resume.snapshot.is_none() {
                 self.events.push_back(Event::Restored { snapshot: None });
             }
@@ -351,6 +390,7 @@ impl Session {
                 buf: Vec::new(),
                 stage: first_stage(resume.snapshot),
                 live: if resume.spectator { NEVER } else { resume.live },
+                reconnecting: false,
             }),
             upload: Upload::default(),
         }));
@@ -424,9 +464,10 @@ impl Session {
             self.stats.bad_messages += 1;
             return;
         }
-        let live = match &r.restoring {
-            Some(rs) if rs.live == NEVER => NEVER,
-            _ => reoffer.live,
+        let live = if self.config.spectate {
+            NEVER
+        } else {
+            reoffer.live
         };
         restart(r, reoffer.snapshot, live);
         if reoffer.snapshot.is_none() {
@@ -511,6 +552,7 @@ fn restart(r: &mut Running, snapshot: Option<(Turn, StateHash, u32)>, live: Turn
         buf: Vec::new(),
         stage: first_stage(snapshot),
         live,
+        reconnecting: false,
     });
 }
 
@@ -697,6 +739,131 @@ mod tests {
                 ..
             }
         )));
+    }
+
+    fn turns_run(ev: &[Event]) -> Vec<u32> {
+        ev.iter()
+            .filter_map(|e| match e {
+                Event::TurnReady { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The relay restarted: a player's session and a spectator's, each on
+    /// a new connection, ask to come back from the first turn they have no
+    /// bundle for and keep their world. Until the relay answers they are
+    /// reconnecting; its `Reconnected` brings the missing turns, which run
+    /// once each. The player reports that it caught up again (the spectator
+    /// never does: it sends no input). A relay that can no longer serve the
+    /// spectator's turns answers with a snapshot, which replaces its world.
+    #[test]
+    fn a_reconnect_and_a_rewatch_keep_the_world_and_ask_for_the_first_missing_turn() {
+        let t0 = Instant::ZERO;
+        let reconnected = |live: u32| {
+            ToPeer::Reconnected(Reconnected {
+                live: Turn(live),
+                elapsed_us: 12_000_000,
+                delay: 3,
+            })
+            .to_bytes()
+        };
+        // A player, caught up at turn 99.
+        let mut s = rejoining(t0);
+        s.handle_message(t0, &resume(None, 10_200, 100));
+        for t in 0..100 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let _ = drain(&mut s);
+        assert!(!s.is_reconnecting());
+        assert!(s.reconnect(PlayerId(1), RejoinSecret([1; 16])));
+        assert!(s.is_reconnecting());
+        let (out, _) = drain(&mut s);
+        assert!(
+            matches!(&out[..], [ToRelay::Reconnect(r)] if r.from == Turn(100) && r.rejoin.player == PlayerId(1)),
+            "{out:?}"
+        );
+        s.handle_message(t0, &reconnected(120));
+        assert!(!s.is_reconnecting());
+        for t in 100..120 {
+            s.handle_message(t0, &bundle(t));
+        }
+        // The last turns run on the relay's schedule again.
+        s.handle_timeout(t0 + Duration::from_millis(500));
+        let (out, ev) = drain(&mut s);
+        assert_eq!(turns_run(&ev), (100..120).collect::<Vec<_>>());
+        assert!(
+            out.contains(&ToRelay::CaughtUp { turn: Turn(119) }),
+            "{out:?}"
+        );
+        assert!(!s.rewatch(), "a player does not rewatch");
+
+        // A spectator, 20 turns in.
+        let mut w = SessionBuilder::new()
+            .with_match("m", 2)
+            .with_spectate()
+            .build(t0)
+            .unwrap();
+        let _ = drain(&mut w);
+        let watch = |snapshot, live| match ToPeer::decode(&resume(snapshot, 10_000, live)) {
+            Ok(ToPeer::Resume(mut r)) => {
+                r.spectator = true;
+                ToPeer::Resume(r).to_bytes()
+            }
+            other => panic!("{other:?}"),
+        };
+        w.handle_message(t0, &watch(None, 60));
+        for t in 0..20 {
+            w.handle_message(t0, &bundle(t));
+        }
+        let _ = drain(&mut w);
+        assert!(!w.reconnect(PlayerId(1), RejoinSecret([1; 16])));
+        assert!(w.rewatch());
+        assert!(w.is_reconnecting());
+        let (out, _) = drain(&mut w);
+        assert!(
+            matches!(&out[..], [ToRelay::Rewatch(r)] if r.from == Turn(20)),
+            "{out:?}"
+        );
+        w.handle_message(t0, &reconnected(80));
+        assert!(!w.is_reconnecting());
+        for t in 20..30 {
+            w.handle_message(t0, &bundle(t));
+        }
+        let (out, ev) = drain(&mut w);
+        assert_eq!(turns_run(&ev), (20..30).collect::<Vec<_>>());
+        assert!(out.is_empty(), "a spectator sends no input: {out:?}");
+        // Again, and the relay has only its snapshot of turn 40 to offer.
+        assert!(w.rewatch());
+        let hash = StateHash([4; 32]);
+        w.handle_message(t0, &watch(Some((Turn(40), hash, 2)), 90));
+        let chunk = SnapshotChunk {
+            turn: Turn(40),
+            hash,
+            total: 2,
+            offset: 0,
+            bytes: vec![7, 8],
+        };
+        w.handle_message(t0, &ToPeer::SnapshotChunk(chunk).to_bytes());
+        for t in 41..45 {
+            w.handle_message(t0, &bundle(t));
+        }
+        let (_, ev) = drain(&mut w);
+        assert_eq!(
+            ev[0],
+            Event::Restored {
+                snapshot: Some((Turn(40), hash, vec![7, 8]))
+            }
+        );
+        w.handle_timeout(t0);
+        let (_, later) = drain(&mut w);
+        assert_eq!(
+            turns_run(&[ev, later].concat()),
+            (41..45).collect::<Vec<_>>()
+        );
+        assert!(!w.is_reconnecting());
+        assert_eq!(w.stats(t0).reconnects, 2);
+        assert_eq!(s.stats(t0).reconnects, 1);
     }
 
     /// The snapshot comes in chunks; no turn runs before the whole of it is

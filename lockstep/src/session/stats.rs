@@ -104,9 +104,11 @@ pub struct SessionStats {
     /// agreed hash ([`Session::snapshot_failed`](super::Session::snapshot_failed)):
     /// each was reported and replaced by the relay.
     pub snapshots_failed: u32,
-    /// Times this peer asked for its slot back with its world kept, after
-    /// its connection to the relay was lost
-    /// ([`Session::reconnect`](super::Session::reconnect)).
+    /// Times the relay took this peer back on a new connection after its
+    /// connection was lost ([`Session::reconnect`](super::Session::reconnect),
+    /// [`Session::rewatch`](super::Session::rewatch)): with its world kept,
+    /// or, when the relay could no longer serve the turns it lacked, from
+    /// the relay's snapshot.
     pub reconnects: u32,
 }
 

@@ -83,7 +83,7 @@ impl MatchRoom {
             return Err((RejectReason::HoldExpired, Some(d)));
         }
         // A reconnect the tail can serve: the bundles from `from` on.
-        let reconnect = from.filter(|&f| f == g.next_close || g.snapshots.holds_turn(f));
+        let reconnect = from.filter(|&f| g.holds_bundles_from(f));
         let snapshot = match g.snapshots.base() {
             _ if reconnect.is_some() => None,
             Base::Genesis => None,
@@ -144,32 +144,19 @@ impl MatchRoom {
         slot.rejoined_at = Some(now);
         slot.last_heard = now;
         slot.next_ping = now;
-        let elapsed_us = g.elapsed(now).as_micros();
         let mut bundles = 0u32;
         if let Some(from) = reconnect {
-            let answer = Reconnected {
-                live: g.next_close,
-                elapsed_us,
-                delay: g.delay.current(),
-            };
-            out.send(conn, &ToPeer::Reconnected(answer));
+            out.send(conn, &ToPeer::Reconnected(g.reconnected_msg(now)));
             for bundle in g.snapshots.tail_after(from.0.checked_sub(1).map(Turn)) {
                 out.push(conn, Delivery::Urgent, bundle.to_vec());
                 bundles += 1;
             }
             out.counters.reconnects += 1;
         } else {
-            let mut start = g.start_msg.clone();
-            start.your_player = player;
-            let resume = Resume {
-                start,
-                elapsed_us,
-                delay: g.delay.current(),
-                snapshot,
-                live: g.next_close,
-                spectator: false,
-            };
-            out.send(conn, &ToPeer::Resume(resume));
+            out.send(
+                conn,
+                &ToPeer::Resume(g.resume_msg(now, Some(player), snapshot)),
+            );
             g.send_snapshot(conn, snapshot, out);
             for bundle in g.snapshots.tail() {
                 out.push(conn, Delivery::Urgent, bundle.to_vec());
@@ -201,6 +188,44 @@ impl MatchRoom {
 }
 
 impl Game {
+    /// Whether a peer or spectator holding every turn before `from` can be
+    /// sent the rest from the tail (`from` is the next turn to close, or
+    /// the tail still holds it).
+    pub(super) fn holds_bundles_from(&self, from: Turn) -> bool {
+        from == self.next_close || self.snapshots.holds_turn(from)
+    }
+
+    /// The answer to a reconnect or rewatch served from the tail.
+    pub(super) fn reconnected_msg(&self, now: Instant) -> Reconnected {
+        Reconnected {
+            live: self.next_close,
+            elapsed_us: self.elapsed(now).as_micros(),
+            delay: self.delay.current(),
+        }
+    }
+
+    /// The answer to a rejoin of `player`'s slot (`None`: a spectator) that
+    /// restores from `snapshot` (`None`: the setup's world).
+    pub(super) fn resume_msg(
+        &self,
+        now: Instant,
+        player: Option<PlayerId>,
+        snapshot: Option<(Turn, StateHash, u32)>,
+    ) -> Resume {
+        let mut start = self.start_msg.clone();
+        if let Some(p) = player {
+            start.your_player = p;
+        }
+        Resume {
+            start,
+            elapsed_us: self.elapsed(now).as_micros(),
+            delay: self.delay.current(),
+            snapshot,
+            live: self.next_close,
+            spectator: player.is_none(),
+        }
+    }
+
     /// A rejoining player simulated every turn up to `turn` and plays live:
     /// its inputs and hashes count from the next turn to close, which
     /// every peer learns from a `PlayerRejoined` notice in that bundle.

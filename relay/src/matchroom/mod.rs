@@ -465,7 +465,8 @@ impl MatchRoom {
             ToRelay::Join(_)
             | ToRelay::Rejoin(_)
             | ToRelay::Spectate(_)
-            | ToRelay::Reconnect(_) => {
+            | ToRelay::Reconnect(_)
+            | ToRelay::Rewatch(_) => {
                 out.counters.bad_state += 1;
             }
         }

@@ -11,7 +11,7 @@ use crate::config::RelayConfig;
 use crate::outbox::Outbox;
 use crate::rejoin_config::MAX_TAIL_TURNS;
 use lockstep::Instant;
-use lockstep::low_level::proto::{DesyncReport, Join, RejectReason, Resume, ToPeer, ToRelay};
+use lockstep::low_level::proto::{DesyncReport, Join, RejectReason, ToPeer, ToRelay};
 use lockstep::low_level::transport::ConnId;
 use sim::{PlayerId, StateHash, Turn};
 use std::collections::VecDeque;
@@ -67,11 +67,15 @@ impl AgreedHashes {
 
 impl MatchRoom {
     /// Adds `conn` as a spectator of this running match, or says why not.
+    /// `from` (a rewatch: the spectator kept its world and holds every turn
+    /// before it): if the tail still holds it, the spectator gets
+    /// `Reconnected` and the bundles from it on, no snapshot.
     pub(crate) fn spectate(
         &mut self,
         now: Instant,
         conn: ConnId,
         join: &Join,
+        from: Option<Turn>,
         config: &RelayConfig,
         out: &mut Outbox,
     ) -> Result<(), (RejectReason, Option<String>)> {
@@ -92,26 +96,28 @@ impl MatchRoom {
             let d = format!("{} spectators", config.rejoin.max_spectators);
             return Err((RejectReason::SpectatorsFull, Some(d)));
         }
-        let snapshot = match g.snapshots.base() {
-            Base::Genesis => None,
-            Base::Agreed { turn, hash, bytes } => {
-                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
-            }
-            Base::Lost => return Err((RejectReason::NoSnapshot, None)),
+        // A spectator ahead of the relay (it lost turns in a machine
+        // crash) starts over from the snapshot, as a new one.
+        let kept = from.filter(|&f| f <= g.next_close && g.holds_bundles_from(f));
+        let sent_through = if let Some(from) = kept {
+            out.send(conn, &ToPeer::Reconnected(g.reconnected_msg(now)));
+            out.counters.reconnects += 1;
+            from.0.checked_sub(1).map(Turn)
+        } else {
+            let snapshot = match g.snapshots.base() {
+                Base::Genesis => None,
+                Base::Agreed { turn, hash, bytes } => {
+                    Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+                }
+                Base::Lost => return Err((RejectReason::NoSnapshot, None)),
+            };
+            out.send(conn, &ToPeer::Resume(g.resume_msg(now, None, snapshot)));
+            g.send_snapshot(conn, snapshot, out);
+            snapshot.map(|(t, _, _)| t)
         };
-        let resume = Resume {
-            start: g.start_msg.clone(),
-            elapsed_us: g.elapsed(now).as_micros(),
-            delay: g.delay.current(),
-            snapshot,
-            live: g.next_close,
-            spectator: true,
-        };
-        out.send(conn, &ToPeer::Resume(resume));
-        g.send_snapshot(conn, snapshot, out);
         g.spectators.push(Spectator {
             conn,
-            sent_through: snapshot.map(|(t, _, _)| t),
+            sent_through,
             desynced: false,
         });
         out.counters.spectators_joined += 1;

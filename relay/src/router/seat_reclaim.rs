@@ -68,12 +68,14 @@ impl Router {
         self.reap(id);
     }
 
-    /// A connection asks to watch a running match.
+    /// A connection asks to watch a running match; `from`: it kept its
+    /// world and holds every turn before this one (a rewatch).
     pub(super) fn spectate(
         &mut self,
         now: Instant,
         conn: ConnId,
         join: &lockstep::low_level::proto::Join,
+        from: Option<sim::Turn>,
     ) {
         if self.refused_at_the_door(conn, join, false) {
             return;
@@ -101,7 +103,7 @@ impl Router {
         let Some(m) = self.matches.get_mut(&id) else {
             return;
         };
-        match m.spectate(now, conn, join, &self.config, &mut self.out) {
+        match m.spectate(now, conn, join, from, &self.config, &mut self.out) {
             Ok(()) => {
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.spectating = Some(id);
