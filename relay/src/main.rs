@@ -586,45 +586,72 @@ fn live_config(
 }
 
 /// The matches a previous relay process left unfinished in `dir`, to
-/// resume; those that cannot be are named on stderr. `seats_provable`: the
-/// players can prove their seats to this process (a rejoin key file, or
-/// token mode); otherwise nothing is resumed and the operator is told why.
+/// resume; each file that cannot be is named with the reason (a
+/// `not_resumed` line with `--json`, else on stderr) and left as it is: the
+/// relay starts whatever it finds. `seats_provable`: the players can prove
+/// their seats to this process (a rejoin key file, or token mode);
+/// otherwise nothing is resumed and the operator is told why.
 fn resumable(
     dir: &std::path::Path,
     config: &RelayConfig,
     seats_provable: bool,
+    json: bool,
 ) -> Vec<relay::resume::Unfinished> {
     let max_tail = config
         .rejoin
         .max_tail_turns
         .min(relay::rejoin_config::MAX_TAIL_TURNS) as usize;
-    let (found, skipped) = relay::resume::scan(dir, max_tail);
-    for s in &skipped {
-        eprintln!("relay: not resuming {}: {}", s.path.display(), s.reason);
-    }
-    if !found.is_empty() && !seats_provable {
-        eprintln!(
-            "relay: not resuming {} unfinished match(es) in {}: their players' rejoin secrets came from the previous process's key (start the relay with --rejoin-key-file to keep one across restarts)",
-            found.len(),
-            dir.display()
-        );
+    // Without a way to prove seats nothing is resumed, and nothing in the
+    // directory is touched (a torn tail stays for a relay that can).
+    if !seats_provable {
+        let (found, skipped) = relay::resume::survey(dir);
+        let reason = "its players' rejoin secrets came from the previous process's key (start the relay with --rejoin-key-file to keep one across restarts)";
+        for path in &found {
+            not_resumed(path, reason, json);
+        }
+        for s in &skipped {
+            not_resumed(&s.path, &s.reason, json);
+        }
         return Vec::new();
     }
+    let (found, skipped) = relay::resume::scan(dir, max_tail);
+    for s in &skipped {
+        not_resumed(&s.path, &s.reason, json);
+    }
     for m in &found {
-        eprintln!(
-            "relay: resuming match {:?} (number {}) at turn {} from {}{}",
-            m.match_name(),
-            m.match_id(),
-            m.next_turn().0,
-            m.path.display(),
-            if m.cut_bytes > 0 {
-                format!(" ({} bytes of a torn last record cut)", m.cut_bytes)
-            } else {
-                String::new()
-            }
-        );
+        if json {
+            let v = serde_json::json!({ "event": "resuming", "level": "info",
+                "match": m.match_id(), "name": m.match_name(), "next_turn": m.next_turn().0,
+                "path": m.path.display().to_string(), "cut_bytes": m.cut_bytes });
+            out_line(&v.to_string());
+        } else {
+            eprintln!(
+                "relay: resuming match {:?} (number {}) at turn {} from {}{}",
+                m.match_name(),
+                m.match_id(),
+                m.next_turn().0,
+                m.path.display(),
+                if m.cut_bytes > 0 {
+                    format!(" ({} bytes of a torn last record cut)", m.cut_bytes)
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     found
+}
+
+/// A recording `relay serve` does not resume, and why: a start-up fact,
+/// printed at any level like `listening`.
+fn not_resumed(path: &std::path::Path, reason: &str, json: bool) {
+    if json {
+        let v = serde_json::json!({ "event": "not_resumed", "level": "warn",
+            "path": path.display().to_string(), "reason": reason });
+        out_line(&v.to_string());
+    } else {
+        eprintln!("relay: not resuming {}: {reason}", path.display());
+    }
 }
 
 fn serve_cmd(a: &ServeArgs) -> ExitCode {
@@ -684,7 +711,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     let mut found = a
         .record_dir
         .as_deref()
-        .map(|dir| resumable(dir, &config, provable))
+        .map(|dir| resumable(dir, &config, provable, a.json))
         .unwrap_or_default();
     // One recorder per event loop: each records the matches its loop hosts.
     let mut recorders = Vec::with_capacity(threads);

@@ -562,13 +562,14 @@ impl Recorder {
                         .record_delay_change(u32::from(*delay), *from_turn)?;
                 }
             }
-            RouterEvent::MatchEnded { id, .. } => {
+            RouterEvent::MatchEnded { id, reason, .. } => {
                 let Some(mut r) = self.live.remove(id) else {
                     return Ok(None);
                 };
                 if let Some((t, hashes)) = r.desync.take() {
                     r.writer.record_desync(t, &hashes, &[])?;
                 }
+                r.writer.record_end(&reason.to_string())?;
                 let finished = if let Some((turn, hash)) = r.last_hash {
                     r.writer.finish(turn, hash)?;
                     true

@@ -91,11 +91,11 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// Finds the unfinished recordings of `dir` (files ending `.lsr`) and
-/// reopens each for appending, keeping the bundles of at most `max_tail`
-/// last turns. Finished files are passed over after reading their end only.
+/// Finds the unfinished recordings of `dir` (files ending `.lsr`) a relay
+/// could resume, reading only: nothing is written. Finished files are
+/// passed over after reading their end only.
 #[must_use]
-pub fn scan(dir: &Path, max_tail: usize) -> (Vec<Unfinished>, Vec<Skipped>) {
+pub fn survey(dir: &Path) -> (Vec<PathBuf>, Vec<Skipped>) {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -108,32 +108,47 @@ pub fn scan(dir: &Path, max_tail: usize) -> (Vec<Unfinished>, Vec<Skipped>) {
         .collect();
     paths.sort();
     for path in paths {
-        match open(&path, max_tail) {
-            Ok(Some(u)) => found.push(u),
-            Ok(None) => {}
+        match unfinished(&path) {
+            Ok(true) => found.push(path),
+            Ok(false) => {}
             Err(reason) => skipped.push(Skipped { path, reason }),
         }
     }
     (found, skipped)
 }
 
-/// One file: `None` when it is finished (nothing to resume).
-fn open(path: &Path, max_tail: usize) -> Result<Option<Unfinished>, String> {
+/// [`survey`]s `dir` and reopens each unfinished recording for appending
+/// (cutting a torn last record), keeping the bundles of at most `max_tail`
+/// last turns.
+#[must_use]
+pub fn scan(dir: &Path, max_tail: usize) -> (Vec<Unfinished>, Vec<Skipped>) {
+    let (paths, mut skipped) = survey(dir);
+    let mut found = Vec::new();
+    for path in paths {
+        match open(&path, max_tail) {
+            Ok(u) => found.push(u),
+            Err(reason) => skipped.push(Skipped { path, reason }),
+        }
+    }
+    (found, skipped)
+}
+
+/// Whether the file is a relay's recording of a match that did not finish.
+fn unfinished(path: &Path) -> Result<bool, String> {
     let mut reader = replays::Reader::open(path).map_err(|e| e.to_string())?;
     if matches!(reader.keyframe_index(), Ok(Some(_))) {
-        return Ok(None);
+        return Ok(false);
     }
     // Only a relay's recording says how to resume it: checked before the
     // whole file is read (the index lookup kept the reader after the header).
     match reader.next() {
-        Some(Ok(Record::Match(_))) => {}
-        _ => {
-            return Err(
-                "no match facts record (not a relay's recording, or an older relay's)".into(),
-            );
-        }
+        Some(Ok(Record::Match(_))) => Ok(true),
+        _ => Err("no match facts record (not a relay's recording, or an older relay's)".into()),
     }
-    drop(reader);
+}
+
+/// One unfinished file, reopened and read back.
+fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
     let (writer, reopened) =
         Writer::reopen(path, replays::DEFAULT_SYNC).map_err(|e| e.to_string())?;
     let header = reopened.header;
@@ -205,14 +220,14 @@ fn open(path: &Path, max_tail: usize) -> Result<Option<Unfinished>, String> {
     if info.turn_length_us == 0 || info.players.is_empty() {
         return Err("the header names no players or no turn length".into());
     }
-    Ok(Some(Unfinished {
+    Ok(Unfinished {
         path: path.to_owned(),
         cut_bytes: reopened.cut_bytes,
         id: MatchId(facts.match_id),
         info,
         writer: Some(writer),
         state,
-    }))
+    })
 }
 
 /// The turn whose bundle carried a notice: a drop's or a rejoin's own turn,

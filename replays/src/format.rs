@@ -287,6 +287,13 @@ pub enum Record {
     /// The relay's facts about the match, right after the header of a
     /// relay's recording: what a restarted relay resumes the match from.
     Match(MatchFacts),
+    /// How the match ended, as its relay announced it (`completed`,
+    /// `abandoned`, `shutdown`, `desync`), written before the trailer; at
+    /// most [`MAX_END_REASON`] bytes.
+    End {
+        /// The reason, as text.
+        reason: String,
+    },
     /// The last record of a finished file.
     Trailer {
         /// Last turn of the match.
@@ -328,7 +335,12 @@ pub mod kind {
     pub const REJOIN: u8 = 13;
     /// [`super::Record::Match`]
     pub const MATCH: u8 = 14;
+    /// [`super::Record::End`]
+    pub const END: u8 = 15;
 }
+
+/// The longest end reason an [`Record::End`] holds.
+pub const MAX_END_REASON: usize = 64;
 
 /// Name of a record kind byte, for messages and `replay export`.
 #[must_use]
@@ -348,6 +360,7 @@ pub const fn kind_name(kind: u8) -> &'static str {
         kind::FORENSICS => "forensics",
         kind::REJOIN => "rejoin",
         kind::MATCH => "match",
+        kind::END => "end",
         _ => "unknown",
     }
 }
@@ -393,6 +406,7 @@ impl Record {
             Self::Forensics(_) => kind::FORENSICS,
             Self::Rejoin { .. } => kind::REJOIN,
             Self::Match(_) => kind::MATCH,
+            Self::End { .. } => kind::END,
         }
     }
 
@@ -410,7 +424,11 @@ impl Record {
             Self::DelayChange { from_turn, .. } => Some(*from_turn),
             Self::Trailer { final_turn, .. } => Some(*final_turn),
             Self::Forensics(r) => Some(Turn(r.turn)),
-            Self::Header(_) | Self::KeyframeIndex(_) | Self::Start { .. } | Self::Match(_) => None,
+            Self::Header(_)
+            | Self::KeyframeIndex(_)
+            | Self::Start { .. }
+            | Self::Match(_)
+            | Self::End { .. } => None,
         }
     }
 
@@ -465,6 +483,7 @@ impl Record {
             Self::KeyframeIndex(entries) => postcard::to_io(entries, &mut *out),
             Self::Forensics(report) => postcard::to_io(&**report, &mut *out),
             Self::Match(facts) => postcard::to_io(facts, &mut *out),
+            Self::End { reason } => postcard::to_io(reason, &mut *out),
             Self::Trailer {
                 final_turn,
                 final_hash,
@@ -560,6 +579,17 @@ impl Record {
             kind::KEYFRAME_INDEX => Self::KeyframeIndex(exact(payload).map_err(bad)?),
             kind::FORENSICS => Self::Forensics(Box::new(exact(payload).map_err(bad)?)),
             kind::MATCH => Self::Match(exact(payload).map_err(bad)?),
+            kind::END => {
+                let reason: String = exact(payload).map_err(bad)?;
+                if reason.len() > MAX_END_REASON {
+                    return Err(ReplayError::Malformed {
+                        offset,
+                        kind: kind_name(kind),
+                        reason: format!("an end reason of {} bytes", reason.len()),
+                    });
+                }
+                Self::End { reason }
+            }
             kind::TRAILER => {
                 let (final_turn, final_hash, turns) = exact(payload).map_err(bad)?;
                 Self::Trailer {
@@ -719,7 +749,36 @@ mod tests {
                 hash: h,
                 snapshot: vec![1, 2, 3],
             },
+            Record::Rejoin {
+                player: PlayerId(1),
+                turn: Turn(7),
+            },
+            Record::Match(MatchFacts {
+                match_id: 12,
+                rules_fingerprint: h,
+                input_delay: 3,
+                first_turn: Turn(0),
+                last_turn: Some(Turn(600)),
+            }),
+            Record::End {
+                reason: "abandoned".into(),
+            },
         ]
+    }
+
+    /// An end reason longer than [`MAX_END_REASON`] is refused on reading
+    /// (a writer cuts it).
+    #[test]
+    fn an_overlong_end_reason_is_malformed() {
+        let long = Record::End {
+            reason: "x".repeat(MAX_END_REASON + 1),
+        };
+        let mut buf = Vec::new();
+        long.encode_payload(&mut buf).unwrap();
+        assert!(matches!(
+            Record::decode_payload(kind::END, &buf, 0, FORMAT_VERSION),
+            Err(ReplayError::Malformed { .. })
+        ));
     }
 
     #[test]

@@ -127,7 +127,9 @@ pub mod writer;
 pub use diff::{DiffReport, Difference, diff};
 pub use error::ReplayError;
 pub use forensics::DesyncReport;
-pub use format::{FORMAT_VERSION, Header, KeyframeEntry, MatchFacts, PlayerInfo, Record};
+pub use format::{
+    FORMAT_VERSION, Header, KeyframeEntry, MAX_END_REASON, MatchFacts, PlayerInfo, Record,
+};
 pub use reader::{Ending, ReadSummary, Reader};
 pub use seek::{ReindexReport, Seeked, reindex, seek, seek_stream};
 pub use verify::{

@@ -69,6 +69,10 @@ pub struct ReadSummary {
     pub delay_changes: u32,
     /// True when the file holds a start state (a scenario match).
     pub started: bool,
+    /// How the match ended, as its relay recorded it (`completed`,
+    /// `abandoned`, `shutdown`, `desync`); `None` in a file without an end
+    /// record (a peer's recording, or one that stopped early).
+    pub end: Option<String>,
     /// The trailer's final turn and hash, when the file has one.
     pub trailer: Option<(Turn, StateHash)>,
     /// Bytes of intact records (the whole file when complete).
@@ -95,6 +99,7 @@ impl ReadSummary {
             rejoins: 0,
             delay_changes: 0,
             started: false,
+            end: None,
             trailer: None,
             intact_bytes,
             ending: Ending::Unread,
@@ -113,7 +118,12 @@ impl fmt::Display for ReadSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let turns = group_thousands(u64::from(self.turns));
         match &self.ending {
-            Ending::Complete => write!(f, "complete ({turns} turns)"),
+            Ending::Complete => match self.end.as_deref() {
+                Some(end) if end != "completed" => {
+                    write!(f, "complete ({turns} turns; the match ended {end})")
+                }
+                _ => write!(f, "complete ({turns} turns)"),
+            },
             Ending::Unread => write!(f, "not read to the end ({turns} turns so far)"),
             Ending::NoTrailer => write!(
                 f,
@@ -471,6 +481,7 @@ impl<R: Read> Reader<R> {
             Record::Rejoin { .. } => s.rejoins += 1,
             Record::DelayChange { .. } => s.delay_changes += 1,
             Record::KeyframeIndex(_) | Record::Match(_) => {}
+            Record::End { reason } => s.end = Some(reason.clone()),
             Record::Start { .. } => {
                 if s.turns > 0 || s.started {
                     return Err(seq("a start state after the first turn or twice".into()));

@@ -248,6 +248,7 @@ pub fn reindex<S: Simulation, R: Read, W: Sink>(
             Record::Forensics(report) => w.record_forensics(&report)?,
             Record::Rejoin { player, turn } => w.record_rejoin(player, turn)?,
             Record::Match(facts) => w.record_match(&facts)?,
+            Record::End { reason } => w.record_end(&reason)?,
             Record::DelayChange { delay, from_turn } => w.record_delay_change(delay, from_turn)?,
             Record::Trailer {
                 final_turn,

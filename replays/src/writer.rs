@@ -300,6 +300,19 @@ impl<W: Sink> Writer<W> {
         self.record(&Record::Match(facts.clone()))
     }
 
+    /// Records how the match ended (the relay's end reason, at most
+    /// [`MAX_END_REASON`](crate::format::MAX_END_REASON) bytes: longer is
+    /// cut), before [`Writer::finish`] or [`Writer::abandon`].
+    pub fn record_end(&mut self, reason: &str) -> Result<(), ReplayError> {
+        let mut end = crate::format::MAX_END_REASON.min(reason.len());
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.record(&Record::End {
+            reason: reason[..end].to_owned(),
+        })
+    }
+
     /// Records an input-delay change effective from `from_turn`.
     pub fn record_delay_change(&mut self, delay: u32, from_turn: Turn) -> Result<(), ReplayError> {
         self.record(&Record::DelayChange { delay, from_turn })

@@ -454,7 +454,12 @@ impl Relay {
         args.push(record_dir.display().to_string());
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut proc = Proc::try_spawn("relay", program, &args)?;
-        let v = proc.try_wait_json("listening line", STARTUP, |v| v["event"] == "listening")?;
+        // Start-up lines before it (matches resumed or not) are kept.
+        let mut events = Vec::new();
+        let v = proc.try_wait_json("listening line", STARTUP, |v| {
+            events.push(v.clone());
+            v["event"] == "listening"
+        })?;
         let addr = v["addr"]
             .as_str()
             .and_then(|a| a.parse().ok())
@@ -463,7 +468,7 @@ impl Relay {
             proc,
             addr,
             record_dir: record_dir.to_owned(),
-            events: vec![v],
+            events,
         })
     }
 

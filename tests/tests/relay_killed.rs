@@ -78,8 +78,18 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A relay SIGKILLed mid-match has recorded every turn any peer simulated
+/// (its peers, told not to reconnect, end). Then the bad input a restart
+/// may meet: the recording torn mid-record, a file of another format
+/// version, a file that is no recording, and players that never return.
+/// Started without a rejoin key file, the relay resumes nothing and names
+/// every file with its reason; started with one, it cuts the torn record,
+/// resumes the match, ends it abandoned when nobody came back within
+/// `--resume-wait-ms`, and closes its recording with that reason; the
+/// other files are named and left as they were. Either way it serves new
+/// matches.
 #[test]
-fn a_sigkilled_relay_has_recorded_every_turn_any_peer_simulated() {
+fn a_sigkilled_relay_has_recorded_every_turn_and_a_restart_resumes_what_it_can() {
     let dir = scratch_dir("relay-killed");
     let mut relay = Relay::start(&dir, &["--turn-ms", "25"]);
     let relay_addr = relay.addr;
@@ -126,6 +136,95 @@ fn a_sigkilled_relay_has_recorded_every_turn_any_peer_simulated() {
         recorded >= most,
         "the recording holds {recorded} turns, a peer simulated {most}"
     );
+
+    // Bad input for the restart.
+    let recording = &files[0];
+    let bytes = std::fs::read(recording).unwrap();
+    let torn = bytes.len() - 3;
+    std::fs::write(recording, &bytes[..torn]).unwrap();
+    let mut future = bytes.clone();
+    future[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let future_path = dir.join("future.lsr");
+    std::fs::write(&future_path, &future).unwrap();
+    let notes_path = dir.join("notes.lsr");
+    std::fs::write(&notes_path, b"not a recording at all").unwrap();
+    let reason_for = |relay: &Relay, path: &std::path::Path| {
+        let shown = path.display().to_string();
+        relay
+            .events_of("not_resumed")
+            .iter()
+            .find(|v| v["path"] == shown.as_str())
+            .map(|v| v["reason"].as_str().unwrap().to_owned())
+            .unwrap_or_else(|| panic!("{shown} not named: {:?}", relay.events))
+    };
+
+    // No key file: the players' secrets came from the killed process.
+    let mut keyless = relay.restart(&["--turn-ms", "25"]);
+    assert!(reason_for(&keyless, recording).contains("--rejoin-key-file"));
+    assert!(keyless.events_of("resuming").is_empty());
+    keyless.proc.kill();
+
+    let key = dir.join("rejoin.key");
+    let key_arg = key.display().to_string();
+    let flags = [
+        "--turn-ms",
+        "25",
+        "--rejoin-key-file",
+        &key_arg,
+        "--resume-wait-ms",
+        "1000",
+    ];
+    let mut relay = relay.restart(&flags);
+    assert!(
+        reason_for(&relay, &future_path).contains("version"),
+        "{:?}",
+        relay.events
+    );
+    assert!(
+        reason_for(&relay, &notes_path).contains("not a"),
+        "{:?}",
+        relay.events
+    );
+    let resuming = relay.events_of("resuming");
+    assert_eq!(resuming.len(), 1, "{:?}", relay.events);
+    assert!(
+        resuming[0]["cut_bytes"].as_u64() > Some(0),
+        "{}",
+        resuming[0]
+    );
+    let ended = relay.wait_event("the abandoned end", MATCH, |v| v["event"] == "match_ended");
+    assert_eq!(ended["reason"], "abandoned", "{ended}");
+    let path = relay.wait_recorded(MATCH);
+    assert_eq!(&path, recording);
+    let (_, report) = replay_verify(&path);
+    assert_eq!(
+        report["file_status"]["match_end"], "abandoned",
+        "{report:#}"
+    );
+    assert_eq!(report["file_status"]["complete"], true, "{report:#}");
+    assert_eq!(
+        report["first_divergence"],
+        serde_json::Value::Null,
+        "{report:#}"
+    );
+    // Left as they were.
+    assert_eq!(std::fs::read(&future_path).unwrap(), future);
+
+    // And a new match plays on the restarted relay.
+    let after = |i: usize| PeerSpec {
+        relay: relay_addr,
+        match_name: "after".to_owned(),
+        players: 2,
+        turns: 40,
+        seed: i as u64 + 1,
+        extra: vec![],
+    };
+    let mut peers: Vec<_> = (0..2).map(|i| peer(&after(i))).collect();
+    for p in &mut peers {
+        let r = finish_peer(p, MATCH);
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["completed"], true, "{}", r.summary);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -148,6 +148,7 @@ pub(super) fn status_json(s: &ReadSummary) -> Value {
         "ending": kind,
         "damage_offset": offset,
         "intact_bytes": s.intact_bytes,
+        "match_end": s.end,
         "status": s.to_string(),
     })
 }

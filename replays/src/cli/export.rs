@@ -70,6 +70,7 @@ fn record_json(game: &dyn Registered, offset: u64, r: &Record) -> Value {
             json!({"player": player.0, "turn": turn.0})
         }
         Record::Forensics(report) => serde_json::to_value(report).unwrap_or(Value::Null),
+        Record::End { reason } => json!({ "reason": reason }),
         Record::Match(facts) => json!({
             "match_id": facts.match_id,
             "rules_fingerprint": facts.rules_fingerprint.to_hex(),

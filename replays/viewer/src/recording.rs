@@ -137,6 +137,14 @@ impl Recording {
                 }
                 Record::Start { hash, snapshot } => self.start = Some((hash, snapshot)),
                 Record::Forensics(report) => self.forensics.push(*report),
+                // An early end shows at the last turn.
+                Record::End { reason } => {
+                    if let Some(&(turn, _)) = self.turns.last()
+                        && reason != "completed"
+                    {
+                        self.mark(turn, "end", format!("the match ended: {reason}"));
+                    }
+                }
                 Record::Trailer { final_turn, .. } => {
                     self.finished = true;
                     self.mark(final_turn, "end", "match end".to_owned());
