@@ -23,8 +23,8 @@ mod rejoin_messages;
 pub use reject::RejectReason;
 pub(crate) use rejoin_messages::MAX_SNAPSHOT_TOTAL;
 pub use rejoin_messages::{
-    Heal, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Reconnect, Reconnected, Rejoin,
-    RejoinSecret, Reoffer, Resume, Rewatch, SnapshotChunk,
+    Heal, MAX_HAND_BACK_TURNS, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Reconnect,
+    Reconnected, Rejoin, RejoinSecret, Reoffer, Resume, Rewatch, SnapshotChunk,
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
@@ -310,6 +310,9 @@ pub enum ToRelay {
     /// spectator lost its connection to the relay (the relay restarted, or
     /// the path broke) while it kept its world. Appended last.
     Rewatch(Rewatch),
+    /// One bundle this player played and the relay asked back
+    /// ([`ToPeer::HandBack`]): the relay lost it in a crash. Appended last.
+    HandedBack(Bundle),
 }
 
 /// Messages from the relay to a peer.
@@ -431,6 +434,35 @@ pub enum ToPeer {
     /// The relay took a [`ToRelay::Reconnect`] back into its slot: the
     /// bundles from the turn it asked for follow, the peer's world stands.
     Reconnected(Reconnected),
+    /// The relay restarted without the turns from `from` on (its recording
+    /// had not reached the disk) and this player holds some of them: send
+    /// each bundle from `from` on that you played, as
+    /// [`ToRelay::HandedBack`]. The relay adopts a turn only when every
+    /// player that holds it handed back the same bundle. Appended last.
+    HandBack {
+        /// The first turn the relay lacks.
+        from: Turn,
+    },
+}
+
+/// The bounds of a bundle, from the relay or handed back to it.
+fn check_bundle(b: &Bundle) -> Result<(), DecodeError> {
+    check(b.inputs.len() <= MAX_BUNDLE_ENTRIES, "bundle entries")?;
+    check(b.notices.len() <= MAX_NOTICES, "notices")?;
+    let mut per_player = [0usize; MAX_PLAYERS as usize];
+    for (p, bytes) in &b.inputs {
+        check_player(*p)?;
+        check(bytes.len() <= MAX_INPUT_BYTES, "input bytes")?;
+        if let Some(n) = per_player.get_mut(usize::from(p.0)) {
+            *n += bytes.len();
+            check(*n <= MAX_PLAYER_TURN_BYTES, "player bytes in bundle")?;
+        }
+    }
+    b.notices.iter().try_for_each(|n| match n {
+        Notice::PlayerDropped { player, .. } => check_player(*player),
+        Notice::DelayChange { delay, .. } => check(*delay <= MAX_INPUT_DELAY, "input delay"),
+        Notice::PlayerRejoined { player, .. } => check_player(*player),
+    })
 }
 
 /// Why bytes are not a valid protocol message.
@@ -556,6 +588,7 @@ impl ToRelay {
             Self::Spectate(j) | Self::Rewatch(Rewatch { join: j, .. }) => {
                 Self::Join(j.clone()).validate()
             }
+            Self::HandedBack(b) => check_bundle(b),
             Self::Hash { .. }
             | Self::Pong { .. }
             | Self::Report(_)
@@ -648,26 +681,7 @@ impl ToPeer {
                     check_name(&p.name, "player name")
                 })
             }
-            Self::Bundle(b) => {
-                check(b.inputs.len() <= MAX_BUNDLE_ENTRIES, "bundle entries")?;
-                check(b.notices.len() <= MAX_NOTICES, "notices")?;
-                let mut per_player = [0usize; MAX_PLAYERS as usize];
-                for (p, bytes) in &b.inputs {
-                    check_player(*p)?;
-                    check(bytes.len() <= MAX_INPUT_BYTES, "input bytes")?;
-                    if let Some(n) = per_player.get_mut(usize::from(p.0)) {
-                        *n += bytes.len();
-                        check(*n <= MAX_PLAYER_TURN_BYTES, "player bytes in bundle")?;
-                    }
-                }
-                b.notices.iter().try_for_each(|n| match n {
-                    Notice::PlayerDropped { player, .. } => check_player(*player),
-                    Notice::DelayChange { delay, .. } => {
-                        check(*delay <= MAX_INPUT_DELAY, "input delay")
-                    }
-                    Notice::PlayerRejoined { player, .. } => check_player(*player),
-                })
-            }
+            Self::Bundle(b) => check_bundle(b),
             Self::Desync(d) => {
                 check(d.hashes.len() <= usize::from(MAX_PLAYERS), "hashes")?;
                 check(
@@ -712,6 +726,7 @@ impl ToPeer {
             ),
             Self::DesyncDetails(d) => d.check(),
             Self::Reconnected(r) => check(r.delay <= MAX_INPUT_DELAY, "input delay"),
+            Self::HandBack { .. } => Ok(()),
             Self::SectionRequest { .. }
             | Self::LateInput { .. }
             | Self::InputRefused { .. }

@@ -96,10 +96,13 @@ pub enum Metric {
     SpectatorHashesVerified,
     SpectatorHashMismatches,
     SpectatorHashesUnchecked,
+    MatchesResumed,
+    Reconnects,
+    TurnsHandedBack,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::SpectatorHashesUnchecked as usize + 1;
+const COUNT: usize = Metric::TurnsHandedBack as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -317,6 +320,21 @@ const DEFS: [(&str, &str, &str); COUNT] = [
     ),
     ("relay_spectator_hashes_total{result=\"mismatch\"}", "", ""),
     ("relay_spectator_hashes_total{result=\"unchecked\"}", "", ""),
+    (
+        "relay_matches_resumed_total",
+        "counter",
+        "Matches resumed from their recordings after a restart",
+    ),
+    (
+        "relay_reconnects_total",
+        "counter",
+        "Players and spectators back on a new connection with their world kept",
+    ),
+    (
+        "relay_turns_handed_back_total",
+        "counter",
+        "Turns a restart had lost, adopted from the copies the players handed back",
+    ),
 ];
 
 /// Default for [`Metrics::with_watchdog`]: a loop iteration normally takes

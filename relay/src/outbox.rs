@@ -91,6 +91,9 @@ pub struct RouterCounters {
     /// kept their world and got only the bundles they lacked (after a relay
     /// restart or a broken path).
     pub reconnects: u64,
+    /// Turns a restarted relay had lost and adopted from the copies its
+    /// players handed back (every holder's copy alike).
+    pub turns_handed_back: u64,
     /// Rejoins refused (wrong secret or slot, hold expired, no snapshot).
     pub rejoins_refused: u64,
     /// Snapshots asked of a player.

@@ -67,6 +67,21 @@ impl Unfinished {
     }
 }
 
+#[cfg(test)]
+impl Unfinished {
+    /// A match to resume without a file behind it, for unit tests.
+    pub(crate) fn unrecorded(id: MatchId, info: MatchInfo, state: RecordedState) -> Self {
+        Self {
+            path: PathBuf::new(),
+            cut_bytes: 0,
+            id,
+            info,
+            writer: None,
+            state,
+        }
+    }
+}
+
 /// The running state a recording holds, as of its last turn record.
 #[derive(Debug, Default)]
 pub(crate) struct RecordedState {

@@ -361,6 +361,9 @@ pub(crate) fn publish(
         Metric::SpectatorHashesUnchecked,
         r.spectator_hashes_unchecked,
     );
+    set(Metric::MatchesResumed, r.matches_resumed);
+    set(Metric::Reconnects, r.reconnects);
+    set(Metric::TurnsHandedBack, r.turns_handed_back);
     set(Metric::DropBulkRefused, s.bulk_refused);
     set(Metric::DropBulkExpired, s.bulk_expired);
     set(Metric::DropReorderRefused, s.reorder_refused);

@@ -12,9 +12,11 @@ const MATCH: Duration = Duration::from_secs(120);
 
 /// 3 peers play 400 turns; the relay is SIGKILLed twice, at seeded turns,
 /// and each time restarted at once on the same address, record directory
-/// and rejoin key. Every peer and the spectator keep their world,
-/// reconnect and finish the match (exit 0, equal final hashes), and the
-/// recording verifies as one complete match.
+/// and rejoin key; the second time the recording also loses its last 12
+/// turns, as in a machine crash, and the players hand them back. Every
+/// peer and the spectator keep their world, reconnect and finish the match
+/// (exit 0, equal final hashes), and the recording verifies as one
+/// complete match.
 #[test]
 fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
     let dir = scratch_dir("relay-restarted");
@@ -47,12 +49,26 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
             v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_at))
         });
         relay.proc.kill();
+        // The second time, as after a machine crash: the recording lost
+        // its last 12 turns, which the players hold and hand back.
+        let lost = if kill_at == second_kill {
+            lose_last_turns(&records, 12)
+        } else {
+            None
+        };
         relay = relay.restart(&flags);
         let resumed = relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
-        assert!(
-            resumed["next_turn"].as_u64() > Some(u64::from(kill_at)),
-            "{resumed}"
-        );
+        let next = resumed["next_turn"].as_u64().unwrap();
+        match lost {
+            None => assert!(next > u64::from(kill_at), "{resumed}"),
+            Some(first_lost) => {
+                assert_eq!(next, u64::from(first_lost), "{resumed}");
+                // Every lost turn comes back, handed back by the players.
+                relay.wait_event("the lost turns closed again", MATCH, |v| {
+                    v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_at))
+                });
+            }
+        }
     }
     let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
     for r in &results {
@@ -88,6 +104,30 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
 /// `--resume-wait-ms`, and closes its recording with that reason; the
 /// other files are named and left as they were. Either way it serves new
 /// matches.
+/// Cuts the last `n` turn records (and what follows them) off the one
+/// recording in `dir`, as a machine crash loses what had not reached the
+/// disk; the first turn lost.
+fn lose_last_turns(dir: &std::path::Path, n: usize) -> Option<u32> {
+    let file = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "lsr"))?;
+    let mut reader = replays::Reader::open(&file).unwrap();
+    // (turn, bytes up to the end of its record)
+    let mut ends = Vec::new();
+    let mut before = reader.summary().intact_bytes;
+    while let Some(Ok(record)) = reader.next() {
+        if let replays::Record::Turn { turn, .. } = record {
+            ends.push((turn.0, before));
+        }
+        before = reader.summary().intact_bytes;
+    }
+    let &(first_lost, keep) = ends.get(ends.len().checked_sub(n)?)?;
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..usize::try_from(keep).unwrap()]).unwrap();
+    Some(first_lost)
+}
+
 #[test]
 fn a_sigkilled_relay_has_recorded_every_turn_and_a_restart_resumes_what_it_can() {
     let dir = scratch_dir("relay-killed");

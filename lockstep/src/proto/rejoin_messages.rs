@@ -96,6 +96,12 @@ pub struct Reconnect {
     pub from: Turn,
 }
 
+/// The most turns a restarted relay asks its players to hand back
+/// ([`super::ToPeer::HandBack`]): a relay syncs its recording to the disk
+/// every 10 turns by default, so a machine crash loses fewer; each player
+/// keeps this many of the bundles it played.
+pub const MAX_HAND_BACK_TURNS: u32 = 64;
+
 /// A spectator that lost its connection to the relay but kept its world
 /// watches again from `from`: the relay sends [`Reconnected`] and the
 /// bundles from `from` on (at the spectator delay), or, if it no longer

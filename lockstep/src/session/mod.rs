@@ -25,8 +25,8 @@ use crate::builder::SessionConfig;
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
-    Bundle, Delivery, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport, RejectReason, Start,
-    ToPeer, ToRelay,
+    Bundle, Delivery, MAX_HAND_BACK_TURNS, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, Notice, PeerReport,
+    RejectReason, Start, ToPeer, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -350,6 +350,7 @@ impl Session {
             ToPeer::Rejected { reason, detail } => self.refused(reason, detail),
             ToPeer::Start(start) => self.start(now, start),
             ToPeer::Bundle(bundle) => self.on_bundle(now, bundle),
+            ToPeer::HandBack { from } => self.hand_back(from),
             ToPeer::Desync(d) => self.events.push_back(Event::Desync {
                 turn: d.turn,
                 hashes: d.hashes,
@@ -604,6 +605,7 @@ impl Session {
             ledger: Ledger::default(),
             restoring: None,
             upload: snapshot_sync::Upload::default(),
+            played: VecDeque::new(),
         }));
     }
 
@@ -766,6 +768,14 @@ impl Session {
         let Some(bundle) = r.buffer.take(r.next_exec) else {
             return false;
         };
+        // A player keeps the last bundles it played, for a relay that
+        // restarts without them.
+        if !self.config.spectate {
+            if r.played.len() >= MAX_HAND_BACK_TURNS as usize {
+                r.played.pop_front();
+            }
+            r.played.push_back(bundle.clone());
+        }
         let turn = bundle.turn;
         for n in bundle.notices {
             match n {

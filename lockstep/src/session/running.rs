@@ -5,7 +5,7 @@
 use super::playout::{Ledger, Playout};
 use super::snapshot_sync::{Restoring, Upload};
 use crate::input_delay::DelaySchedule;
-use crate::proto::{EndReason, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, ToRelay};
+use crate::proto::{Bundle, EndReason, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, ToRelay};
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
 use sim::{PlayerId, SectionHash, Turn};
@@ -60,6 +60,10 @@ pub(super) struct Running {
     pub(super) restoring: Option<Restoring>,
     /// A snapshot upload under way.
     pub(super) upload: Upload,
+    /// The last [`MAX_HAND_BACK_TURNS`](crate::proto::MAX_HAND_BACK_TURNS)
+    /// bundles this player played, oldest first: what it hands back to a
+    /// relay that restarted without them.
+    pub(super) played: VecDeque<Bundle>,
 }
 
 impl Running {

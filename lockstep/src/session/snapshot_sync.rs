@@ -8,8 +8,8 @@ use super::{Phase, Running, Session};
 use crate::event::Event;
 use crate::input_delay::DelaySchedule;
 use crate::proto::{
-    Heal, MAX_SNAPSHOT_CHUNK, Reconnect, Reconnected, Rejoin, RejoinSecret, Reoffer, Resume,
-    Rewatch, SnapshotChunk, ToRelay,
+    Bundle, Heal, MAX_SNAPSHOT_CHUNK, Reconnect, Reconnected, Rejoin, RejoinSecret, Reoffer,
+    Resume, Rewatch, SnapshotChunk, ToRelay,
 };
 use crate::time::{Duration, Instant};
 use crate::turn_buffer::TurnBuffer;
@@ -202,7 +202,7 @@ impl Session {
         {
             return false;
         }
-        let Some(from) = self.begin_reconnect() else {
+        let Some((from, restored)) = self.begin_reconnect() else {
             return false;
         };
         let rejoin = Rejoin {
@@ -210,7 +210,13 @@ impl Session {
             player,
             secret,
         };
-        self.send(&ToRelay::Reconnect(Reconnect { rejoin, from }));
+        // A world still waiting for its snapshot has nothing to keep: the
+        // slot comes back as in any rejoin, with the relay's snapshot.
+        self.send(&if restored {
+            ToRelay::Reconnect(Reconnect { rejoin, from })
+        } else {
+            ToRelay::Rejoin(rejoin)
+        });
         true
     }
 
@@ -222,20 +228,26 @@ impl Session {
         if !self.config.spectate {
             return false;
         }
-        let Some(from) = self.begin_reconnect() else {
+        let Some((from, restored)) = self.begin_reconnect() else {
             return false;
         };
         let join = self.config.join.clone();
-        self.send(&ToRelay::Rewatch(Rewatch { join, from }));
+        self.send(&if restored {
+            ToRelay::Rewatch(Rewatch { join, from })
+        } else {
+            ToRelay::Spectate(join)
+        });
         true
     }
 
     /// Forgets what was queued for the old connection and marks the wait
-    /// for the relay's answer; the first turn without a bundle here.
-    fn begin_reconnect(&mut self) -> Option<Turn> {
+    /// for the relay's answer; the first turn without a bundle here, and
+    /// whether the world is whole (not waiting for a snapshot).
+    fn begin_reconnect(&mut self) -> Option<(Turn, bool)> {
         let Phase::Running(r) = &mut self.phase else {
             return None;
         };
+        let restored = !r.awaiting_snapshot();
         self.outgoing.clear();
         r.upload = Upload::default();
         r.waiting = None;
@@ -259,7 +271,30 @@ impl Session {
                 });
             }
         }
-        Some(from)
+        Some((from, restored))
+    }
+
+    /// The relay restarted without the turns from `from` on: hand back
+    /// every bundle from it this player played (the relay adopts a turn
+    /// only when every player holding it sends the same one).
+    pub(super) fn hand_back(&mut self, from: Turn) {
+        let Phase::Running(r) = &self.phase else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        if self.config.spectate {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        let bundles: Vec<Bundle> = r
+            .played
+            .iter()
+            .filter(|b| b.turn >= from)
+            .cloned()
+            .collect();
+        for b in bundles {
+            self.send(&ToRelay::HandedBack(b));
+        }
     }
 
     /// The relay took our [`Reconnect`] back: the bundles from the turn we
@@ -393,6 +428,7 @@ impl Session {
                 reconnecting: false,
             }),
             upload: Upload::default(),
+            played: VecDeque::new(),
         }));
     }
 
@@ -797,6 +833,17 @@ mod tests {
             "{out:?}"
         );
         assert!(!s.rewatch(), "a player does not rewatch");
+        // The relay restarted without turns 115 on: they go back to it.
+        s.handle_message(t0, &ToPeer::HandBack { from: Turn(115) }.to_bytes());
+        let (out, _) = drain(&mut s);
+        let back: Vec<Vec<u8>> = out
+            .iter()
+            .filter_map(|m| match m {
+                ToRelay::HandedBack(b) => Some(ToPeer::Bundle(b.clone()).to_bytes()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back, (115..120).map(bundle).collect::<Vec<_>>());
 
         // A spectator, 20 turns in.
         let mut w = SessionBuilder::new()
@@ -833,6 +880,8 @@ mod tests {
         let (out, ev) = drain(&mut w);
         assert_eq!(turns_run(&ev), (20..30).collect::<Vec<_>>());
         assert!(out.is_empty(), "a spectator sends no input: {out:?}");
+        w.handle_message(t0, &ToPeer::HandBack { from: Turn(20) }.to_bytes());
+        assert!(drain(&mut w).0.is_empty(), "a spectator hands nothing back");
         // Again, and the relay has only its snapshot of turn 40 to offer.
         assert!(w.rewatch());
         let hash = StateHash([4; 32]);
@@ -864,6 +913,60 @@ mod tests {
         assert!(!w.is_reconnecting());
         assert_eq!(w.stats(t0).reconnects, 2);
         assert_eq!(s.stats(t0).reconnects, 1);
+    }
+
+    /// The relay restarted while a rejoining player was still receiving its
+    /// snapshot: there is no world to keep, so the session asks for its
+    /// slot back with a plain `Rejoin`, and the relay's `Resume` and
+    /// snapshot restore it as in any rejoin.
+    #[test]
+    fn a_reconnect_before_the_snapshot_is_whole_rejoins() {
+        let t0 = Instant::ZERO;
+        let mut s = rejoining(t0);
+        let hash = StateHash([9; 32]);
+        s.handle_message(t0, &resume(Some((Turn(49), hash, 4)), 6_000, 55));
+        let chunk = |bytes: &[u8], offset: u32| {
+            ToPeer::SnapshotChunk(SnapshotChunk {
+                turn: Turn(49),
+                hash,
+                total: 4,
+                offset,
+                bytes: bytes.to_vec(),
+            })
+            .to_bytes()
+        };
+        s.handle_message(t0, &chunk(&[1, 2], 0));
+        let _ = drain(&mut s);
+        assert!(s.reconnect(PlayerId(1), RejoinSecret([1; 16])));
+        let (out, _) = drain(&mut s);
+        assert!(
+            matches!(&out[..], [ToRelay::Rejoin(r)] if r.player == PlayerId(1)),
+            "{out:?}"
+        );
+        s.handle_message(t0, &resume(Some((Turn(49), hash, 4)), 7_000, 60));
+        assert!(!s.is_reconnecting());
+        s.handle_message(t0, &chunk(&[1, 2], 0));
+        s.handle_message(t0, &chunk(&[3, 4], 2));
+        for t in 50..60 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let (_, ev) = drain(&mut s);
+        assert_eq!(
+            ev[0],
+            Event::Restored {
+                snapshot: Some((Turn(49), hash, vec![1, 2, 3, 4]))
+            }
+        );
+        s.handle_timeout(t0 + Duration::from_millis(500));
+        let (out, later) = drain(&mut s);
+        assert_eq!(
+            turns_run(&[ev, later].concat()),
+            (50..60).collect::<Vec<_>>()
+        );
+        assert!(
+            out.contains(&ToRelay::CaughtUp { turn: Turn(59) }),
+            "{out:?}"
+        );
     }
 
     /// The snapshot comes in chunks; no turn runs before the whole of it is

@@ -74,7 +74,7 @@ impl MatchRoom {
         if !token_mode && rejoin.secret != secret {
             return Err((RejectReason::WrongSecret, None));
         }
-        if from.is_some_and(|f| f > g.next_close) {
+        if from.is_some_and(|f| f > g.next_close && !g.can_hand_back(f)) {
             let d = format!(
                 "the peer holds turns up to {}, the relay closed turns up to {} only",
                 from.map_or(0, |f| f.0.saturating_sub(1)),
@@ -83,7 +83,7 @@ impl MatchRoom {
             return Err((RejectReason::HoldExpired, Some(d)));
         }
         // A reconnect the tail can serve: the bundles from `from` on.
-        let reconnect = from.filter(|&f| g.holds_bundles_from(f));
+        let reconnect = from.filter(|&f| g.holds_bundles_from(f) || g.can_hand_back(f));
         let snapshot = match g.snapshots.base() {
             _ if reconnect.is_some() => None,
             Base::Genesis => None,
@@ -145,7 +145,15 @@ impl MatchRoom {
         slot.last_heard = now;
         slot.next_ping = now;
         let mut bundles = 0u32;
-        if let Some(from) = reconnect {
+        if let Some(from) = reconnect.filter(|&f| f > g.next_close) {
+            // Ahead of the relay, which lost turns: it plays on from its
+            // own turn once it has handed them back.
+            let mut answer = g.reconnected_msg(now);
+            answer.live = from;
+            out.send(conn, &ToPeer::Reconnected(answer));
+            g.claim_hand_back(player, from, out);
+            out.counters.reconnects += 1;
+        } else if let Some(from) = reconnect {
             out.send(conn, &ToPeer::Reconnected(g.reconnected_msg(now)));
             for bundle in g.snapshots.tail_after(from.0.checked_sub(1).map(Turn)) {
                 out.push(conn, Delivery::Urgent, bundle.to_vec());

@@ -9,6 +9,7 @@
 mod clock;
 mod end;
 mod forensics;
+mod handback;
 mod hashes;
 mod heal;
 mod held_slots;
@@ -165,6 +166,8 @@ struct Game {
     /// A match resumed after a relay restart closes no turn before its
     /// players are back or this passed (see `resumed`).
     paused_until: Option<Instant>,
+    /// Turns the restart lost, handed back by the players (see `handback`).
+    hand_back: handback::HandBack,
 }
 
 #[derive(Debug)]
@@ -459,6 +462,7 @@ impl MatchRoom {
             }
             ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
             ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
+            ToRelay::HandedBack(bundle) => g.on_handed_back(player, bundle, out),
             ToRelay::SnapshotFailed { turn } => {
                 g.on_restore_failed(held_slots::Receiver::Player(player), turn, config, out);
             }
@@ -511,7 +515,7 @@ impl MatchRoom {
             return;
         };
         g.send_pings(now, config, out, closing);
-        if g.paused(now) {
+        if g.paused(id, now, config, out) {
             return;
         }
         let silent: Vec<(PlayerId, Option<ConnId>)> = g
@@ -652,6 +656,7 @@ impl Game {
             spectators: Vec::new(),
             agreed: spectators::AgreedHashes::default(),
             paused_until: None,
+            hand_back: handback::HandBack::default(),
         }
     }
 

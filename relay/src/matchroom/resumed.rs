@@ -91,15 +91,22 @@ impl MatchRoom {
 impl Game {
     /// A resumed match's pause: true while it still waits for its players.
     /// Ends once every seat not dropped before the restart is back and
-    /// caught up, or at the deadline, when the missing players are dropped
-    /// (their slots stay held); the turn clock restarts so that the next
-    /// turn closes one turn length from now.
-    pub(super) fn paused(&mut self, now: Instant) -> bool {
+    /// caught up and the turns the relay lost are handed back, or at the
+    /// deadline, when the missing players are dropped (their slots stay
+    /// held); the handed-back turns are adopted, and the turn clock
+    /// restarts so that the next turn closes one turn length from now.
+    pub(super) fn paused(
+        &mut self,
+        id: MatchId,
+        now: Instant,
+        config: &RelayConfig,
+        out: &mut Outbox,
+    ) -> bool {
         let Some(until) = self.paused_until else {
             return false;
         };
         let back = |s: &Slot| s.dropped_at.is_some() || (s.conn.is_some() && !s.rejoining);
-        if !self.slots.iter().all(back) {
+        if !self.slots.iter().all(back) || self.awaits_hand_back() {
             if now < until {
                 return true;
             }
@@ -112,6 +119,7 @@ impl Game {
                 self.drop_player(now, player, DropReason::Timeout);
             }
         }
+        self.adopt_handed_back(id, now, config, out);
         self.paused_until = None;
         // The clock restarts here: the next turn closes a turn length
         // from now, as the first turn of a match does.

@@ -7,8 +7,11 @@
 
 use super::scripted_match::*;
 use super::*;
-use lockstep::low_level::proto::{Reconnect, Rejoin, RejoinSecret, Rewatch};
-use sim::Turn;
+use crate::event::{MatchId, MatchInfo};
+use crate::resume::{RecordedState, Unfinished};
+use lockstep::low_level::proto::{Bundle, Join, Reconnect, Rejoin, RejoinSecret, Rewatch};
+use sim::{StateHash, Turn};
+use std::net::Ipv4Addr;
 
 /// The turns of the bundles in `got`, in order.
 fn bundle_turns(got: &[ToPeer]) -> Vec<u32> {
@@ -170,4 +173,208 @@ fn a_rewatching_spectator_keeps_its_world_and_gets_only_the_bundles_it_lacks() {
         assert!(resume.snapshot.is_some(), "from {from:?}");
     }
     assert_eq!(m.r.counters().reconnects, 1);
+}
+
+/// The bundle of `turn` in a resumed match: player 0 moved.
+fn lost_bundle(turn: u32, mark: u8) -> Bundle {
+    Bundle {
+        turn: Turn(turn),
+        inputs: vec![(PlayerId(0), vec![mark, turn as u8])],
+        notices: Vec::new(),
+    }
+}
+
+/// A relay restarted after a machine crash: its recording of match "m"
+/// ends at turn 99, while player 0 played up to 104 and player 1 up to
+/// 101. Both come back on new connections, say so, and are asked for the
+/// turns the relay lost.
+fn crashed() -> (Router, Instant, [RejoinSecret; 2]) {
+    let config = RelayConfig {
+        rejoin: crate::rejoin_config::RejoinConfig {
+            key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+            ..crate::rejoin_config::RejoinConfig::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut info = MatchInfo::two_players("m", "g");
+    info.last_turn = None;
+    let state = RecordedState {
+        next_close: Turn(100),
+        bundles: (90..100)
+            .map(|t| (Turn(t), ToPeer::Bundle(lost_bundle(t, 0)).to_bytes()))
+            .collect(),
+        ..RecordedState::default()
+    };
+    let secrets = [0, 1].map(|p| config.rejoin.secret(MatchId(1), "m", PlayerId(p)));
+    let mut r = Router::new(config);
+    let now = Instant::from_millis(10);
+    r.resume(now, Unfinished::unrecorded(MatchId(1), info, state))
+        .unwrap();
+    (r, now, secrets)
+}
+
+fn reconnect_msg(player: u8, secret: RejoinSecret, from: u32) -> Vec<u8> {
+    let join = Join {
+        rules_hash: StateHash([3; 32]),
+        ..crate::test_support::join("m", "p")
+    };
+    ToRelay::Reconnect(Reconnect {
+        rejoin: Rejoin {
+            join,
+            player: PlayerId(player),
+            secret,
+        },
+        from: Turn(from),
+    })
+    .to_bytes()
+}
+
+fn outgoing(r: &mut Router) -> Vec<(ConnId, ToPeer)> {
+    std::iter::from_fn(|| r.poll_outgoing())
+        .map(|(c, _, b)| (c, ToPeer::decode(&b).unwrap()))
+        .collect()
+}
+
+/// Both players come back ahead of the crashed relay. Each is taken back
+/// from its own turn and asked for the bundles from turn 100; each hands
+/// back what it played. The match adopts turns 100-104 (every holder's
+/// copy alike), sends 102-104 to player 1, which lacked them, records
+/// them as closed turns, and plays on from 105.
+#[test]
+fn turns_the_relay_lost_are_handed_back_and_adopted() {
+    let (mut r, now, secrets) = crashed();
+    for (conn, player, from) in [(0u32, 0u8, 105u32), (1, 1, 102)] {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000 + conn as u16));
+        assert!(r.handle_connected(now, ConnId(conn), addr));
+        r.handle_message(
+            now,
+            ConnId(conn),
+            &reconnect_msg(player, secrets[usize::from(player)], from),
+        );
+    }
+    let got = outgoing(&mut r);
+    for (conn, live) in [(0, 105), (1, 102)] {
+        let mine: Vec<&ToPeer> = got
+            .iter()
+            .filter(|(c, _)| c.0 == conn)
+            .map(|(_, m)| m)
+            .collect();
+        assert!(
+            matches!(mine[..], [ToPeer::Reconnected(a), ToPeer::HandBack { from: Turn(100) }] if a.live == Turn(live)),
+            "{mine:?}"
+        );
+    }
+    // Caught up at once (nothing to receive), then the bundles go back.
+    for (conn, last) in [(0u32, 104u32), (1, 101)] {
+        let caught = ToRelay::CaughtUp { turn: Turn(last) };
+        r.handle_message(now, ConnId(conn), &caught.to_bytes());
+        for t in 100..=last {
+            let back = ToRelay::HandedBack(lost_bundle(t, 7));
+            r.handle_message(now, ConnId(conn), &back.to_bytes());
+        }
+    }
+    let got = outgoing(&mut r);
+    let sent_to = |conn: u32| -> Vec<u32> {
+        got.iter()
+            .filter(|(c, _)| c.0 == conn)
+            .filter_map(|(_, m)| match m {
+                ToPeer::Bundle(b) => Some(b.turn.0),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(sent_to(1), vec![102, 103, 104]);
+    assert!(sent_to(0).is_empty());
+    assert_eq!(r.counters().turns_handed_back, 5);
+    let closed: Vec<u32> = std::iter::from_fn(|| r.poll_event())
+        .filter_map(|e| match e {
+            RouterEvent::TurnClosed { turn, inputs, .. } => {
+                assert_eq!(inputs, lost_bundle(turn.0, 7).inputs);
+                Some(turn.0)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed, (100..105).collect::<Vec<_>>());
+    // The clock runs again from turn 105.
+    let later = now + r.config().turn_length.saturating_mul(3);
+    r.handle_timeout(later);
+    let turns: Vec<u32> = outgoing(&mut r)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            ToPeer::Bundle(b) => Some(b.turn.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(turns.first(), Some(&105), "{turns:?}");
+}
+
+/// Player 1's copy of turn 101 differs from player 0's: turn 100 is
+/// adopted, 101 is not, and both players (each holds 101) are ahead of the
+/// match: refused and dropped. A claim beyond the hand-back bound, and a
+/// bundle nobody asked for, change nothing.
+#[test]
+fn copies_that_differ_are_not_adopted_and_their_holders_are_refused() {
+    // Further ahead than a relay can have lost: refused at once.
+    let (mut r, now, secrets) = crashed();
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000));
+    assert!(r.handle_connected(now, ConnId(0), addr));
+    let far = 100 + lockstep::low_level::proto::MAX_HAND_BACK_TURNS + 1;
+    r.handle_message(now, ConnId(0), &reconnect_msg(0, secrets[0], far));
+    assert!(
+        matches!(
+            outgoing(&mut r)[..],
+            [(
+                _,
+                ToPeer::Rejected {
+                    reason: RejectReason::HoldExpired,
+                    ..
+                }
+            )]
+        ),
+        "claimed turns up to {far}"
+    );
+
+    let (mut r, now, secrets) = crashed();
+    for (conn, player, from) in [(0u32, 0u8, 105u32), (1, 1, 102)] {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000 + conn as u16));
+        assert!(r.handle_connected(now, ConnId(conn), addr));
+        r.handle_message(
+            now,
+            ConnId(conn),
+            &reconnect_msg(player, secrets[usize::from(player)], from),
+        );
+    }
+    for (conn, last) in [(0u32, 104u32), (1, 101)] {
+        let caught = ToRelay::CaughtUp { turn: Turn(last) };
+        r.handle_message(now, ConnId(conn), &caught.to_bytes());
+        for t in 100..=last {
+            let mark = if conn == 1 && t == 101 { 9 } else { 7 };
+            let back = ToRelay::HandedBack(lost_bundle(t, mark));
+            r.handle_message(now, ConnId(conn), &back.to_bytes());
+        }
+    }
+    // Not asked for: beyond its claim.
+    let bad = r.counters().bad_state;
+    r.handle_message(
+        now,
+        ConnId(1),
+        &ToRelay::HandedBack(lost_bundle(103, 7)).to_bytes(),
+    );
+    assert_eq!(r.counters().bad_state, bad + 1);
+    let got = outgoing(&mut r);
+    assert_eq!(r.counters().turns_handed_back, 1);
+    for conn in [0, 1] {
+        assert!(
+            got.iter().any(|(c, m)| c.0 == conn
+                && matches!(
+                    m,
+                    ToPeer::Rejected {
+                        reason: RejectReason::HoldExpired,
+                        ..
+                    }
+                )),
+            "{got:?}"
+        );
+    }
 }
