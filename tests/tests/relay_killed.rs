@@ -348,3 +348,130 @@ fn a_relay_handed_over_to_a_new_process_ends_none_of_its_8_matches() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where peer `i` of a test keeps its rejoin secret.
+fn rejoin_file(dir: &std::path::Path, i: usize) -> std::path::PathBuf {
+    dir.join(format!("peer{i}.rejoin"))
+}
+
+/// The relay dies while a player rejoins: peer 1 is SIGKILLed past turn
+/// 440 and restarted on its rejoin file, and the relay is SIGKILLed as it
+/// takes the rejoin (the snapshot and the tail on their way). The restarted
+/// relay holds the last 400 turns, not the whole match, and no agreed
+/// snapshot: a rejoiner that has no world yet is refused `no_snapshot`,
+/// dropped so the match does not wait for it, and asks again; the match
+/// agrees a snapshot as soon as it runs and takes it back. Every peer
+/// finishes with the same hash; the recording verifies.
+#[test]
+fn a_relay_killed_during_a_rejoin_takes_the_rejoiner_back() {
+    let dir = scratch_dir("killed-rejoin");
+    let records = dir.join("records");
+    let key = dir.join("rejoin.key");
+    let key_arg = key.display().to_string();
+    let turns = 600u32;
+    let flags = [
+        "--turn-ms",
+        "25",
+        "--rejoin-key-file",
+        &key_arg,
+        "--snapshot-every",
+        "40",
+        "--silence-timeout-ms",
+        "2500",
+    ];
+    let mut relay = Relay::start(&records, &flags);
+    let relay_addr = relay.addr;
+    let peer_dir = dir.clone();
+    let spec = move |i: usize| PeerSpec {
+        relay: relay_addr,
+        match_name: "rejoin-kill".to_owned(),
+        players: 3,
+        turns,
+        seed: i as u64 + 1,
+        extra: vec![
+            "--rejoin-file".into(),
+            rejoin_file(&peer_dir, i).display().to_string(),
+        ],
+    };
+    let mut peers: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
+    relay.wait_event("turn 440", MATCH, |v| {
+        v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(440)
+    });
+    // Written within a second of the start, long before turn 440.
+    assert!(rejoin_file(&dir, 1).exists());
+    peers[1].kill();
+    peers[1] = peer(&spec(1));
+    relay.wait_event("the rejoin", MATCH, |v| v["event"] == "rejoining");
+    relay.proc.kill();
+    relay = relay.restart(&flags);
+    relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
+    let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
+    for r in &results {
+        assert_eq!(r.code, Some(0), "{}", r.summary);
+        assert_eq!(r.summary["completed"], true, "{}", r.summary);
+        assert_eq!(
+            r.summary["final_hash"], results[0].summary["final_hash"],
+            "{}",
+            r.summary
+        );
+    }
+    let path = relay.wait_recorded(MATCH);
+    let (code, report) = replay_verify(&path);
+    assert_eq!(code, Some(0), "{report:#}");
+    assert_eq!(report["turns"], turns, "{report:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The relay dies while it narrows a desync (peer 2 diverges at turn 60;
+/// the relay is SIGKILLed as it reports the desync, its section and entity
+/// requests in flight). The restarted relay knows nothing of it: the
+/// diverged peer's next hashes differ again, and the new process catches
+/// the desync at the first turn it judges and narrows it to sections.
+/// Every peer plays the match to its end and exits 3 (desync), and the
+/// recording verifies with the desync recorded.
+#[test]
+fn a_relay_killed_during_a_desync_narrowing_catches_the_desync_again() {
+    let dir = scratch_dir("killed-desync");
+    let records = dir.join("records");
+    let key = dir.join("rejoin.key");
+    let key_arg = key.display().to_string();
+    let turns = 240u32;
+    let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
+    let mut relay = Relay::start(&records, &flags);
+    let relay_addr = relay.addr;
+    let spec = |i: usize| PeerSpec {
+        relay: relay_addr,
+        match_name: "desync-kill".to_owned(),
+        players: 3,
+        turns,
+        seed: i as u64 + 1,
+        extra: if i == 2 {
+            vec!["--desync-at".into(), "60".into()]
+        } else {
+            vec![]
+        },
+    };
+    let mut peers: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
+    let first = relay.wait_event("the desync", MATCH, |v| v["event"] == "desync");
+    assert_eq!(first["turn"], 60, "{first}");
+    relay.proc.kill();
+    relay = relay.restart(&flags);
+    let resumed = relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
+    let again = relay.wait_event("the desync again", MATCH, |v| v["event"] == "desync");
+    assert!(
+        again["turn"].as_u64() >= resumed["next_turn"].as_u64(),
+        "{again}"
+    );
+    relay.wait_event("its sections", MATCH, |v| v["event"] == "desync_sections");
+    for p in &mut peers {
+        let r = finish_peer(p, MATCH);
+        assert_eq!(r.code, Some(3), "{}", r.summary);
+        assert_eq!(r.summary["turns"], turns, "{}", r.summary);
+    }
+    let path = relay.wait_recorded(MATCH);
+    let (code, report) = replay_verify(&path);
+    assert_eq!(code, Some(3), "{report:#}");
+    assert_eq!(report["verified"], true, "{report:#}");
+    assert_eq!(report["recorded_desyncs"][0]["turn"], 60, "{report:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -192,7 +192,8 @@ impl<S: Simulation> GameSession<S> {
         self.session.is_ended()
     }
 
-    /// This slot's rejoin secret, once the relay gave it: what a restarted
+    /// This slot's rejoin secret, once the relay gave it (or the one a
+    /// rejoining peer was built with): what a restarted
     /// peer needs for [`PeerBuilder::with_rejoin`](super::PeerBuilder::with_rejoin).
     #[must_use]
     pub const fn rejoin_secret(&self) -> Option<(PlayerId, crate::proto::RejoinSecret)> {

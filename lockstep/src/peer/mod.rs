@@ -368,6 +368,7 @@ impl<S: Simulation> PeerBuilder<S> {
             seed: self.seed,
             give_up_after: self.reconnect_for,
             lost_at: None,
+            reached: false,
             next_at: None,
             attempts: 0,
         };
@@ -435,7 +436,9 @@ impl<S: Simulation> PeerBuilder<S> {
             snapshot_wanted: Vec::new(),
             rejoin_sent: self.rejoin.map(|_| now),
             rejoin_took: None,
-            secret: None,
+            // A rejoining peer holds its slot's secret from the start: it
+            // proves the slot again if the relay restarts.
+            secret: self.rejoin,
             spectating: self.spectate,
             setup: None,
             recorded_through: None,
@@ -485,6 +488,10 @@ struct Redial {
     /// When the next attempt starts.
     next_at: Option<Instant>,
     attempts: u32,
+    /// Whether a connection to the relay was ever established: a peer
+    /// that never reached it (a wrong address) fails at once, it does not
+    /// retry.
+    reached: bool,
 }
 
 impl Redial {
@@ -724,6 +731,7 @@ impl<S: Simulation> Peer<S> {
         if self.glue.is_connected() && !self.game.session().is_reconnecting() {
             // Back in the slot (or never gone): the next loss starts over.
             self.redial.lost_at = None;
+            self.redial.reached = true;
             self.redial.attempts = 0;
         }
         if self.lost_reported || self.redial.next_at.is_some() || self.game.is_done() {
@@ -737,9 +745,13 @@ impl<S: Simulation> Peer<S> {
         }
         let lost_at = *self.redial.lost_at.get_or_insert(now);
         let in_time = now.saturating_since(lost_at) < self.redial.give_up_after;
-        // A player proves its seat with its secret; a spectator needs none.
+        // A player proves its seat with its secret; a spectator needs none;
+        // a peer whose match has not started for it asks again from the
+        // start (a relay restarted from its recordings has no lobbies).
+        let session = self.game.session();
         let seated = self.game.rejoin_secret().is_some() || self.game.is_spectating();
-        if in_time && seated && self.game.session().is_running() {
+        let waiting = self.redial.reached && !session.is_running() && !session.is_ended();
+        if in_time && ((seated && session.is_running()) || waiting) {
             self.redial.attempts += 1;
             let attempt = self.redial.attempts;
             self.redial.next_at = Some(if attempt == 1 {
@@ -764,7 +776,8 @@ impl<S: Simulation> Peer<S> {
     fn redial_now(&mut self, now: Instant) {
         self.redial.next_at = None;
         let seat = self.game.rejoin_secret();
-        if seat.is_none() && !self.game.is_spectating() {
+        let running = self.game.session().is_running();
+        if running && seat.is_none() && !self.game.is_spectating() {
             return;
         }
         let r = &self.redial;
@@ -777,6 +790,7 @@ impl<S: Simulation> Peer<S> {
         self.glue = PeerGlue::new();
         let session = self.game.session_mut();
         match seat {
+            _ if !running => session.request_again(),
             Some((player, secret)) => session.reconnect(player, secret),
             None => session.rewatch(),
         };

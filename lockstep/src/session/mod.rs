@@ -90,6 +90,10 @@ pub struct Session {
     /// A rejoin refused because the slot's old connection still counts as
     /// playing: when to ask again, and when to stop asking.
     rejoin_retry: Option<RejoinRetry>,
+    /// The reconnect, rewatch (or, without a whole world, rejoin or
+    /// spectate) sent on a new connection, until the relay answers: sent
+    /// again if it is refused for a passing reason.
+    reconnect_msg: Option<ToRelay>,
 }
 
 /// See [`Session::rejoin_retry`].
@@ -113,6 +117,7 @@ impl Session {
             rtts: VecDeque::new(),
             rtt_p99s: VecDeque::new(),
             rejoin_retry: None,
+            reconnect_msg: None,
         };
         s.send(&s.first_message());
         s
@@ -131,11 +136,14 @@ impl Session {
         }
     }
 
-    /// A rejoin was refused because the slot's old connection still counts
-    /// as playing (this peer's own crashed process, not yet noticed by the
-    /// relay): ask again shortly, for a bounded time. Whether it will.
+    /// A rejoin or reconnect was refused for a passing reason: the slot's
+    /// old connection still counts as playing (this peer's own crashed
+    /// process, not yet noticed by the relay), or the relay has no agreed
+    /// snapshot yet (a restarted relay asks for one as soon as its match
+    /// runs again). Ask again shortly, for a bounded time. Whether it will.
     fn retry_rejoin(&mut self, now: Instant) -> bool {
-        if self.config.rejoin.is_none() || !matches!(self.phase, Phase::Joining) {
+        let joining = self.config.rejoin.is_some() && matches!(self.phase, Phase::Joining);
+        if !joining && self.reconnect_msg.is_none() {
             return false;
         }
         let retry = self.rejoin_retry.get_or_insert(RejoinRetry {
@@ -160,6 +168,20 @@ impl Session {
     #[must_use]
     pub fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Running(_))
+    }
+
+    /// The connection to the relay was lost before the match started for
+    /// this session (in a lobby, or with a rejoin or spectate not answered
+    /// yet) and a new one is open: ask again, as at the start. False
+    /// (nothing sent) once the match started or the session ended.
+    pub fn request_again(&mut self) -> bool {
+        if !matches!(self.phase, Phase::Joining) {
+            return false;
+        }
+        self.outgoing.clear();
+        self.rejoin_retry = None;
+        self.send(&self.first_message());
+        true
     }
 
     /// Whether the session is over (rejected, left, or the match ended).
@@ -322,7 +344,10 @@ impl Session {
     }
 
     fn refused(&mut self, reason: RejectReason, detail: Option<String>) {
-        if matches!(self.phase, Phase::Joining) {
+        // A refused reconnect ends the match for this peer as a refused
+        // join does: it has no seat to play or watch from.
+        if matches!(self.phase, Phase::Joining) || self.reconnect_msg.is_some() {
+            self.reconnect_msg = None;
             self.events.push_back(Event::Rejected { reason, detail });
             self.phase = Phase::Ended;
         }
@@ -344,7 +369,7 @@ impl Session {
                 }
             }
             ToPeer::Rejected {
-                reason: RejectReason::SlotInUse,
+                reason: RejectReason::SlotInUse | RejectReason::NoSnapshot,
                 ..
             } if self.retry_rejoin(now) => {}
             ToPeer::Rejected { reason, detail } => self.refused(reason, detail),
@@ -457,12 +482,15 @@ impl Session {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.wake(now);
         self.accept_restore();
-        if matches!(self.phase, Phase::Joining)
-            && let Some(retry) = &mut self.rejoin_retry
+        if let Some(retry) = &mut self.rejoin_retry
             && retry.next.is_some_and(|t| t <= now)
         {
             retry.next = None;
-            self.send(&self.first_message());
+            if matches!(self.phase, Phase::Joining) {
+                self.send(&self.first_message());
+            } else if let Some(m) = self.reconnect_msg.clone() {
+                self.send(&m);
+            }
         }
         self.advance(now);
     }
@@ -496,12 +524,22 @@ impl Session {
                 .into_iter()
                 .find(|&t| t > r.now)
                 .unwrap_or(r.now + r.turn_length);
-            return Some(r.next_report.min(at).min(r.now + r.turn_length));
+            let t = r.next_report.min(at).min(r.now + r.turn_length);
+            return Some(self.reconnect_retry_at().map_or(t, |u| u.min(t)));
         }
         // Turns become due, inputs get scheduled and stall notices fire only
         // on turn-length boundaries; upload chunks leave on their own pace.
         let t = r.next_report.min(r.next_boundary(r.now));
-        Some(r.upload.next_at().map_or(t, |u| u.min(t)))
+        let t = r.upload.next_at().map_or(t, |u| u.min(t));
+        Some(self.reconnect_retry_at().map_or(t, |u| u.min(t)))
+    }
+
+    /// When a refused reconnect is asked again.
+    fn reconnect_retry_at(&self) -> Option<Instant> {
+        self.reconnect_msg
+            .as_ref()
+            .and(self.rejoin_retry)
+            .and_then(|r| r.next)
     }
 
     /// The next message to send to the relay.

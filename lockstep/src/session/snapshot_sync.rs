@@ -212,11 +212,13 @@ impl Session {
         };
         // A world still waiting for its snapshot has nothing to keep: the
         // slot comes back as in any rejoin, with the relay's snapshot.
-        self.send(&if restored {
+        let msg = if restored {
             ToRelay::Reconnect(Reconnect { rejoin, from })
         } else {
             ToRelay::Rejoin(rejoin)
-        });
+        };
+        self.send(&msg);
+        self.reconnect_msg = Some(msg);
         true
     }
 
@@ -232,11 +234,13 @@ impl Session {
             return false;
         };
         let join = self.config.join.clone();
-        self.send(&if restored {
+        let msg = if restored {
             ToRelay::Rewatch(Rewatch { join, from })
         } else {
             ToRelay::Spectate(join)
-        });
+        };
+        self.send(&msg);
+        self.reconnect_msg = Some(msg);
         true
     }
 
@@ -249,6 +253,8 @@ impl Session {
         };
         let restored = !r.awaiting_snapshot();
         self.outgoing.clear();
+        // A fresh connection gets a fresh retry budget.
+        self.rejoin_retry = None;
         r.upload = Upload::default();
         r.waiting = None;
         r.stall_notified = None;
@@ -310,6 +316,7 @@ impl Session {
             return;
         };
         rs.reconnecting = false;
+        self.reconnect_msg = None;
         self.stats.reconnects += 1;
         if !self.config.spectate {
             rs.live = answer.live;
@@ -350,6 +357,7 @@ impl Session {
         {
             let live = if resume.spectator { NEVER } else { resume.live };
             restart(r, resume.snapshot, live);
+            self.reconnect_msg = None;
             self.stats.reconnects += 1;
             if resume.snapshot.is_none() {
                 self.events.push_back(Event::Restored { snapshot: None });
@@ -913,6 +921,59 @@ mod tests {
         assert!(!w.is_reconnecting());
         assert_eq!(w.stats(t0).reconnects, 2);
         assert_eq!(s.stats(t0).reconnects, 1);
+    }
+
+    /// A reconnect refused for a passing reason (no agreed snapshot yet at
+    /// a restarted relay) is sent again on the retry timer until the relay
+    /// takes it; one refused for good ends the session with the refusal,
+    /// instead of leaving it reconnecting forever.
+    #[test]
+    fn a_refused_reconnect_is_retried_or_ends_the_session() {
+        let t0 = Instant::ZERO;
+        let refusal = |reason| {
+            ToPeer::Rejected {
+                reason,
+                detail: None,
+            }
+            .to_bytes()
+        };
+        let caught_up = |t0| {
+            let mut s = rejoining(t0);
+            s.handle_message(t0, &resume(None, 10_200, 100));
+            for t in 0..100 {
+                s.handle_message(t0, &bundle(t));
+            }
+            let _ = drain(&mut s);
+            s
+        };
+        let mut s = caught_up(t0);
+        assert!(s.reconnect(PlayerId(1), RejoinSecret([1; 16])));
+        let (first, _) = drain(&mut s);
+        s.handle_message(t0, &refusal(RejectReason::NoSnapshot));
+        assert!(s.is_running() && s.is_reconnecting());
+        let retry = t0 + REJOIN_RETRY_EVERY;
+        assert!(s.poll_timeout().is_some_and(|t| t <= retry));
+        s.handle_timeout(retry);
+        let (again, _) = drain(&mut s);
+        let asks = |out: &[ToRelay]| {
+            out.iter()
+                .filter(|m| matches!(m, ToRelay::Reconnect(_)))
+                .count()
+        };
+        assert_eq!((asks(&first), asks(&again)), (1, 1), "{again:?}");
+
+        let mut s = caught_up(t0);
+        assert!(s.reconnect(PlayerId(1), RejoinSecret([1; 16])));
+        s.handle_message(t0, &refusal(RejectReason::WrongSecret));
+        assert!(s.is_ended());
+        let (_, ev) = drain(&mut s);
+        assert!(ev.iter().any(|e| matches!(
+            e,
+            Event::Rejected {
+                reason: RejectReason::WrongSecret,
+                ..
+            }
+        )));
     }
 
     /// The relay restarted while a rejoining player was still receiving its

@@ -90,7 +90,15 @@ impl MatchRoom {
             Base::Agreed { turn, hash, bytes } => {
                 Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
             }
-            Base::Lost => return Err((RejectReason::NoSnapshot, None)),
+            Base::Lost => {
+                // A resumed match does not wait for a player it cannot
+                // serve yet: it plays on, agrees a snapshot, and the
+                // player's retry gets in.
+                if g.paused_until.is_some() {
+                    g.drop_player(now, player, DropReason::Disconnected);
+                }
+                return Err((RejectReason::NoSnapshot, None));
+            }
         };
         // The slot's own player is back before the relay noticed it was
         // gone (a restarted process): once its old connection has been

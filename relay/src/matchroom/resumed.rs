@@ -65,7 +65,7 @@ impl MatchRoom {
         if !game.snapshots.holds_every_turn_from(info.first_turn)
             && state.next_close > info.first_turn
         {
-            game.snapshots.lose_base();
+            game.snapshots.lose_base(state.next_close);
         }
         // Turns before the resume are judged: reports of them that the old
         // process did not judge are lost with it.
@@ -105,7 +105,9 @@ impl Game {
         let Some(until) = self.paused_until else {
             return false;
         };
-        let back = |s: &Slot| s.dropped_at.is_some() || (s.conn.is_some() && !s.rejoining);
+        let back = |s: &Slot| {
+            s.dropped_at.is_some() || s.drop_pending.is_some() || (s.conn.is_some() && !s.rejoining)
+        };
         if !self.slots.iter().all(back) || self.awaits_hand_back() {
             if now < until {
                 return true;

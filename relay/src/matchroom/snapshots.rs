@@ -161,8 +161,11 @@ impl SnapshotStore {
 
     /// The base is gone (a resumed match whose kept bundles do not reach
     /// back to the first turn): rejoins wait for the next agreed snapshot.
-    pub(super) fn lose_base(&mut self) {
+    pub(super) fn lose_base(&mut self, next: Turn) {
         self.base = Base::Lost;
+        // A rejoin cannot be served until a new base is agreed: ask for
+        // one as soon as the match runs.
+        self.wanted = Some(next);
     }
 
     /// Whether the tail holds the bundle of `turn` (and so every one after
