@@ -1254,6 +1254,46 @@ mod tests {
         assert_eq!(chunks(&mut s), vec![(8, vec![9, 10])]);
     }
 
+    /// The relay is lost in the middle of a paced snapshot upload: the
+    /// reconnect drops the rest (a restarted relay asked for none and would
+    /// refuse it; it asks anew once its match runs), so only the reconnect
+    /// leaves on the new connection.
+    #[test]
+    fn an_upload_under_way_when_the_relay_is_lost_is_dropped() {
+        let t0 = Instant::from_millis(0);
+        let mut s = SessionBuilder::new()
+            .with_match("m", 2)
+            .with_upload_pacing(4, Duration::from_millis(50))
+            .build(t0)
+            .unwrap();
+        start_as_player_0(&mut s, t0);
+        for t in 0..8 {
+            s.handle_message(t0 + Duration::from_millis(900), &bundle(t));
+        }
+        let _ = drain(&mut s);
+        s.upload_snapshot(
+            Turn(7),
+            StateHash([1; 32]),
+            &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        );
+        s.handle_timeout(t0 + Duration::from_millis(900));
+        let (out, _) = drain(&mut s);
+        assert!(out.iter().any(|m| matches!(m, ToRelay::SnapshotChunk(_))));
+        assert!(s.reconnect(PlayerId(0), RejoinSecret([1; 16])));
+        for ms in [950, 1000, 1050] {
+            s.handle_timeout(t0 + Duration::from_millis(ms));
+        }
+        let (out, _) = drain(&mut s);
+        assert!(
+            out.iter().all(|m| !matches!(m, ToRelay::SnapshotChunk(_))),
+            "{out:?}"
+        );
+        assert!(
+            matches!(out.first(), Some(ToRelay::Reconnect(_))),
+            "{out:?}"
+        );
+    }
+
     /// By default the whole upload is handed to the bulk channel at once in
     /// chunks of the largest size: the transport's bulk path paces it.
     #[test]
