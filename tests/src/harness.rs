@@ -541,6 +541,28 @@ impl Relay {
     }
 }
 
+/// Cuts the last `n` turn records (and what follows them) off the
+/// recording `file`, as a machine crash loses what had not reached the
+/// disk; returns the first turn lost (`None`: fewer than `n` turns, or the
+/// file cannot be read or written).
+#[must_use]
+pub fn cut_last_turns(file: &Path, n: usize) -> Option<u32> {
+    let mut reader = replays::Reader::open(file).ok()?;
+    // (turn, bytes before its record)
+    let mut starts = Vec::new();
+    let mut before = reader.summary().intact_bytes;
+    while let Some(Ok(record)) = reader.next() {
+        if let replays::Record::Turn { turn, .. } = record {
+            starts.push((turn.0, before));
+        }
+        before = reader.summary().intact_bytes;
+    }
+    let &(first_lost, keep) = starts.get(starts.len().checked_sub(n)?)?;
+    let bytes = std::fs::read(file).ok()?;
+    std::fs::write(file, bytes.get(..usize::try_from(keep).ok()?)?).ok()?;
+    Some(first_lost)
+}
+
 /// A netsim proxy process in front of `upstream`; returns it and its address.
 pub fn netsim(upstream: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
     let mut args: Vec<String> = vec![

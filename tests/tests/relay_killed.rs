@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::time::Duration;
-use tests::harness::{PeerSpec, Relay, SplitMix, finish_peer, peer, replay_verify, scratch_dir};
+use tests::harness::{
+    PeerSpec, Relay, SplitMix, cut_last_turns, finish_peer, peer, replay_verify, scratch_dir,
+};
 
 const MATCH: Duration = Duration::from_secs(120);
 
@@ -104,28 +106,13 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
 /// `--resume-wait-ms`, and closes its recording with that reason; the
 /// other files are named and left as they were. Either way it serves new
 /// matches.
-/// Cuts the last `n` turn records (and what follows them) off the one
-/// recording in `dir`, as a machine crash loses what had not reached the
-/// disk; the first turn lost.
+/// [`cut_last_turns`] of the one recording in `dir`.
 fn lose_last_turns(dir: &std::path::Path, n: usize) -> Option<u32> {
     let file = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "lsr"))?;
-    let mut reader = replays::Reader::open(&file).unwrap();
-    // (turn, bytes up to the end of its record)
-    let mut ends = Vec::new();
-    let mut before = reader.summary().intact_bytes;
-    while let Some(Ok(record)) = reader.next() {
-        if let replays::Record::Turn { turn, .. } = record {
-            ends.push((turn.0, before));
-        }
-        before = reader.summary().intact_bytes;
-    }
-    let &(first_lost, keep) = ends.get(ends.len().checked_sub(n)?)?;
-    let bytes = std::fs::read(&file).unwrap();
-    std::fs::write(&file, &bytes[..usize::try_from(keep).unwrap()]).unwrap();
-    Some(first_lost)
+    cut_last_turns(&file, n)
 }
 
 #[test]

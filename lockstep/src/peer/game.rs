@@ -305,6 +305,10 @@ impl<S: Simulation> GameSession<S> {
             rejoins: u32::from(self.rejoin_took.is_some()),
             rejoin_ms: self.rejoin_took.map(Duration::as_millis_f64),
             reconnects: s.reconnects,
+            latency_after_reconnect_ms: (s.recovered_latency_samples > 0).then(|| LatencyMs {
+                p50: s.recovered_latency_p50.as_millis_f64(),
+                p99: s.recovered_latency_p99.as_millis_f64(),
+            }),
             snapshots_uploaded: s.snapshots_uploaded,
             own_feedback_ms: self.speculation.as_ref().and_then(|sp| {
                 sp.feedback().map(|(p50, p99)| LatencyMs {

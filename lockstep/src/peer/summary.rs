@@ -151,6 +151,11 @@ pub struct PeerSummary {
     pub rejoins: u32,
     /// From sending the rejoin to caught up with the live turn, in ms.
     pub rejoin_ms: Option<f64>,
+    /// Turn latency of the commands submitted at least 5 s after the relay
+    /// last took this peer back (a relay restart): next to `floor_ms`,
+    /// whether latency came back to its floor. `None` without a reconnect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_after_reconnect_ms: Option<LatencyMs>,
     /// Times this peer (player or spectator) lost its connection to the
     /// relay and opened a new one to come back keeping its world (the
     /// relay restarted, or the path broke).

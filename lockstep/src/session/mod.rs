@@ -83,6 +83,11 @@ pub struct Session {
     latencies: VecDeque<Duration>,
     /// Latencies of commands submitted after the warm-up.
     steady: VecDeque<Duration>,
+    /// Turn latencies of commands submitted at least [`WARM_UP`] after the
+    /// latest reconnect (see `SessionStats::recovered_latency_p50`).
+    recovered: VecDeque<Duration>,
+    /// When the relay last took this session back on a new connection.
+    reconnected_at: Option<Instant>,
     /// The transport's RTT, sampled once a report interval.
     rtts: VecDeque<Duration>,
     /// The transport's RTT p99, sampled like `rtts`.
@@ -114,6 +119,8 @@ impl Session {
             stats: SessionStats::default(),
             latencies: VecDeque::new(),
             steady: VecDeque::new(),
+            recovered: VecDeque::new(),
+            reconnected_at: None,
             rtts: VecDeque::new(),
             rtt_p99s: VecDeque::new(),
             rejoin_retry: None,

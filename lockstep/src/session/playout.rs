@@ -210,6 +210,26 @@ impl Ledger {
             .unwrap_or_default()
     }
 
+    /// The sequence number the next input gets.
+    pub(crate) const fn next_seq(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Forgets the inputs numbered before `seq` still waiting for a
+    /// bundle: they went to a relay that lost them (it restarted), so no
+    /// bundle will carry them, and matching later chunks to their submit
+    /// times would count every later command as that much later.
+    pub(crate) fn forget_before(&mut self, seq: u32) {
+        // Sequence numbers wrap: "before" is a positive distance back.
+        while self
+            .sent
+            .front()
+            .is_some_and(|(s, _)| i32::try_from(seq.wrapping_sub(*s)).is_ok_and(|d| d > 0))
+        {
+            self.sent.pop_front();
+        }
+    }
+
     /// The submit times of our next `n` chunks, which a bundle carried.
     pub(crate) fn take(&mut self, n: usize) -> Vec<Instant> {
         let mut out = Vec::with_capacity(n);
@@ -345,6 +365,26 @@ mod tests {
         assert_eq!(l.take(1), vec![ms(1)]);
         assert_eq!(l.take(2), vec![ms(2), ms(4)]);
         assert_eq!(l.take(5), vec![ms(5)]);
+        assert!(l.take(1).is_empty());
+    }
+
+    /// Inputs sent to a relay that restarted without them are forgotten:
+    /// the next bundle's chunk is matched to the first input after them,
+    /// across the wrap of the sequence numbers.
+    #[test]
+    fn inputs_lost_with_the_relay_are_forgotten() {
+        let mut l = Ledger {
+            next_seq: u32::MAX - 1,
+            ..Ledger::default()
+        };
+        for t in [10, 20, 30] {
+            l.record(VecDeque::from([ms(t)]));
+        }
+        // Inputs u32::MAX - 1 and u32::MAX went to the lost relay.
+        let cut = l.next_seq().wrapping_sub(1);
+        l.forget_before(cut);
+        assert_eq!(l.take(1), vec![ms(30)]);
+        l.forget_before(cut);
         assert!(l.take(1).is_empty());
     }
 }

@@ -31,6 +31,10 @@ pub(super) struct Restoring {
     /// A reconnect (or rewatch) was sent on a new connection and the
     /// relay's answer has not come yet.
     reconnecting: bool,
+    /// After a reconnect: own inputs numbered before this went to the lost
+    /// relay; those no bundle up to `live` carried are forgotten once the
+    /// catch-up ends.
+    lost_inputs_before: Option<u32>,
 }
 
 /// Where a restore stands. No turn runs before `Restored`: the game checks
@@ -262,10 +266,12 @@ impl Session {
         // unknown until the relay answers, so the catch-up cannot end
         // before it does.
         let from = r.next_exec;
+        let lost = Some(r.ledger.next_seq());
         match r.restoring.as_mut() {
             Some(rs) => {
                 rs.live = NEVER;
                 rs.reconnecting = true;
+                rs.lost_inputs_before = lost;
             }
             None => {
                 r.restoring = Some(Restoring {
@@ -274,6 +280,7 @@ impl Session {
                     stage: Stage::Restored,
                     live: NEVER,
                     reconnecting: true,
+                    lost_inputs_before: lost,
                 });
             }
         }
@@ -317,6 +324,7 @@ impl Session {
         };
         rs.reconnecting = false;
         self.reconnect_msg = None;
+        self.reconnected_at = Some(now);
         self.stats.reconnects += 1;
         if !self.config.spectate {
             rs.live = answer.live;
@@ -356,8 +364,13 @@ impl Session {
             && r.awaits_reconnect()
         {
             let live = if resume.spectator { NEVER } else { resume.live };
+            let lost = r.restoring.as_ref().and_then(|rs| rs.lost_inputs_before);
             restart(r, resume.snapshot, live);
+            if let Some(rs) = r.restoring.as_mut() {
+                rs.lost_inputs_before = lost;
+            }
             self.reconnect_msg = None;
+            self.reconnected_at = Some(now);
             self.stats.reconnects += 1;
             if resume.snapshot.is_none() {
                 self.events.push_back(Event::Restored { snapshot: None });
@@ -434,6 +447,7 @@ impl Session {
                 stage: first_stage(resume.snapshot),
                 live: if resume.spectator { NEVER } else { resume.live },
                 reconnecting: false,
+                lost_inputs_before: None,
             }),
             upload: Upload::default(),
             played: VecDeque::new(),
@@ -565,6 +579,9 @@ impl Session {
         if rs.stage != Stage::Restored || r.next_exec < rs.live || r.buffer.has(r.next_exec) {
             return;
         }
+        if let Some(seq) = rs.lost_inputs_before {
+            r.ledger.forget_before(seq);
+        }
         r.restoring = None;
         r.next_input = r.next_input.max(r.next_exec);
         // Stall counts from here: the catch-up was no wait for a bundle.
@@ -597,6 +614,7 @@ fn restart(r: &mut Running, snapshot: Option<(Turn, StateHash, u32)>, live: Turn
         stage: first_stage(snapshot),
         live,
         reconnecting: false,
+        lost_inputs_before: None,
     });
 }
 

@@ -80,6 +80,15 @@ pub struct SessionStats {
     pub steady_latency_p99: Duration,
     /// Number of those samples.
     pub steady_latency_samples: usize,
+    /// Turn latency of commands submitted at least 5 s after the relay
+    /// last took this peer back on a new connection (a relay restart),
+    /// median: with [`SessionStats::steady_latency_p50`], whether latency
+    /// is back at its floor 5 s after a restart. Zero before any reconnect.
+    pub recovered_latency_p50: Duration,
+    /// The same, 99th percentile.
+    pub recovered_latency_p99: Duration,
+    /// Number of those samples.
+    pub recovered_latency_samples: usize,
     /// Under the relay's clock: how long the jitter buffer holds a bundle
     /// that arrives as fast as the fastest recent one.
     pub jitter_buffer: Duration,
@@ -165,6 +174,10 @@ impl super::Session {
         s.steady_latency_samples = steady.len();
         s.steady_latency_p50 = percentile(&steady, 50);
         s.steady_latency_p99 = percentile(&steady, 99);
+        let recovered = sorted(&self.recovered);
+        s.recovered_latency_samples = recovered.len();
+        s.recovered_latency_p50 = percentile(&recovered, 50);
+        s.recovered_latency_p99 = percentile(&recovered, 99);
         let r = match &self.phase {
             Phase::Running(r) => Some(r),
             _ => self.finished.as_ref(),
@@ -187,6 +200,9 @@ impl super::Session {
         push_sample(&mut self.latencies, l);
         if at >= start + WARM_UP {
             push_sample(&mut self.steady, l);
+        }
+        if self.reconnected_at.is_some_and(|t| at >= t + WARM_UP) {
+            push_sample(&mut self.recovered, l);
         }
     }
 }

@@ -361,3 +361,92 @@ fn a_refused_input_names_its_chunks_submit_times() {
         assert_eq!((st.inputs_refused, st.latency_samples), (1, 0));
     }
 }
+
+/// Under the relay's clock an input sent just before the relay died is
+/// never in a bundle. Once the reconnect's catch-up is over it is
+/// forgotten: the next command's latency is its own, not counted from the
+/// lost input's submission (every later command would be that much later).
+#[test]
+fn an_input_the_lost_relay_never_bundled_does_not_delay_later_commands() {
+    let t0 = Instant::from_millis(1000);
+    let mut s = SessionBuilder::new()
+        .with_match("m", 2)
+        .with_rejoin(PlayerId(0), crate::proto::RejoinSecret([1; 16]))
+        .build(t0)
+        .unwrap();
+    let start = Start {
+        your_player: PlayerId(0),
+        setup: MatchSetup {
+            seed: 1,
+            players: 2,
+            ticks_per_turn: 4,
+        },
+        turn_length_us: 100_000,
+        players: (0..2)
+            .map(|i| PlayerInfo {
+                id: PlayerId(i),
+                name: format!("p{i}"),
+            })
+            .collect(),
+        input_delay: 0,
+        first_turn: Turn(0),
+        last_turn: None,
+    };
+    let resume = crate::proto::Resume {
+        start,
+        elapsed_us: 0,
+        delay: 0,
+        snapshot: None,
+        live: Turn(0),
+        spectator: false,
+    };
+    s.handle_message(t0, &ToPeer::Resume(resume).to_bytes());
+    let empty = |turn: u32, ours: bool| {
+        ToPeer::Bundle(Bundle {
+            turn: Turn(turn),
+            inputs: if ours {
+                vec![(PlayerId(0), vec![1])]
+            } else {
+                vec![]
+            },
+            notices: Vec::new(),
+        })
+        .to_bytes()
+    };
+    let ms = |x: u64| t0 + Duration::from_millis(x);
+    for t in 0..5 {
+        s.handle_message(ms(100 * (u64::from(t) + 1)), &empty(t, false));
+        s.handle_timeout(ms(100 * (u64::from(t) + 1)));
+    }
+    drain(&mut s);
+    // Sent to the relay that dies.
+    s.submit(ms(550), vec![1]).unwrap();
+    s.handle_timeout(ms(550));
+    let (out, _) = drain(&mut s);
+    assert!(
+        out.iter().any(|m| matches!(m, ToRelay::Input { .. })),
+        "{out:?}"
+    );
+    assert!(s.reconnect(PlayerId(0), crate::proto::RejoinSecret([1; 16])));
+    let back = crate::proto::Reconnected {
+        live: Turn(5),
+        elapsed_us: 500_000,
+        delay: 0,
+    };
+    s.handle_message(ms(3000), &ToPeer::Reconnected(back).to_bytes());
+    s.handle_timeout(ms(3000));
+    drain(&mut s);
+    // A command after the restart, bundled at once.
+    s.submit(ms(3010), vec![2]).unwrap();
+    s.handle_timeout(ms(3010));
+    drain(&mut s);
+    s.handle_message(ms(3100), &empty(5, true));
+    s.handle_timeout(ms(3400));
+    let st = s.stats(ms(3400));
+    assert_eq!(st.latency_samples, 1);
+    assert!(
+        st.latency_p99 < Duration::from_millis(500),
+        "{:?}",
+        st.latency_p99
+    );
+}
