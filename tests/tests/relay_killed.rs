@@ -12,8 +12,9 @@ use tests::harness::{
 
 const MATCH: Duration = Duration::from_secs(120);
 
-/// 3 peers play 400 turns; the relay is SIGKILLed twice, at seeded turns,
-/// and each time restarted at once on the same address, record directory
+/// 4 peers and a spectator play 600 turns; the relay is SIGKILLed twice at
+/// seeded turns (the first as a snapshot is uploaded) and each time
+/// restarted after a seeded 0.5-1.5 s on the same address, record directory
 /// and rejoin key; the second time the recording also loses its last 12
 /// turns, as in a machine crash, and the players hand them back. Every
 /// peer and the spectator keep their world, reconnect and finish the match
@@ -25,22 +26,31 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
     let records = dir.join("records");
     let key = dir.join("rejoin.key");
     let key_arg = key.display().to_string();
-    let turns = 400u32;
+    let turns = 600u32;
     let mut rng = SplitMix(25);
-    let first_kill = rng.range(60, 160);
-    let second_kill = rng.range(first_kill + 60, 320);
-    let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
+    // The first kill as the relay closes a snapshot turn: the snapshot it
+    // asked for is being uploaded.
+    let first_kill = 40 * rng.range(3, 6);
+    let second_kill = rng.range(first_kill + 100, 480);
+    let flags = [
+        "--turn-ms",
+        "25",
+        "--rejoin-key-file",
+        &key_arg,
+        "--snapshot-every",
+        "40",
+    ];
     let mut relay = Relay::start(&records, &flags);
     let relay_addr = relay.addr;
     let spec = |i: usize| PeerSpec {
         relay: relay_addr,
         match_name: "restarted".to_owned(),
-        players: 3,
+        players: 4,
         turns,
         seed: i as u64 + 1,
         extra: vec![],
     };
-    let mut peers: Vec<_> = (0..3).map(|i| peer(&spec(i))).collect();
+    let mut peers: Vec<_> = (0..4).map(|i| peer(&spec(i))).collect();
     // A spectator watches from the start (the base is the setup's world).
     relay.wait_event("the start", MATCH, |v| v["event"] == "turn_closed");
     let mut watch = spec(9);
@@ -51,6 +61,10 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
             v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_at))
         });
         relay.proc.kill();
+        // Down for a seeded 0.5-1.5 s (the fault, not a wait for anything).
+        std::thread::sleep(std::time::Duration::from_millis(u64::from(
+            rng.range(500, 1500),
+        )));
         // The second time, as after a machine crash: the recording lost
         // its last 12 turns, which the players hold and hand back.
         let lost = if kill_at == second_kill {
