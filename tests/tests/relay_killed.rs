@@ -5,12 +5,36 @@
 //! relay restarted on the same directory resumes the match from it.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use std::path::PathBuf;
 use std::time::Duration;
 use tests::harness::{
     PeerSpec, Relay, SplitMix, cut_last_turns, finish_peer, peer, replay_verify, scratch_dir,
 };
 
 const MATCH: Duration = Duration::from_secs(120);
+
+/// A relay with 25 ms turns on a fresh scratch directory for `test`
+/// (`records/` holds its recordings, `rejoin.key` its rejoin key across
+/// restarts) and `extra` flags; the directory and its flags, to restart it
+/// the same way.
+fn resumable_relay(test: &str, extra: &[&str]) -> (PathBuf, Vec<String>, Relay) {
+    let dir = scratch_dir(test);
+    let key = dir.join("rejoin.key").display().to_string();
+    let mut flags: Vec<String> = vec![
+        "--turn-ms".into(),
+        "25".into(),
+        "--rejoin-key-file".into(),
+        key,
+    ];
+    flags.extend(extra.iter().map(|s| (*s).to_owned()));
+    let relay = Relay::start(&dir.join("records"), &strs(&flags));
+    (dir, flags, relay)
+}
+
+/// Flags as `Relay` takes them.
+fn strs(flags: &[String]) -> Vec<&str> {
+    flags.iter().map(String::as_str).collect()
+}
 
 /// 4 peers and a spectator play 600 turns; the relay is SIGKILLed twice at
 /// seeded turns (the first as a snapshot is uploaded) and each time
@@ -22,25 +46,14 @@ const MATCH: Duration = Duration::from_secs(120);
 /// complete match.
 #[test]
 fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
-    let dir = scratch_dir("relay-restarted");
-    let records = dir.join("records");
-    let key = dir.join("rejoin.key");
-    let key_arg = key.display().to_string();
     let turns = 600u32;
     let mut rng = SplitMix(25);
     // The first kill as the relay closes a snapshot turn: the snapshot it
     // asked for is being uploaded.
     let first_kill = 40 * rng.range(3, 6);
     let second_kill = rng.range(first_kill + 100, 480);
-    let flags = [
-        "--turn-ms",
-        "25",
-        "--rejoin-key-file",
-        &key_arg,
-        "--snapshot-every",
-        "40",
-    ];
-    let mut relay = Relay::start(&records, &flags);
+    let (dir, flags, mut relay) = resumable_relay("relay-restarted", &["--snapshot-every", "40"]);
+    let records = dir.join("records");
     let relay_addr = relay.addr;
     let spec = |i: usize| PeerSpec {
         relay: relay_addr,
@@ -72,7 +85,7 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
         } else {
             None
         };
-        relay = relay.restart(&flags);
+        relay = relay.restart(&strs(&flags));
         let resumed = relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
         let next = resumed["next_turn"].as_u64().unwrap();
         match lost {
@@ -276,13 +289,8 @@ fn a_sigkilled_relay_has_recorded_every_turn_and_a_restart_resumes_what_it_can()
 /// hash, and every recording verifies as one complete match.
 #[test]
 fn a_relay_handed_over_to_a_new_process_ends_none_of_its_8_matches() {
-    let dir = scratch_dir("relay-handover");
-    let records = dir.join("records");
-    let key = dir.join("rejoin.key");
-    let key_arg = key.display().to_string();
     let turns = 240u32;
-    let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
-    let mut relay = Relay::start(&records, &flags);
+    let (dir, flags, mut relay) = resumable_relay("relay-handover", &[]);
     let mut peers = Vec::new();
     for m in 0..8u64 {
         for seat in 0..2u64 {
@@ -321,7 +329,7 @@ fn a_relay_handed_over_to_a_new_process_ends_none_of_its_8_matches() {
         .filter_map(|v| v["running"].as_u64())
         .sum();
     assert_eq!(running, 8, "{out}");
-    let mut next = relay.restart(&flags);
+    let mut next = relay.restart(&strs(&flags));
     let mut resumed = 0;
     next.wait_event("8 matches resumed", MATCH, |v| {
         if v["event"] == "match_resumed" {
@@ -365,22 +373,9 @@ fn rejoin_file(dir: &std::path::Path, i: usize) -> std::path::PathBuf {
 /// finishes with the same hash; the recording verifies.
 #[test]
 fn a_relay_killed_during_a_rejoin_takes_the_rejoiner_back() {
-    let dir = scratch_dir("killed-rejoin");
-    let records = dir.join("records");
-    let key = dir.join("rejoin.key");
-    let key_arg = key.display().to_string();
     let turns = 600u32;
-    let flags = [
-        "--turn-ms",
-        "25",
-        "--rejoin-key-file",
-        &key_arg,
-        "--snapshot-every",
-        "40",
-        "--silence-timeout-ms",
-        "2500",
-    ];
-    let mut relay = Relay::start(&records, &flags);
+    let extra = ["--snapshot-every", "40", "--silence-timeout-ms", "2500"];
+    let (dir, flags, mut relay) = resumable_relay("killed-rejoin", &extra);
     let relay_addr = relay.addr;
     let peer_dir = dir.clone();
     let spec = move |i: usize| PeerSpec {
@@ -404,7 +399,7 @@ fn a_relay_killed_during_a_rejoin_takes_the_rejoiner_back() {
     peers[1] = peer(&spec(1));
     relay.wait_event("the rejoin", MATCH, |v| v["event"] == "rejoining");
     relay.proc.kill();
-    relay = relay.restart(&flags);
+    relay = relay.restart(&strs(&flags));
     relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
     let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
     for r in &results {
@@ -432,13 +427,8 @@ fn a_relay_killed_during_a_rejoin_takes_the_rejoiner_back() {
 /// recording verifies with the desync recorded.
 #[test]
 fn a_relay_killed_during_a_desync_narrowing_catches_the_desync_again() {
-    let dir = scratch_dir("killed-desync");
-    let records = dir.join("records");
-    let key = dir.join("rejoin.key");
-    let key_arg = key.display().to_string();
     let turns = 240u32;
-    let flags = ["--turn-ms", "25", "--rejoin-key-file", &key_arg];
-    let mut relay = Relay::start(&records, &flags);
+    let (dir, flags, mut relay) = resumable_relay("killed-desync", &[]);
     let relay_addr = relay.addr;
     let spec = |i: usize| PeerSpec {
         relay: relay_addr,
@@ -456,7 +446,7 @@ fn a_relay_killed_during_a_desync_narrowing_catches_the_desync_again() {
     let first = relay.wait_event("the desync", MATCH, |v| v["event"] == "desync");
     assert_eq!(first["turn"], 60, "{first}");
     relay.proc.kill();
-    relay = relay.restart(&flags);
+    relay = relay.restart(&strs(&flags));
     let resumed = relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
     let again = relay.wait_event("the desync again", MATCH, |v| v["event"] == "desync");
     assert!(

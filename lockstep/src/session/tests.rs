@@ -5,12 +5,10 @@ use crate::builder::SessionBuilder;
 use crate::proto::PlayerInfo;
 use sim::MatchSetup;
 
-fn started(now: Instant) -> Session {
-    let mut s = SessionBuilder::new().with_match("m", 2).build(now).unwrap();
-    let (_, join) = s.poll_outgoing().unwrap();
-    assert!(matches!(ToRelay::decode(&join), Ok(ToRelay::Join(_))));
-    let start = ToPeer::Start(Start {
-        your_player: PlayerId(1),
+/// A 2-player match of 100 ms turns as `your_player` sees it.
+fn start_msg(your_player: u8, input_delay: u8, last_turn: Option<Turn>) -> Start {
+    Start {
+        your_player: PlayerId(your_player),
         setup: MatchSetup {
             seed: 1,
             players: 2,
@@ -23,10 +21,17 @@ fn started(now: Instant) -> Session {
                 name: format!("p{i}"),
             })
             .collect(),
-        input_delay: 2,
+        input_delay,
         first_turn: Turn(0),
-        last_turn: Some(Turn(3)),
-    });
+        last_turn,
+    }
+}
+
+fn started(now: Instant) -> Session {
+    let mut s = SessionBuilder::new().with_match("m", 2).build(now).unwrap();
+    let (_, join) = s.poll_outgoing().unwrap();
+    assert!(matches!(ToRelay::decode(&join), Ok(ToRelay::Join(_))));
+    let start = ToPeer::Start(start_msg(1, 2, Some(Turn(3))));
     s.handle_message(now, &start.to_bytes());
     s
 }
@@ -374,26 +379,8 @@ fn an_input_the_lost_relay_never_bundled_does_not_delay_later_commands() {
         .with_rejoin(PlayerId(0), crate::proto::RejoinSecret([1; 16]))
         .build(t0)
         .unwrap();
-    let start = Start {
-        your_player: PlayerId(0),
-        setup: MatchSetup {
-            seed: 1,
-            players: 2,
-            ticks_per_turn: 4,
-        },
-        turn_length_us: 100_000,
-        players: (0..2)
-            .map(|i| PlayerInfo {
-                id: PlayerId(i),
-                name: format!("p{i}"),
-            })
-            .collect(),
-        input_delay: 0,
-        first_turn: Turn(0),
-        last_turn: None,
-    };
     let resume = crate::proto::Resume {
-        start,
+        start: start_msg(0, 0, None),
         elapsed_us: 0,
         delay: 0,
         snapshot: None,

@@ -229,6 +229,17 @@ fn reconnect_msg(player: u8, secret: RejoinSecret, from: u32) -> Vec<u8> {
     .to_bytes()
 }
 
+/// Player 0 (connection 0) comes back holding every turn up to 104,
+/// player 1 (connection 1) up to 101.
+fn come_back_ahead(r: &mut Router, now: Instant, secrets: &[RejoinSecret; 2]) {
+    for (conn, player, from) in [(0u32, 0u8, 105u32), (1, 1, 102)] {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000 + conn as u16));
+        assert!(r.handle_connected(now, ConnId(conn), addr));
+        let secret = secrets[usize::from(player)];
+        r.handle_message(now, ConnId(conn), &reconnect_msg(player, secret, from));
+    }
+}
+
 fn outgoing(r: &mut Router) -> Vec<(ConnId, ToPeer)> {
     std::iter::from_fn(|| r.poll_outgoing())
         .map(|(c, _, b)| (c, ToPeer::decode(&b).unwrap()))
@@ -243,15 +254,7 @@ fn outgoing(r: &mut Router) -> Vec<(ConnId, ToPeer)> {
 #[test]
 fn turns_the_relay_lost_are_handed_back_and_adopted() {
     let (mut r, now, secrets) = crashed();
-    for (conn, player, from) in [(0u32, 0u8, 105u32), (1, 1, 102)] {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000 + conn as u16));
-        assert!(r.handle_connected(now, ConnId(conn), addr));
-        r.handle_message(
-            now,
-            ConnId(conn),
-            &reconnect_msg(player, secrets[usize::from(player)], from),
-        );
-    }
+    come_back_ahead(&mut r, now, &secrets);
     let got = outgoing(&mut r);
     for (conn, live) in [(0, 105), (1, 102)] {
         let mine: Vec<&ToPeer> = got
@@ -336,15 +339,7 @@ fn copies_that_differ_are_not_adopted_and_their_holders_are_refused() {
     );
 
     let (mut r, now, secrets) = crashed();
-    for (conn, player, from) in [(0u32, 0u8, 105u32), (1, 1, 102)] {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000 + conn as u16));
-        assert!(r.handle_connected(now, ConnId(conn), addr));
-        r.handle_message(
-            now,
-            ConnId(conn),
-            &reconnect_msg(player, secrets[usize::from(player)], from),
-        );
-    }
+    come_back_ahead(&mut r, now, &secrets);
     for (conn, last) in [(0u32, 104u32), (1, 101)] {
         let caught = ToRelay::CaughtUp { turn: Turn(last) };
         r.handle_message(now, ConnId(conn), &caught.to_bytes());
