@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 use tests::harness::{
-    PeerSpec, Relay, SplitMix, cut_last_turns, finish_peer, peer, replay_verify, scratch_dir,
+    PeerResult, PeerSpec, Proc, Relay, SplitMix, cut_last_turns, finish_peer, peer, replay_verify,
+    scratch_dir,
 };
 
 const MATCH: Duration = Duration::from_secs(120);
@@ -99,28 +100,44 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
             }
         }
     }
+    let results = finish_alike(&mut peers);
+    for r in &results {
+        assert_eq!(r.summary["reconnects"], 2, "{}", r.summary);
+        assert_eq!(r.summary["turns"], turns, "{}", r.summary);
+    }
+    let report = verified_recording(&mut relay, turns);
+    assert_eq!(
+        report["final_hash"], results[0].summary["final_hash"],
+        "{report:#}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Waits for every peer: each exits 0 having completed the match, all
+/// with the first one's final hash.
+fn finish_alike(peers: &mut [Proc]) -> Vec<PeerResult> {
     let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
     for r in &results {
         assert_eq!(r.code, Some(0), "{}", r.summary);
-        assert_eq!(r.summary["reconnects"], 2, "{}", r.summary);
         assert_eq!(r.summary["completed"], true, "{}", r.summary);
-        assert_eq!(r.summary["turns"], turns, "{}", r.summary);
         assert_eq!(
             r.summary["final_hash"], results[0].summary["final_hash"],
             "{}",
             r.summary
         );
     }
+    results
+}
+
+/// The relay's finished recording, verified as one complete match of
+/// `turns` turns; the report.
+fn verified_recording(relay: &mut Relay, turns: u32) -> serde_json::Value {
     let path = relay.wait_recorded(MATCH);
     let (code, report) = replay_verify(&path);
     assert_eq!(code, Some(0), "{report:#}");
     assert_eq!(report["verified"], true, "{report:#}");
     assert_eq!(report["turns"], turns, "{report:#}");
-    assert_eq!(
-        report["final_hash"], results[0].summary["final_hash"],
-        "{report:#}"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    report
 }
 
 /// A relay SIGKILLed mid-match has recorded every turn any peer simulated
@@ -401,20 +418,8 @@ fn a_relay_killed_during_a_rejoin_takes_the_rejoiner_back() {
     relay.proc.kill();
     relay = relay.restart(&strs(&flags));
     relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
-    let results: Vec<_> = peers.iter_mut().map(|p| finish_peer(p, MATCH)).collect();
-    for r in &results {
-        assert_eq!(r.code, Some(0), "{}", r.summary);
-        assert_eq!(r.summary["completed"], true, "{}", r.summary);
-        assert_eq!(
-            r.summary["final_hash"], results[0].summary["final_hash"],
-            "{}",
-            r.summary
-        );
-    }
-    let path = relay.wait_recorded(MATCH);
-    let (code, report) = replay_verify(&path);
-    assert_eq!(code, Some(0), "{report:#}");
-    assert_eq!(report["turns"], turns, "{report:#}");
+    finish_alike(&mut peers);
+    verified_recording(&mut relay, turns);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

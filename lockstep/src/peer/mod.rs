@@ -494,6 +494,17 @@ struct Redial {
     reached: bool,
 }
 
+/// How a peer that lost its relay comes back (see `Peer::comeback`).
+#[derive(Clone, Copy)]
+enum Comeback {
+    /// The match had not started for it: join, rejoin or spectate again.
+    Again,
+    /// A player: its slot back, its world kept.
+    Reconnect(PlayerId, crate::proto::RejoinSecret),
+    /// A spectator: its seat back, its world kept.
+    Rewatch,
+}
+
 impl Redial {
     /// The wait before attempt `n` (1-based) after a failed one.
     fn gap(n: u32) -> Duration {
@@ -745,13 +756,7 @@ impl<S: Simulation> Peer<S> {
         }
         let lost_at = *self.redial.lost_at.get_or_insert(now);
         let in_time = now.saturating_since(lost_at) < self.redial.give_up_after;
-        // A player proves its seat with its secret; a spectator needs none;
-        // a peer whose match has not started for it asks again from the
-        // start (a relay restarted from its recordings has no lobbies).
-        let session = self.game.session();
-        let seated = self.game.rejoin_secret().is_some() || self.game.is_spectating();
-        let waiting = self.redial.reached && !session.is_running() && !session.is_ended();
-        if in_time && ((seated && session.is_running()) || waiting) {
+        if in_time && self.comeback().is_some() {
             self.redial.attempts += 1;
             let attempt = self.redial.attempts;
             self.redial.next_at = Some(if attempt == 1 {
@@ -769,17 +774,33 @@ impl<S: Simulation> Peer<S> {
         self.pending.push_back(PeerEvent::ConnectionLost { reason });
     }
 
+    /// How this peer would come back on a new connection, if it can: a
+    /// player proves its seat with its secret, a spectator needs none, and
+    /// a peer whose match has not started for it asks again from the start
+    /// (a relay restarted from its recordings has no lobbies) if it had
+    /// reached the relay at all.
+    fn comeback(&self) -> Option<Comeback> {
+        let session = self.game.session();
+        if !session.is_running() {
+            let waiting = self.redial.reached && !session.is_ended();
+            return waiting.then_some(Comeback::Again);
+        }
+        match self.game.rejoin_secret() {
+            Some((player, secret)) => Some(Comeback::Reconnect(player, secret)),
+            None => self.game.is_spectating().then_some(Comeback::Rewatch),
+        }
+    }
+
     /// Opens a new connection to the relay and asks for the slot (or the
     /// spectator's seat) back with the world kept
     /// ([`Session::reconnect`](crate::session::Session::reconnect),
-    /// [`Session::rewatch`](crate::session::Session::rewatch)).
+    /// [`Session::rewatch`](crate::session::Session::rewatch)), or, before
+    /// the match started for it, asks again from the start.
     fn redial_now(&mut self, now: Instant) {
         self.redial.next_at = None;
-        let seat = self.game.rejoin_secret();
-        let running = self.game.session().is_running();
-        if running && seat.is_none() && !self.game.is_spectating() {
+        let Some(comeback) = self.comeback() else {
             return;
-        }
+        };
         let r = &self.redial;
         // Another seed per attempt: a fresh connection id and salt.
         let seed = r.seed.wrapping_add(u64::from(r.attempts));
@@ -789,10 +810,10 @@ impl<S: Simulation> Peer<S> {
         };
         self.glue = PeerGlue::new();
         let session = self.game.session_mut();
-        match seat {
-            _ if !running => session.request_again(),
-            Some((player, secret)) => session.reconnect(player, secret),
-            None => session.rewatch(),
+        match comeback {
+            Comeback::Again => session.request_again(),
+            Comeback::Reconnect(player, secret) => session.reconnect(player, secret),
+            Comeback::Rewatch => session.rewatch(),
         };
         self.dirty = true;
     }

@@ -168,7 +168,7 @@ impl Session {
     /// the relay's answer.
     #[must_use]
     pub fn is_reconnecting(&self) -> bool {
-        matches!(&self.phase, Phase::Running(r) if r.awaits_reconnect())
+        matches!(self.phase, Phase::Running(_)) && self.reconnect_msg.is_some()
     }
 
     /// Whether the match is being played.

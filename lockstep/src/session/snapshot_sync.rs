@@ -28,9 +28,6 @@ pub(super) struct Restoring {
     /// The relay's next turn to close when it accepted the rejoin: every
     /// turn before it comes as the tail.
     live: Turn,
-    /// A reconnect (or rewatch) was sent on a new connection and the
-    /// relay's answer has not come yet.
-    reconnecting: bool,
     /// After a reconnect: own inputs numbered before this went to the lost
     /// relay; those no bundle up to `live` carried are forgotten once the
     /// catch-up ends.
@@ -87,11 +84,6 @@ impl Running {
     /// Whether the session is still restoring (no own inputs, no stall).
     pub(super) const fn restoring(&self) -> bool {
         self.restoring.is_some()
-    }
-
-    /// Whether a reconnect or rewatch waits for the relay's answer.
-    pub(super) fn awaits_reconnect(&self) -> bool {
-        self.restoring.as_ref().is_some_and(|rs| rs.reconnecting)
     }
 
     /// Whether the world may not step yet: a rejoin's snapshot is
@@ -270,7 +262,6 @@ impl Session {
         match r.restoring.as_mut() {
             Some(rs) => {
                 rs.live = NEVER;
-                rs.reconnecting = true;
                 rs.lost_inputs_before = lost;
             }
             None => {
@@ -279,12 +270,19 @@ impl Session {
                     buf: Vec::new(),
                     stage: Stage::Restored,
                     live: NEVER,
-                    reconnecting: true,
                     lost_inputs_before: lost,
                 });
             }
         }
         Some((from, restored))
+    }
+
+    /// The relay answered a reconnect (or rewatch) and took this session
+    /// back.
+    fn taken_back(&mut self, now: Instant) {
+        self.reconnect_msg = None;
+        self.reconnected_at = Some(now);
+        self.stats.reconnects += 1;
     }
 
     /// The relay restarted without the turns from `from` on: hand back
@@ -314,19 +312,15 @@ impl Session {
     /// asked for follow; the schedule restarts from the relay's clock and
     /// the catch-up ends once every turn before `live` ran.
     pub(super) fn reconnected(&mut self, now: Instant, answer: &Reconnected) {
+        if !self.is_reconnecting() {
+            self.stats.bad_messages += 1;
+            return;
+        }
+        self.taken_back(now);
         let Phase::Running(r) = &mut self.phase else {
-            self.stats.bad_messages += 1;
             return;
         };
-        let Some(rs) = r.restoring.as_mut().filter(|rs| rs.reconnecting) else {
-            self.stats.bad_messages += 1;
-            return;
-        };
-        rs.reconnecting = false;
-        self.reconnect_msg = None;
-        self.reconnected_at = Some(now);
-        self.stats.reconnects += 1;
-        if !self.config.spectate {
+        if let Some(rs) = r.restoring.as_mut().filter(|_| !self.config.spectate) {
             rs.live = answer.live;
         }
         // Input delay: due times follow the relay's clock again, which
@@ -359,9 +353,9 @@ impl Session {
     pub(super) fn resume(&mut self, now: Instant, resume: Resume) {
         // A reconnect the relay could not serve from its bundles: it sent
         // its snapshot instead, which replaces our world.
-        if let Phase::Running(r) = &mut self.phase
-            && resume.spectator == self.config.spectate
-            && r.awaits_reconnect()
+        if resume.spectator == self.config.spectate
+            && self.is_reconnecting()
+            && let Phase::Running(r) = &mut self.phase
         {
             let live = if resume.spectator { NEVER } else { resume.live };
             let lost = r.restoring.as_ref().and_then(|rs| rs.lost_inputs_before);
@@ -369,9 +363,7 @@ impl Session {
             if let Some(rs) = r.restoring.as_mut() {
                 rs.lost_inputs_before = lost;
             }
-            self.reconnect_msg = None;
-            self.reconnected_at = Some(now);
-            self.stats.reconnects += 1;
+            self.taken_back(now);
             if resume.snapshot.is_none() {
                 self.events.push_back(Event::Restored { snapshot: None });
             }
@@ -446,7 +438,6 @@ impl Session {
                 buf: Vec::new(),
                 stage: first_stage(resume.snapshot),
                 live: if resume.spectator { NEVER } else { resume.live },
-                reconnecting: false,
                 lost_inputs_before: None,
             }),
             upload: Upload::default(),
@@ -613,7 +604,6 @@ fn restart(r: &mut Running, snapshot: Option<(Turn, StateHash, u32)>, live: Turn
         buf: Vec::new(),
         stage: first_stage(snapshot),
         live,
-        reconnecting: false,
         lost_inputs_before: None,
     });
 }
@@ -803,6 +793,18 @@ mod tests {
         )));
     }
 
+    /// Player 1, rejoined into a match that has run 10.2 s and caught up
+    /// at turn 99.
+    fn caught_up(t0: Instant) -> Session {
+        let mut s = rejoining(t0);
+        s.handle_message(t0, &resume(None, 10_200, 100));
+        for t in 0..100 {
+            s.handle_message(t0, &bundle(t));
+        }
+        let _ = drain(&mut s);
+        s
+    }
+
     fn turns_run(ev: &[Event]) -> Vec<u32> {
         ev.iter()
             .filter_map(|e| match e {
@@ -830,13 +832,7 @@ mod tests {
             })
             .to_bytes()
         };
-        // A player, caught up at turn 99.
-        let mut s = rejoining(t0);
-        s.handle_message(t0, &resume(None, 10_200, 100));
-        for t in 0..100 {
-            s.handle_message(t0, &bundle(t));
-        }
-        let _ = drain(&mut s);
+        let mut s = caught_up(t0);
         assert!(!s.is_reconnecting());
         assert!(s.reconnect(PlayerId(1), RejoinSecret([1; 16])));
         assert!(s.is_reconnecting());
@@ -954,15 +950,6 @@ mod tests {
                 detail: None,
             }
             .to_bytes()
-        };
-        let caught_up = |t0| {
-            let mut s = rejoining(t0);
-            s.handle_message(t0, &resume(None, 10_200, 100));
-            for t in 0..100 {
-                s.handle_message(t0, &bundle(t));
-            }
-            let _ = drain(&mut s);
-            s
         };
         let mut s = caught_up(t0);
         assert!(s.reconnect(PlayerId(1), RejoinSecret([1; 16])));

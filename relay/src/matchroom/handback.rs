@@ -220,9 +220,8 @@ impl Game {
         }
         // The players that lack it get it now, as a closed turn.
         let lacks = |p: PlayerId| !claims.iter().any(|&(c, claim)| c == p && claim > turn);
-        for (i, s) in self.slots.iter().enumerate() {
-            let player = PlayerId(u8::try_from(i).unwrap_or(u8::MAX));
-            if let Some(conn) = s.conn.filter(|_| lacks(player)) {
+        for (seat, s) in self.seats() {
+            if let Some(conn) = s.conn.filter(|_| lacks(seat.id())) {
                 out.push(conn, Delivery::Urgent, bytes.clone());
             }
         }
