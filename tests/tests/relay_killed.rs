@@ -90,7 +90,10 @@ fn a_match_goes_on_when_its_relay_is_killed_and_restarted_twice() {
         let resumed = relay.wait_event("match_resumed", MATCH, |v| v["event"] == "match_resumed");
         let next = resumed["next_turn"].as_u64().unwrap();
         match lost {
-            None => assert!(next > u64::from(kill_at), "{resumed}"),
+            // The relay logs a turn's event just before it records it (and
+            // before its bundle leaves): killed on that line, it may resume
+            // at that very turn, never before it.
+            None => assert!(next >= u64::from(kill_at), "{resumed}"),
             Some(first_lost) => {
                 assert_eq!(next, u64::from(first_lost), "{resumed}");
                 // Every lost turn comes back, handed back by the players.
