@@ -35,21 +35,37 @@ pub const fn fx_int(n: i64) -> Fx {
 }
 
 /// Integer square root: the largest `r` with `r * r <= n`.
+///
+/// Starts from the floating-point root and corrects it in integers, so the
+/// result is exact on every platform whatever the estimate (IEEE 754 square
+/// roots are correctly rounded anyway); a few times faster than Newton's
+/// iteration, which divides five or six times.
 #[must_use]
 pub fn isqrt(n: u64) -> u64 {
-    if n < 2 {
-        return n;
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let mut r = ((n as f64).sqrt() as u64).min(u64::from(u32::MAX));
+    // The estimate is within one of the root; these loops make it exact.
+    while r * r > n {
+        r -= 1;
     }
-    // Newton's iteration from an initial guess above the root; converges
-    // monotonically downwards, so it terminates in a few steps.
-    let shift = (64 - n.leading_zeros()).div_ceil(2);
-    let mut x = 1u64 << shift;
-    loop {
-        let y = (x + n / x) / 2;
-        if y >= x {
-            return x;
-        }
-        x = y;
+    while r < u64::from(u32::MAX) && (r + 1) * (r + 1) <= n {
+        r += 1;
+    }
+    r
+}
+
+/// `a * b / c`, rounded toward zero, in 64-bit integers when the product
+/// fits (nearly always for map-sized values) and 128-bit otherwise: the same
+/// result either way, without the 128-bit division's cost. `None` when the
+/// quotient does not fit an `i64`; `c` must not be zero.
+pub(crate) fn mul_div(a: i64, b: i64, c: i64) -> Option<i64> {
+    match a.checked_mul(b) {
+        Some(p) => p.checked_div(c),
+        None => i64::try_from(i128::from(a) * i128::from(b) / i128::from(c)).ok(),
     }
 }
 
@@ -128,13 +144,10 @@ impl Vec2 {
         if cur == 0 {
             return Self::ZERO;
         }
-        let l = i128::from(len.to_bits());
-        let c = i128::from(cur);
-        let sx = i128::from(self.x.to_bits()) * l / c;
-        let sy = i128::from(self.y.to_bits()) * l / c;
+        let l = len.to_bits();
         Self::from_bits(
-            i64::try_from(sx).unwrap_or(0),
-            i64::try_from(sy).unwrap_or(0),
+            mul_div(self.x.to_bits(), l, cur).unwrap_or(0),
+            mul_div(self.y.to_bits(), l, cur).unwrap_or(0),
         )
     }
 
@@ -176,11 +189,13 @@ impl Vec2 {
         if den == 0 {
             return Self::ZERO;
         }
-        let (n, d) = (i128::from(num), i128::from(den));
-        Self::from_bits(
-            saturate(i128::from(self.x.to_bits()) * n / d),
-            saturate(i128::from(self.y.to_bits()) * n / d),
-        )
+        let ratio = |v: i64| {
+            mul_div(v, num, den).unwrap_or_else(|| {
+                // Only an overflowing quotient gets here: saturate it.
+                saturate(i128::from(v) * i128::from(num) / i128::from(den))
+            })
+        };
+        Self::from_bits(ratio(self.x.to_bits()), ratio(self.y.to_bits()))
     }
 
     /// The tile this point lies in (coordinates clamp at zero).

@@ -15,21 +15,13 @@ pub(crate) fn nearest_enemy(s: &State, grid: &Grid, i: usize) -> Option<usize> {
     let sight = e.kind.stats().sight;
     let r = sight.to_bits();
     let r2 = r.saturating_mul(r);
-    let mut best: Option<(i64, u32, usize)> = None;
     // Only cells holding something of another player can hold a target.
     let enemies = e.owner.map_or(u8::MAX, |o| !(1u8 << (o.0 & 7)));
-    grid.query_owners(e.pos, sight, enemies, |j| {
-        let t = &s.entities[j];
-        if t.owner.is_some() && t.owner != e.owner && t.alive() {
-            let d = e.pos.dist_sq_bits(t.pos);
-            let tie = mix(e.id, t.id);
-            if d <= r2 && best.is_none_or(|(bd, btie, _)| (d, tie) < (bd, btie)) {
-                best = Some((d, tie, j));
-            }
-        }
-        true
-    });
-    best.map(|(_, _, j)| j)
+    grid.nearest(e.pos, sight, enemies, |t| {
+        let d = e.pos.dist_sq_bits(t.pos);
+        (t.owner.is_some() && t.owner != e.owner && t.alive && d <= r2)
+            .then(|| (d, mix(e.id, t.id)))
+    })
 }
 
 /// A cheap integer mix of two ids (Fibonacci hashing of their xor).
