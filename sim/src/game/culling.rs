@@ -62,6 +62,27 @@ impl TileRect {
 /// longest sight, within which a unit on screen picks its target.
 const MARGIN: u16 = 8;
 
+/// The tiles a step's spatial grid covers: the whole map, or for a culled
+/// step the area and every tile its units can see (their sight reaches at
+/// most [`MARGIN`] tiles) with two to spare, within the map.
+pub(crate) fn grid_window(area: Option<&TileRect>, width: u16, height: u16) -> TileRect {
+    let whole = TileRect {
+        x0: 0,
+        y0: 0,
+        x1: width,
+        y1: height,
+    };
+    area.map_or(whole, |a| {
+        let near = a.grown(MARGIN + 2);
+        TileRect {
+            x0: near.x0.min(width),
+            y0: near.y0.min(height),
+            x1: near.x1.min(width),
+            y1: near.y1.min(height),
+        }
+    })
+}
+
 impl CulledStep for World {
     type Area = TileRect;
 

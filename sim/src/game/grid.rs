@@ -13,6 +13,7 @@
 //! early, so the common queries visit the finer cells in any order and fall
 //! back to block order only when the order could change the answer.
 
+use super::culling::TileRect;
 use super::{Entity, UnitKind};
 use crate::contract::PlayerId;
 use crate::num::{FRAC_BITS, Fx, Vec2};
@@ -43,6 +44,8 @@ const BLOCK_SHIFT: u32 = 1;
 /// Entities bucketed by one-tile cell; valid until the entity list changes.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Grid {
+    /// The tile of the first column and row (even: blocks stay aligned).
+    origin: (i64, i64),
     cols: u32,
     rows: u32,
     /// `starts[c]..starts[c + 1]` is cell `c`'s slice of `items`.
@@ -57,10 +60,17 @@ pub(crate) struct Grid {
 }
 
 impl Grid {
-    /// Rebuilds the grid for a `width` x `height` tile map.
-    pub(crate) fn rebuild(&mut self, width: u16, height: u16, entities: &[Entity]) {
-        self.cols = u32::from(width) + 1;
-        self.rows = u32::from(height) + 1;
+    /// Rebuilds the grid over the tiles of `window` and one more column and
+    /// row (a point on the far edge of the map falls there); an entity
+    /// outside lies in the nearest cell, which keeps every query's answer
+    /// for a centre inside the window. The whole map for a full step; the
+    /// screen and what its units can reach for a culled one, which spares
+    /// clearing and summing cells no query looks at.
+    pub(crate) fn rebuild(&mut self, window: &TileRect, entities: &[Entity]) {
+        let (x0, y0) = (window.x0 & !1, window.y0 & !1);
+        self.origin = (i64::from(x0), i64::from(y0));
+        self.cols = u32::from(window.x1.saturating_sub(x0)) + 1;
+        self.rows = u32::from(window.y1.saturating_sub(y0)) + 1;
         let cells = (self.cols * self.rows) as usize;
         self.starts.clear();
         self.starts.resize(cells + 1, 0);
@@ -68,7 +78,8 @@ impl Grid {
         self.owners.clear();
         self.owners.resize(cells, 0);
         for e in entities {
-            let c = self.cell(e.pos);
+            let (col, row) = (self.col(e.pos.x), self.row(e.pos.y));
+            let c = row * self.cols + col;
             self.cell_of.push(c);
             self.starts[c as usize + 1] += 1;
             if let Some(o) = e.owner {
@@ -110,23 +121,27 @@ impl Grid {
     }
 
     /// The cell column (row) of coordinate `v`, clamped to the grid.
-    fn axis(&self, v: Fx, limit: u32) -> u32 {
-        let t = (v.to_bits() >> FRAC_BITS).max(0);
+    fn axis(v: Fx, origin: i64, limit: u32) -> u32 {
+        let t = ((v.to_bits() >> FRAC_BITS) - origin).max(0);
         u32::try_from(t).unwrap_or(u32::MAX).min(limit - 1)
     }
 
-    fn cell(&self, p: Vec2) -> u32 {
-        self.axis(p.y, self.rows) * self.cols + self.axis(p.x, self.cols)
+    fn col(&self, x: Fx) -> u32 {
+        Self::axis(x, self.origin.0, self.cols)
+    }
+
+    fn row(&self, y: Fx) -> u32 {
+        Self::axis(y, self.origin.1, self.rows)
     }
 
     /// The cells overlapping the square of half-side `radius` around
     /// `center`: first and last column, first and last row.
     fn span(&self, center: Vec2, radius: Fx) -> (u32, u32, u32, u32) {
         (
-            self.axis(center.x - radius, self.cols),
-            self.axis(center.x + radius, self.cols),
-            self.axis(center.y - radius, self.rows),
-            self.axis(center.y + radius, self.rows),
+            self.col(center.x - radius),
+            self.col(center.x + radius),
+            self.row(center.y - radius),
+            self.row(center.y + radius),
         )
     }
 
@@ -208,18 +223,15 @@ impl Grid {
             return None;
         }
         let (x0, x1, y0, y1) = self.span(center, radius);
-        let (ccx, ccy) = (
-            self.axis(center.x, self.cols),
-            self.axis(center.y, self.rows),
-        );
+        let (ccx, ccy) = (self.col(center.x), self.row(center.y));
         // Every point of ring k is at least (k - 1) cells plus the centre's
         // distance to the nearest edge of its own cell away, along one axis.
         let side = 1i64 << FRAC_BITS;
-        let inner = |v: Fx, c: u32| {
-            let off = v.to_bits() - i64::from(c) * side;
+        let inner = |v: Fx, origin: i64, c: u32| {
+            let off = v.to_bits() - (origin + i64::from(c)) * side;
             off.min(side - off).max(0)
         };
-        let edge = inner(center.x, ccx).min(inner(center.y, ccy));
+        let edge = inner(center.x, self.origin.0, ccx).min(inner(center.y, self.origin.1, ccy));
         let rings = (ccx - x0).max(x1 - ccx).max(ccy - y0).max(y1 - ccy);
         let mut best: Option<(i64, u32, usize)> = None;
         for k in 0..=rings {
@@ -229,26 +241,36 @@ impl Grid {
                     break;
                 }
             }
-            let (ry0, ry1) = (ccy.saturating_sub(k).max(y0), (ccy + k).min(y1));
+            // Ring k: its top and bottom rows whole, the rows between at
+            // its two ends only; clipped to the square.
             let (rx0, rx1) = (ccx.saturating_sub(k).max(x0), (ccx + k).min(x1));
+            let (ry0, ry1) = (ccy.saturating_sub(k).max(y0), (ccy + k).min(y1));
             for cy in ry0..=ry1 {
-                let edge_row = cy + k == ccy || cy == ccy + k;
-                for cx in rx0..=rx1 {
-                    // Only the ring itself: inner cells were visited before.
-                    if !edge_row && cx + k != ccx && cx != ccx + k {
-                        continue;
-                    }
-                    let c = (cy * self.cols + cx) as usize;
-                    if self.owners[c] & mask == 0 {
-                        continue;
-                    }
-                    let (a, b) = (self.starts[c] as usize, self.starts[c + 1] as usize);
-                    for body in &self.items[a..b] {
-                        if let Some((d, tie)) = key(body) {
-                            if best.is_none_or(|(bd, bt, _)| (d, tie) < (bd, bt)) {
-                                best = Some((d, tie, body.index as usize));
+                let whole_row = cy + k == ccy || cy == ccy + k;
+                let mut visit = |cx0: u32, cx1: u32| {
+                    let row = cy * self.cols;
+                    for c in (row + cx0) as usize..=(row + cx1) as usize {
+                        if self.owners[c] & mask == 0 {
+                            continue;
+                        }
+                        let (a, b) = (self.starts[c] as usize, self.starts[c + 1] as usize);
+                        for body in &self.items[a..b] {
+                            if let Some((d, tie)) = key(body) {
+                                if best.is_none_or(|(bd, bt, _)| (d, tie) < (bd, bt)) {
+                                    best = Some((d, tie, body.index as usize));
+                                }
                             }
                         }
+                    }
+                };
+                if whole_row {
+                    visit(rx0, rx1);
+                } else {
+                    if ccx >= k && ccx - k >= x0 {
+                        visit(ccx - k, ccx - k);
+                    }
+                    if k > 0 && ccx + k <= x1 {
+                        visit(ccx + k, ccx + k);
                     }
                 }
             }
@@ -262,6 +284,10 @@ mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
     use super::*;
     use crate::num::fx_ratio;
+
+    fn whole(w: u16, h: u16) -> TileRect {
+        super::super::culling::grid_window(None, w, h)
+    }
 
     /// `n` entities of up to four players (and neutral mines) scattered
     /// over a `w` x `h` map, a few of them dead, some piled on one spot.
@@ -302,7 +328,7 @@ mod tests {
         let (w, h) = (40, 30);
         let entities = scatter(600, w, h, 7);
         let mut grid = Grid::default();
-        grid.rebuild(w, h, &entities);
+        grid.rebuild(&whole(w, h), &entities);
         let block = |v: Fx, limit: u16| {
             let t = (v.to_bits() >> FRAC_BITS).clamp(0, i64::from(limit));
             u32::try_from(t).unwrap() >> BLOCK_SHIFT
@@ -342,7 +368,7 @@ mod tests {
         for seed in 0..4 {
             let entities = scatter(900, w, h, seed);
             let mut grid = Grid::default();
-            grid.rebuild(w, h, &entities);
+            grid.rebuild(&whole(w, h), &entities);
             for (i, e) in entities.iter().enumerate() {
                 let Some(own) = e.owner else { continue };
                 let sight = fx_ratio(i64::try_from(i % 13).unwrap() + 2, 2);

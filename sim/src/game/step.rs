@@ -241,8 +241,8 @@ impl World {
     /// One simulation tick.
     pub(crate) fn tick_once(&mut self, area: Option<&TileRect>) {
         self.s.tick = self.s.tick.wrapping_add(1);
-        let (w, h) = (self.s.map.width(), self.s.map.height());
-        self.cache.grid.rebuild(w, h, &self.s.entities);
+        let window = super::culling::grid_window(area, self.s.map.width(), self.s.map.height());
+        self.cache.grid.rebuild(&window, &self.s.entities);
 
         let plans: Vec<Plan> = systems::plan_all(&self.s, &self.cache.grid, area);
 
@@ -274,7 +274,7 @@ impl World {
         for (e, d) in self.s.entities.iter_mut().zip(&damage) {
             e.hp = e.hp.saturating_sub(*d);
         }
-        self.cache.grid.rebuild(w, h, &self.s.entities);
+        self.cache.grid.rebuild(&window, &self.s.entities);
         systems::movement::separate(&mut self.s, &self.cache.grid, area);
         self.remove_dead();
     }

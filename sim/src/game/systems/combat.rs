@@ -18,9 +18,11 @@ pub(crate) fn nearest_enemy(s: &State, grid: &Grid, i: usize) -> Option<usize> {
     // Only cells holding something of another player can hold a target.
     let enemies = e.owner.map_or(u8::MAX, |o| !(1u8 << (o.0 & 7)));
     grid.nearest(e.pos, sight, enemies, |t| {
+        if t.owner.is_none() || t.owner == e.owner || !t.alive {
+            return None;
+        }
         let d = e.pos.dist_sq_bits(t.pos);
-        (t.owner.is_some() && t.owner != e.owner && t.alive && d <= r2)
-            .then(|| (d, mix(e.id, t.id)))
+        (d <= r2).then(|| (d, mix(e.id, t.id)))
     })
 }
 
