@@ -113,13 +113,25 @@ pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
             });
         }
         if push != Vec2::ZERO {
-            let cap = MAX_PUSH.to_bits();
-            if push.length_sq_bits() > cap * cap {
-                push = push.with_length(MAX_PUSH);
-            }
-            pushes.push((i, push));
+            pushes.push((i, capped(push)));
         }
     }
+    apply_pushes(s, pushes);
+}
+
+/// A unit's summed push, at most `MAX_PUSH` long.
+fn capped(push: Vec2) -> Vec2 {
+    let cap = MAX_PUSH.to_bits();
+    if push.length_sq_bits() > cap * cap {
+        push.with_length(MAX_PUSH)
+    } else {
+        push
+    }
+}
+
+/// Moves each unit by its push, sliding along rock: after every push is
+/// known, so none depends on another's result.
+fn apply_pushes(s: &mut State, pushes: Vec<(usize, Vec2)>) {
     for (i, push) in pushes {
         let from = s.entities[i].pos;
         s.entities[i].pos = slide(&s.map, from, from + push);
@@ -188,17 +200,10 @@ mod tests {
                 seen < MAX_NEIGHBOURS
             });
             if push != Vec2::ZERO {
-                let cap = MAX_PUSH.to_bits();
-                if push.length_sq_bits() > cap * cap {
-                    push = push.with_length(MAX_PUSH);
-                }
-                pushes.push((i, push));
+                pushes.push((i, capped(push)));
             }
         }
-        for (i, push) in pushes {
-            let from = s.entities[i].pos;
-            s.entities[i].pos = slide(&s.map, from, from + push);
-        }
+        apply_pushes(s, pushes);
     }
 
     /// Crowds thin and dense, piles where dozens of units overlap (past the
