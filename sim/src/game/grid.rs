@@ -17,6 +17,7 @@ use super::culling::TileRect;
 use super::{Entity, UnitKind};
 use crate::contract::PlayerId;
 use crate::num::{FRAC_BITS, Fx, Vec2};
+use std::cmp::Ordering;
 
 /// What neighbour queries read of an entity, as it was when the grid was
 /// rebuilt.
@@ -55,9 +56,21 @@ pub(crate) struct Grid {
     cell_of: Vec<u32>,
     /// Scratch for the counting sort: each cell's next free slot.
     fill: Vec<u32>,
-    /// Per cell, a bit per player owning something in it (neutral: none).
-    owners: Vec<u8>,
+    /// 64-column words per row of [`Grid::occupied`].
+    words: u32,
+    /// Per row, per 64-column word, per player: a bit for each column
+    /// whose cell holds something that player owns (neutral: nothing), at
+    /// `((row * words + word) * PLAYER_SLOTS) + player`. A targeting query
+    /// tests a row of its sight square a word at a time instead of a cell at
+    /// a time, and visits only the cells with a possible target.
+    occupied: Vec<u64>,
+    /// A bit per player owning anything in the grid.
+    present: u8,
 }
+
+/// Player slots per word of [`Grid::occupied`]: owners are told apart by
+/// their id's low three bits, as in a query's mask.
+const PLAYER_SLOTS: usize = 8;
 
 impl Grid {
     /// Rebuilds the grid over the tiles of `window` and one more column and
@@ -75,15 +88,21 @@ impl Grid {
         self.starts.clear();
         self.starts.resize(cells + 1, 0);
         self.cell_of.clear();
-        self.owners.clear();
-        self.owners.resize(cells, 0);
+        self.words = self.cols.div_ceil(64);
+        self.occupied.clear();
+        self.occupied
+            .resize((self.rows * self.words) as usize * PLAYER_SLOTS, 0);
+        self.present = 0;
         for e in entities {
             let (col, row) = (self.col(e.pos.x), self.row(e.pos.y));
             let c = row * self.cols + col;
             self.cell_of.push(c);
             self.starts[c as usize + 1] += 1;
             if let Some(o) = e.owner {
-                self.owners[c as usize] |= 1u8 << (o.0 & 7);
+                let p = usize::from(o.0 & 7);
+                let word = (row * self.words + col / 64) as usize;
+                self.occupied[word * PLAYER_SLOTS + p] |= 1u64 << (col % 64);
+                self.present |= 1u8 << p;
             }
         }
         for c in 0..cells {
@@ -145,6 +164,30 @@ impl Grid {
         )
     }
 
+    /// Calls `f`, in ascending order, with each column from `c0` to `c1`
+    /// (inclusive) of `row` whose cell holds something a player in `mask`
+    /// owns: a word of 64 cells at a time, so empty stretches cost nothing.
+    #[inline(always)]
+    fn occupied_cols(&self, row: u32, (c0, c1): (u32, u32), mask: u8, mut f: impl FnMut(u32)) {
+        for w in c0 / 64..=c1 / 64 {
+            let base = (row * self.words + w) as usize * PLAYER_SLOTS;
+            let mut bits = 0u64;
+            let mut players = mask;
+            while players != 0 {
+                bits |= self.occupied[base + players.trailing_zeros() as usize];
+                players &= players - 1;
+            }
+            // Only the columns from c0 to c1 of this word.
+            let lo = if w == c0 / 64 { c0 % 64 } else { 0 };
+            let hi = if w == c1 / 64 { c1 % 64 } else { 63 };
+            bits &= (u64::MAX << lo) & (u64::MAX >> (63 - hi));
+            while bits != 0 {
+                f(w * 64 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
+    }
+
     /// Calls `f` with every entity in the cells overlapping the square of
     /// half-side `radius` around `center`, in no order the rules may rely on:
     /// for queries whose answer does not depend on it.
@@ -202,16 +245,18 @@ impl Grid {
     /// The entity with the smallest `key` among those in the cells
     /// overlapping the square of half-side `radius` around `center`,
     /// skipping cells holding nothing owned by a player in `mask` (bit `p`
-    /// for player `p`). `key` gives `None` for an entity that does not count,
+    /// for a player whose id is `p` modulo 8). `key` gives `None` for an entity that does not count,
     /// else its squared distance to `center` (raw bits) and a tie-break that
     /// no two entities share.
     ///
-    /// Cells are visited in square rings outwards from `center`'s cell, and
-    /// the search stops before a ring every point of which is farther than
-    /// the best so far: the answer is the full scan's (the key is unique, so
-    /// the order of the visit cannot change it), but in a crowd the nearest
-    /// entity is a few rings away while the sight range covers hundreds of
-    /// cells.
+    /// Rows are visited outwards from `center`'s, and within a row only the
+    /// cells that hold something of a player in `mask` (a bit test each) and
+    /// that are not wholly farther than the best so far. The search stops at
+    /// the first pair of rows that lie wholly farther. The answer is the full
+    /// scan's (the key is unique, so the order of the visit cannot change
+    /// it), but in a crowd the nearest entity is a few cells away while the
+    /// sight range covers hundreds of cells, and a unit with nothing in sight
+    /// reads one word per row.
     pub(crate) fn nearest(
         &self,
         center: Vec2,
@@ -223,56 +268,62 @@ impl Grid {
             return None;
         }
         let (x0, x1, y0, y1) = self.span(center, radius);
+        let mask = mask & self.present;
         let (ccx, ccy) = (self.col(center.x), self.row(center.y));
-        // Every point of ring k is at least (k - 1) cells plus the centre's
-        // distance to the nearest edge of its own cell away, along one axis.
+        // The least distance along one axis from the centre to any point of
+        // the cell `c` cells away from its own (raw bits): whole cells in
+        // between plus the way to its own cell's edge on that side.
         let side = 1i64 << FRAC_BITS;
-        let inner = |v: Fx, origin: i64, c: u32| {
-            let off = v.to_bits() - (origin + i64::from(c)) * side;
-            off.min(side - off).max(0)
+        let offset = |v: Fx, origin: i64, c: u32| {
+            (v.to_bits() - (origin + i64::from(c)) * side).clamp(0, side)
         };
-        let edge = inner(center.x, self.origin.0, ccx).min(inner(center.y, self.origin.1, ccy));
-        let rings = (ccx - x0).max(x1 - ccx).max(ccy - y0).max(y1 - ccy);
+        let (ox, oy) = (
+            offset(center.x, self.origin.0, ccx),
+            offset(center.y, self.origin.1, ccy),
+        );
+        let gap = |from: u32, to: u32, off: i64| match to.cmp(&from) {
+            Ordering::Equal => 0,
+            Ordering::Less => i64::from(from - to - 1) * side + off,
+            Ordering::Greater => i64::from(to - from - 1) * side + (side - off),
+        };
         let mut best: Option<(i64, u32, usize)> = None;
-        for k in 0..=rings {
-            if k > 0 {
-                let near = i64::from(k - 1) * side + edge;
-                if best.is_some_and(|(d, _, _)| near.saturating_mul(near) > d) {
-                    break;
+        // Farther than the best so far: nothing in it can win (the key is
+        // unique, so neither can a tie).
+        let beyond = |best: &Option<(i64, u32, usize)>, gx: i64, gy: i64| {
+            best.is_some_and(|(d, _, _)| {
+                gx.saturating_mul(gx).saturating_add(gy.saturating_mul(gy)) > d
+            })
+        };
+        let rows = (ccy - y0).max(y1 - ccy);
+        for dy in 0..=rows {
+            let mut open = false;
+            for cy in [ccy.checked_sub(dy), (dy > 0).then_some(ccy + dy)] {
+                let Some(cy) = cy.filter(|r| (y0..=y1).contains(r)) else {
+                    continue;
+                };
+                let gy = gap(ccy, cy, oy);
+                if beyond(&best, 0, gy) {
+                    continue;
                 }
-            }
-            // Ring k: its top and bottom rows whole, the rows between at
-            // its two ends only; clipped to the square.
-            let (rx0, rx1) = (ccx.saturating_sub(k).max(x0), (ccx + k).min(x1));
-            let (ry0, ry1) = (ccy.saturating_sub(k).max(y0), (ccy + k).min(y1));
-            for cy in ry0..=ry1 {
-                let whole_row = cy + k == ccy || cy == ccy + k;
-                let mut visit = |cx0: u32, cx1: u32| {
-                    let row = cy * self.cols;
-                    for c in (row + cx0) as usize..=(row + cx1) as usize {
-                        if self.owners[c] & mask == 0 {
-                            continue;
-                        }
-                        let (a, b) = (self.starts[c] as usize, self.starts[c + 1] as usize);
-                        for body in &self.items[a..b] {
-                            if let Some((d, tie)) = key(body) {
-                                if best.is_none_or(|(bd, bt, _)| (d, tie) < (bd, bt)) {
-                                    best = Some((d, tie, body.index as usize));
-                                }
+                open = true;
+                self.occupied_cols(cy, (x0, x1), mask, |cx| {
+                    if beyond(&best, gap(ccx, cx, ox), gy) {
+                        return;
+                    }
+                    let c = (cy * self.cols + cx) as usize;
+                    let (a, b) = (self.starts[c] as usize, self.starts[c + 1] as usize);
+                    for body in &self.items[a..b] {
+                        if let Some((d, tie)) = key(body) {
+                            if best.is_none_or(|(bd, bt, _)| (d, tie) < (bd, bt)) {
+                                best = Some((d, tie, body.index as usize));
                             }
                         }
                     }
-                };
-                if whole_row {
-                    visit(rx0, rx1);
-                } else {
-                    if ccx >= k && ccx - k >= x0 {
-                        visit(ccx - k, ccx - k);
-                    }
-                    if k > 0 && ccx + k <= x1 {
-                        visit(ccx + k, ccx + k);
-                    }
-                }
+                });
+            }
+            // Both rows this far out lie beyond the best: so do all farther.
+            if !open && best.is_some() {
+                break;
             }
         }
         best.map(|(_, _, i)| i)
@@ -364,13 +415,30 @@ mod tests {
     /// The ring search finds what a scan of every entity finds.
     #[test]
     fn nearest_is_the_answer_of_a_scan_of_every_entity() {
-        let (w, h) = (48, 36);
-        for seed in 0..4 {
-            let entities = scatter(900, w, h, seed);
+        // A small map, one wider than a 64-column word, and a culled step's
+        // window inside it (queries from well within, entities outside
+        // clamped to its border).
+        let inner = TileRect {
+            x0: 31,
+            y0: 3,
+            x1: 117,
+            y1: 27,
+        };
+        let cases = [
+            (48, 36, whole(48, 36), None),
+            (150, 30, whole(150, 30), None),
+            (150, 30, inner.grown(10), Some(inner)),
+        ];
+        for (case, &(w, h, window, from)) in cases.iter().enumerate() {
+            let seed = u64::try_from(case).unwrap();
+            let entities = scatter(900 + 600 * u32::try_from(case).unwrap(), w, h, seed);
             let mut grid = Grid::default();
-            grid.rebuild(&whole(w, h), &entities);
+            grid.rebuild(&window, &entities);
             for (i, e) in entities.iter().enumerate() {
                 let Some(own) = e.owner else { continue };
+                if from.is_some_and(|a| !a.holds(e.pos)) {
+                    continue;
+                }
                 let sight = fx_ratio(i64::try_from(i % 13).unwrap() + 2, 2);
                 let r2 = sight.to_bits() * sight.to_bits();
                 let key = |t: &Entity| {
@@ -386,7 +454,7 @@ mod tests {
                     .map(|(_, j)| j);
                 let mask = !(1u8 << own.0);
                 let found = grid.nearest(e.pos, sight, mask, |b| key(&entities[b.index as usize]));
-                assert_eq!(found, scan, "seed {seed}, entity {i}");
+                assert_eq!(found, scan, "case {case}, entity {i}");
             }
         }
     }
