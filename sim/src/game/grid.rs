@@ -9,9 +9,10 @@
 //!
 //! Cells are one tile. The simulation's rules were written against 2 × 2
 //! tile "blocks" visited in row-major order, ascending index within a block
-//! ([`Grid::query_blocks`]); that order only matters where a query stops
-//! early, so the common queries visit the finer cells in any order and fall
-//! back to block order only when the order could change the answer.
+//! (`Grid::query_blocks`, kept as the tests' reference); that order only
+//! matters where a query stops early, so queries visit the cells in any
+//! order, and a caller whose answer could depend on the order sorts what it
+//! found by [`Grid::block_of`] and index.
 
 use super::culling::TileRect;
 use super::{Entity, UnitKind};
@@ -56,6 +57,8 @@ pub(crate) struct Grid {
     cell_of: Vec<u32>,
     /// Scratch for the counting sort: each cell's next free slot.
     fill: Vec<u32>,
+    /// Where each entity's body is in `items`, by entity index.
+    slot_of: Vec<u32>,
     /// 64-column words per row of [`Grid::occupied`].
     words: u32,
     /// Per row, per 64-column word, per player: a bit for each column
@@ -123,9 +126,11 @@ impl Grid {
         );
         self.fill.clone_from(&self.starts);
         let fill = &mut self.fill;
+        self.slot_of.clear();
         // Ascending index order inside each cell.
         for (i, (&c, e)) in self.cell_of.iter().zip(entities).enumerate() {
             let slot = &mut fill[c as usize];
+            self.slot_of.push(*slot);
             self.items[*slot as usize] = Body {
                 pos: e.pos,
                 index: u32::try_from(i).unwrap_or(u32::MAX),
@@ -137,6 +142,32 @@ impl Grid {
             };
             *slot += 1;
         }
+    }
+
+    /// Copies the entities' positions and liveness into their bodies, which
+    /// stay in the cells of the positions they had at the last rebuild:
+    /// cheaper than a rebuild when entities have moved a little. A query
+    /// after a refresh must reach farther by as much as any body may have
+    /// moved since the rebuild, and must not rely on the visiting order.
+    /// Returns false, changing nothing, when the entity list is not the one
+    /// the grid was built from (an entity was added): rebuild then.
+    pub(crate) fn refresh(&mut self, entities: &[Entity]) -> bool {
+        if entities.len() != self.slot_of.len() {
+            return false;
+        }
+        for (e, &slot) in entities.iter().zip(&self.slot_of) {
+            let body = &mut self.items[slot as usize];
+            body.pos = e.pos;
+            body.alive = e.alive();
+        }
+        true
+    }
+
+    /// The 2 × 2-tile block a point lies in, as (row, column) of blocks,
+    /// clamped to the grid as a rebuild would: sorting by it, then by
+    /// index, gives the rules' visiting order.
+    pub(crate) fn block_of(&self, p: Vec2) -> (u32, u32) {
+        (self.row(p.y) >> BLOCK_SHIFT, self.col(p.x) >> BLOCK_SHIFT)
     }
 
     /// The cell column (row) of coordinate `v`, clamped to the grid.
@@ -212,6 +243,7 @@ impl Grid {
     /// order and ascending index within a block, stopping early when `f`
     /// returns false: the rules' order, for a query that stops early.
     /// `scratch` holds a block's entities while they are put in order.
+    #[cfg(test)]
     pub(crate) fn query_blocks(
         &self,
         center: Vec2,

@@ -274,7 +274,11 @@ impl World {
         for (e, d) in self.s.entities.iter_mut().zip(&damage) {
             e.hp = e.hp.saturating_sub(*d);
         }
-        self.cache.grid.rebuild(&window, &self.s.entities);
+        // Units walked at most a step since the rebuild: refresh the bodies
+        // in place, unless something was spawned.
+        if !self.cache.grid.refresh(&self.s.entities) {
+            self.cache.grid.rebuild(&window, &self.s.entities);
+        }
         systems::movement::separate(&mut self.s, &self.cache.grid, area);
         self.remove_dead();
     }

@@ -2,6 +2,7 @@
 //! clear and downhill), sliding along rock, and separation so units do not
 //! stack. Everything is integer fixed-point; no square roots in separation.
 
+use super::super::UnitKind;
 use super::super::culling::TileRect;
 use super::super::flow::{FlowCache, UNREACHABLE};
 use super::super::grid::{Body, Grid};
@@ -78,23 +79,41 @@ fn slide(map: &Map, from: Vec2, to: Vec2) -> Vec2 {
     from
 }
 
+/// How far a body may lie from the grid cell it was filed in when
+/// separation runs: the grid is refreshed, not rebuilt, after the tick's
+/// walking, which moves a unit at most its speed (and a rounding bit or
+/// two, spared here by a 64th of a tile).
+const DRIFT: Fx = {
+    let mut most = 0;
+    let mut k = 0;
+    while k < UnitKind::ALL.len() {
+        let v = UnitKind::ALL[k].stats().speed.to_bits();
+        if v > most {
+            most = v;
+        }
+        k += 1;
+    }
+    Fx::from_bits(most + crate::num::ONE_BITS / 64)
+};
+
 /// Pushes overlapping mobile units apart. Pushes are computed from the
 /// positions at the start of the pass and applied afterwards, so the result
 /// does not depend on iteration order. With an `area`, only the units
-/// inside it are pushed (prediction culling).
+/// inside it are pushed (prediction culling). `grid` may be refreshed
+/// since its rebuild, with bodies up to [`DRIFT`] from their cells.
 pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
     let mut pushes: Vec<(usize, Vec2)> = Vec::new();
-    let mut scratch = Vec::new();
+    let mut crowd: Vec<((u32, u32), u32, Vec2)> = Vec::new();
     for (i, e) in s.entities.iter().enumerate() {
         if !e.kind.is_mobile() || !e.alive() || area.is_some_and(|a| !a.holds(e.pos)) {
             continue;
         }
-        let reach = e.kind.stats().radius + MAX_RADIUS;
+        let reach = e.kind.stats().radius + MAX_RADIUS + DRIFT;
         let me = Pushed::of(e, i);
         // The rule: the push from the first MAX_NEIGHBOURS overlapping units
         // in block order. Pushes add up, so when no more than that many
-        // overlap, any order gives the same sum: take them from the fine
-        // cells, and visit in block order only past the cap.
+        // overlap, any order gives the same sum; past the cap, the
+        // overlapping ones are put in block order and the first ones count.
         let mut push = Vec2::ZERO;
         let mut seen = 0u32;
         grid.query(e.pos, reach, |o| {
@@ -104,14 +123,17 @@ pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
             }
         });
         if seen > MAX_NEIGHBOURS {
-            (push, seen) = (Vec2::ZERO, 0);
-            grid.query_blocks(e.pos, reach, &mut scratch, |o| {
+            crowd.clear();
+            grid.query(e.pos, reach, |o| {
                 if let Some(p) = me.from(o) {
-                    seen += 1;
-                    push += p;
+                    crowd.push((grid.block_of(o.pos), o.index, p));
                 }
-                seen < MAX_NEIGHBOURS
             });
+            crowd.sort_unstable_by_key(|&(block, index, _)| (block, index));
+            push = Vec2::ZERO;
+            for &(_, _, p) in crowd.iter().take(MAX_NEIGHBOURS as usize) {
+                push += p;
+            }
         }
         if push != Vec2::ZERO {
             pushes.push((i, capped(push)));
@@ -234,9 +256,24 @@ mod tests {
         apply_pushes(s, pushes);
     }
 
+    /// Every mobile unit takes a seeded step of up to its speed, as a
+    /// tick's walking would.
+    fn walk(s: &mut State, seed: u64) {
+        let mut rng = crate::rng::Pcg32::new(seed, 9);
+        for e in &mut s.entities {
+            if e.kind.is_mobile() {
+                // Each axis up to 7/10 of the speed: under the speed in all.
+                let most = u32::try_from(e.kind.stats().speed.to_bits() * 7 / 10).unwrap();
+                let mut axis = || i64::from(rng.below(2 * most + 1)) - i64::from(most);
+                e.pos += Vec2::from_bits(axis(), axis());
+            }
+        }
+    }
+
     /// Crowds thin and dense, piles where dozens of units overlap (past the
     /// cap, where order matters), over the whole map and culled to an area
-    /// that cuts through the crowd: the fast separation is the rule's.
+    /// that cuts through the crowd, on a grid refreshed after the units
+    /// walked: the fast separation is the rule's on a fresh grid.
     #[test]
     fn separation_is_the_rules_in_thin_and_dense_crowds() {
         let mut world = crate::scenarios::melee(1_200, 5);
@@ -267,6 +304,13 @@ mod tests {
             let mut rule = world.s.clone();
             let (mut piled, mut straddling) = (0, 0);
             for pass in 0..5 {
+                // The grid as a tick builds it before walking; then every
+                // unit walks up to its speed, and the grid is refreshed.
+                let mut own = Grid::default();
+                own.rebuild(&window, &fast.entities);
+                walk(&mut fast, pass);
+                walk(&mut rule, pass);
+                assert!(own.refresh(&fast.entities));
                 let mut grid = Grid::default();
                 grid.rebuild(&window, &rule.entities);
                 if pass == 0 {
@@ -287,8 +331,6 @@ mod tests {
                         }
                     }
                 }
-                let mut own = Grid::default();
-                own.rebuild(&window, &fast.entities);
                 separate(&mut fast, &own, area);
                 separate_by_the_rule(&mut rule, &grid, area);
                 assert!(fast.entities == rule.entities, "{area:?}, pass {pass}");
