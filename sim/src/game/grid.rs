@@ -148,8 +148,8 @@ impl Grid {
     /// stay in the cells of the positions they had at the last rebuild:
     /// cheaper than a rebuild when entities have moved a little. A query
     /// after a refresh must reach farther by as much as any body may have
-    /// moved since the rebuild, and must not rely on the visiting order.
-    /// Returns false, changing nothing, when the entity list is not the one
+    /// moved since the rebuild, and must not rely on the visiting order or
+    /// the occupancy bits ([`Grid::nearest`] does). Returns false, changing nothing, when the entity list is not the one
     /// the grid was built from (an entity was added): rebuild then.
     pub(crate) fn refresh(&mut self, entities: &[Entity]) -> bool {
         if entities.len() != self.slot_of.len() {
@@ -277,9 +277,10 @@ impl Grid {
     /// The entity with the smallest `key` among those in the cells
     /// overlapping the square of half-side `radius` around `center`,
     /// skipping cells holding nothing owned by a player in `mask` (bit `p`
-    /// for a player whose id is `p` modulo 8). `key` gives `None` for an entity that does not count,
-    /// else its squared distance to `center` (raw bits) and a tie-break that
-    /// no two entities share.
+    /// for a player whose id is `p` modulo 8). `key` gives `None` for an
+    /// entity that does not count, else its squared distance to `center`
+    /// (raw bits) and a tie-break that no two entities share. Needs a grid
+    /// rebuilt, not refreshed, since the entities last moved.
     ///
     /// Rows are visited outwards from `center`'s, and within a row only the
     /// cells that hold something of a player in `mask` (a bit test each) and
