@@ -171,9 +171,13 @@ impl Grid {
     }
 
     /// The cell column (row) of coordinate `v`, clamped to the grid.
+    #[inline(always)]
     fn axis(v: Fx, origin: i64, limit: u32) -> u32 {
-        let t = ((v.to_bits() >> FRAC_BITS) - origin).max(0);
-        u32::try_from(t).unwrap_or(u32::MAX).min(limit - 1)
+        // Clamped into 0..limit (limit is at most 2^16 + 1), so the cast
+        // keeps every bit.
+        ((v.to_bits() >> FRAC_BITS) - origin)
+            .min(i64::from(limit) - 1)
+            .max(0) as u32
     }
 
     fn col(&self, x: Fx) -> u32 {
@@ -186,6 +190,7 @@ impl Grid {
 
     /// The cells overlapping the square of half-side `radius` around
     /// `center`: first and last column, first and last row.
+    #[inline(always)]
     fn span(&self, center: Vec2, radius: Fx) -> (u32, u32, u32, u32) {
         (
             self.col(center.x - radius),
