@@ -96,18 +96,23 @@ impl Grid {
         self.occupied
             .resize((self.rows * self.words) as usize * PLAYER_SLOTS, 0);
         self.present = 0;
-        for e in entities {
-            let (col, row) = (self.col(e.pos.x), self.row(e.pos.y));
-            let c = row * self.cols + col;
-            self.cell_of.push(c);
-            self.starts[c as usize + 1] += 1;
+        // Each entity's cell, counted; `extend` over a slice reserves once.
+        let (cols, words, origin) = (self.cols, self.words, self.origin);
+        let rows = self.rows;
+        let (starts, occupied, present) = (&mut self.starts, &mut self.occupied, &mut self.present);
+        self.cell_of.extend(entities.iter().map(|e| {
+            let col = Self::axis(e.pos.x, origin.0, cols);
+            let row = Self::axis(e.pos.y, origin.1, rows);
+            let c = row * cols + col;
+            starts[c as usize + 1] += 1;
             if let Some(o) = e.owner {
                 let p = usize::from(o.0 & 7);
-                let word = (row * self.words + col / 64) as usize;
-                self.occupied[word * PLAYER_SLOTS + p] |= 1u64 << (col % 64);
-                self.present |= 1u8 << p;
+                let word = (row * words + col / 64) as usize;
+                occupied[word * PLAYER_SLOTS + p] |= 1u64 << (col % 64);
+                *present |= 1u8 << p;
             }
-        }
+            c
+        }));
         for c in 0..cells {
             self.starts[c + 1] += self.starts[c];
         }
@@ -125,23 +130,30 @@ impl Grid {
             },
         );
         self.fill.clone_from(&self.starts);
-        let fill = &mut self.fill;
+        let (fill, items) = (&mut self.fill, &mut self.items);
         self.slot_of.clear();
         // Ascending index order inside each cell.
-        for (i, (&c, e)) in self.cell_of.iter().zip(entities).enumerate() {
-            let slot = &mut fill[c as usize];
-            self.slot_of.push(*slot);
-            self.items[*slot as usize] = Body {
-                pos: e.pos,
-                index: u32::try_from(i).unwrap_or(u32::MAX),
-                id: e.id,
-                radius: i32::try_from(e.kind.stats().radius.to_bits()).unwrap_or(i32::MAX),
-                owner: e.owner,
-                kind: e.kind,
-                alive: e.alive(),
-            };
-            *slot += 1;
-        }
+        self.slot_of.extend(
+            self.cell_of
+                .iter()
+                .zip(entities)
+                .enumerate()
+                .map(|(i, (&c, e))| {
+                    let slot = &mut fill[c as usize];
+                    let at = *slot;
+                    items[at as usize] = Body {
+                        pos: e.pos,
+                        index: u32::try_from(i).unwrap_or(u32::MAX),
+                        id: e.id,
+                        radius: i32::try_from(e.kind.stats().radius.to_bits()).unwrap_or(i32::MAX),
+                        owner: e.owner,
+                        kind: e.kind,
+                        alive: e.alive(),
+                    };
+                    *slot += 1;
+                    at
+                }),
+        );
     }
 
     /// Copies the entities' positions and liveness into their bodies, which
