@@ -196,8 +196,11 @@ impl Pushed {
     #[inline(always)]
     fn from(&self, o: &Body) -> Option<Vec2> {
         let (dx, dy) = (self.x - o.pos.x.to_bits(), self.y - o.pos.y.to_bits());
-        // Farther than any two bodies can overlap along an axis: the common case.
-        if dx.abs() >= self.reach || dy.abs() >= self.reach {
+        // Farther than any two bodies can overlap along an axis: the common
+        // case. |d| < reach, i.e. 0 <= d + reach - 1 <= 2 (reach - 1), as
+        // one unsigned comparison per axis.
+        let (shift, width) = (self.reach - 1, (2 * (self.reach - 1)).cast_unsigned());
+        if (dx + shift).cast_unsigned() > width || (dy + shift).cast_unsigned() > width {
             return None;
         }
         if o.index as usize == self.index || !o.kind.is_mobile() || !o.alive {
