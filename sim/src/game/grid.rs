@@ -161,8 +161,12 @@ impl Grid {
     /// cheaper than a rebuild when entities have moved a little. A query
     /// after a refresh must reach farther by as much as any body may have
     /// moved since the rebuild, and must not rely on the visiting order or
-    /// the occupancy bits ([`Grid::nearest`] does). Returns false, changing nothing, when the entity list is not the one
-    /// the grid was built from (an entity was added): rebuild then.
+    /// the occupancy bits ([`Grid::nearest`] does).
+    ///
+    /// `entities` must be the list the grid was built from, perhaps with
+    /// entities appended (a spawn); then it returns false, changing
+    /// nothing, and the caller rebuilds. It cannot tell a different list of
+    /// the same length, so nothing may be removed or reordered in between.
     pub(crate) fn refresh(&mut self, entities: &[Entity]) -> bool {
         if entities.len() != self.slot_of.len() {
             return false;
@@ -462,7 +466,7 @@ mod tests {
         }
     }
 
-    /// The ring search finds what a scan of every entity finds.
+    /// The nearest search finds what a scan of every entity finds.
     #[test]
     fn nearest_is_the_answer_of_a_scan_of_every_entity() {
         // A small map, one wider than a 64-column word, and a culled step's
