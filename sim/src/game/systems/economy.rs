@@ -3,13 +3,13 @@
 
 use super::super::world::{Order, State};
 use super::super::{CARRY, GATHER_TICKS, POPULATION_CAP, UnitKind};
-use super::{BASE_REACH, Intent, Landmarks, MINE_REACH, Plan, walk_to, within};
+use super::{BASE_REACH, Intent, Lookups, MINE_REACH, Plan, walk_to, within};
 use crate::contract::PlayerId;
 use crate::num::{Vec2, fx_int};
 
 pub(super) fn plan_gather(
     s: &State,
-    marks: &Landmarks,
+    lookups: &Lookups,
     i: usize,
     mine: u32,
     returning: bool,
@@ -17,7 +17,7 @@ pub(super) fn plan_gather(
 ) {
     let e = &s.entities[i];
     if returning {
-        let Some(b) = marks.nearest_base(s, e.owner, e.pos) else {
+        let Some(b) = lookups.nearest_base(s, e.owner, e.pos) else {
             plan.order = Some(Order::Idle);
             return;
         };
@@ -29,12 +29,10 @@ pub(super) fn plan_gather(
         }
         return;
     }
-    let current = s
-        .entities
-        .binary_search_by_key(&mine, |m| m.id)
-        .ok()
+    let current = lookups
+        .index_of(s, mine)
         .filter(|&m| s.entities[m].kind == UnitKind::Mine && s.entities[m].cargo > 0);
-    let Some(m) = current.or_else(|| marks.nearest_mine(s, e.pos)) else {
+    let Some(m) = current.or_else(|| lookups.nearest_mine(s, e.pos)) else {
         plan.order = Some(Order::Idle);
         return;
     };

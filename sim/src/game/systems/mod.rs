@@ -82,13 +82,23 @@ const MINE_SEARCH: Fx = fx_int(30);
 /// Extra distance beyond sight at which an auto-acquired target is given up.
 const LEASH: Fx = fx_int(4);
 
-/// Indices of the world's mines with resources left and of its bases.
-pub(crate) struct Landmarks {
+/// What planning looks up, gathered once per tick: the indices of the
+/// world's mines with resources left, of its bases, and of every entity by
+/// id.
+pub(crate) struct Lookups {
     pub(crate) mines: Vec<usize>,
     pub(crate) bases: Vec<usize>,
+    /// `by_id[id - first_id]` is the index of the entity with that id
+    /// (`u32::MAX`: none); empty when ids are too sparse for a table.
+    by_id: Vec<u32>,
+    first_id: u32,
 }
 
-impl Landmarks {
+/// Most table entries per entity in [`Lookups::by_id`]: past it (ids spread
+/// thin, as after long play), lookups search the sorted list instead.
+const IDS_PER_ENTITY: usize = 8;
+
+impl Lookups {
     fn of(s: &State) -> Self {
         let mut mines = Vec::new();
         let mut bases = Vec::new();
@@ -99,7 +109,36 @@ impl Landmarks {
                 _ => {}
             }
         }
-        Self { mines, bases }
+        // Entities are sorted by id, so the table spans first to last.
+        let (first_id, span) = match (s.entities.first(), s.entities.last()) {
+            (Some(first), Some(last)) => (first.id, (last.id - first.id) as usize + 1),
+            _ => (0, 0),
+        };
+        let mut by_id = Vec::new();
+        if span <= IDS_PER_ENTITY * s.entities.len() + 1024 {
+            by_id.resize(span, u32::MAX);
+            for (i, e) in s.entities.iter().enumerate() {
+                // Indices fit u32, as everywhere in the grid.
+                by_id[(e.id - first_id) as usize] = i as u32;
+            }
+        }
+        Self {
+            mines,
+            bases,
+            by_id,
+            first_id,
+        }
+    }
+
+    /// The index of the entity with this id: one load, where a binary
+    /// search over thousands of entities would take a dozen steps whose
+    /// branches scattered ids make unpredictable.
+    pub(crate) fn index_of(&self, s: &State, id: u32) -> Option<usize> {
+        if self.by_id.is_empty() {
+            return s.entities.binary_search_by_key(&id, |e| e.id).ok();
+        }
+        let at = *self.by_id.get(id.wrapping_sub(self.first_id) as usize)?;
+        (at != u32::MAX).then_some(at as usize)
     }
 
     /// Nearest base owned by `owner` (ties: lower id).
@@ -140,13 +179,13 @@ fn walk_to(map: &Map, from: Vec2, point: Vec2, dest: (u16, u16)) -> Goal {
 /// Plans every entity's tick from the start-of-tick state; with an `area`,
 /// only the units inside it (the others idle: prediction culling).
 pub(crate) fn plan_all(s: &State, grid: &Grid, area: Option<&TileRect>) -> Vec<Plan> {
-    let marks = Landmarks::of(s);
+    let lookups = Lookups::of(s);
     s.entities
         .iter()
         .enumerate()
         .map(|(i, e)| {
             if e.kind.is_mobile() && e.alive() && area.is_none_or(|a| a.holds(e.pos)) {
-                plan_unit(s, grid, &marks, i)
+                plan_unit(s, grid, &lookups, i)
             } else {
                 Plan::IDLE
             }
@@ -154,7 +193,7 @@ pub(crate) fn plan_all(s: &State, grid: &Grid, area: Option<&TileRect>) -> Vec<P
         .collect()
 }
 
-fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
+fn plan_unit(s: &State, grid: &Grid, lookups: &Lookups, i: usize) -> Plan {
     let e = &s.entities[i];
     let stats = e.kind.stats();
     let mut plan = Plan::IDLE;
@@ -162,7 +201,7 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
     // 1. Validate the current target; army units on Idle/AttackMove look for one.
     let explicit = matches!(e.order, Order::Attack { .. });
     let mut target = e.target.and_then(|id| {
-        let ti = s.entities.binary_search_by_key(&id, |t| t.id).ok()?;
+        let ti = lookups.index_of(s, id)?;
         let t = &s.entities[ti];
         let leash = stats.sight + LEASH;
         let valid = t.alive()
@@ -227,7 +266,7 @@ fn plan_unit(s: &State, grid: &Grid, marks: &Landmarks, i: usize) -> Plan {
             }
         }
         Order::Gather { mine, returning } => {
-            economy::plan_gather(s, marks, i, *mine, *returning, &mut plan);
+            economy::plan_gather(s, lookups, i, *mine, *returning, &mut plan);
         }
         Order::Build { site } => {
             let point = Vec2::tile_center(site.0, site.1);
@@ -289,5 +328,42 @@ pub(crate) fn act(
             let next = movement::steer(&s.map, flow, e.pos, plan.goal, speed);
             s.entities[i].pos = next;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Simulation;
+    use crate::contract::Turn;
+
+    /// Every id, present or not, below, inside and past the list's range,
+    /// is found where a binary search finds it: with the table (ids dense,
+    /// with the gaps of dead units), without it (ids sparse), and empty.
+    #[test]
+    fn lookups_find_every_entity_by_id() {
+        let mut world = crate::scenarios::melee(600, 3);
+        for t in 0..120 {
+            world.step(Turn(t), &[]);
+        }
+        let dense = world.s.clone();
+        // A few entities with ids far apart, as a long match could leave.
+        let mut sparse = world.s.clone();
+        sparse.entities.truncate(5);
+        for (e, id) in sparse.entities.iter_mut().zip([3, 1_000, 5_000, 9_000, 12_000]) {
+            e.id = id;
+        }
+        let mut empty = world.s.clone();
+        empty.entities.clear();
+        for (s, table) in [(&dense, true), (&sparse, false), (&empty, false)] {
+            let lookups = Lookups::of(s);
+            assert_eq!(!lookups.by_id.is_empty(), table);
+            let last = s.entities.last().map_or(0, |e| e.id);
+            for id in (0..last + 50).chain([u32::MAX - 1, u32::MAX]) {
+                let want = s.entities.binary_search_by_key(&id, |e| e.id).ok();
+                assert_eq!(lookups.index_of(s, id), want, "id {id}");
+            }
+        }
+        assert!(dense.entities.len() < dense.entities.last().map_or(0, |e| e.id as usize));
     }
 }
