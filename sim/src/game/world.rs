@@ -152,6 +152,14 @@ pub(crate) struct State {
     pub(crate) outcome: Option<Outcome>,
 }
 
+impl State {
+    /// Index of a live or dying entity by id: a binary search, since the
+    /// list is sorted by id.
+    pub(crate) fn index_of(&self, id: u32) -> Option<usize> {
+        self.entities.binary_search_by_key(&id, |e| e.id).ok()
+    }
+}
+
 /// Derived data rebuilt on demand; never hashed, never snapshotted.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Cache {
@@ -324,7 +332,7 @@ impl World {
 
     /// Index of a live or dying entity by id.
     pub(crate) fn index_of(&self, id: u32) -> Option<usize> {
-        self.s.entities.binary_search_by_key(&id, |e| e.id).ok()
+        self.s.index_of(id)
     }
 
     /// The entity with this id, if it exists.

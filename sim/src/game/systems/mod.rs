@@ -135,7 +135,7 @@ impl Lookups {
     /// branches scattered ids make unpredictable.
     pub(crate) fn index_of(&self, s: &State, id: u32) -> Option<usize> {
         if self.by_id.is_empty() {
-            return s.entities.binary_search_by_key(&id, |e| e.id).ok();
+            return s.index_of(id);
         }
         let at = *self.by_id.get(id.wrapping_sub(self.first_id) as usize)?;
         (at != u32::MAX).then_some(at as usize)
@@ -350,7 +350,11 @@ mod tests {
         // A few entities with ids far apart, as a long match could leave.
         let mut sparse = world.s.clone();
         sparse.entities.truncate(5);
-        for (e, id) in sparse.entities.iter_mut().zip([3, 1_000, 5_000, 9_000, 12_000]) {
+        for (e, id) in sparse
+            .entities
+            .iter_mut()
+            .zip([3, 1_000, 5_000, 9_000, 12_000])
+        {
             e.id = id;
         }
         let mut empty = world.s.clone();
