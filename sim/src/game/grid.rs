@@ -40,6 +40,57 @@ pub(crate) struct Body {
     pub(crate) alive: bool,
 }
 
+/// Part of a row of cells that a query overlaps ([`Grid::rows_near`]).
+#[derive(Debug)]
+pub(crate) struct CellRow<'a> {
+    /// The tiles of its cells: columns `.0` to `.1` (inclusive) of row `.2`.
+    pub(crate) tiles: (i64, i64, i64),
+    /// None of its cells is on the grid's border, where entities outside
+    /// the window are filed: every body in it was within its cell's tile.
+    pub(crate) inner: bool,
+    /// The slot of `bodies[0]`; the others follow in order.
+    pub(crate) first: usize,
+    pub(crate) bodies: &'a [Body],
+}
+
+/// The rows of cells a query overlaps, in order ([`Grid::rows_near`]).
+pub(crate) struct RowsNear<'a> {
+    grid: &'a Grid,
+    /// First and last column.
+    cols: (u32, u32),
+    /// The next row and the last.
+    next: u32,
+    last: u32,
+}
+
+impl<'a> Iterator for RowsNear<'a> {
+    type Item = CellRow<'a>;
+
+    // Inlined into the query's loop: a call per row would cost as much as
+    // the row's work in a thin crowd.
+    #[inline(always)]
+    fn next(&mut self) -> Option<CellRow<'a>> {
+        if self.next > self.last {
+            return None;
+        }
+        let (g, cy, (x0, x1)) = (self.grid, self.next, self.cols);
+        self.next += 1;
+        // A row's cells are contiguous in `items`.
+        let (first, last) = ((cy * g.cols + x0) as usize, (cy * g.cols + x1) as usize);
+        let (a, b) = (g.starts[first] as usize, g.starts[last + 1] as usize);
+        Some(CellRow {
+            tiles: (
+                g.origin.0 + i64::from(x0),
+                g.origin.0 + i64::from(x1),
+                g.origin.1 + i64::from(cy),
+            ),
+            inner: x0 > 0 && x1 + 1 < g.cols && cy > 0 && cy + 1 < g.rows,
+            first: a,
+            bodies: &g.items[a..b],
+        })
+    }
+}
+
 /// log2 of a block's side in cells: the rules' visiting order is by 2 × 2 blocks.
 const BLOCK_SHIFT: u32 = 1;
 
@@ -240,23 +291,28 @@ impl Grid {
         }
     }
 
-    /// Calls `f` with every entity in the cells overlapping the square of
-    /// half-side `radius` around `center`, in no order the rules may rely on:
-    /// for queries whose answer does not depend on it.
-    pub(crate) fn query(&self, center: Vec2, radius: Fx, mut f: impl FnMut(&Body)) {
-        if self.cols == 0 {
-            return;
+    /// The rows of cells overlapping the square of half-side `radius` around
+    /// `center`, each with its bodies in slot order (cell by cell, in no
+    /// order the rules may rely on): for queries whose answer does not
+    /// depend on the order, and that loop over a row themselves.
+    pub(crate) fn rows_near(&self, center: Vec2, radius: Fx) -> RowsNear<'_> {
+        let (x0, x1, y0, y1) = if self.cols == 0 {
+            (1, 0, 1, 0)
+        } else {
+            self.span(center, radius)
+        };
+        RowsNear {
+            grid: self,
+            cols: (x0, x1),
+            next: y0,
+            last: y1,
         }
-        let (x0, x1, y0, y1) = self.span(center, radius);
-        for cy in y0..=y1 {
-            // A row's cells are contiguous in `items`.
-            let (first, last) = (
-                (cy * self.cols + x0) as usize,
-                (cy * self.cols + x1) as usize,
-            );
-            let (a, b) = (self.starts[first] as usize, self.starts[last + 1] as usize);
-            self.items[a..b].iter().for_each(&mut f);
-        }
+    }
+
+    /// The slot of entity `index`'s body, in the order of [`CellRow::first`]:
+    /// by cell, then ascending index.
+    pub(crate) fn slot_of(&self, index: usize) -> usize {
+        self.slot_of[index] as usize
     }
 
     /// Calls `f` with every entity in the 2 × 2 blocks overlapping the square

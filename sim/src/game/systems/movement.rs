@@ -5,7 +5,7 @@
 use super::super::UnitKind;
 use super::super::culling::TileRect;
 use super::super::flow::{FlowCache, UNREACHABLE};
-use super::super::grid::{Body, Grid};
+use super::super::grid::{Body, CellRow, Grid};
 use super::super::map::Map;
 use super::super::world::{Entity, State};
 use super::Goal;
@@ -101,34 +101,59 @@ const DRIFT: Fx = {
 /// does not depend on iteration order. With an `area`, only the units
 /// inside it are pushed (prediction culling). `grid` may be refreshed
 /// since its rebuild, with bodies up to [`DRIFT`] from their cells.
+///
+/// The rule: a unit is pushed by the first [`MAX_NEIGHBOURS`] units
+/// overlapping it, in block order. Pushes add up exactly, so when no more
+/// than that many overlap, any order gives the same sum, and two pushed
+/// units push each other equally and oppositely (the spring's division
+/// truncates towards zero, and the split of units on top of each other goes
+/// by id). So each such pair is measured once, by the unit filed first in
+/// the grid; a unit past the cap is then measured again alone, its
+/// overlapping units put in block order.
 pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
+    let pushed: Vec<bool> = s
+        .entities
+        .iter()
+        .map(|e| e.kind.is_mobile() && e.alive() && area.is_none_or(|a| a.holds(e.pos)))
+        .collect();
+    // Per entity: the sum of the pushes found so far and how many.
+    let mut sums = vec![(Vec2::ZERO, 0u32); s.entities.len()];
+    for (i, e) in s.entities.iter().enumerate() {
+        if !pushed[i] {
+            continue;
+        }
+        let me = Pushed::of(e, i);
+        let own = grid.slot_of(i);
+        for row in grid.rows_near(e.pos, me.query_reach()) {
+            // Bodies filed after this unit's: this unit measures the pair.
+            let split = (own + 1).clamp(row.first, row.first + row.bodies.len()) - row.first;
+            let (before, after) = row.bodies.split_at(split);
+            for o in after {
+                measure(&me, o, &pushed, &mut sums);
+            }
+            // Bodies filed before it measured the pair themselves if they
+            // are pushed: only the others (off the area) are left, and a
+            // row whose bodies all lie on the area has none.
+            if area.is_some_and(|a| !all_on(a, &row)) {
+                for o in before.iter().filter(|o| !pushed[o.index as usize]) {
+                    measure(&me, o, &pushed, &mut sums);
+                }
+            }
+        }
+    }
     let mut pushes: Vec<(usize, Vec2)> = Vec::new();
     let mut crowd: Vec<((u32, u32), u32, Vec2)> = Vec::new();
     for (i, e) in s.entities.iter().enumerate() {
-        if !e.kind.is_mobile() || !e.alive() || area.is_some_and(|a| !a.holds(e.pos)) {
-            continue;
-        }
-        let reach = e.kind.stats().radius + MAX_RADIUS + DRIFT;
-        let me = Pushed::of(e, i);
-        // The rule: the push from the first MAX_NEIGHBOURS overlapping units
-        // in block order. Pushes add up, so when no more than that many
-        // overlap, any order gives the same sum; past the cap, the
-        // overlapping ones are put in block order and the first ones count.
-        let mut push = Vec2::ZERO;
-        let mut seen = 0u32;
-        grid.query(e.pos, reach, |o| {
-            if let Some(p) = me.from(o) {
-                seen += 1;
-                push += p;
-            }
-        });
+        let (mut push, seen) = sums[i];
         if seen > MAX_NEIGHBOURS {
+            // Past the cap: the first ones in block order count.
+            let me = Pushed::of(e, i);
             crowd.clear();
-            grid.query(e.pos, reach, |o| {
-                if let Some(p) = me.from(o) {
-                    crowd.push((grid.block_of(o.pos), o.index, p));
+            for row in grid.rows_near(e.pos, me.query_reach()) {
+                for o in row.bodies.iter().filter(|o| me.overlaps(o)) {
+                    crowd.push((grid.block_of(o.pos), o.index, me.push_from(o)));
                 }
-            });
+            }
             crowd.sort_unstable_by_key(|&(block, index, _)| (block, index));
             push = Vec2::ZERO;
             for &(_, _, p) in crowd.iter().take(MAX_NEIGHBOURS as usize) {
@@ -140,6 +165,34 @@ pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
         }
     }
     apply_pushes(s, pushes);
+}
+
+/// Adds the push body `o` gives unit `me` to its sum, and the opposite to
+/// `o`'s if `o` is pushed too, when they overlap.
+#[inline(always)]
+fn measure(me: &Pushed, o: &Body, pushed: &[bool], sums: &mut [(Vec2, u32)]) {
+    if me.overlaps(o) {
+        let p = me.push_from(o);
+        let j = o.index as usize;
+        sums[me.index].0 += p;
+        sums[me.index].1 += 1;
+        if pushed[j] {
+            sums[j].0 -= p;
+            sums[j].1 += 1;
+        }
+    }
+}
+
+/// Whether every body filed in `row` lies on `area`: its cells' tiles and
+/// the tile on each side (a body drifts less than a tile from its cell)
+/// are all on it.
+fn all_on(area: &TileRect, row: &CellRow<'_>) -> bool {
+    let (x0, x1, y) = row.tiles;
+    row.inner
+        && i64::from(area.x0) < x0
+        && x1 + 1 < i64::from(area.x1)
+        && i64::from(area.y0) < y
+        && y + 1 < i64::from(area.y1)
 }
 
 /// A unit's summed push, at most `MAX_PUSH` long.
@@ -186,15 +239,17 @@ impl Pushed {
         }
     }
 
-    /// The push body `o` gives this unit when they overlap. Inlined: it
-    /// runs for every unit near every unit, and most calls end at the first
-    /// distance test.
-    ///
-    /// Past that test both offsets are under `reach` (under a tile), so the
-    /// squares and products below cannot overflow: plain arithmetic gives
-    /// exactly what the checked `Vec2` helpers would.
+    /// How far around the unit its query must reach: the largest overlap
+    /// plus how far a body may have drifted from its cell.
+    fn query_reach(&self) -> Fx {
+        Fx::from_bits(self.reach) + DRIFT
+    }
+
+    /// Whether body `o` is another live mobile unit overlapping this one.
+    /// Inlined: it runs for every unit near every unit, and most calls end
+    /// at the first test.
     #[inline(always)]
-    fn from(&self, o: &Body) -> Option<Vec2> {
+    fn overlaps(&self, o: &Body) -> bool {
         let (dx, dy) = (
             self.x.wrapping_sub(o.pos.x.to_bits()),
             self.y.wrapping_sub(o.pos.y.to_bits()),
@@ -211,18 +266,28 @@ impl Pushed {
             dy.wrapping_add(shift).cast_unsigned(),
         );
         if ux.max(uy) > width {
-            return None;
+            return false;
         }
         if o.index as usize == self.index || !o.kind.is_mobile() || !o.alive {
-            return None;
+            return false;
         }
+        // Both offsets are under `reach` (under a tile): no overflow.
+        let min = self.radius + i64::from(o.radius);
+        dx * dx + dy * dy < min * min
+    }
+
+    /// The push body `o` gives this unit, which it overlaps
+    /// ([`Pushed::overlaps`]). Both offsets are under a tile, so the
+    /// squares and products cannot overflow: plain arithmetic gives exactly
+    /// what the checked `Vec2` helpers would. Equal and opposite to the push
+    /// this unit gives `o`.
+    #[inline(always)]
+    fn push_from(&self, o: &Body) -> Vec2 {
+        let (dx, dy) = (self.x - o.pos.x.to_bits(), self.y - o.pos.y.to_bits());
         let min = self.radius + i64::from(o.radius);
         let min2 = min * min;
         let d2 = dx * dx + dy * dy;
-        if d2 >= min2 {
-            return None;
-        }
-        Some(if d2 < 64 {
+        if d2 < 64 {
             // (Nearly) on top of each other: split along x by id.
             let half = Fx::from_bits(min / 4);
             Vec2::new(if self.id < o.id { -half } else { half }, Fx::ZERO)
@@ -231,7 +296,14 @@ impl Pushed {
             // truncated towards zero.
             let (k_num, den) = (min2 - d2, min2 * 2);
             Vec2::from_bits(dx * k_num / den, dy * k_num / den)
-        })
+        }
+    }
+
+    /// The push body `o` gives this unit when they overlap: the rule's
+    /// reference for the tests.
+    #[cfg(test)]
+    fn from(&self, o: &Body) -> Option<Vec2> {
+        self.overlaps(o).then(|| self.push_from(o))
     }
 }
 
@@ -283,6 +355,69 @@ mod tests {
         }
     }
 
+    /// A row of cells that `all_on` says lies on an area holds only bodies
+    /// on it, after every unit drifted as far as [`DRIFT`] allows,
+    /// each way along each axis; rows that straddle the area's edges say
+    /// no.
+    #[test]
+    fn rows_all_on_an_area_hold_only_bodies_on_it() {
+        let mut world = crate::scenarios::melee(1_200, 5);
+        for t in 0..90 {
+            world.step(Turn(t), &[]);
+        }
+        let (w, h) = (world.map().width(), world.map().height());
+        let (mut on, mut straddling) = (0, 0);
+        // Areas whose edges run through the crowds: around the centre, and
+        // with a bottom or top edge along the front line.
+        let (cx, cy) = (w / 2, h / 2);
+        let areas = [
+            TileRect::around(cx, cy, 24, 14),
+            TileRect {
+                x0: w / 4,
+                y0: cy,
+                x1: w - w / 4,
+                y1: h,
+            },
+            TileRect {
+                x0: w / 4,
+                y0: 0,
+                x1: w - w / 4,
+                y1: cy + 1,
+            },
+        ];
+        for (area, (sx, sy)) in areas
+            .iter()
+            .flat_map(|a| [(1, 0), (-1, 0), (0, 1), (0, -1)].map(|d| (a, d)))
+        {
+            let window = crate::game::culling::grid_window(Some(area), w, h);
+            let mut s = world.s.clone();
+            let mut grid = Grid::default();
+            grid.rebuild(&window, &s.entities);
+            // As far as a body may drift from its cell.
+            let most = DRIFT.to_bits() - 1;
+            for e in &mut s.entities {
+                if e.kind.is_mobile() {
+                    e.pos += Vec2::from_bits(sx * most, sy * most);
+                }
+            }
+            assert!(grid.refresh(&s.entities));
+            for e in &s.entities {
+                for row in grid.rows_near(e.pos, MAX_RADIUS + MAX_RADIUS + DRIFT) {
+                    let off = row.bodies.iter().any(|b| !area.holds(b.pos));
+                    if all_on(area, &row) {
+                        assert!(!off, "{row:?}");
+                        on += 1;
+                    }
+                    straddling += usize::from(off && !row.bodies.is_empty());
+                }
+            }
+        }
+        assert!(
+            on > 1_000 && straddling > 100,
+            "{on} rows on, {straddling} straddling"
+        );
+    }
+
     /// Crowds thin and dense, piles where dozens of units overlap (past the
     /// cap, where order matters), over the whole map and culled to an area
     /// that cuts through the crowd, on a grid refreshed after the units
@@ -302,17 +437,22 @@ mod tests {
                 e.pos = centre + Vec2::from_bits(spread * i64::try_from(k % 3).unwrap(), spread);
             }
         }
-        let window =
-            crate::game::culling::grid_window(None, world.map().width(), world.map().height());
+        let (w, h) = (world.map().width(), world.map().height());
+        let whole = crate::game::culling::grid_window(None, w, h);
         // A screen whose top edge runs along the front line, and so
-        // through the crowds where the armies meet.
-        let screen = TileRect {
+        // through the crowds where the armies meet; and one inside the map
+        // on every side, around the piles.
+        let front = TileRect {
             x0: 0,
             y0: cy,
-            x1: world.map().width(),
-            y1: world.map().height(),
+            x1: w,
+            y1: h,
         };
-        for area in [None, Some(&screen)] {
+        let inside = TileRect::around(cx, cy, 24, 14);
+        for area in [None, Some(&front), Some(&inside)] {
+            // The fast pass's grid covers what a culled tick's does (bodies
+            // beyond it filed on its border); the rule's, the whole map.
+            let window = crate::game::culling::grid_window(area, w, h);
             let mut fast = world.s.clone();
             let mut rule = world.s.clone();
             let (mut piled, mut straddling) = (0, 0);
@@ -325,7 +465,7 @@ mod tests {
                 walk(&mut rule, pass);
                 assert!(own.refresh(&fast.entities));
                 let mut grid = Grid::default();
-                grid.rebuild(&window, &rule.entities);
+                grid.rebuild(&whole, &rule.entities);
                 if pass == 0 {
                     let mut scratch = Vec::new();
                     for (i, e) in rule.entities.iter().enumerate() {
