@@ -129,14 +129,14 @@ pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
             let split = (own + 1).clamp(row.first, row.first + row.bodies.len()) - row.first;
             let (before, after) = row.bodies.split_at(split);
             for o in after {
-                measure(&me, o, &pushed, &mut sums);
+                measure(&me, o, &pushed, &mut sums, false);
             }
             // Bodies filed before it measured the pair themselves if they
             // are pushed: only the others (off the area) are left, and a
             // row whose bodies all lie on the area has none.
             if area.is_some_and(|a| !all_on(a, &row)) {
-                for o in before.iter().filter(|o| !pushed[o.index as usize]) {
-                    measure(&me, o, &pushed, &mut sums);
+                for o in before {
+                    measure(&me, o, &pushed, &mut sums, true);
                 }
             }
         }
@@ -168,12 +168,14 @@ pub(crate) fn separate(s: &mut State, grid: &Grid, area: Option<&TileRect>) {
 }
 
 /// Adds the push body `o` gives unit `me` to its sum, and the opposite to
-/// `o`'s if `o` is pushed too, when they overlap.
+/// `o`'s if `o` is pushed too, when they overlap; with `unless_pushed`,
+/// only if `o` is not pushed (it measured the pair itself).
 #[inline(always)]
-fn measure(me: &Pushed, o: &Body, pushed: &[bool], sums: &mut [(Vec2, u32)]) {
-    if me.overlaps(o) {
+fn measure(me: &Pushed, o: &Body, pushed: &[bool], sums: &mut [(Vec2, u32)], unless_pushed: bool) {
+    let j = o.index as usize;
+    // The cheap distance test first: most candidates end there.
+    if me.overlaps(o) && !(unless_pushed && pushed[j]) {
         let p = me.push_from(o);
-        let j = o.index as usize;
         sums[me.index].0 += p;
         sums[me.index].1 += 1;
         if pushed[j] {
