@@ -211,8 +211,9 @@ impl Grid {
     /// stay in the cells of the positions they had at the last rebuild:
     /// cheaper than a rebuild when entities have moved a little. A query
     /// after a refresh must reach farther by as much as any body may have
-    /// moved since the rebuild, and must not rely on the visiting order or
-    /// the occupancy bits ([`Grid::nearest`] does).
+    /// moved since the rebuild, and must not rely on the cells matching the
+    /// positions (block order, the occupancy bits: [`Grid::nearest`] does);
+    /// the slots ([`Grid::slot_of`]) stay those of the rebuild.
     ///
     /// `entities` must be the list the grid was built from, perhaps with
     /// entities appended (a spawn); then it returns false, changing

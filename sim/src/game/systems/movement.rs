@@ -96,6 +96,13 @@ const DRIFT: Fx = {
     Fx::from_bits(most + crate::num::ONE_BITS / 64)
 };
 
+// `all_on` allows one tile of drift: a unit kind faster than that needs a
+// wider margin there.
+const _: () = assert!(
+    DRIFT.to_bits() < crate::num::ONE_BITS,
+    "DRIFT must stay under a tile"
+);
+
 /// Pushes overlapping mobile units apart. Pushes are computed from the
 /// positions at the start of the pass and applied afterwards, so the result
 /// does not depend on iteration order. With an `area`, only the units
