@@ -5,8 +5,9 @@
 //! shipped game plays ([`DemoGame`]); each peer is a public
 //! [`lockstep::peer::Peer`] with its game's bot, nothing private.
 //!
-//! This module and the relay binary's `main.rs` are the only places of the
-//! relay crate that know a game: the server modules host any game.
+//! This module, [`crate::games`] and the relay binary's `main.rs` are the
+//! only places of the relay crate that know a game: the server modules host
+//! any game. Nothing in the library imports this module: it sits on top.
 
 mod heal;
 mod spectate;
@@ -14,8 +15,12 @@ use spectate::watch;
 
 pub use heal::DemoHeal;
 
+/// The rules hash of the shipped games, kept at its first path; it lives in
+/// [`crate::games`], which the live view and `relay serve` use too.
+pub use crate::games::known_rules_hash;
+
 use crate::config::RelayConfig;
-use crate::event::{MatchInfo, RouterEvent};
+use crate::event::RouterEvent;
 use crate::recorder::{Recorded, Recorder};
 use crate::udp::{RelayNote, serve};
 use lockstep::low_level::transport::TransportConfig;
@@ -25,7 +30,7 @@ use lockstep::peer::udp::{PlayOptions, SPECULATION_FRAME, UdpPeer, play};
 use lockstep::peer::{Agent, PeerBuilder, PeerSummary};
 use lockstep::{Duration, Instant};
 use serde::Serialize;
-use sim::{PlayerId, Simulation, StateHash, Turn};
+use sim::{PlayerId, Simulation, Turn};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,23 +56,6 @@ impl DemoGame {
             Self::Rts => 300,
             Self::Arena => sim::arena::BOT_APM,
         }
-    }
-}
-
-/// The rules hash a replay header needs, for the games this binary knows:
-/// the join carries a fingerprint for a canonical setup (the seed is only
-/// drawn at the start), so a known game's hash is recomputed for the match's
-/// real setup; any other game keeps the join's.
-#[must_use]
-pub fn known_rules_hash(info: &MatchInfo) -> StateHash {
-    use sim::arena::Arena;
-    use sim::game::World;
-    if info.game_id == World::GAME_ID && info.game_version == World::GAME_VERSION {
-        World::new(&info.setup).rules_hash()
-    } else if info.game_id == Arena::GAME_ID && info.game_version == Arena::GAME_VERSION {
-        Arena::new(&info.setup).rules_hash()
-    } else {
-        info.rules_hash
     }
 }
 

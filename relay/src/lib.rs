@@ -60,6 +60,7 @@ mod desync;
 pub mod endpoint;
 pub mod entropy;
 pub mod event;
+pub mod games;
 pub mod limits;
 pub mod live;
 mod matchroom;

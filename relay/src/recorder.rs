@@ -89,7 +89,7 @@ const MAX_NAME_PART: usize = 64;
 /// (the game id, version and the join's rules fingerprint all travel in
 /// [`MatchInfo`]). `|info| info.rules_hash` takes the join's as it is; a
 /// binary that knows the games it hosts can recompute it for the match's
-/// real setup (see `relay::demo::known_rules_hash`).
+/// real setup (see [`crate::games::known_rules_hash`]).
 pub type RulesHashFn = fn(&MatchInfo) -> StateHash;
 
 /// The match an event belongs to.

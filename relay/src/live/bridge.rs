@@ -75,7 +75,7 @@ impl LiveRecording {
         let pipe = Pipe::default();
         let header = crate::recorder::header(
             &listed.info,
-            crate::demo::known_rules_hash(&listed.info),
+            crate::games::known_rules_hash(&listed.info),
             listed.started_unix_ms,
         );
         Ok(Self {

@@ -91,7 +91,7 @@ fn outsiders(b: &mut Bundle) {
 fn record_and_verify(events: &[RouterEvent]) -> replays::VerifyReport {
     let dir = std::env::temp_dir().join(format!("turns-test-{}-decode", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut rec = relay::recorder::Recorder::new(&dir, relay::demo::known_rules_hash).unwrap();
+    let mut rec = relay::recorder::Recorder::new(&dir, relay::games::known_rules_hash).unwrap();
     let mut done = None;
     for e in events {
         if let Some(r) = rec.handle(1_795_314_600_000, e).unwrap() {

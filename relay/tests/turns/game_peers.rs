@@ -8,7 +8,7 @@ use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::netsim::harness::Harness;
 use lockstep::netsim::{LinkConfig, Network};
 use lockstep::peer::PeerSummary;
-use relay::demo::known_rules_hash;
+use relay::games::known_rules_hash;
 
 /// Runs `n` reference-game peers (bot seeds 40, 41, ...) against a relay
 /// over a perfect 20 ms network; `desync`: (peer index, turn) whose world
