@@ -61,6 +61,7 @@ pub mod endpoint;
 pub mod entropy;
 pub mod event;
 pub mod games;
+pub mod http;
 pub mod limits;
 pub mod live;
 mod matchroom;

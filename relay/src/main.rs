@@ -208,6 +208,7 @@ impl RelayArgs {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("live_view").args(["live", "http"])))]
 struct ServeArgs {
     /// UDP address to listen on (a host name such as `localhost:7777` is
     /// resolved, IPv4 first).
@@ -257,22 +258,33 @@ struct ServeArgs {
     /// port (SO_REUSEPORT); a match lives on one of them. Default: one per core.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Option<u16>,
-    /// Serve HTTP on this address: Prometheus metrics (`/metrics`),
-    /// `/health`, and the live viewer (`/watch`: the running matches, each
-    /// watchable in a browser as a delayed spectator, fed over a WebSocket).
-    #[arg(long = "http", visible_alias = "metrics", value_name = "ADDR")]
+    /// Serve Prometheus metrics (`/metrics`) and `/health` on this address
+    /// (TCP), on a listener of their own: nothing else is served there, so
+    /// no browser ever delays a health probe.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// Serve the live view on this address (TCP): the viewer page (`/watch`:
+    /// the running matches, each watchable in a browser as a delayed
+    /// spectator, fed over a WebSocket). Opt-in, on a listener apart from
+    /// `--metrics`: its clients never share threads or caps with `/health`.
+    #[arg(long, value_name = "ADDR")]
+    live: Option<SocketAddr>,
+    /// `--metrics` and `--live` on one address (one listener, whose clients
+    /// share one cap of requests): the layout before the split, kept for
+    /// existing scripts. Prefer the two flags.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["metrics", "live"])]
     http: Option<SocketAddr>,
-    /// The viewer's WebAssembly module for `--http` (default:
+    /// The viewer's WebAssembly module for `--live` (default:
     /// LOCKSTEP_VIEWER_WASM, else the workspace build of `cargo build
     /// --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown`).
     /// Without it the page lists the matches and says how to build it.
-    #[arg(long, value_name = "PATH", requires = "http")]
+    #[arg(long, value_name = "PATH", requires = "live_view")]
     viewer_wasm: Option<PathBuf>,
-    /// Most browsers watching live at once (`--http`). Each is a spectator
+    /// Most browsers watching live at once (`--live`). Each is a spectator
     /// connection from this host: keep it within the per-host connection
     /// limit (`--max-connections-per-host`, default 16), which players on
     /// this machine share.
-    #[arg(long, default_value_t = relay::live::DEFAULT_MAX_VIEWERS, requires = "http")]
+    #[arg(long, default_value_t = relay::live::DEFAULT_MAX_VIEWERS, requires = "live_view")]
     max_live_viewers: usize,
     /// Watchdog: `/health` answers 503 (and `relay_watchdog_trips_total`
     /// counts it) when the event loop has not completed an iteration for
@@ -586,6 +598,111 @@ fn live_config(
     })
 }
 
+/// Binds an HTTP listener for `flag`, or says why not (exit code 1).
+fn bind_http(
+    flag: &str,
+    addr: SocketAddr,
+) -> Result<(std::net::TcpListener, SocketAddr), ExitCode> {
+    match relay::http::bind(addr) {
+        Ok(l) => {
+            let shown = l.local_addr().unwrap_or(addr);
+            Ok((l, shown))
+        }
+        Err(e) => {
+            eprintln!("relay: cannot bind {flag} {addr}: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// What the event loops feed of the HTTP side: the counters (`--metrics`)
+/// and the live view (`--live`), each when served.
+type HttpSide = (Option<Arc<Metrics>>, Option<Arc<relay::live::Live>>);
+
+/// Starts the HTTP side (see `relay::http`): `--metrics` (`/metrics` and
+/// `/health`) and `--live` (the live view) on listeners of their own, or
+/// both on the one of `--http`. Returns the counters the event loops
+/// publish and the live view they tell about matches; prints each address
+/// (a start-up fact, at any level like `listening`).
+fn start_http(
+    a: &ServeArgs,
+    threads: usize,
+    sockets: &[UdpSocket],
+    auth: &AuthMode,
+) -> Result<HttpSide, ExitCode> {
+    let metrics_at = a.metrics.or(a.http);
+    let live_at = a.live.or(a.http);
+    let metrics = metrics_at.map(|_| {
+        Arc::new(
+            Metrics::new()
+                .with_watchdog(std::time::Duration::from_secs(a.watchdog_s))
+                .with_loops(threads),
+        )
+    });
+    let live = match live_at {
+        Some(_) => Some(Arc::new(relay::live::Live::new(live_config(
+            a,
+            addr_for_bridge(addr_of(sockets, a.bind)),
+            auth,
+        )?))),
+        None => None,
+    };
+    let never = || Arc::new(AtomicBool::new(false));
+    let started = match (a.http, &metrics, &live) {
+        (Some(addr), Some(m), Some(l)) => {
+            let (listener, shown) = bind_http("--http", addr)?;
+            relay::http::spawn_shared(listener, Arc::clone(m), Arc::clone(l), never())
+                .map(|_| (Some(shown), Some(shown)))
+        }
+        _ => {
+            let mut shown = (None, None);
+            let mut r = Ok(());
+            if let (Some(addr), Some(m)) = (a.metrics, &metrics) {
+                let (listener, at) = bind_http("--metrics", addr)?;
+                shown.0 = Some(at);
+                r = relay::http::spawn_metrics(listener, Arc::clone(m), never()).map(drop);
+            }
+            if let (Ok(()), Some(addr), Some(l)) = (&r, a.live, &live) {
+                let (listener, at) = bind_http("--live", addr)?;
+                shown.1 = Some(at);
+                r = relay::http::spawn_live(listener, Arc::clone(l), never()).map(drop);
+            }
+            r.map(|()| shown)
+        }
+    };
+    let (metrics_shown, live_shown) = match started {
+        Ok(shown) => shown,
+        Err(e) => {
+            eprintln!("relay: cannot start the http thread: {e}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    if let Some(at) = metrics_shown {
+        if a.json {
+            out_line(
+                &serde_json::json!({ "event": "metrics", "addr": at.to_string() }).to_string(),
+            );
+        } else {
+            eprintln!("relay: metrics on http://{at}/metrics");
+        }
+    }
+    if let Some(at) = live_shown {
+        if a.json {
+            out_line(
+                &serde_json::json!({
+                    "event": "watch",
+                    "addr": at.to_string(),
+                    "url": format!("http://{at}/watch"),
+                })
+                .to_string(),
+            );
+        } else {
+            eprintln!("relay: watch live at http://{at}/watch");
+        }
+    }
+    Ok((metrics, live))
+}
+
 /// The matches a previous relay process left unfinished in `dir`, to
 /// resume; each file that cannot be is named with the reason (a
 /// `not_resumed` line with `--json`, else on stderr) and left as it is: the
@@ -783,53 +900,9 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         eprintln!("relay: token mode: only holders of a join token may connect");
     }
     let level = if a.verbose { Level::Debug } else { a.log_level };
-    let mut live = None;
-    let metrics = match a.http {
-        Some(addr) => {
-            let m = Arc::new(
-                Metrics::new()
-                    .with_watchdog(std::time::Duration::from_secs(a.watchdog_s))
-                    .with_loops(threads),
-            );
-            let listener = match relay::metrics::bind(addr) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("relay: cannot bind http {addr}: {e}");
-                    return ExitCode::from(1);
-                }
-            };
-            let shown = listener.local_addr().map_or(addr, |x| x);
-            let view = match live_config(a, addr_for_bridge(addr_of(&sockets, a.bind)), &auth) {
-                Ok(c) => Arc::new(relay::live::Live::new(c)),
-                Err(code) => return code,
-            };
-            if let Err(e) = relay::live::spawn_http(
-                listener,
-                Arc::clone(&m),
-                Arc::clone(&view),
-                Arc::new(AtomicBool::new(false)),
-            ) {
-                eprintln!("relay: cannot start the http thread: {e}");
-                return ExitCode::from(1);
-            }
-            live = Some(view);
-            // A start-up fact, printed at any level like `listening`.
-            if a.json {
-                out_line(
-                    &serde_json::json!({ "event": "metrics", "addr": shown.to_string() })
-                        .to_string(),
-                );
-                out_line(
-                    &serde_json::json!({ "event": "watch", "url": format!("http://{shown}/watch") })
-                        .to_string(),
-                );
-            } else {
-                eprintln!("relay: metrics on http://{shown}/metrics");
-                eprintln!("relay: watch live at http://{shown}/watch");
-            }
-            Some(m)
-        }
-        None => None,
+    let (metrics, live) = match start_http(a, threads, &sockets, &auth) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     let opts = ServeOptions {
         stop: &stop,

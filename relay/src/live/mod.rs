@@ -1,6 +1,8 @@
-//! Watching live: `relay serve --http ADDR` also serves the replay viewer's
+//! Watching live: `relay serve --live ADDR` serves the replay viewer's
 //! page, a list of the running matches, and for each a live view fed over
-//! a WebSocket.
+//! a WebSocket. This module answers the routes ([`Live`]); the listener it
+//! is mounted on is [`crate::http`]'s ([`crate::http::spawn_live`]), which
+//! sits above it.
 //!
 //! Each browser watching is an ordinary spectator of the relay: the HTTP
 //! side opens a transport connection of its own to the relay's UDP socket
@@ -90,7 +92,7 @@ struct Listed {
 
 /// The live view's state, shared by the event loops (which tell it about
 /// matches through [`Live::handle_event`]) and the HTTP threads. Build it
-/// with [`Live::new`] and pass it to [`spawn_http`].
+/// with [`Live::new`] and pass it to [`crate::http::spawn_live`].
 #[derive(Debug)]
 pub struct Live {
     config: LiveConfig,
@@ -132,7 +134,7 @@ impl Live {
     }
 
     /// Keeps the list of running matches: call it with every router event
-    /// (`relay::udp::RelayNote::Event`) and the wall-clock time. A turn's
+    /// (`relay::serve::RelayNote::Event`) and the wall-clock time. A turn's
     /// update is skipped when an HTTP thread holds the list (the next turn
     /// brings it), so an event loop never waits here for more than a start
     /// or an end.
@@ -293,22 +295,6 @@ impl Live {
             })?;
         Ok(())
     }
-}
-
-/// Serves `/metrics` and `/health` as [`crate::metrics::spawn_http`] does,
-/// and the live view's routes: `/` (to `/watch`), `/watch` (the viewer
-/// page: the match list, and with `?match=ID` the live view),
-/// `/matches.json`, `/viewer.wasm` and `/live?match=ID` (the WebSocket).
-///
-/// # Errors
-/// As [`crate::metrics::spawn_http`].
-pub fn spawn_http(
-    listener: std::net::TcpListener,
-    metrics: Arc<crate::metrics::Metrics>,
-    live: Arc<Live>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> io::Result<std::thread::JoinHandle<()>> {
-    crate::metrics::spawn_server(listener, metrics, Some(live), stop)
 }
 
 #[cfg(test)]

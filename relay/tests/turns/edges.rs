@@ -332,16 +332,17 @@ fn http_until(addr: SocketAddr, path: &str, want: impl Fn(&str) -> bool) -> Stri
 /// runs again the relay finishes normally.
 #[test]
 fn health_is_503_while_the_event_loop_is_stalled() {
-    use relay::metrics::{Metric, Metrics, spawn_http};
+    use relay::http::spawn_metrics;
+    use relay::metrics::{Metric, Metrics};
     use relay::udp::{RelayNote, ServeOptions, serve_with};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let listener = relay::metrics::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = relay::http::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let http = listener.local_addr().unwrap();
     let metrics = Arc::new(Metrics::new().with_watchdog(std::time::Duration::from_millis(200)));
     let http_stop = Arc::new(AtomicBool::new(false));
-    let h = spawn_http(listener, Arc::clone(&metrics), Arc::clone(&http_stop)).unwrap();
+    let h = spawn_metrics(listener, Arc::clone(&metrics), Arc::clone(&http_stop)).unwrap();
     let stop = AtomicBool::new(false);
     let (entered_tx, entered) = std::sync::mpsc::channel();
     let (release, released) = std::sync::mpsc::channel::<()>();
