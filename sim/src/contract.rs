@@ -223,18 +223,11 @@ pub trait Simulation: Sized {
     ///
     /// The default, for games that cannot do better, is the whole section as
     /// one entity ([`WHOLE_SECTION`](crate::forensics::WHOLE_SECTION)) whose
-    /// hash is the section hash. Empty for an unknown section.
+    /// hash is the section hash ([`whole_section`](crate::forensics::whole_section)).
+    /// Empty for an unknown section. An override that splits only some
+    /// sections returns `whole_section(self, section)` for the others.
     fn entity_hashes(&self, section: &str) -> Vec<EntityHash> {
-        self.section_hashes()
-            .into_iter()
-            .find(|s| s.name == section)
-            .map(|s| {
-                vec![EntityHash {
-                    id: crate::forensics::WHOLE_SECTION,
-                    hash: s.hash,
-                }]
-            })
-            .unwrap_or_default()
+        crate::forensics::whole_section(self, section)
     }
 
     /// The canonical named dump of entity `id` of `section` (field names and
@@ -242,15 +235,10 @@ pub trait Simulation: Sized {
     /// and an odd peer; `None` if there is no such entity.
     ///
     /// The default, for games that cannot do better, dumps the whole section
-    /// as one field, `section_hash`.
+    /// as one field, `section_hash`
+    /// ([`whole_section_fields`](crate::forensics::whole_section_fields)).
     fn entity_fields(&self, section: &str, id: u64) -> Option<Vec<Field>> {
-        if id != crate::forensics::WHOLE_SECTION {
-            return None;
-        }
-        self.section_hashes()
-            .into_iter()
-            .find(|s| s.name == section)
-            .map(|s| vec![Field::new("section_hash", s.hash)])
+        crate::forensics::whole_section_fields(self, section, id)
     }
 }
 

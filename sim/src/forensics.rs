@@ -184,6 +184,96 @@ pub fn narrow<S: crate::Simulation>(a: &S, b: &S, max_entities: usize) -> Vec<En
     out
 }
 
+/// The entity list of a section a game does not split into entities: the
+/// whole section as one entity, id [`WHOLE_SECTION`], whose hash is the
+/// section hash (empty for a section `world` does not have). It is the
+/// default of [`Simulation::entity_hashes`](crate::Simulation::entity_hashes):
+/// use it in an override that splits some sections and not others, for the
+/// sections it does not split (an empty list there fails
+/// [`sections_are_consistent`] and leaves the relay nothing to check).
+///
+/// ```
+/// use sim::forensics::{EntityHash, combine_entities, sections_are_consistent, whole_section};
+/// use sim::{MatchSetup, SectionHash, Simulation, SnapshotError, Stamped, StateHash, Turn};
+///
+/// /// Two counters: `units` split into entities, `clock` not.
+/// struct Tiny { units: Vec<u32>, clock: u32 }
+///
+/// impl Tiny {
+///     fn unit_hashes(&self) -> Vec<EntityHash> {
+///         let mut buf = Vec::new();
+///         (0u64..).zip(&self.units)
+///             .map(|(id, u)| EntityHash { id, hash: sim::hash::digest_of(u, &mut buf) })
+///             .collect()
+///     }
+/// }
+///
+/// impl Simulation for Tiny {
+///     type Command = u8;
+///     const GAME_ID: &'static str = "tiny";
+///     const GAME_VERSION: u32 = 1;
+///     fn new(_: &MatchSetup) -> Self { Self { units: vec![1, 2, 3], clock: 0 } }
+///     fn rules_hash(&self) -> StateHash { StateHash([0; 32]) }
+///     fn step(&mut self, _: Turn, _: &[Stamped<u8>]) { self.clock += 1 }
+///     fn state_hash(&self) -> StateHash { sim::hash::combine(&self.section_hashes()) }
+///     fn section_hashes(&self) -> Vec<SectionHash> {
+///         vec![
+///             SectionHash { name: "units".into(), hash: combine_entities(&self.unit_hashes()) },
+///             SectionHash { name: "clock".into(), hash: sim::hash::digest_of(&self.clock, &mut Vec::new()) },
+///         ]
+///     }
+///     fn entity_hashes(&self, section: &str) -> Vec<EntityHash> {
+///         match section {
+///             "units" => self.unit_hashes(),
+///             // Not `Vec::new()`: the section is one entity.
+///             _ => whole_section(self, section),
+///         }
+///     }
+///     fn snapshot(&self) -> Vec<u8> { Vec::new() }
+///     fn restore(_: &[u8]) -> Result<Self, SnapshotError> { Err(SnapshotError::Invalid("n/a".into())) }
+/// }
+///
+/// let world = Tiny::new(&MatchSetup { seed: 1, players: 1, ticks_per_turn: 1 });
+/// assert_eq!(whole_section(&world, "clock").len(), 1);
+/// assert!(whole_section(&world, "no such section").is_empty());
+/// assert!(sections_are_consistent(&world));
+/// ```
+#[must_use]
+pub fn whole_section<S: crate::Simulation>(world: &S, section: &str) -> Vec<EntityHash> {
+    world
+        .section_hashes()
+        .into_iter()
+        .find(|s| s.name == section)
+        .map(|s| {
+            vec![EntityHash {
+                id: WHOLE_SECTION,
+                hash: s.hash,
+            }]
+        })
+        .unwrap_or_default()
+}
+
+/// The canonical dump of a section a game does not split into entities:
+/// the section hash as one field, `section_hash`, for entity
+/// [`WHOLE_SECTION`] (`None` for another id or an unknown section). It is
+/// the default of [`Simulation::entity_fields`](crate::Simulation::entity_fields):
+/// use it in an override for the sections that [`whole_section`] lists.
+#[must_use]
+pub fn whole_section_fields<S: crate::Simulation>(
+    world: &S,
+    section: &str,
+    id: u64,
+) -> Option<Vec<Field>> {
+    if id != WHOLE_SECTION {
+        return None;
+    }
+    world
+        .section_hashes()
+        .into_iter()
+        .find(|s| s.name == section)
+        .map(|s| vec![Field::new("section_hash", s.hash)])
+}
+
 /// Checks a world's forensics contract: every section's entity list is
 /// valid against its section hash. For a game's own tests.
 #[must_use]
