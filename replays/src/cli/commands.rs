@@ -251,6 +251,7 @@ fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliErro
             "disputed_turns": s.disputes,
             "recorded_desyncs": desyncs.iter().map(desync_json).collect::<Vec<_>>(),
             "drops": s.drops,
+            "rejoins": s.rejoins,
             "delay_changes": s.delay_changes,
             "start_state": s.started,
             "final_turn": fin.map(|f| f.0.0),
@@ -311,11 +312,12 @@ fn info(c: &mut Console<'_>, path: &Path, as_json: bool) -> Result<bool, CliErro
     };
     outln!(
         c,
-        "records:     {} hashes, {} keyframes, {} desyncs{disputed}, {} drops, {} delay changes",
+        "records:     {} hashes, {} keyframes, {} desyncs{disputed}, {} drops, {} rejoins, {} delay changes",
         s.hashes,
         s.keyframes,
         s.desyncs,
         s.drops,
+        s.rejoins,
         s.delay_changes
     );
     match fin {

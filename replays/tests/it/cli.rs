@@ -51,6 +51,51 @@ fn info_snapshots() {
     insta::assert_snapshot!("info_torn_economy", out);
 }
 
+/// `info` counts rejoins (text and `--json`): the 4-player economy file
+/// (one drop) rewritten with the dropped player back 10 turns later.
+#[test]
+fn info_counts_rejoins() {
+    use replays::{Reader, Record, SyncPolicy, Writer};
+    let mut r = Reader::from_bytes(ECONOMY).unwrap();
+    let mut w = Writer::new(Vec::new(), r.header(), SyncPolicy::AtFinish).unwrap();
+    let mut back = None;
+    for rec in r.by_ref() {
+        match rec.unwrap() {
+            Record::Turn { turn, inputs } => {
+                if let Some((player, at)) = back
+                    && turn >= at
+                {
+                    w.record_rejoin(player, turn).unwrap();
+                    back = None;
+                }
+                w.record_turn(turn, &inputs).unwrap();
+            }
+            Record::Hash { turn, hash } => w.record_hash(turn, hash).unwrap(),
+            Record::Drop { player, turn } => {
+                w.record_drop(player, turn).unwrap();
+                back = Some((player, sim::Turn(turn.0 + 10)));
+            }
+            Record::DelayChange { delay, from_turn } => {
+                w.record_delay_change(delay, from_turn).unwrap();
+            }
+            Record::Trailer {
+                final_turn,
+                final_hash,
+                ..
+            } => w.finish(final_turn, final_hash).unwrap(),
+            _ => {}
+        }
+    }
+    let path = scratch("rejoined_economy.replay", &w.into_inner().unwrap());
+    let (code, out, _) = run(&["info".as_ref(), path.as_os_str()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 drops, 1 rejoins"), "{out}");
+    let (_, out, _) = run(&["info".as_ref(), "--json".as_ref(), path.as_os_str()]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["rejoins"], 1, "{out}");
+    assert_eq!(json["drops"], 1, "{out}");
+}
+
 #[test]
 fn verify_json_snapshots_and_exit_codes() {
     let torn = torn_economy();
