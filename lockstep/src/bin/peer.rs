@@ -108,7 +108,8 @@ struct Cli {
     /// Rejoin file: if it holds a slot of this match (written by an earlier
     /// run of this peer), come back into that slot instead of joining;
     /// otherwise join and write the slot's rejoin secret there (mode 0600)
-    /// within a second of the start, so a restarted peer can rejoin.
+    /// as soon as the relay gives it (right after the start), so a
+    /// restarted peer can rejoin.
     #[arg(long)]
     rejoin_file: Option<PathBuf>,
     /// Watch the running match `--match` instead of playing: from the

@@ -321,7 +321,11 @@ impl Default for PlayOptions {
 /// Plays one match with an agent built by `make_agent` at the start, until
 /// the match ends (then lingers, see [`PlayOptions::linger`]), `stop` is
 /// set, the connection is lost or the time is up. `progress` is called about
-/// every second (for stderr progress lines).
+/// every second (for stderr progress lines), and at once when the relay's
+/// rejoin secret arrives ([`PeerEvent::RejoinSecret`], right after the
+/// start): [`Peer::rejoin_secret`] is then `Some`, so a game saves it where
+/// a restarted process finds it (`peer --rejoin-file` does) before anything
+/// can kill this one, not up to a second later.
 ///
 /// # Errors
 /// Socket errors.
@@ -342,7 +346,9 @@ pub fn play<S: Simulation, A: Agent<S>>(
     let mut next_frame = opts.frames.map(|_| start);
     loop {
         let now = udp.now();
-        think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
+        if think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held) {
+            progress(udp.peer(), now);
+        }
         held.submit_due(udp.peer_mut(), now);
         if let (Some(every), Some(at)) = (opts.frames, next_frame)
             && now >= at
@@ -369,7 +375,7 @@ pub fn play<S: Simulation, A: Agent<S>>(
             .is_some_and(|d| now.saturating_since(Instant::ZERO) >= d)
         {
             // A crash: no Leave, no disconnect; the relay finds out by timeout.
-            think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
+            let _ = think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
             let mut summary = udp.peer().summary(now);
             summary.error = Some("vanished (fault switch)".into());
             return Ok(summary);
@@ -407,7 +413,7 @@ pub fn play<S: Simulation, A: Agent<S>>(
     }
     udp.close();
     let now = udp.now();
-    think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
+    let _ = think(udp.peer_mut(), &mut agent, &mut make_agent, now, &mut held);
     udp.peer_mut().close_recording();
     let mut summary = udp.peer().summary(now);
     if summary.error.is_none() {
@@ -417,17 +423,20 @@ pub fn play<S: Simulation, A: Agent<S>>(
 }
 
 /// Polls every event: builds the agent at the start, lets it think after
-/// every turn and submits what it returns.
+/// every turn and submits what it returns. Whether the rejoin secret
+/// arrived among them (the caller reports it at once).
 fn think<S: Simulation, A: Agent<S>>(
     peer: &mut Peer<S>,
     agent: &mut Option<A>,
     make_agent: &mut impl FnMut(PlayerId) -> A,
     now: Instant,
     held: &mut Held<S::Command>,
-) {
+) -> bool {
+    let mut secret = false;
     while let Some(ev) = peer.poll_event() {
         match ev {
             PeerEvent::Started { player, .. } => *agent = Some(make_agent(player)),
+            PeerEvent::RejoinSecret { .. } => secret = true,
             // A rejoining peer's orders would come too late to matter.
             PeerEvent::TurnReady { turn, .. } if !peer.is_catching_up() => {
                 if let (Some(a), Some(world)) = (agent.as_mut(), peer.world()) {
@@ -440,6 +449,7 @@ fn think<S: Simulation, A: Agent<S>>(
             _ => {}
         }
     }
+    secret
 }
 
 /// Orders waiting for their reaction time ([`PlayOptions::reaction`]).
@@ -524,5 +534,67 @@ mod tests {
             left += 1;
         }
         assert_eq!(left, extra);
+    }
+
+    /// The rejoin secret reaches the game as soon as it arrives: `play`
+    /// calls `progress` at once, well before its first once-a-second tick,
+    /// so a peer killed in its first second can still rejoin. (The relay's
+    /// Start and secret are handed straight to the peer's session here, as
+    /// the transport would deliver them.)
+    #[test]
+    fn play_hands_the_rejoin_secret_to_progress_before_the_first_tick() {
+        use crate::proto::{PlayerInfo, RejoinSecret, Start, ToPeer};
+        use sim::{MatchSetup, Turn};
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // A relay address nobody answers on: only the delivered messages count.
+        let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let builder = PeerBuilder::<sim::arena::Arena>::new("m", 2);
+        let mut udp = UdpPeer::new(socket, relay.local_addr().unwrap(), builder).unwrap();
+        let start = ToPeer::Start(Start {
+            your_player: PlayerId(1),
+            setup: MatchSetup {
+                seed: 5,
+                players: 2,
+                ticks_per_turn: 2,
+            },
+            turn_length_us: 100_000,
+            players: (0..2)
+                .map(|i| PlayerInfo {
+                    id: PlayerId(i),
+                    name: format!("p{i}"),
+                })
+                .collect(),
+            input_delay: 3,
+            first_turn: Turn(0),
+            last_turn: Some(Turn(100)),
+        });
+        let secret = RejoinSecret([9; 16]);
+        let now = udp.now();
+        udp.peer.game.handle_message(now, &start.to_bytes());
+        udp.peer
+            .game
+            .handle_message(now, &ToPeer::RejoinSecret(secret).to_bytes());
+        let stop = AtomicBool::new(false);
+        let opts = PlayOptions {
+            timeout: Duration::from_secs(5),
+            linger: Duration::ZERO,
+            ..PlayOptions::default()
+        };
+        let begun = udp.now();
+        let mut seen = Vec::new();
+        let bot = |p| sim::arena::Bot::new(p, 1, 60);
+        play(&mut udp, bot, &opts, &stop, |peer, now| {
+            seen.push((now, peer.rejoin_secret()));
+            stop.store(true, Ordering::Relaxed);
+        })
+        .unwrap();
+        let (at, got) = seen[0];
+        assert_eq!(got, Some((PlayerId(1), secret)));
+        assert!(
+            at.saturating_since(begun) < Duration::from_secs(1),
+            "reported {} after the start of play, not at once",
+            at.saturating_since(begun)
+        );
+        assert_eq!(seen.len(), 1, "stopped at the first report");
     }
 }
