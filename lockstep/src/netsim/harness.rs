@@ -88,6 +88,14 @@
 //! links with [`Network::set_link`] (through [`Harness::network_mut`]) to
 //! test a laggard; read [`Harness::traffic`] to measure bandwidth.
 //!
+//! **A peer's position in the endpoint list is not its player id.** The
+//! relay seats players in the order their joins arrive, and under loss or
+//! jitter a later peer's join can arrive first: read each peer's slot from
+//! [`Peer::player`](crate::peer::Peer::player) (or the
+//! [`PeerEvent::Started`](crate::peer::PeerEvent::Started) event) once the
+//! match started. The guide's step 8 has a compiled match of a game's
+//! peers and the real relay under loss.
+//!
 //! [`Server`]: crate::transport::Server
 //! [`Client`]: crate::transport::Client
 
