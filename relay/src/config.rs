@@ -181,7 +181,7 @@ impl RelayConfig {
     /// Checks every setting against what the relay and the peers accept;
     /// the first bad one is returned, naming its flag and the allowed range.
     /// `relay serve`/`relay demo` call it at start-up, and
-    /// [`serve_with`](crate::udp::serve_with) refuses an invalid config.
+    /// [`serve_with`](crate::serve::serve_with) refuses an invalid config.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         use lockstep::low_level::proto::MAX_INPUT_DELAY;
         fn bad(flag: &'static str, value: impl ToString, allowed: String) -> InvalidSetting {

@@ -22,7 +22,7 @@ pub use crate::games::known_rules_hash;
 use crate::config::RelayConfig;
 use crate::event::RouterEvent;
 use crate::recorder::{Recorded, Recorder};
-use crate::udp::{RelayNote, serve};
+use crate::serve::{RelayNote, serve};
 use lockstep::low_level::transport::TransportConfig;
 use lockstep::netsim::LinkConfig;
 use lockstep::peer::SpeculationConfig;

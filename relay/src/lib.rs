@@ -52,6 +52,37 @@
 //! }
 //! assert_eq!(simulated, [20, 20]);
 //! ```
+//!
+//! # Layering
+//!
+//! The modules import one way, top to bottom; nothing imports upward, and
+//! a unit test (`layering_tests`) fails on a circle, naming the file and
+//! line:
+//!
+//! ```text
+//! demo         the one-command match (a relay, bot peers, a verified replay); nothing imports it
+//! http         the HTTP side: listeners, request reading, routing; mounts metrics and the live view
+//! udp          the one-loop entry points of `serve` under their first path
+//! endpoint     the relay as a netsim endpoint, for tests under loss
+//!   ↓
+//! serve        the serve loops: sockets, the real clock, threads; never the HTTP side
+//! live         the live view: the match list, a spectator bridge per browser
+//!   ↓
+//! router_glue  transport ↔ router        recorder, games   replay files, rules hashes
+//! metrics      counters and their text (no server, no live view)
+//!   ↓
+//! router       the sans-IO core: connections, match rooms by name
+//!   ↓
+//! matchroom    one match: seats, turns, hashes, desync, snapshots, rejoin
+//!   ↓
+//! delay · desync · names · outbox · resume · turn_policy · rejoin_config · limits · config · event · entropy
+//! ```
+//!
+//! Data flows down as calls and back up as polled events: the serve loop
+//! feeds the router datagrams and the clock, polls its [`RouterEvent`]s,
+//! records them, stores counters into [`metrics::Metrics`] and hands each
+//! event to its caller as a [`serve::RelayNote`]; the binary passes those
+//! on to the live view, which the HTTP side serves beside the counters.
 
 pub mod config;
 mod delay;
@@ -62,6 +93,8 @@ pub mod entropy;
 pub mod event;
 pub mod games;
 pub mod http;
+#[cfg(test)]
+mod layering_tests;
 pub mod limits;
 pub mod live;
 mod matchroom;

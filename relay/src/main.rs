@@ -12,7 +12,7 @@ use relay::demo::{DemoConfig, DemoGame, run};
 use relay::games::known_rules_hash;
 use relay::metrics::Metrics;
 use relay::recorder::Recorder;
-use relay::udp::ServeOptions;
+use relay::serve::ServeOptions;
 use relay::{RelayConfig, TurnPolicy};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -791,7 +791,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     }
     // The cookie secret comes from the OS CSPRNG: without one, stop at
     // start-up with a clear message rather than serve with a guessable key.
-    if let Err(e) = relay::udp::process_secret() {
+    if let Err(e) = relay::serve::process_secret() {
         eprintln!("relay: {e}");
         return ExitCode::from(1);
     }
@@ -919,7 +919,7 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         ..TransportConfig::default()
     });
     let r = relay::serve::serve_loops(sockets, config, transport, recorders, &opts, &|n| {
-        if let (Some(live), relay::udp::RelayNote::Event(ev, unix_ms)) = (&live, &n) {
+        if let (Some(live), relay::serve::RelayNote::Event(ev, unix_ms)) = (&live, &n) {
             live.handle_event(ev, *unix_ms);
         }
         log_note(&n, a.json, level);

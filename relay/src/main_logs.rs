@@ -2,7 +2,7 @@
 //! text), and the JSON form of router events and relay notes.
 
 use relay::RouterEvent;
-use relay::udp::RelayNote;
+use relay::serve::RelayNote;
 
 /// Log severity, most severe first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]

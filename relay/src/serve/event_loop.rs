@@ -6,13 +6,13 @@
 use super::handoff::{Handoff, Inbox, Mailbox};
 use super::loop_core::LoopCore;
 use super::socket::{BatchSocket, Outgoing, SendHeaders};
+use super::{DropNotes, Io, RefusalNotes, RelayNote, ServeOptions, publish};
 use crate::config::RelayConfig;
 use crate::limits::{ConnectionQuota, MemoryBudget, MemoryUse};
 use crate::metrics::{Metric, Metrics};
 use crate::recorder::Recorder;
 use crate::router::Router;
 use crate::router_glue::RouterGlue;
-use crate::udp::{DropNotes, Io, RefusalNotes, RelayNote, ServeOptions, publish};
 use lockstep::low_level::transport::{Server, TransportConfig};
 use lockstep::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};

@@ -1,38 +1,101 @@
-//! The relay's multi-threaded UDP driver: `N` event loops, each with its
-//! own socket on the same port (`SO_REUSEPORT`), its own transport
-//! `Server`, `Router` and recorder. A match lives on one loop, its *home*
-//! ([`home_of`] its name), so its turn closing, hash judging and recording
-//! never cross threads; a connection whose `Join` names a match hosted
-//! elsewhere moves there ([`lockstep::low_level::transport::Server::detach`]), and
-//! the loop whose socket the kernel gives that client's datagrams to
-//! (it hashes by address) forwards them, batched once per wake-up.
-//! The sans-IO cores are unchanged: threads are this driver's concern.
+//! The relay's serve loop, the only relay code that touches sockets and the
+//! real clock: a transport `Server`, a [`Router`](crate::Router) and an
+//! optional [`Recorder`] per event loop. [`serve`] and [`serve_with`] run
+//! one loop on the calling thread; [`serve_loops`] runs `N`, each with its
+//! own socket on the same port (`SO_REUSEPORT`, [`bind_reuseport`]), its own
+//! transport `Server`, `Router` and recorder. A match lives on one loop, its
+//! *home* ([`home_of`] its name), so its turn closing, hash judging and
+//! recording never cross threads; a connection whose `Join` names a match
+//! hosted elsewhere moves there
+//! ([`lockstep::low_level::transport::Server::detach`]), and the loop whose
+//! socket the kernel gives that client's datagrams to (it hashes by address)
+//! forwards them, batched once per wake-up. The sans-IO cores are
+//! unchanged: threads are this driver's concern. What a loop reports comes
+//! back as [`RelayNote`]s; its counters go into
+//! [`Metrics`](crate::metrics::Metrics) atomics. It never imports the HTTP
+//! side (`relay::http`), which sits above it. Peers run on
+//! `lockstep::peer::udp`.
 
 mod bind;
 mod echo;
 mod event_loop;
 mod handoff;
 mod loop_core;
+mod notes;
+mod options;
+mod publish;
 mod socket;
 
 pub use bind::bind_reuseport;
 pub use echo::{EchoCounts, serve_echo};
 pub use handoff::home_of;
+pub(crate) use notes::{DropNotes, RefusalNotes};
+pub use notes::{REFUSAL_NOTES_PER_SEC, RelayNote};
+pub use options::ServeOptions;
+pub(crate) use publish::{Io, publish};
 
 use crate::config::RelayConfig;
 use crate::limits::{ConnectionQuota, MemoryBudget};
 use crate::metrics::Metric;
 use crate::recorder::Recorder;
-use crate::udp::{RelayNote, ServeOptions, process_secret};
 use event_loop::{EventLoop, Shared};
 use handoff::Mailbox;
-use lockstep::low_level::transport::{Server, TransportConfig};
+use lockstep::Duration;
+use lockstep::low_level::transport::{AuthMode, Server, TransportConfig};
 use mio::{Poll, Waker};
 use socket::BatchSocket;
 use std::io;
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+/// The per-process server secret for the stateless handshake cookies, from
+/// the OS CSPRNG ([`crate::entropy::os_random`]): whoever could guess it
+/// could forge cookies for any address.
+///
+/// # Errors
+/// When the OS has no random source.
+pub fn process_secret() -> io::Result<[u8; 32]> {
+    crate::entropy::os_random("the handshake cookie secret")
+}
+
+/// Serves matches on `socket` until `stop` is set, then ends every match at
+/// once (finalising its replay). Every router event (and every finished
+/// recording) is passed to `note`.
+pub fn serve(
+    socket: &UdpSocket,
+    config: RelayConfig,
+    transport: TransportConfig,
+    recorder: Option<Recorder>,
+    stop: &AtomicBool,
+    note: impl FnMut(RelayNote<'_>),
+) -> io::Result<()> {
+    let opts = ServeOptions {
+        stop,
+        handover: None,
+        grace: Duration::ZERO,
+        metrics: None,
+        auth: AuthMode::Open,
+        home_key: None,
+        max_memory: crate::limits::DEFAULT_MAX_MEMORY_BYTES,
+    };
+    serve_with(socket, config, transport, recorder, &opts, note)
+}
+
+/// Serves matches on `socket` until a graceful shutdown completes (see
+/// [`ServeOptions::stop`]); returns `Ok` once every match has ended and every
+/// replay is finalised. One event loop on the calling thread; see
+/// [`serve_loops`] for several.
+pub fn serve_with(
+    socket: &UdpSocket,
+    config: RelayConfig,
+    transport: TransportConfig,
+    recorder: Option<Recorder>,
+    opts: &ServeOptions<'_>,
+    note: impl FnMut(RelayNote<'_>),
+) -> io::Result<()> {
+    serve_one(socket.try_clone()?, config, transport, recorder, opts, note)
+}
 
 /// The number of event loops `relay serve` runs by default: one per core.
 #[must_use]
@@ -86,7 +149,7 @@ pub fn serve_loops(
     })
 }
 
-/// One event loop on the calling thread (what [`crate::udp::serve_with`] runs).
+/// One event loop on the calling thread (what [`serve_with`] runs).
 pub(crate) fn serve_one(
     socket: UdpSocket,
     config: RelayConfig,
@@ -207,4 +270,17 @@ fn with_loops(
         m.set(Metric::Up, 0);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    /// The cookie secret of `relay serve` is drawn from the OS
+    /// ([`crate::entropy::os_random`]): two relays started in the same
+    /// instant by the same pid still differ.
+    #[test]
+    fn each_process_secret_is_fresh_from_the_os() {
+        let a = super::process_secret().unwrap();
+        assert_ne!(a, super::process_secret().unwrap());
+        assert_ne!(a, [0; 32]);
+    }
 }

@@ -334,7 +334,7 @@ fn http_until(addr: SocketAddr, path: &str, want: impl Fn(&str) -> bool) -> Stri
 fn health_is_503_while_the_event_loop_is_stalled() {
     use relay::http::spawn_metrics;
     use relay::metrics::{Metric, Metrics};
-    use relay::udp::{RelayNote, ServeOptions, serve_with};
+    use relay::serve::{RelayNote, ServeOptions, serve_with};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -1,4 +1,4 @@
-//! Per-client bounds through the real relay (`relay::udp::serve`) over
+//! Per-client bounds through the real relay (`relay::serve::serve`) over
 //! 127.0.0.1 sockets: one host opening more connections than its share
 //! (each from another port) gets `RelayFull` with the reason on the extra
 //! ones, while the ones within its share stay connected; a client that
@@ -10,7 +10,7 @@ use lockstep::low_level::proto::{Join, ToRelay};
 use lockstep::low_level::transport::DisconnectReason;
 use lockstep::low_level::transport::{Client, ClientEvent, TransportConfig};
 use relay::limits::Limits;
-use relay::udp::RelayNote;
+use relay::serve::RelayNote;
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -36,7 +36,7 @@ fn one_host_gets_only_its_share_of_the_relays_connections_over_real_sockets() {
     let stop = AtomicBool::new(false);
     let seen = std::thread::scope(|scope| {
         let server = scope.spawn(|| {
-            relay::udp::serve(
+            relay::serve::serve(
                 &socket,
                 config,
                 TransportConfig::default(),
@@ -133,7 +133,7 @@ fn a_client_that_acknowledges_nothing_is_cut_off_over_real_sockets() {
     let cfg = TransportConfig::default();
     let (cut_after, bytes_after) = std::thread::scope(|scope| {
         let server = scope.spawn(|| {
-            relay::udp::serve(&socket, RelayConfig::default(), cfg, None, &stop, |n| {
+            relay::serve::serve(&socket, RelayConfig::default(), cfg, None, &stop, |n| {
                 if let RelayNote::CutOff { conn, reason } = n {
                     cut.lock()
                         .unwrap()
