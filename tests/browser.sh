@@ -6,13 +6,15 @@
 # Installs what is missing (Debian's chromium and chromium-driver, the
 # wasm32-unknown-unknown target), builds the viewer's WebAssembly module
 # (`cargo build --profile wasm -p lockstep-viewer --target
-# wasm32-unknown-unknown`) and runs tests/tests/browser.rs, which opens
+# wasm32-unknown-unknown`) and runs tests/tests/it/browser.rs, which opens
 # every golden replay of replays/tests/data with `replay view` in headless
 # Chromium and requires the page's per-turn hashes to equal native
 # `replays::verify`'s, the page's own pass to agree, a seek to land on its
 # turn with native's hash on screen, and units to be drawn; and a match
-# watched live from `relay serve --http` (tests/tests/browser.rs,
+# watched live from `relay serve --http` (tests/tests/it/browser.rs,
 # a_running_match_is_listed_and_watched_live_with_the_relays_hashes).
+#
+# `tests/browser.sh --build-only` installs and builds, and stops there.
 #
 # Environment: CARGO_TARGET_DIR (default ./target), CHROMIUM, CHROMEDRIVER.
 set -euo pipefail
@@ -61,9 +63,13 @@ t0=$SECONDS
 cargo build --quiet --locked --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown
 export LOCKSTEP_VIEWER_WASM=$target_dir/wasm32-unknown-unknown/wasm/viewer.wasm
 echo "   built in $((SECONDS - t0)) s ($(stat -c %s "$LOCKSTEP_VIEWER_WASM") bytes)"
+# .ci/run builds in the background while other stages run, then checks.
+if [[ ${1:-} == --build-only ]]; then
+    exit 0
+fi
 
 log "golden replays in headless $("$CHROMIUM" --version 2>/dev/null | head -n 1)"
 # --workspace, not -p lockstep-tests: the same feature set as the suite's
 # `cargo test --workspace`, so its test binary is reused, not rebuilt.
-cargo test --quiet --locked --workspace --test browser -- --ignored
+cargo test --quiet --locked --workspace --test it -- --ignored browser::
 echo "browser: every golden replay hashes the same in the browser, and a live match shows the relay's hashes ($((SECONDS - start)) s)"

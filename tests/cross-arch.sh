@@ -11,15 +11,21 @@
 # is missing). Exit 0 only when every architecture agrees and every fixture
 # has its expected verdict.
 #
+# The host's leg is built without `--target`, so it shares its artifacts
+# with the other release builds of a CI run (the Quick start's demo, the
+# release hash snapshots): only the other targets compile here.
+#
+# `tests/cross-arch.sh --build-only` installs and builds, and stops there.
+#
 # Environment: CARGO_TARGET_DIR (default ./target), CROSSARCH_PROFILE
-# (default crossarch, see the root Cargo.toml), CROSSARCH_TARGETS (a
+# (default release, see the root Cargo.toml), CROSSARCH_TARGETS (a
 # space-separated list; the default is below, s390x-unknown-linux-gnu may be
 # added).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-profile=${CROSSARCH_PROFILE:-crossarch}
+profile=${CROSSARCH_PROFILE:-release}
 target_dir=${CARGO_TARGET_DIR:-$root/target}
 fixtures_dir=$root/replays/tests/data
 targets=${CROSSARCH_TARGETS:-x86_64-unknown-linux-gnu i686-unknown-linux-gnu aarch64-unknown-linux-gnu wasm32-wasip1}
@@ -120,14 +126,25 @@ for t in $targets; do
 done
 
 # ---------------------------------------------------------------- build
-# One cargo invocation for every target: host-side proc macros and build
-# scripts are compiled once, and both cores stay busy.
+# The host's leg without `--target` (target/<profile>/replay, shared with
+# the run's other builds of that profile); every other target in one cargo
+# invocation, so host-side proc macros and build scripts are compiled once
+# and both cores stay busy.
 target_args=()
-for t in $targets; do target_args+=(--target "$t"); done
+for t in $targets; do
+    [[ $t == "$host" ]] || target_args+=(--target "$t")
+done
 log "build replay for: $targets (profile $profile)"
 t0=$SECONDS
-cargo build --quiet --locked --profile "$profile" -p lockstep-replays --bin replay "${target_args[@]}"
+cargo build --quiet --locked --profile "$profile" -p lockstep-replays --bin replay
+if ((${#target_args[@]})); then
+    cargo build --quiet --locked --profile "$profile" -p lockstep-replays --bin replay "${target_args[@]}"
+fi
 echo "   built in $((SECONDS - t0)) s"
+# .ci/run builds in the background while other stages run, then checks.
+if [[ ${1:-} == --build-only ]]; then
+    exit 0
+fi
 
 # ---------------------------------------------------------------- run
 # run TARGET ARGS... : the target's replay binary with ARGS, under the right runner.
@@ -135,6 +152,7 @@ run() {
     local t=$1
     shift
     local dir=$target_dir/$t/$profile
+    [[ $t != "$host" ]] || dir=$target_dir/$profile
     case $t in
     wasm32-wasip1)
         node --experimental-wasi-unstable-preview1 --no-warnings \

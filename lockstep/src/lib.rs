@@ -63,7 +63,7 @@ mod reference_figures;
 /// is the example game `tests/examples/snakes.rs`, compiled as a doctest.
 #[doc = include_str!("../docs/guide.md")]
 // The guide shows the hash test a game writes (`#[test]`); the doctest only
-// compiles it, `tests/tests/guide.rs` runs it.
+// compiles it, `tests/tests/it/guide.rs` runs it.
 #[allow(clippy::test_attr_in_doctest)]
 pub mod guide {}
 

@@ -2,7 +2,7 @@
 //! game (`Snakes`, a `sim::Simulation`), the guide's glue (`play`, a peer
 //! loop for any game) and a `main` that plays a networked match through a
 //! relay, records it and is the game's own replay tool.
-//! `tests/tests/guide.rs` runs it against a real relay and checks that the
+//! `tests/tests/it/guide.rs` runs it against a real relay and checks that the
 //! guide's code blocks are this file's code, verbatim.
 //!
 //! ```text

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -731,6 +731,18 @@ pub fn status_field_kib(status: &str, field: &str) -> Option<u64> {
 pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status_field_kib(&text, field)
+}
+
+/// One lock for the tests that each run several CPU-hungry processes (the
+/// end-to-end matches, the hostile crowds): hold it for the whole test so no
+/// two of them share the machine's cores, where a starved peer would look
+/// like a crashed one. The integration tests are one binary, so this one
+/// static covers every module (when they were a binary per file, cargo ran
+/// the binaries one after another and a lock per file did the same).
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    // A panicked test poisons the lock; the next one may still run.
+    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A fresh scratch directory for one test, removed first if left over.

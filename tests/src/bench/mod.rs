@@ -1,4 +1,4 @@
-//! The benchmark harness behind `cargo run --release -p lockstep-tests --bin bench`:
+//! The benchmark harness behind `cargo run --profile dist -p lockstep-tests --bin bench`:
 //! statistics, plots, machine stamps, and the sections of `BENCHMARKS.md`.
 
 pub mod bandwidth_bench;

@@ -1,6 +1,6 @@
 //! `bench`: runs every benchmark and regenerates `BENCHMARKS.md`.
 //!
-//! `cargo run --release -p lockstep-tests --bin bench -- --quick` runs every
+//! `cargo run --profile dist -p lockstep-tests --bin bench -- --quick` runs every
 //! section with short matches and few repetitions; without `--quick` it
 //! repeats each measurement more often and plays longer matches.
 
@@ -55,11 +55,16 @@ fn main() -> ExitCode {
     }
     if cfg!(debug_assertions) {
         eprintln!(
-            "warning: bench built without optimisations; run it with --release for real figures"
+            "warning: bench built without optimisations; run it with --profile dist for real figures"
+        );
+    } else if !built_with_dist_profile() {
+        eprintln!(
+            "warning: BENCHMARKS.md's figures come from the shipped build (--profile dist, fat LTO); \
+             this build's may differ"
         );
     }
     let command =
-        std::iter::once("cargo run --release -p lockstep-tests --bin bench --".to_owned())
+        std::iter::once("cargo run --profile dist -p lockstep-tests --bin bench --".to_owned())
             .chain(std::env::args().skip(1))
             .collect::<Vec<_>>()
             .join(" ");
@@ -323,4 +328,14 @@ fn main() -> ExitCode {
     }
     eprintln!("wrote {}", args.out.display());
     ExitCode::SUCCESS
+}
+
+/// Whether this executable is `target/dist/bench` (the shipped build's
+/// profile: fat LTO, one codegen unit), judged by its directory's name.
+fn built_with_dist_profile() -> bool {
+    std::env::current_exe().ok().is_some_and(|exe| {
+        exe.parent()
+            .and_then(|dir| dir.file_name())
+            .is_some_and(|name| name == "dist")
+    })
 }

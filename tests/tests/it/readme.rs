@@ -596,6 +596,7 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
     let packages = packages();
     let mut copies = 0;
     let mut built_bin = None;
+    let mut built_profile: Option<String> = None;
     let mut entry = None;
     let mut cmd = None;
     let mut exposed = Vec::new();
@@ -618,9 +619,12 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
             "COPY" => {
                 // From the build stage: the binary cargo built there.
                 let src = rest.split_whitespace().nth(1).expect("COPY --from source");
+                let profile = built_profile
+                    .as_deref()
+                    .expect("cargo build before the COPY");
                 assert!(
-                    src.ends_with("/target/release/relay"),
-                    "copies {src} from the build stage"
+                    src.ends_with(&format!("/target/{profile}/relay")),
+                    "copies {src} from the build stage, which built into target/{profile}"
                 );
             }
             "RUN" if rest.contains("cargo build") => {
@@ -631,6 +635,15 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
                     .windows(2)
                     .find(|w| w[0] == "--bin")
                     .map(|w| w[1].to_owned());
+                // `--release` builds into target/release, `--profile P` into target/P.
+                built_profile = if words.contains(&"--release") {
+                    Some("release".to_owned())
+                } else {
+                    words
+                        .windows(2)
+                        .find(|w| w[0] == "--profile")
+                        .map(|w| w[1].to_owned())
+                };
             }
             "ENTRYPOINT" => entry = exec_form(rest),
             "CMD" => cmd = exec_form(rest),

@@ -31,20 +31,9 @@ const SLOTS: usize = 256;
 /// Turns of the honest match: 20 s, four cut-off rounds of the crowd.
 const TURNS: u32 = 800;
 
-/// One relay under attack at a time: each test here loads both cores by
-/// itself, and two at once starve each other's clients (late datagrams,
-/// stalled crowds) rather than test the relay.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 #[test]
 fn a_hostile_crowd_in_every_slot_leaves_the_honest_match_and_the_relays_memory_intact() {
-    let _serial = one_at_a_time();
+    let _serial = tests::harness::heavy();
     let dir = scratch_dir("hostile-crowd");
     let opts = CrowdOptions::new(bins(), SLOTS, dir).with_turns(TURNS);
     let r = crowd::run(&opts).unwrap_or_else(|e| panic!("{e}"));
@@ -126,7 +115,7 @@ const BUDGET_TURNS: u64 = 400;
 /// bundles of the largest size this match makes).
 #[test]
 fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
-    let _serial = one_at_a_time();
+    let _serial = tests::harness::heavy();
     let dir = scratch_dir("budget-match");
     let mut relay = Relay::start(
         &dir,
@@ -266,7 +255,7 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
 /// the budget, then refuses the rest.
 #[test]
 fn a_relay_at_its_memory_budget_refuses_new_connections_with_memory_full() {
-    let _serial = one_at_a_time();
+    let _serial = tests::harness::heavy();
     const CLIENTS: usize = 300;
     let dir = scratch_dir("memory-budget");
     let mut relay = Relay::start(

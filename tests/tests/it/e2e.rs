@@ -7,22 +7,11 @@
 
 use serde_json::Value;
 use sim::{PlayerId, Turn};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tests::harness::{
-    PeerResult, PeerSpec, Proc, Relay, SplitMix, finish_peer, netsim, peer, replay_verify,
+    PeerResult, PeerSpec, Proc, Relay, SplitMix, finish_peer, heavy, netsim, peer, replay_verify,
     scratch_dir,
 };
-
-/// Serialises the tests: each runs several CPU-hungry processes.
-static HEAVY: Mutex<()> = Mutex::new(());
-
-fn heavy() -> MutexGuard<'static, ()> {
-    // A panicked test poisons the lock; the next one may still run.
-    HEAVY
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Upper bound for a whole match (generous: a loaded CI machine).
 const MATCH: Duration = Duration::from_secs(120);

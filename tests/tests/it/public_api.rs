@@ -13,7 +13,7 @@
 //! each, since a user can name it by each.
 //!
 //! To accept an intended change: `cargo insta review` (or
-//! `INSTA_UPDATE=always cargo test -p tests --test public_api`).
+//! `INSTA_UPDATE=always cargo test -p tests --test it public_api::`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 // public items are public for the reader, not for another crate. Its
 // `snakes_hashes` test (the guide's insta step) runs in this binary.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/snakes.rs"]
+#[path = "../../examples/snakes.rs"]
 mod snakes;
 
 use lockstep::peer::PeerBuilder;
@@ -32,7 +32,7 @@ fn guide() -> String {
     .unwrap()
 }
 
-const EXAMPLE: &str = include_str!("../examples/snakes.rs");
+const EXAMPLE: &str = include_str!("../../examples/snakes.rs");
 
 /// The code between `// --- guide: NAME ---` and its end marker.
 fn section(name: &str) -> &'static str {
@@ -223,7 +223,7 @@ fn snakes_plays_through_a_real_relay_and_its_recordings_verify() {
 }
 
 /// The example binary, built once (a no-op when fresh): `cargo test -p
-/// tests --test guide` does not build examples itself.
+/// tests --test it guide::` does not build examples itself.
 fn snakes_bin() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
