@@ -445,9 +445,8 @@ fn an_own_turn_shows_in_the_next_frame() {
 /// second, and a seed that fails fails the same way every time.
 #[test]
 fn snakes_play_through_the_relay_under_loss() {
-    use lockstep::low_level::transport::Server;
     use lockstep::netsim::{Endpoint, Harness, LinkConfig, Network, Stopped};
-    use lockstep::peer::{Autopilot, PeerBuilder, PeerEvent, TransportConfig};
+    use lockstep::peer::{Autopilot, PeerBuilder, PeerEvent};
     use lockstep::{Duration, Instant};
     use relay::{RelayConfig, endpoint::RelayEndpoint};
 
@@ -463,9 +462,8 @@ fn snakes_play_through_the_relay_under_loss() {
     }
 
     let relay_addr: std::net::SocketAddr = "10.0.0.1:7777".parse().unwrap();
-    let config = RelayConfig::default();
-    let server = Server::new(config.server_transport(TransportConfig::default()), [7; 32]);
-    let mut relay = RelayEndpoint::new(server, config, relay_addr);
+    // The relay `relay serve` runs, with its default transport, no socket.
+    let mut relay = RelayEndpoint::open(RelayConfig::default(), relay_addr);
     let mut pilots: Vec<_> = (1..=3u8)
         .map(|i| {
             let peer = PeerBuilder::<Snakes>::new("under-loss", 3)
