@@ -16,11 +16,17 @@
 #
 # `tests/browser.sh --build-only` installs and builds, and stops there.
 #
-# Environment: CARGO_TARGET_DIR (default ./target), CHROMIUM, CHROMEDRIVER.
+# Environment: CARGO_TARGET_DIR (default ./target), BROWSER_WASM_TARGET_DIR
+# (default CARGO_TARGET_DIR: where the module is linted and built), CHROMIUM,
+# CHROMEDRIVER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 target_dir=${CARGO_TARGET_DIR:-$root/target}
+# The module's own builds (a lint and a build for wasm32) may use another
+# target directory: .ci/run builds them in the background in one of their
+# own, so they never wait for (or hold up) the suite's cargo lock.
+wasm_target_dir=${BROWSER_WASM_TARGET_DIR:-$target_dir}
 export CARGO_TERM_COLOR=never
 start=$SECONDS
 log() { printf '== %s\n' "$*"; }
@@ -56,12 +62,14 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
 fi
 
 log "clippy of the viewer's WebAssembly exports"
-cargo clippy --quiet --locked -p lockstep-viewer --target wasm32-unknown-unknown -- -D warnings
+CARGO_TARGET_DIR=$wasm_target_dir \
+    cargo clippy --quiet --locked -p lockstep-viewer --target wasm32-unknown-unknown -- -D warnings
 
 log "build the viewer's module (profile wasm)"
 t0=$SECONDS
-cargo build --quiet --locked --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown
-export LOCKSTEP_VIEWER_WASM=$target_dir/wasm32-unknown-unknown/wasm/viewer.wasm
+CARGO_TARGET_DIR=$wasm_target_dir \
+    cargo build --quiet --locked --profile wasm -p lockstep-viewer --target wasm32-unknown-unknown
+export LOCKSTEP_VIEWER_WASM=$wasm_target_dir/wasm32-unknown-unknown/wasm/viewer.wasm
 echo "   built in $((SECONDS - t0)) s ($(stat -c %s "$LOCKSTEP_VIEWER_WASM") bytes)"
 # .ci/run builds in the background while other stages run, then checks.
 if [[ ${1:-} == --build-only ]]; then
