@@ -319,16 +319,24 @@ impl TokenBucket {
 /// Per-source-address datagram limit, applied by the driver before the
 /// transport sees a datagram, so one flooding address cannot eat the relay's
 /// time for everyone else. Memory is bounded: addresses idle for a while are
-/// forgotten, and when the table is full new addresses pass unlimited (the
-/// transport's stateless handshake still bounds what they cost).
+/// forgotten, and when the table is full, addresses it does not hold share
+/// one overflow bucket of [`OVERFLOW_SHARE`] addresses' worth.
 ///
 /// Keyed by address and port, not by host, on purpose: a source address is
 /// unproven here (UDP can be spoofed), and players behind one NAT share
 /// their host, so a per-host rate would have to be many players' worth.
-/// And a full table lets new addresses through rather than refusing them:
-/// a flood of spoofed sources can fill the table, and refusing what does
-/// not fit would lock every new player out. Where one host's share is
-/// limited is on proven addresses: established connections,
+///
+/// A full table neither refuses what does not fit nor lets it through
+/// unlimited. A flood of spoofed sources can fill the table: refusing every
+/// address outside it would lock every new player out for as long as the
+/// flood lasts, and letting them all through would hand the flood the
+/// relay's time (each datagram a handshake to answer). The overflow bucket
+/// bounds what all unknown addresses together cost, whatever their number,
+/// while a new player's handshake still gets through, at worst after a few
+/// of the transport's resends, in the share the flood leaves (the trade
+/// SYN cookies make). Addresses already in the table (players who were
+/// playing before the flood) keep their own buckets. Where one host's share
+/// is limited is on proven addresses: established connections,
 /// [`ConnectionQuota`]'s per-host limit.
 #[derive(Debug)]
 pub struct AddrLimiter {
@@ -338,9 +346,15 @@ pub struct AddrLimiter {
     /// Looked up for every datagram; only swept as a whole (order does not
     /// matter): a hash map.
     buckets: HashMap<SocketAddr, TokenBucket>,
+    /// Shared by every address the full table does not hold.
+    overflow: TokenBucket,
     next_sweep: Instant,
     dropped: u64,
 }
+
+/// How many addresses' worth of rate and burst the overflow bucket (every
+/// address a full table does not hold, together) is allowed.
+pub const OVERFLOW_SHARE: u32 = 16;
 
 /// Idle time after which an address's bucket is forgotten.
 const ADDR_IDLE: Duration = Duration::from_secs(10);
@@ -354,6 +368,7 @@ impl AddrLimiter {
             burst,
             max_addrs,
             buckets: HashMap::new(),
+            overflow: TokenBucket::full(Instant::ZERO, burst.saturating_mul(OVERFLOW_SHARE)),
             next_sweep: Instant::ZERO,
             dropped: 0,
         }
@@ -370,7 +385,11 @@ impl AddrLimiter {
         let full = self.buckets.len() >= self.max_addrs;
         let ok = match self.buckets.get_mut(&from) {
             Some(b) => b.take(now, rate, burst),
-            None if full => true,
+            None if full => self.overflow.take(
+                now,
+                rate.saturating_mul(OVERFLOW_SHARE),
+                burst.saturating_mul(OVERFLOW_SHARE),
+            ),
             None => {
                 let mut b = TokenBucket::full(now, burst);
                 let ok = b.take(now, rate, burst);
@@ -529,12 +548,15 @@ mod tests {
         assert!(l.dropped() >= 10_000 - 200 - 100 - 1, "{}", l.dropped());
     }
 
-    /// A flood of spoofed sources fills the table; a new player's address
-    /// still passes (unlimited, as the table is full) instead of being
-    /// locked out, and a known flooder stays limited.
+    /// A flood of spoofed sources fills the table; past it, every address
+    /// the table does not hold shares one overflow bucket: the flood of new
+    /// sources is held to it however many there are, a known flooder stays
+    /// limited, and a new player's address gets through once the shared
+    /// bucket has earned tokens again (its handshake resends do that).
     #[test]
-    fn a_full_table_lets_new_addresses_through() {
-        let mut l = AddrLimiter::new(10, 10, 100);
+    fn a_full_table_holds_new_addresses_to_one_shared_bucket() {
+        let (rate, burst) = (10, 10);
+        let mut l = AddrLimiter::new(rate, burst, 100);
         let now = Instant::from_millis(1);
         for i in 0..100u16 {
             let spoofed = SocketAddr::from(([10, 9, (i >> 8) as u8, i as u8], 1000));
@@ -542,8 +564,19 @@ mod tests {
         }
         let flooder = SocketAddr::from(([10, 9, 0, 0], 1000));
         assert_eq!((0..50).filter(|_| l.allow(now, flooder)).count(), 9);
+        // 10,000 more spoofed sources at once: the shared burst passes, no more.
+        let passed = (0..10_000u32)
+            .filter(|i| {
+                let [_, _, a, b] = i.to_be_bytes();
+                l.allow(now, SocketAddr::from(([10, 8, a, b], 2000)))
+            })
+            .count();
+        assert_eq!(passed, (burst * OVERFLOW_SHARE) as usize);
         let player: SocketAddr = "192.0.2.7:4000".parse().unwrap();
-        assert!((0..50).all(|_| l.allow(now, player)));
+        assert!(!l.allow(now, player), "the flood spent the shared bucket");
+        // One resend later (the transport's first is 100 ms on), it is in.
+        let later = now + Duration::from_millis(100);
+        assert!(l.allow(later, player));
     }
 
     #[test]
