@@ -57,7 +57,9 @@ impl MatchRoom {
         if join.rules_hash != self.rules_hash {
             return Err((RejectReason::RulesDiffer, None));
         }
-        let secret = config.rejoin.secret(self.id, &self.name, rejoin.player);
+        let secret = config
+            .rejoin
+            .secret(self.id, self.nonce, &self.name, rejoin.player);
         let Phase::Running(g) = &mut self.phase else {
             return Err((
                 RejectReason::HoldExpired,
