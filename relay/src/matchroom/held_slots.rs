@@ -198,6 +198,9 @@ impl MatchRoom {
         match &self.phase {
             Phase::Running(g) => {
                 let (s, u, t) = g.snapshots.bytes();
+                // Turns handed back during a resumed match's pause are
+                // tail bundles waiting to be adopted: counted with it.
+                let t = t + g.hand_back.bytes();
                 (s, u, t, g.snapshots.tail_turns())
             }
             _ => (0, 0, 0, 0),
