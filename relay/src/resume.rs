@@ -183,13 +183,14 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
     // Notices recorded before the turn record whose bundle carried them.
     let mut notices: Vec<Notice> = Vec::new();
     let n = check_header(&header)?;
+    let mut seen_turn = false;
     for record in reopened.records {
         if let Some(turn) = record.turn() {
             check_turn(turn, record.kind())?;
         }
         match record {
             Record::Match(f) => {
-                if facts.is_some() || !state.bundles.is_empty() {
+                if facts.is_some() || seen_turn {
                     return Err("a second match facts record, or one after a turn".into());
                 }
                 check_facts(&f)?;
@@ -226,7 +227,7 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
                 };
                 // Turns rise from the first one and stay within its length.
                 if turn < f.first_turn
-                    || (!state.bundles.is_empty() && turn < state.next_close)
+                    || (seen_turn && turn < state.next_close)
                     || f.last_turn.is_some_and(|last| turn > last)
                 {
                     return Err(format!("turn {turn} is out of order or outside the match"));
@@ -242,6 +243,7 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
                     inputs,
                     notices: in_bundle_order(mine),
                 });
+                seen_turn = true;
                 state.bundles.push_back((turn, bundle.to_bytes()));
                 while state.bundles.len() > max_tail {
                     state.bundles.pop_front();
@@ -259,7 +261,8 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
     let Some(facts) = facts else {
         return Err("no match facts record".into());
     };
-    if state.bundles.is_empty() {
+    // Counted apart from the bundles kept: a tail of 0 keeps none.
+    if !seen_turn {
         state.next_close = facts.first_turn;
     }
     let info = MatchInfo {
@@ -581,6 +584,16 @@ mod tests {
         recording(&d.join("a.lsr"), &f, &[0, 1], |_| {});
         let (found, _) = scan(&d, 64, 100);
         assert_eq!(found[0].info.nonce, None);
+    }
+
+    /// Before: with no bundle kept (a tail of 0) the match resumed at its
+    /// first turn, although turns were recorded.
+    #[test]
+    fn a_tail_of_zero_resumes_after_the_last_recorded_turn() {
+        let d = dir("tail0");
+        recording(&d.join("a.lsr"), &facts(1), &[0, 1, 2], |_| {});
+        let (found, _) = scan(&d, 0, 100);
+        assert_eq!(found[0].next_turn(), Turn(3));
     }
 
     /// Before: every unfinished recording was resumed, so a directory of
