@@ -41,6 +41,13 @@ impl fmt::Display for DropReason {
     }
 }
 
+/// A match instance's random nonce (16 bytes), drawn when the match starts
+/// and kept in its recording ([`replays::MatchFacts::nonce`]; made by
+/// [`crate::rejoin_config::RejoinConfig::match_nonce`]): the rejoin
+/// secrets of its seats are bound to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatchNonce(pub [u8; 16]);
+
 /// Match start parameters, as a replay header needs them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MatchInfo {
@@ -64,6 +71,9 @@ pub struct MatchInfo {
     pub first_turn: Turn,
     /// Last turn, if fixed.
     pub last_turn: Option<Turn>,
+    /// The match instance's nonce (`None` for a match resumed from an
+    /// earlier relay's recording, which had none).
+    pub nonce: Option<MatchNonce>,
 }
 
 #[cfg(test)]
@@ -91,6 +101,7 @@ impl MatchInfo {
             input_delay: 3,
             first_turn: Turn(0),
             last_turn: Some(Turn(1)),
+            nonce: None,
         }
     }
 }

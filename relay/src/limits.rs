@@ -86,6 +86,16 @@ impl Limits {
 /// more than a sliver of the relay's 1,024 default slots.
 pub const DEFAULT_MAX_CONNECTIONS_PER_HOST: usize = 16;
 
+impl Limits {
+    /// Most matches a relay resumes from its record directory at start-up:
+    /// half of [`Self::max_matches`], so that recordings (forged or real)
+    /// never take every match place and new players can always start one.
+    #[must_use]
+    pub const fn max_resumed(&self) -> usize {
+        self.max_matches / 2
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

@@ -732,7 +732,7 @@ fn resumable(
         }
         return Vec::new();
     }
-    let (found, skipped) = relay::resume::scan(dir, max_tail);
+    let (found, skipped) = relay::resume::scan(dir, max_tail, config.limits.max_resumed());
     for s in &skipped {
         not_resumed(&s.path, &s.reason, json);
     }

@@ -439,6 +439,7 @@ impl Recorder {
                     input_delay: info.input_delay,
                     first_turn: info.first_turn,
                     last_turn: info.last_turn,
+                    nonce: info.nonce.map(|n| n.0),
                 })?;
                 self.live.insert(
                     *id,

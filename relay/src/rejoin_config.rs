@@ -60,7 +60,14 @@ pub struct RejoinConfig {
     /// (their slots held as after any drop) and the match plays on, or ends
     /// abandoned if nobody came back.
     pub resume_wait: Duration,
+    /// This process's salt for match nonces ([`RejoinConfig::match_nonce`]):
+    /// drawn from the OS CSPRNG by [`RejoinConfig::default`], never stored.
+    /// Match numbers restart at 1 with each process; the salt makes each
+    /// match instance's nonce, and so its secrets, new.
+    pub nonce_salt: [u8; 32],
 }
+
+pub use crate::event::MatchNonce;
 
 impl std::fmt::Debug for RejoinConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,18 +153,49 @@ impl Default for RejoinConfig {
             spectator_delay: Duration::from_secs(3),
             max_spectators: 32,
             resume_wait: Duration::from_secs(30),
+            nonce_salt: crate::entropy::os_random("match nonces").unwrap_or_else(|_| {
+                // No OS randomness: the key, itself random or refused
+                // above, still keeps nonces unguessable within a process.
+                *blake3::keyed_hash(&RejoinKey::random().0, b"match nonce salt").as_bytes()
+            }),
         }
     }
 }
 
 impl RejoinConfig {
-    /// The secret of `player`'s slot in match `id` named `name`: a keyed
-    /// hash, so the relay stores nothing and nobody without the key can
-    /// guess another player's secret.
+    /// The nonce of the match instance numbered `id` and named `name` that
+    /// starts in this process: a keyed hash under the process's
+    /// [`Self::nonce_salt`], so instances of two processes differ although
+    /// their numbers and names are equal.
     #[must_use]
-    pub fn secret(&self, id: MatchId, name: &str, player: PlayerId) -> RejoinSecret {
+    pub fn match_nonce(&self, id: MatchId, name: &str) -> MatchNonce {
+        let mut h = blake3::Hasher::new_keyed(&self.nonce_salt);
+        h.update(b"lockstep relay match nonce v1");
+        h.update(&id.0.to_le_bytes());
+        h.update(name.as_bytes());
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&h.finalize().as_bytes()[..16]);
+        MatchNonce(out)
+    }
+
+    /// The secret of `player`'s slot in the match instance `nonce`,
+    /// numbered `id` and named `name`: a keyed hash, so the relay stores
+    /// nothing and nobody without the key can guess another player's
+    /// secret. A match resumed from an earlier relay's recording has no
+    /// nonce (`None`): its secrets are those that relay gave (`v1`).
+    #[must_use]
+    pub fn secret(
+        &self,
+        id: MatchId,
+        nonce: Option<MatchNonce>,
+        name: &str,
+        player: PlayerId,
+    ) -> RejoinSecret {
         let mut h = blake3::Hasher::new_keyed(&self.key.0);
-        h.update(b"lockstep relay rejoin secret v1");
+        match nonce {
+            None => h.update(b"lockstep relay rejoin secret v1"),
+            Some(n) => h.update(b"lockstep relay rejoin secret v2").update(&n.0),
+        };
         h.update(&id.0.to_le_bytes());
         h.update(&(name.len() as u64).to_le_bytes());
         h.update(name.as_bytes());
@@ -175,17 +213,34 @@ mod tests {
     #[test]
     fn secrets_differ_by_slot_match_and_key() {
         let c = RejoinConfig::default();
-        let a = c.secret(MatchId(1), "m", PlayerId(0));
-        assert_eq!(a, c.secret(MatchId(1), "m", PlayerId(0)));
-        assert_ne!(a, c.secret(MatchId(1), "m", PlayerId(1)));
-        assert_ne!(a, c.secret(MatchId(2), "m", PlayerId(0)));
-        assert_ne!(a, c.secret(MatchId(1), "n", PlayerId(0)));
+        let a = c.secret(MatchId(1), None, "m", PlayerId(0));
+        assert_eq!(a, c.secret(MatchId(1), None, "m", PlayerId(0)));
+        assert_ne!(a, c.secret(MatchId(1), None, "m", PlayerId(1)));
+        assert_ne!(a, c.secret(MatchId(2), None, "m", PlayerId(0)));
+        assert_ne!(a, c.secret(MatchId(1), None, "n", PlayerId(0)));
         let other = RejoinConfig {
             key: RejoinKey::from_bytes(&[1; 32]).unwrap(),
             ..RejoinConfig::default()
         };
-        assert_ne!(a, other.secret(MatchId(1), "m", PlayerId(0)));
+        assert_ne!(a, other.secret(MatchId(1), None, "m", PlayerId(0)));
         assert_eq!(RejoinSecret::from_hex(&a.to_hex()), Some(a));
+    }
+
+    #[test]
+    fn secrets_differ_by_match_instance() {
+        let c = RejoinConfig::default();
+        let later = RejoinConfig {
+            nonce_salt: [1; 32],
+            ..c.clone()
+        };
+        let (id, p) = (MatchId(1), PlayerId(0));
+        let n = c.match_nonce(id, "m");
+        assert_ne!(n, later.match_nonce(id, "m"));
+        assert_ne!(
+            c.secret(id, Some(n), "m", p),
+            c.secret(id, Some(later.match_nonce(id, "m")), "m", p)
+        );
+        assert_ne!(c.secret(id, Some(n), "m", p), c.secret(id, None, "m", p));
     }
 
     #[test]
@@ -202,7 +257,7 @@ mod tests {
         h.update(b"m");
         h.update(&[0]);
         let guess = RejoinSecret(h.finalize().as_bytes()[..16].try_into().unwrap());
-        assert_ne!(a.secret(MatchId(1), "m", PlayerId(0)), guess);
+        assert_ne!(a.secret(MatchId(1), None, "m", PlayerId(0)), guess);
     }
 
     #[test]

@@ -13,9 +13,9 @@
 //! named with the reason: `replay verify` still reads what they hold.
 
 use crate::event::{MatchId, MatchInfo};
-use lockstep::low_level::proto::{Bundle, Notice, PlayerInfo, ToPeer};
+use lockstep::low_level::proto::{Bundle, MAX_INPUT_DELAY, Notice, PlayerInfo, ToPeer};
 use replays::{Record, Writer};
-use sim::{PlayerId, StateHash, Turn};
+use sim::{MAX_PLAYERS, PlayerId, StateHash, Turn};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -134,12 +134,23 @@ pub fn survey(dir: &Path) -> (Vec<PathBuf>, Vec<Skipped>) {
 
 /// [`survey`]s `dir` and reopens each unfinished recording for appending
 /// (cutting a torn last record), keeping the bundles of at most `max_tail`
-/// last turns.
+/// last turns. At most `max_resumed` are reopened (in file name order);
+/// the others are skipped untouched, so a directory of forged recordings
+/// cannot fill the relay ([`crate::limits::Limits::max_resumed`]).
 #[must_use]
-pub fn scan(dir: &Path, max_tail: usize) -> (Vec<Unfinished>, Vec<Skipped>) {
+pub fn scan(dir: &Path, max_tail: usize, max_resumed: usize) -> (Vec<Unfinished>, Vec<Skipped>) {
     let (paths, mut skipped) = survey(dir);
     let mut found = Vec::new();
     for path in paths {
+        if found.len() >= max_resumed {
+            skipped.push(Skipped {
+                path,
+                reason: format!(
+                    "the relay resumes at most {max_resumed} matches (half its match limit)"
+                ),
+            });
+            continue;
+        }
         match open(&path, max_tail) {
             Ok(u) => found.push(u),
             Err(reason) => skipped.push(Skipped { path, reason }),
@@ -171,9 +182,25 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
     let mut state = RecordedState::default();
     // Notices recorded before the turn record whose bundle carried them.
     let mut notices: Vec<Notice> = Vec::new();
+    let n = check_header(&header)?;
+    let mut seen_turn = false;
     for record in reopened.records {
+        if let Some(turn) = record.turn() {
+            check_turn(turn, record.kind())?;
+        }
         match record {
-            Record::Match(f) => facts = Some(f),
+            Record::Match(f) => {
+                if facts.is_some() || seen_turn {
+                    return Err("a second match facts record, or one after a turn".into());
+                }
+                check_facts(&f)?;
+                facts = Some(f);
+            }
+            Record::Drop { player, .. } | Record::Rejoin { player, .. }
+                if usize::from(player.0) >= n =>
+            {
+                return Err(format!("a drop or rejoin of player {} of {n}", player.0));
+            }
             Record::Drop { player, turn } => {
                 state.dropped.retain(|(p, _)| *p != player);
                 state.dropped.push((player, turn));
@@ -184,12 +211,30 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
                 notices.push(Notice::PlayerRejoined { player, turn });
             }
             Record::DelayChange { delay, from_turn } => {
-                let delay = u8::try_from(delay).unwrap_or(u8::MAX);
+                let delay = u8::try_from(delay)
+                    .ok()
+                    .filter(|d| *d <= MAX_INPUT_DELAY)
+                    .ok_or_else(|| {
+                        format!("an input delay of {delay} (at most {MAX_INPUT_DELAY})")
+                    })?;
                 state.delay = Some(delay);
                 notices.push(Notice::DelayChange { delay, from_turn });
             }
             Record::Hash { turn, hash } => state.last_hash = Some((turn, hash)),
             Record::Turn { turn, inputs } => {
+                let Some(f) = &facts else {
+                    return Err("a turn record before the match facts record".into());
+                };
+                // Turns rise from the first one and stay within its length.
+                if turn < f.first_turn
+                    || (seen_turn && turn < state.next_close)
+                    || f.last_turn.is_some_and(|last| turn > last)
+                {
+                    return Err(format!("turn {turn} is out of order or outside the match"));
+                }
+                if let Some((p, _)) = inputs.iter().find(|(p, _)| usize::from(p.0) >= n) {
+                    return Err(format!("turn {turn} holds inputs of player {} of {n}", p.0));
+                }
                 let (mine, later): (Vec<Notice>, Vec<Notice>) =
                     notices.drain(..).partition(|n| carried_by(n) <= turn);
                 notices = later;
@@ -198,11 +243,17 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
                     inputs,
                     notices: in_bundle_order(mine),
                 });
+                seen_turn = true;
                 state.bundles.push_back((turn, bundle.to_bytes()));
                 while state.bundles.len() > max_tail {
                     state.bundles.pop_front();
                 }
-                state.next_close = turn.next();
+                // Checked: `check_turn` keeps turns far below the end.
+                state.next_close = Turn(
+                    turn.0
+                        .checked_add(1)
+                        .ok_or_else(|| format!("turn {turn} is the last of the range"))?,
+                );
             }
             _ => {}
         }
@@ -210,7 +261,8 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
     let Some(facts) = facts else {
         return Err("no match facts record".into());
     };
-    if state.bundles.is_empty() {
+    // Counted apart from the bundles kept: a tail of 0 keeps none.
+    if !seen_turn {
         state.next_close = facts.first_turn;
     }
     let info = MatchInfo {
@@ -231,10 +283,8 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
         input_delay: facts.input_delay,
         first_turn: facts.first_turn,
         last_turn: facts.last_turn,
+        nonce: facts.nonce.map(crate::rejoin_config::MatchNonce),
     };
-    if info.turn_length_us == 0 || info.players.is_empty() {
-        return Err("the header names no players or no turn length".into());
-    }
     Ok(Unfinished {
         path: path.to_owned(),
         cut_bytes: reopened.cut_bytes,
@@ -243,6 +293,92 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
         writer: Some(writer),
         state,
     })
+}
+
+/// The last turn a resumed match may hold or name. Far below `u32::MAX`
+/// (2^31: over two years of turns at 30 per second, more than any real
+/// match plays) so that a resumed match's arithmetic (the next turn, a
+/// delay ahead, a hand-back's [`MAX_HAND_BACK_TURNS`]) never reaches the
+/// end of the range; a file naming a later turn is forged or damaged.
+///
+/// [`MAX_HAND_BACK_TURNS`]: lockstep::low_level::proto::MAX_HAND_BACK_TURNS
+pub const MAX_RESUMABLE_TURN: u32 = 1 << 31;
+
+/// The largest match number a resumed match may have (2^48): the relay
+/// numbers its matches from 1 upwards, and the numbers after a resumed
+/// one must not run out.
+pub const MAX_RESUMABLE_MATCH_ID: u64 = 1 << 48;
+
+/// A turn a record names, refused past [`MAX_RESUMABLE_TURN`].
+fn check_turn(turn: Turn, kind: u8) -> Result<(), String> {
+    if turn.0 > MAX_RESUMABLE_TURN {
+        return Err(format!(
+            "a {} record names turn {turn}, past the last resumable turn {MAX_RESUMABLE_TURN}",
+            replays::format::kind_name(kind)
+        ));
+    }
+    Ok(())
+}
+
+/// The header's players, setup and turn length, within the protocol's
+/// bounds: returns the number of players. Slots are indexed by player id,
+/// so the players must be `0..n` in order.
+fn check_header(header: &replays::Header) -> Result<usize, String> {
+    let n = header.players.len();
+    if n == 0 || n > usize::from(MAX_PLAYERS) {
+        return Err(format!(
+            "the header names {n} players (1 ..= {MAX_PLAYERS})"
+        ));
+    }
+    if usize::from(header.setup.players) != n {
+        return Err(format!(
+            "the setup is for {} players, the header names {n}",
+            header.setup.players
+        ));
+    }
+    if let Some((i, p)) = header
+        .players
+        .iter()
+        .enumerate()
+        .find(|(i, p)| usize::from(p.id.0) != *i)
+    {
+        return Err(format!("player {} is listed in place {i}", p.id.0));
+    }
+    let max_us = crate::config::MAX_TURN_LENGTH.as_micros();
+    if header.turn_length_us < 1_000 || header.turn_length_us > max_us {
+        return Err(format!(
+            "a turn length of {} µs (1 ms ..= {max_us} µs)",
+            header.turn_length_us
+        ));
+    }
+    Ok(n)
+}
+
+/// The match facts within bounds: its number, delay and turns.
+fn check_facts(f: &replays::MatchFacts) -> Result<(), String> {
+    if f.match_id == 0 || f.match_id > MAX_RESUMABLE_MATCH_ID {
+        return Err(format!(
+            "match number {} (1 ..= {MAX_RESUMABLE_MATCH_ID})",
+            f.match_id
+        ));
+    }
+    if f.input_delay > MAX_INPUT_DELAY {
+        return Err(format!(
+            "an input delay of {} (at most {MAX_INPUT_DELAY})",
+            f.input_delay
+        ));
+    }
+    check_turn(f.first_turn, replays::format::kind::MATCH)?;
+    if let Some(last) = f.last_turn {
+        check_turn(last, replays::format::kind::MATCH)?;
+        if last < f.first_turn {
+            return Err(format!(
+                "the last turn {last} is before the first {}",
+                f.first_turn
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The turn whose bundle carried a notice: a drop's or a rejoin's own turn,
@@ -263,4 +399,238 @@ fn in_bundle_order(mut notices: Vec<Notice>) -> Vec<Notice> {
         Notice::DelayChange { .. } => (1, 0, 0),
     });
     notices
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use replays::MatchFacts;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("relay_resume_{name}_{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn facts(id: u64) -> MatchFacts {
+        MatchFacts {
+            match_id: id,
+            rules_fingerprint: StateHash([3; 32]),
+            input_delay: 3,
+            first_turn: Turn(0),
+            last_turn: None,
+            nonce: Some([9; 16]),
+        }
+    }
+
+    /// A relay's unfinished recording of a two-player match: its facts,
+    /// then `turns`, changed by `edit` before writing.
+    fn recording(
+        path: &Path,
+        facts: &MatchFacts,
+        turns: &[u32],
+        edit: impl FnOnce(&mut replays::Header),
+    ) {
+        let info = MatchInfo::two_players("m", "g");
+        let mut header = crate::recorder::header(&info, info.rules_hash, 0);
+        edit(&mut header);
+        let mut w = Writer::create(path, &header).unwrap();
+        w.record_match(facts).unwrap();
+        for &t in turns {
+            w.record_turn(Turn(t), &[(PlayerId(0), vec![1]), (PlayerId(1), vec![2])])
+                .unwrap();
+        }
+        drop(w);
+    }
+
+    fn reason(d: &Path) -> String {
+        let (found, skipped) = scan(d, 64, 100);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        skipped[0].reason.clone()
+    }
+
+    /// Before: a last turn of `u32::MAX` overflowed `Turn::next` and the
+    /// relay panicked at start-up, again at every restart.
+    #[test]
+    fn a_recording_at_the_end_of_the_turn_range_is_skipped_not_a_panic() {
+        for last in [u32::MAX, u32::MAX - 1, MAX_RESUMABLE_TURN + 1] {
+            let d = dir(&format!("end_{last}"));
+            let mut f = facts(1);
+            f.first_turn = Turn(last - 1);
+            recording(&d.join("a.lsr"), &f, &[last - 1, last], |_| {});
+            let r = reason(&d);
+            assert!(r.contains("past the last resumable turn"), "{r}");
+        }
+    }
+
+    #[test]
+    fn facts_and_header_outside_the_protocol_bounds_are_skipped() {
+        type Case = (
+            &'static str,
+            MatchFacts,
+            fn(&mut replays::Header),
+            &'static str,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "delay",
+                MatchFacts {
+                    input_delay: 200,
+                    ..facts(1)
+                },
+                |_| {},
+                "input delay",
+            ),
+            ("id", facts(u64::MAX), |_| {}, "match number"),
+            ("id0", facts(0), |_| {}, "match number"),
+            (
+                "last",
+                MatchFacts {
+                    first_turn: Turn(10),
+                    last_turn: Some(Turn(5)),
+                    ..facts(1)
+                },
+                |_| {},
+                "before the first",
+            ),
+            ("noplayers", facts(1), |h| h.players.clear(), "players"),
+            (
+                "manyplayers",
+                facts(1),
+                |h| {
+                    let p = h.players[0].clone();
+                    h.players = vec![p; 9];
+                },
+                "players",
+            ),
+            ("setup", facts(1), |h| h.setup.players = 3, "setup"),
+            ("order", facts(1), |h| h.players.swap(0, 1), "in place"),
+            ("turnlen", facts(1), |h| h.turn_length_us = 0, "turn length"),
+        ];
+        for (name, f, edit, want) in cases {
+            let d = dir(name);
+            recording(&d.join("a.lsr"), &f, &[0, 1], edit);
+            let r = reason(&d);
+            assert!(r.contains(want), "{name}: {r}");
+        }
+    }
+
+    #[test]
+    fn records_inconsistent_with_the_setup_are_skipped() {
+        // A player the header does not name.
+        let d = dir("ghost");
+        let path = d.join("a.lsr");
+        recording(&path, &facts(1), &[0], |_| {});
+        {
+            let (mut w, _) = Writer::reopen(&path, replays::DEFAULT_SYNC).unwrap();
+            w.record_drop(PlayerId(7), Turn(1)).unwrap();
+        }
+        assert!(reason(&d).contains("player 7"));
+        // A delay change past the protocol's bound.
+        let d = dir("bigdelay");
+        let path = d.join("a.lsr");
+        recording(&path, &facts(1), &[0], |_| {});
+        {
+            let (mut w, _) = Writer::reopen(&path, replays::DEFAULT_SYNC).unwrap();
+            w.record_delay_change(300, Turn(2)).unwrap();
+        }
+        assert!(reason(&d).contains("input delay"));
+        // Turns before the match's first turn.
+        let d = dir("early");
+        let f = MatchFacts {
+            first_turn: Turn(100),
+            ..facts(1)
+        };
+        recording(&d.join("a.lsr"), &f, &[3, 4], |_| {});
+        assert!(reason(&d).contains("outside the match"));
+    }
+
+    /// Before: a flipped bit in the middle cut the file there, destroying
+    /// the turns after it, and the match resumed from the cut.
+    #[test]
+    fn damage_inside_a_recording_leaves_its_bytes_and_is_not_resumed() {
+        let d = dir("damaged");
+        let path = d.join("a.lsr");
+        let turns: Vec<u32> = (0..40).collect();
+        recording(&path, &facts(1), &turns, |_| {});
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let r = reason(&d);
+        assert!(r.contains("damaged inside"), "{r}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+    }
+
+    /// The instance's nonce is read back, so the resumed match gives the
+    /// secrets its players hold; a recording without one (an earlier
+    /// relay's) resumes with none.
+    #[test]
+    fn the_match_nonce_is_read_back() {
+        let d = dir("nonce");
+        recording(&d.join("a.lsr"), &facts(1), &[0, 1], |_| {});
+        let (found, _) = scan(&d, 64, 100);
+        assert_eq!(
+            found[0].info.nonce,
+            Some(crate::rejoin_config::MatchNonce([9; 16]))
+        );
+        let d = dir("no_nonce");
+        let f = MatchFacts {
+            nonce: None,
+            ..facts(1)
+        };
+        recording(&d.join("a.lsr"), &f, &[0, 1], |_| {});
+        let (found, _) = scan(&d, 64, 100);
+        assert_eq!(found[0].info.nonce, None);
+    }
+
+    /// Before: with no bundle kept (a tail of 0) the match resumed at its
+    /// first turn, although turns were recorded.
+    #[test]
+    fn a_tail_of_zero_resumes_after_the_last_recorded_turn() {
+        let d = dir("tail0");
+        recording(&d.join("a.lsr"), &facts(1), &[0, 1, 2], |_| {});
+        let (found, _) = scan(&d, 0, 100);
+        assert_eq!(found[0].next_turn(), Turn(3));
+    }
+
+    /// Before: every unfinished recording was resumed, so a directory of
+    /// forged ones filled every match place and refused every new join.
+    #[test]
+    fn at_most_half_the_match_limit_is_resumed() {
+        let d = dir("many");
+        for i in 0..12u64 {
+            let name = format!("m{i}");
+            recording(&d.join(format!("{i:02}.lsr")), &facts(i + 1), &[0], |h| {
+                h.match_name = name;
+            });
+        }
+        let (found, skipped) = scan(&d, 64, 5);
+        assert_eq!(found.len(), 5);
+        assert_eq!(skipped.len(), 7);
+        assert!(skipped.iter().all(|s| s.reason.contains("at most 5")));
+        // The router holds the same line on its own.
+        let mut config = crate::config::RelayConfig::default();
+        config.limits.max_matches = 6;
+        let mut r = crate::router::Router::new(config);
+        let now = lockstep::Instant::from_millis(1);
+        let mut refused = 0;
+        for m in found {
+            if r.resume(now, m).is_err() {
+                refused += 1;
+            }
+        }
+        assert_eq!((r.match_count(), refused), (3, 2));
+    }
+
+    /// Before: the match number was stepped to one at a time, so a forged
+    /// recording numbered near `u64::MAX` hung (or overflowed) the start.
+    #[test]
+    fn a_large_match_number_is_skipped_in_one_step() {
+        let mut r = crate::router::Router::new(crate::config::RelayConfig::default());
+        r.skip_match_ids_through(MAX_RESUMABLE_MATCH_ID);
+        r.skip_match_ids_through(u64::MAX);
+    }
 }

@@ -119,8 +119,15 @@ impl Router {
     /// Numbers this router's next matches after `id` (a relay resuming
     /// matches from its recordings: their numbers are taken).
     pub fn skip_match_ids_through(&mut self, id: u64) {
-        while self.next_match <= id {
-            self.next_match += self.match_id_step;
+        // Computed, not stepped: a recording names the number, and a large
+        // one must neither loop for long nor overflow (ids past the range
+        // saturate; `resume` refuses numbers past `MAX_RESUMABLE_MATCH_ID`).
+        if self.next_match <= id {
+            let steps = (id - self.next_match) / self.match_id_step + 1;
+            self.next_match = steps
+                .checked_mul(self.match_id_step)
+                .and_then(|d| self.next_match.checked_add(d))
+                .unwrap_or(u64::MAX);
         }
     }
 
@@ -131,8 +138,17 @@ impl Router {
     ///
     /// # Errors
     /// A match of that name or number is already here (two recordings of
-    /// one match): this one is not resumed.
+    /// one match), or resumed matches already fill their share of the
+    /// match limit ([`crate::limits::Limits::max_resumed`]): this one is
+    /// not resumed.
     pub fn resume(&mut self, now: Instant, m: crate::resume::Unfinished) -> Result<(), String> {
+        let resumed = self.matches.values().filter(|r| r.was_resumed()).count();
+        let max = self.config.limits.max_resumed();
+        if resumed >= max || self.matches.len() >= self.config.limits.max_matches {
+            return Err(format!(
+                "the relay resumes at most {max} matches (half its match limit)"
+            ));
+        }
         let name = m.match_name().to_owned();
         if self.names.contains_key(&name) || self.matches.get(&m.id).is_some() {
             return Err(format!(

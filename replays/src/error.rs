@@ -46,6 +46,19 @@ pub enum ReplayError {
         what: &'static str,
     },
 
+    /// [`crate::Writer::reopen`] found a bad record with intact-looking
+    /// bytes after it: the damage is inside the file, not a torn tail, so
+    /// the file is left as it is (cutting it would destroy those bytes).
+    #[error(
+        "damaged inside (record at byte {offset}: {what}); the bytes after it are kept and nothing is appended"
+    )]
+    DamagedInside {
+        /// Offset of the first byte of the damaged record.
+        offset: u64,
+        /// Which check failed.
+        what: &'static str,
+    },
+
     /// A record's checksum is valid but its payload does not decode.
     #[error("malformed {kind} record at byte {offset}: {reason}")]
     Malformed {
@@ -203,6 +216,7 @@ impl ReplayError {
             self,
             Self::Torn { .. }
                 | Self::Checksum { .. }
+                | Self::DamagedInside { .. }
                 | Self::Malformed { .. }
                 | Self::UnknownKind { .. }
                 | Self::Sequence { .. }

@@ -200,6 +200,13 @@ pub struct MatchFacts {
     pub first_turn: Turn,
     /// Its last turn, if the players agreed on a length.
     pub last_turn: Option<Turn>,
+    /// The match instance's random nonce: the relay binds the players'
+    /// rejoin secrets to it, so a later match with the same name and
+    /// number (match numbers restart with the process) has other secrets.
+    /// Encoded as 16 bytes after the other fields; recordings of earlier
+    /// relays have none (`None`), and their records read as before.
+    #[serde(skip)]
+    pub nonce: Option<[u8; 16]>,
 }
 
 /// One record of a replay, in file order.
@@ -482,7 +489,14 @@ impl Record {
             }
             Self::KeyframeIndex(entries) => postcard::to_io(entries, &mut *out),
             Self::Forensics(report) => postcard::to_io(&**report, &mut *out),
-            Self::Match(facts) => postcard::to_io(facts, &mut *out),
+            Self::Match(facts) => {
+                postcard::to_io(facts, &mut *out).map_err(|e| malformed_out(self.kind(), &e))?;
+                // The nonce follows the fields earlier readers know.
+                if let Some(n) = &facts.nonce {
+                    out.extend_from_slice(n);
+                }
+                return Ok(());
+            }
             Self::End { reason } => postcard::to_io(reason, &mut *out),
             Self::Trailer {
                 final_turn,
@@ -578,7 +592,20 @@ impl Record {
             }
             kind::KEYFRAME_INDEX => Self::KeyframeIndex(exact(payload).map_err(bad)?),
             kind::FORENSICS => Self::Forensics(Box::new(exact(payload).map_err(bad)?)),
-            kind::MATCH => Self::Match(exact(payload).map_err(bad)?),
+            kind::MATCH => {
+                let (mut facts, rest): (MatchFacts, _) =
+                    postcard::take_from_bytes(payload).map_err(bad)?;
+                facts.nonce = match rest.len() {
+                    0 => None,
+                    16 => {
+                        let mut n = [0u8; 16];
+                        n.copy_from_slice(rest);
+                        Some(n)
+                    }
+                    _ => return Err(bad(postcard::Error::DeserializeBadEncoding)),
+                };
+                Self::Match(facts)
+            }
             kind::END => {
                 let reason: String = exact(payload).map_err(bad)?;
                 if reason.len() > MAX_END_REASON {
@@ -759,6 +786,15 @@ mod tests {
                 input_delay: 3,
                 first_turn: Turn(0),
                 last_turn: Some(Turn(600)),
+                nonce: None,
+            }),
+            Record::Match(MatchFacts {
+                match_id: 13,
+                rules_fingerprint: h,
+                input_delay: 3,
+                first_turn: Turn(0),
+                last_turn: None,
+                nonce: Some([7; 16]),
             }),
             Record::End {
                 reason: "abandoned".into(),

@@ -126,8 +126,19 @@ impl Writer<File> {
         while let Some(item) = reader.next() {
             let record = match item {
                 Ok(record) => record,
-                // The bytes themselves are cut or damaged: a crash's tail.
-                Err(ReplayError::Torn { .. } | ReplayError::Checksum { .. }) => break,
+                // The bytes stop inside a record: a crash's tail.
+                Err(ReplayError::Torn { .. }) => break,
+                // A bad checksum is a crash's tail only on the file's last
+                // record (its data had not landed). Anywhere else the bytes
+                // after it are records a cut would destroy: the file is
+                // left as it is and not continued.
+                Err(ReplayError::Checksum { offset, what }) => {
+                    let len = file.metadata()?.len();
+                    if last_record_at(&file, offset, len)? {
+                        break;
+                    }
+                    return Err(ReplayError::DamagedInside { offset, what });
+                }
                 Err(e) => return Err(e),
             };
             match &record {
@@ -173,6 +184,28 @@ impl Writer<File> {
             },
         ))
     }
+}
+
+/// Whether the record starting at `offset` is the file's last: its length
+/// guard holds and the record reaches the end of the file (or beyond it).
+/// A record whose guard is broken counts as the last only when nothing but
+/// its head is left (`len - offset` is at most a head), since its length
+/// says nothing then.
+fn last_record_at(mut file: &File, offset: u64, len: u64) -> Result<bool, ReplayError> {
+    let left = len.saturating_sub(offset);
+    if left <= format::RECORD_HEAD_LEN {
+        return Ok(true);
+    }
+    let mut head = [0u8; format::RECORD_HEAD_LEN as usize];
+    file.seek(SeekFrom::Start(offset))?;
+    std::io::Read::read_exact(&mut file, &mut head)?;
+    let n = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    let guard = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if guard != !n || n > crate::format::MAX_RECORD_LEN {
+        return Ok(false);
+    }
+    let whole = format::RECORD_HEAD_LEN + u64::from(n) + crate::format::CHECKSUM_LEN as u64;
+    Ok(whole >= left)
 }
 
 /// What [`Writer::reopen`] found in the file it continues: read it to resume

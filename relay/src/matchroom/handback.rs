@@ -44,6 +44,16 @@ struct Copies {
 }
 
 impl HandBack {
+    /// Bytes held by the copies handed back so far: counted with the tail
+    /// in the relay's memory budget (at most [`MAX_HAND_BACK_TURNS`] turns
+    /// of one copy each per paused match, until its pause ends).
+    pub(super) fn bytes(&self) -> usize {
+        self.turns
+            .values()
+            .map(|c| c.bytes.len() + c.from.len())
+            .sum()
+    }
+
     /// Whether every claimant handed back every turn from `from` it holds.
     fn complete(&self, from: Turn) -> bool {
         self.claims.iter().all(|&(p, claim)| {
@@ -240,5 +250,54 @@ impl Game {
         if self.last == Some(turn) {
             self.end_by = Some(now + self.end_wait(now, config));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{MatchRoom, Phase};
+    use crate::config::RelayConfig;
+    use crate::event::{MatchId, MatchInfo};
+    use crate::outbox::Outbox;
+    use crate::resume::RecordedState;
+    use lockstep::Instant;
+    use lockstep::low_level::proto::Bundle;
+    use lockstep::low_level::transport::ConnId;
+    use sim::{PlayerId, Turn};
+
+    /// Before: the copies a resumed match holds during its pause were
+    /// outside the memory budget (only the snapshot store was measured).
+    #[test]
+    fn handed_back_copies_count_in_the_memory_budget() {
+        let config = RelayConfig::default();
+        let mut info = MatchInfo::two_players("m", "g");
+        info.last_turn = None;
+        let state = RecordedState {
+            next_close: Turn(40),
+            ..RecordedState::default()
+        };
+        let now = Instant::from_millis(1000);
+        let mut out = Outbox::default();
+        let mut room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        let before = room.snapshot_memory().2;
+        let Phase::Running(g) = &mut room.phase else {
+            panic!("not running");
+        };
+        g.slots[0].conn = Some(ConnId(0));
+        g.claim_hand_back(PlayerId(0), Turn(44), &mut out);
+        let mut sent = 0;
+        for t in 40..44 {
+            let bundle = Bundle {
+                turn: Turn(t),
+                inputs: vec![(PlayerId(1), vec![7; 1000])],
+                notices: Vec::new(),
+            };
+            sent += lockstep::low_level::proto::ToPeer::Bundle(bundle.clone())
+                .to_bytes()
+                .len();
+            g.on_handed_back(PlayerId(0), bundle, &mut out);
+        }
+        let held = room.snapshot_memory().2 - before;
+        assert!(held >= sent && held < sent + 64, "{held} for {sent}");
     }
 }

@@ -57,7 +57,9 @@ impl MatchRoom {
         if join.rules_hash != self.rules_hash {
             return Err((RejectReason::RulesDiffer, None));
         }
-        let secret = config.rejoin.secret(self.id, &self.name, rejoin.player);
+        let secret = config
+            .rejoin
+            .secret(self.id, self.nonce, &self.name, rejoin.player);
         let Phase::Running(g) = &mut self.phase else {
             return Err((
                 RejectReason::HoldExpired,
@@ -196,6 +198,9 @@ impl MatchRoom {
         match &self.phase {
             Phase::Running(g) => {
                 let (s, u, t) = g.snapshots.bytes();
+                // Turns handed back during a resumed match's pause are
+                // tail bundles waiting to be adopted: counted with it.
+                let t = t + g.hand_back.bytes();
                 (s, u, t, g.snapshots.tail_turns())
             }
             _ => (0, 0, 0, 0),

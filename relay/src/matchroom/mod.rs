@@ -187,6 +187,12 @@ pub(crate) struct MatchRoom {
     game_version: u32,
     rules_hash: StateHash,
     phase: Phase,
+    /// Rebuilt from a recording at start-up: counts against the limit on
+    /// resumed matches for as long as it lasts.
+    resumed: bool,
+    /// The instance's nonce, drawn when it starts (`None` before, and for
+    /// a match resumed from an earlier relay's recording).
+    nonce: Option<crate::rejoin_config::MatchNonce>,
 }
 
 /// Orders a full lobby by player slot: members a token gave a slot sit in
@@ -219,6 +225,8 @@ impl MatchRoom {
             game_version: join.game_version,
             rules_hash: join.rules_hash,
             phase: Phase::Lobby(Vec::new()),
+            resumed: false,
+            nonce: None,
         }
     }
 
@@ -255,6 +263,19 @@ impl MatchRoom {
         }
     }
 
+    /// The instance's nonce, once started (`None` for a match resumed from
+    /// an earlier relay's recording).
+    #[cfg(test)]
+    pub(crate) const fn nonce(&self) -> Option<crate::rejoin_config::MatchNonce> {
+        self.nonce
+    }
+
+    /// Whether it was rebuilt from a recording at start-up.
+    pub(crate) const fn was_resumed(&self) -> bool {
+        self.resumed
+    }
+
+    /// Whether its game is running (not a lobby).
     pub(crate) const fn is_running(&self) -> bool {
         matches!(self.phase, Phase::Running(_))
     }
@@ -320,6 +341,8 @@ impl MatchRoom {
         out: &mut Outbox,
     ) -> Vec<(ConnId, PlayerId)> {
         let members = seat(members);
+        let nonce = config.rejoin.match_nonce(self.id, &self.name);
+        self.nonce = Some(nonce);
         let first = Turn(0);
         let turns = members.iter().map(|m| m.turns).filter(|&t| t > 0).min();
         let last = turns.map(|t| Turn(first.0 + t - 1));
@@ -363,7 +386,9 @@ impl MatchRoom {
             let mut start = start_msg.clone();
             start.your_player = info.id;
             out.send(m.conn, &ToPeer::Start(start));
-            let secret = config.rejoin.secret(self.id, &self.name, info.id);
+            let secret = config
+                .rejoin
+                .secret(self.id, self.nonce, &self.name, info.id);
             out.send(m.conn, &ToPeer::RejoinSecret(secret));
             assigned.push((m.conn, info.id));
         }
@@ -380,6 +405,7 @@ impl MatchRoom {
                 input_delay: d0,
                 first_turn: first,
                 last_turn: last,
+                nonce: Some(nonce),
             },
         });
         let slots = members

@@ -84,6 +84,8 @@ impl MatchRoom {
             game_version: info.game_version,
             rules_hash: info.rules_hash,
             phase: Phase::Running(Box::new(game)),
+            resumed: true,
+            nonce: info.nonce,
         }
     }
 }

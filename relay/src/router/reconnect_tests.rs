@@ -205,7 +205,7 @@ fn crashed() -> (Router, Instant, [RejoinSecret; 2]) {
             .collect(),
         ..RecordedState::default()
     };
-    let secrets = [0, 1].map(|p| config.rejoin.secret(MatchId(1), "m", PlayerId(p)));
+    let secrets = [0, 1].map(|p| config.rejoin.secret(MatchId(1), None, "m", PlayerId(p)));
     let mut r = Router::new(config);
     let now = Instant::from_millis(10);
     r.resume(now, Unfinished::unrecorded(MatchId(1), info, state))

@@ -207,6 +207,26 @@ mod tests {
         })
     }
 
+    /// Before: secrets were derived from the key, the match's number, name
+    /// and slot only, and numbers restart at 1 with each process, so a
+    /// player of an earlier match "m" (number 1) held the secret of the
+    /// same seat in every later one.
+    #[test]
+    fn a_secret_of_an_earlier_match_with_the_same_name_and_number_is_refused() {
+        // Two processes, one key file: the earlier match and the later one.
+        let (_earlier, old) = dropped(None);
+        let (mut r, secret) = dropped(None);
+        assert_ne!(old, secret, "the instance's nonce is in the secret");
+        let soon = Instant::from_millis(2_000);
+        assert_eq!(
+            refusal(&rejoin(&mut r, soon, 1, old)),
+            Some(RejectReason::WrongSecret)
+        );
+        r.handle_disconnected(soon, ConnId(9));
+        assert_eq!(refusal(&rejoin(&mut r, soon, 1, secret)), None);
+        assert_eq!(r.counters().rejoins, 1);
+    }
+
     #[test]
     fn a_wrong_secret_a_wrong_slot_and_an_expired_hold_are_refused_by_reason() {
         let (mut r, secret) = dropped(None);
@@ -306,7 +326,9 @@ mod tests {
     /// Player 0's secret, as its peer got it.
     fn secret_of_player_0(r: &Router) -> RejoinSecret {
         let m = r.matches.values().next().unwrap();
-        r.config().rejoin.secret(m.id, &m.name, PlayerId(0))
+        r.config()
+            .rejoin
+            .secret(m.id, m.nonce(), &m.name, PlayerId(0))
     }
 
     /// A leaked secret cannot take the slot of a player that is playing:

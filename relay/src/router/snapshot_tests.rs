@@ -83,7 +83,12 @@ fn a_garbage_snapshot_costs_its_receivers_only_time_and_its_uploader_its_turn() 
     m.gone.insert(ConnId(2));
     m.r.handle_disconnected(m.now, ConnId(2));
     m.act();
-    let secret = m.r.config().rejoin.secret(MatchId(1), "m", PlayerId(2));
+    let secret = m.r.config().rejoin.secret(
+        MatchId(1),
+        Some(m.r.config().rejoin.match_nonce(MatchId(1), "m")),
+        "m",
+        PlayerId(2),
+    );
     m.connect(9);
     let rejoin = ToRelay::Rejoin(Rejoin {
         join: join(3),
@@ -193,7 +198,12 @@ fn a_player_that_desyncs_after_every_heal_is_dropped_past_the_heal_limit() {
     });
     assert!(noted);
     // Its slot is given up: no rejoin into it.
-    let secret = m.r.config().rejoin.secret(MatchId(1), "m", PlayerId(3));
+    let secret = m.r.config().rejoin.secret(
+        MatchId(1),
+        Some(m.r.config().rejoin.match_nonce(MatchId(1), "m")),
+        "m",
+        PlayerId(3),
+    );
     m.connect(9);
     let rejoin = ToRelay::Rejoin(Rejoin {
         join: join(4),

@@ -88,7 +88,16 @@ fn run(seed: u64, turns: u32, speculate: bool) -> Run {
     let start = Instant::from_millis(1);
     let server_addr = SocketAddr::from(([127, 0, 0, 1], 7000));
     let server = Server::new(TransportConfig::default(), [seed as u8; 32]);
-    let mut relay = RelayNode::new(server, RelayConfig::default(), server_addr);
+    // One salt for both runs: the match instances' nonces (in the events
+    // compared) are then equal.
+    let config = RelayConfig {
+        rejoin: relay::rejoin_config::RejoinConfig {
+            nonce_salt: [0; 32],
+            ..Default::default()
+        },
+        ..RelayConfig::default()
+    };
+    let mut relay = RelayNode::new(server, config, server_addr);
     let mut nodes: Vec<Skewed<Framed>> = (0..2u64)
         .map(|i| {
             let spec = PeerSpec {

@@ -251,3 +251,21 @@ fn a_file_without_a_readable_header_is_refused_as_the_reader_does() {
     assert_eq!(std::fs::read(&path).unwrap().len(), 20);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Before: a bad checksum anywhere ended the read, and the reopen cut the
+/// file there, destroying every intact record after it.
+#[test]
+fn damage_inside_the_file_is_not_cut() {
+    let path = tmp("damaged_inside");
+    crashed_recording(&path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // A flipped bit in the middle of the file, far from its last record.
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = reopen_err(&path);
+    assert!(matches!(err, ReplayError::DamagedInside { .. }), "{err}");
+    assert!(err.is_damage());
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the bytes are left");
+    std::fs::remove_file(&path).unwrap();
+}
