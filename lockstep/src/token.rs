@@ -670,7 +670,7 @@ fn from_hex(text: &str) -> Result<Vec<u8>, TokenError> {
 }
 
 pub(crate) mod ledger;
-pub use ledger::MAX_TRACKED_TOKENS;
+pub use ledger::{MAX_ADMITTED_COOKIES, MAX_TRACKED_TOKENS};
 
 #[cfg(test)]
 mod tests;
