@@ -57,10 +57,20 @@ pub(crate) fn cookie_mac(
     out
 }
 
-/// Equality that does not stop at the first differing byte.
+/// Equality that does not stop at the first differing byte (MACs, cookies,
+/// rejoin secrets): its time tells nothing about how many leading bytes of
+/// a guess were right. The lengths are public. `black_box` keeps the
+/// optimiser from turning the loop back into an early-exit compare.
 #[must_use]
 pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut acc = 0u8;
+    for (x, y) in a.iter().zip(b) {
+        acc |= std::hint::black_box(x ^ y);
+    }
+    std::hint::black_box(acc) == 0
 }
 
 /// Keys for one connection: client-to-server and server-to-client.

@@ -50,6 +50,11 @@ pub enum DisconnectReason {
     /// The 64-bit packet counter ran out (never in practice).
     #[error("packet counter exhausted")]
     CounterExhausted,
+    /// A packet could not be encrypted (its own header did not decode):
+    /// the connection is closed rather than send a payload in the clear.
+    /// Never happens unless the packet builder has a bug.
+    #[error("a packet could not be encrypted")]
+    Internal,
     /// The server said it does not know this connection (it restarted)
     /// while the connection had been silent: connect again.
     #[error("the server no longer knows this connection (it restarted)")]
@@ -725,14 +730,23 @@ impl Connection {
         }
     }
 
-    fn seal(&mut self, now: Instant, buf: &mut Vec<u8>, eliciting: bool) {
+    /// MACs (and in token mode first encrypts) the packet in `buf` and
+    /// records it as sent; returns false, with `buf` cleared and the
+    /// connection closed, if the packet could not be encrypted.
+    #[must_use]
+    fn seal(&mut self, now: Instant, buf: &mut Vec<u8>, eliciting: bool) -> bool {
         let counter = self.send_counter;
-        if let Some(cipher) = &self.send_cipher {
-            // Encrypt-then-MAC: the payload after the header we just wrote.
-            let header_len = wire::decode_header(buf).map_or(buf.len(), |(_, len)| len);
-            if let Some(payload) = buf.get_mut(header_len..) {
-                cipher.apply(counter, payload);
-            }
+        if let Some(cipher) = &self.send_cipher
+            && encrypt_payload(cipher, counter, buf).is_err()
+        {
+            // Never send a token-mode payload in the clear: our own header
+            // did not decode, so where the payload starts is unknown. No
+            // such packet is ever built; if one were, the connection ends.
+            buf.clear();
+            self.state = State::Closed;
+            self.events
+                .push_back(ConnEvent::Closed(DisconnectReason::Internal));
+            return false;
         }
         let tag = packet_mac(&self.send_key, counter, buf);
         buf.extend_from_slice(&tag);
@@ -755,6 +769,7 @@ impl Connection {
         self.bytes_sent += buf.len() as u64;
         self.sent_bytes.add(now, buf.len() as u64);
         self.sent_packets.add(now, 1);
+        true
     }
 
     /// Writes the next datagram into `buf`, if one is due.
@@ -777,7 +792,9 @@ impl Connection {
             } => {
                 let h = self.header(AuthKind::Disconnect, now);
                 wire::encode_header(&h, buf);
-                self.seal(now, buf, false);
+                if !self.seal(now, buf, false) {
+                    return false;
+                }
                 if copies_left <= 1 {
                     self.state = State::Closed;
                     self.events.push_back(ConnEvent::Closed(reason));
@@ -794,8 +811,7 @@ impl Connection {
                     self.accepted_to_send = false;
                     let h = self.header(AuthKind::Accepted, now);
                     wire::encode_header(&h, buf);
-                    self.seal(now, buf, false);
-                    return true;
+                    return self.seal(now, buf, false);
                 }
                 match self.next_send_time() {
                     Some(t) if t <= now => {}
@@ -851,7 +867,9 @@ impl Connection {
                 self.ack_owed = None;
                 self.lazy_ack_owed = None;
                 self.eliciting_unacked = 0;
-                self.seal(now, buf, eliciting);
+                if !self.seal(now, buf, eliciting) {
+                    return false;
+                }
                 if free {
                     self.credit = credit_before;
                 }
@@ -938,5 +956,92 @@ impl Connection {
             bulk_expired: self.bulk_in.expired,
             reorder_refused: self.inc.reorder_refused,
         }
+    }
+}
+
+/// Why a payload was not encrypted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unsealable;
+
+/// Encrypts, in place, the payload after the authenticated header at the
+/// start of `buf`. Fails, leaving `buf` untouched, when that header does
+/// not decode: the payload's start is then unknown, and encrypting from a
+/// guess (or not at all, as once happened here) could send it in the clear.
+pub(crate) fn encrypt_payload(
+    cipher: &PayloadCipher,
+    counter: u64,
+    buf: &mut [u8],
+) -> Result<(), Unsealable> {
+    let (_, header_len) = wire::decode_header(buf).map_err(|_| Unsealable)?;
+    let payload = buf.get_mut(header_len..).ok_or(Unsealable)?;
+    cipher.apply(counter, payload);
+    Ok(())
+}
+
+#[cfg(test)]
+mod seal_tests {
+    use super::*;
+    use crate::transport::auth::ConnKeys;
+
+    const SECRET: &[u8] = b"a rejoin secret that must never cross in the clear";
+
+    fn token_conn() -> Connection {
+        let keys = ConnKeys {
+            c2s: [1; 32],
+            s2c: [2; 32],
+        };
+        Connection::new(
+            TransportConfig::default(),
+            Role::Server,
+            keys,
+            true,
+            Instant::ZERO,
+        )
+    }
+
+    /// A packet whose own header does not decode (kind 3 is not a kind) is
+    /// never sent: before, the payload went out in the clear under a valid
+    /// MAC. Now nothing is sent and the connection closes.
+    #[test]
+    fn a_packet_whose_header_does_not_decode_is_not_sent_and_closes_the_connection() {
+        let mut conn = token_conn();
+        let mut buf = vec![0x60, 0, 0, 0, 0xFF];
+        buf.extend_from_slice(SECRET);
+        assert!(wire::decode_header(&buf).is_err());
+        assert!(!conn.seal(Instant::ZERO, &mut buf, true));
+        assert!(!buf.windows(SECRET.len()).any(|w| w == SECRET));
+        assert!(buf.is_empty());
+        assert_eq!(
+            conn.poll_event(),
+            Some(ConnEvent::Closed(DisconnectReason::Internal))
+        );
+        assert!(!conn.poll_transmit(Instant::ZERO, &mut buf));
+        assert_eq!(conn.packets_sent, 0);
+    }
+
+    /// `encrypt_payload` encrypts after a good header and leaves it be;
+    /// with a bad header it refuses and touches nothing.
+    #[test]
+    fn encrypt_payload_refuses_a_header_it_cannot_read() {
+        let cipher = PayloadCipher::new(&[3; 32]);
+        let h = Header {
+            kind: AuthKind::Data,
+            seq: 7,
+            ack: 0,
+            ack_bits: 0,
+            ack_delay: wire::ACK_DELAY_UNKNOWN,
+        };
+        let mut good = Vec::new();
+        wire::encode_header(&h, &mut good);
+        let header_len = good.len();
+        good.extend_from_slice(SECRET);
+        assert_eq!(encrypt_payload(&cipher, 7, &mut good), Ok(()));
+        assert_eq!(wire::decode_header(&good).map(|(_, n)| n), Ok(header_len));
+        assert!(!good.windows(SECRET.len()).any(|w| w == SECRET));
+        let mut bad = vec![0x60];
+        bad.extend_from_slice(SECRET);
+        let before = bad.clone();
+        assert_eq!(encrypt_payload(&cipher, 7, &mut bad), Err(Unsealable));
+        assert_eq!(bad, before);
     }
 }
