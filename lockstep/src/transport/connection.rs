@@ -525,10 +525,23 @@ impl Connection {
         (self.last_recv >= since + self.loss_bound()).then(|| since + self.cfg.backpressure_timeout)
     }
 
-    /// Whether the peer has left `max_unconfirmed_bytes` unacknowledged:
+    /// Whether the peer has left its whole send window unacknowledged:
     /// only acks and keep-alives go out until it acks.
     pub(super) fn unconfirmed_full(&self) -> bool {
-        self.sent.unconfirmed_bytes() >= self.cfg.max_unconfirmed_bytes as u64
+        self.sent.unconfirmed_bytes() >= self.send_window()
+    }
+
+    /// How many bytes may be sent past the newest acknowledged packet:
+    /// `initial_window`, plus two for every byte the peer ever acknowledged
+    /// (slow start: a peer that acks everything about triples it per round
+    /// trip), at most `max_unconfirmed_bytes`. A peer that acknowledges
+    /// nothing never earns more than the initial window, so it cannot
+    /// draw a large multiple of what it sends (an amplifier).
+    pub(super) fn send_window(&self) -> u64 {
+        let cap = self.cfg.max_unconfirmed_bytes as u64;
+        let earned = (self.cfg.initial_window as u64)
+            .saturating_add(self.sent.bytes_acked.saturating_mul(2));
+        earned.min(cap)
     }
 
     /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
