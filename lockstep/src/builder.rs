@@ -26,6 +26,11 @@ pub enum BuildError {
         /// What the operating system said.
         reason: String,
     },
+    /// No secret randomness for the handshake salts: the OS random source
+    /// is unavailable (or absent on this target) and none was passed in
+    /// ([`PeerBuilder::with_entropy`](crate::peer::PeerBuilder::with_entropy)).
+    #[error("no randomness for the handshake salt: {0}")]
+    Entropy(String),
 }
 
 /// Default snapshot upload chunk: the largest a chunk message may carry

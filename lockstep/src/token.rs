@@ -78,6 +78,10 @@ pub enum TokenError {
     /// The sealed part did not open under this key (forged, corrupted or another relay's).
     #[error("token does not open under this key (forged or corrupted)")]
     Forged,
+    /// Every byte of the token key is zero: a placeholder anyone could
+    /// issue tokens with, refused like an all-zero rejoin key.
+    #[error("the token key is all zeros; draw it from a random source")]
+    ZeroKey,
     /// Bytes that are not a token of this version.
     #[error("malformed token: {what} at offset {at}")]
     Malformed {
@@ -145,13 +149,27 @@ impl TokenKey {
         to_hex(&self.0)
     }
 
-    /// Parses 64 hex characters (surrounding whitespace ignored).
+    /// A key from raw bytes, refusing an all-zero key (a placeholder, not
+    /// a secret: anyone could issue tokens under it). Use this for keys
+    /// read from a file or a flag.
+    ///
+    /// # Errors
+    /// [`TokenError::ZeroKey`].
+    pub fn try_from_bytes(bytes: [u8; KEY_LEN]) -> Result<Self, TokenError> {
+        if crate::transport::auth::ct_eq(&bytes, &[0; KEY_LEN]) {
+            return Err(TokenError::ZeroKey);
+        }
+        Ok(Self(bytes))
+    }
+
+    /// Parses 64 hex characters (surrounding whitespace ignored); an
+    /// all-zero key is refused ([`TokenKey::try_from_bytes`]).
     pub fn from_hex(text: &str) -> Result<Self, TokenError> {
         let bytes = from_hex(text.trim())?;
         let arr: [u8; KEY_LEN] = bytes
             .try_into()
             .map_err(|_| TokenError::Hex("a token key is 64 hex characters"))?;
-        Ok(Self(arr))
+        Self::try_from_bytes(arr)
     }
 
     fn seal_cipher(&self) -> XChaCha20Poly1305 {
@@ -670,7 +688,7 @@ fn from_hex(text: &str) -> Result<Vec<u8>, TokenError> {
 }
 
 pub(crate) mod ledger;
-pub use ledger::MAX_TRACKED_TOKENS;
+pub use ledger::{MAX_ADMITTED_COOKIES, MAX_TRACKED_TOKENS};
 
 #[cfg(test)]
 mod tests;

@@ -397,16 +397,7 @@ fn main() -> ExitCode {
 }
 
 fn parse_key(text: &str) -> Result<[u8; 32], String> {
-    let text = text.trim();
-    let bad = || format!("`{text}` is not 64 hex digits");
-    if text.len() != 64 || !text.is_ascii() {
-        return Err(bad());
-    }
-    let mut key = [0u8; 32];
-    for (i, b) in key.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(key)
+    relay::entropy::parse_key(text)
 }
 
 /// Resolves an address flag (clap shows the error, naming the text, exit 2).
@@ -435,31 +426,19 @@ fn parse_lifetime(text: &str) -> Result<u64, String> {
 }
 
 fn load_or_create_key(path: &std::path::Path, create: bool) -> Result<TokenKey, String> {
-    key_file(path, create, "a new token key").map(TokenKey::from_bytes)
+    let key = key_file(path, create, "a new token key")?;
+    TokenKey::try_from_bytes(key).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Reads a key file (64 hex digits); with `create`, a missing one is made
-/// with a fresh key from the OS CSPRNG, readable by its owner only. One
-/// mechanism for the token key and the rejoin key.
+/// Reads a key file ([`relay::entropy::read_key_file`]: all zeros refused,
+/// a warning printed when its group or others may read it). One mechanism
+/// for the token key and the rejoin key.
 fn key_file(path: &std::path::Path, create: bool, what: &str) -> Result<[u8; 32], String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => parse_key(&text).map_err(|e| format!("{}: {e}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
-            let key = relay::entropy::os_random(what).map_err(|e| e.to_string())?;
-            let mut opts = std::fs::OpenOptions::new();
-            opts.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            let mut f = opts
-                .open(path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-            std::io::Write::write_all(&mut f, format!("{hex}\n").as_bytes())
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            Ok(key)
-        }
-        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    let file = relay::entropy::read_key_file(path, create, what)?;
+    if let Some(w) = file.warning {
+        eprintln!("relay: warning: {w}");
     }
+    Ok(file.key)
 }
 
 fn token_cmd(a: &TokenArgs) -> ExitCode {

@@ -52,6 +52,8 @@ pub enum Metric {
     DropTokenWrongMatch,
     DropTokenWrongSlot,
     DropTokenWrongKind,
+    DropCookieReplayed,
+    DropHandshakeWhileHeard,
     Desyncs,
     StallTurnsDeadline,
     StallTurnsWaiting,
@@ -172,6 +174,12 @@ const DEFS: [(&str, &str, &str); COUNT] = [
     ("relay_drops_total{reason=\"token_wrong_match\"}", "", ""),
     ("relay_drops_total{reason=\"token_wrong_slot\"}", "", ""),
     ("relay_drops_total{reason=\"token_wrong_kind\"}", "", ""),
+    ("relay_drops_total{reason=\"cookie_replayed\"}", "", ""),
+    (
+        "relay_drops_total{reason=\"handshake_while_heard\"}",
+        "",
+        "",
+    ),
     (
         "relay_desyncs_total",
         "counter",

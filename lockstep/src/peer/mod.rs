@@ -99,6 +99,7 @@ pub struct PeerBuilder<S: Simulation> {
     keyframes: u32,
     transport: TransportConfig,
     seed: u64,
+    entropy: Option<[u8; 32]>,
     fault: Option<(Turn, Fault<S>)>,
     forensics_history: usize,
     ticks_per_turn: u16,
@@ -146,6 +147,7 @@ impl<S: Simulation> PeerBuilder<S> {
             keyframes: KEYFRAME_EVERY,
             transport: TransportConfig::default(),
             seed: 0,
+            entropy: None,
             fault: None,
             forensics_history: FORENSICS_HISTORY,
             ticks_per_turn: DEFAULT_TICKS_PER_TURN,
@@ -296,11 +298,34 @@ impl<S: Simulation> PeerBuilder<S> {
         self
     }
 
-    /// Seed of the transport client's randomness (handshake salt).
+    /// Seed of the transport client's handshake salt when no
+    /// [`with_entropy`](Self::with_entropy) is given: for simulated
+    /// networks and tests only, where runs must repeat. On a real network
+    /// a salt an attacker can guess (a seed such as `peer --seed`, whose
+    /// default is 1) lets it forge the relay's `Denied` from off the path (the join
+    /// fails) or, in open mode, its `Challenge`.
     #[must_use]
     pub const fn with_seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
+    }
+
+    /// Secret randomness for the transport's handshake salts (each
+    /// connection attempt, redials included, gets its own salt derived from
+    /// it): 32 bytes from the OS CSPRNG. [`UdpPeer::new`](udp::UdpPeer::new)
+    /// draws them itself when none were given; a caller without an OS
+    /// source (a browser build) passes its own. Overrides
+    /// [`with_seed`](Self::with_seed) for the salts.
+    #[must_use]
+    pub const fn with_entropy(mut self, entropy: [u8; 32]) -> Self {
+        self.entropy = Some(entropy);
+        self
+    }
+
+    /// Whether [`with_entropy`](Self::with_entropy) was given.
+    #[must_use]
+    pub const fn has_entropy(&self) -> bool {
+        self.entropy.is_some()
     }
 
     /// Fault switch: run `fault` on the own world right after simulating
@@ -356,22 +381,21 @@ impl<S: Simulation> PeerBuilder<S> {
     /// Slots outside `1..=8`, a name longer than the protocol allows, or a
     /// recording file that cannot be created.
     pub fn build(self, now: Instant, relay: SocketAddr) -> Result<Peer<S>, BuildError> {
-        let client = match &self.token {
-            Some(t) => Client::with_token(now, relay, self.transport, t, self.seed),
-            None => Client::new(now, relay, self.transport, self.seed),
-        };
-        let local_addr = self.local_addr;
-        let redial = Redial {
+        let mut redial = Redial {
             relay,
             token: self.token.clone(),
             transport: self.transport,
             seed: self.seed,
+            entropy: self.entropy,
+            dials: 0,
             give_up_after: self.reconnect_for,
             lost_at: None,
             reached: false,
             next_at: None,
             attempts: 0,
         };
+        let client = redial.client(now);
+        let local_addr = self.local_addr;
         Ok(Peer {
             game: self.build_session(now)?,
             client,
@@ -482,6 +506,11 @@ struct Redial {
     token: Option<ConnectToken>,
     transport: TransportConfig,
     seed: u64,
+    /// Secret randomness the salts come from, when the builder had some.
+    entropy: Option<[u8; 32]>,
+    /// Clients made so far: never reset (unlike `attempts`), so no two
+    /// connection attempts share a salt.
+    dials: u64,
     give_up_after: Duration,
     /// When the connection was lost (`None`: connected).
     lost_at: Option<Instant>,
@@ -506,6 +535,30 @@ enum Comeback {
 }
 
 impl Redial {
+    /// A new transport client for the next connection attempt, with a
+    /// salt of its own: from the entropy when there is some (keyed BLAKE3
+    /// of the attempt number, so salts are unpredictable without it and
+    /// never repeat), else from the seed (simulated networks and tests:
+    /// another seed per attempt, as before).
+    fn client(&mut self, now: Instant) -> Client {
+        let salt = match &self.entropy {
+            Some(entropy) => {
+                let mut h = blake3::Hasher::new_keyed(entropy);
+                h.update(b"lockstep peer handshake salt");
+                h.update(&self.dials.to_le_bytes());
+                let mut salt = [0u8; 8];
+                h.finalize_xof().fill(&mut salt);
+                u64::from_le_bytes(salt)
+            }
+            None => self.seed.wrapping_add(u64::from(self.attempts)),
+        };
+        self.dials = self.dials.wrapping_add(1);
+        match &self.token {
+            Some(t) => Client::with_token(now, self.relay, self.transport, t, salt),
+            None => Client::new(now, self.relay, self.transport, salt),
+        }
+    }
+
     /// The wait before attempt `n` (1-based) after a failed one.
     fn gap(n: u32) -> Duration {
         Duration::from_millis(250)
@@ -801,13 +854,7 @@ impl<S: Simulation> Peer<S> {
         let Some(comeback) = self.comeback() else {
             return;
         };
-        let r = &self.redial;
-        // Another seed per attempt: a fresh connection id and salt.
-        let seed = r.seed.wrapping_add(u64::from(r.attempts));
-        self.client = match &r.token {
-            Some(t) => Client::with_token(now, r.relay, r.transport, t, seed),
-            None => Client::new(now, r.relay, r.transport, seed),
-        };
+        self.client = self.redial.client(now);
         self.glue = PeerGlue::new();
         let session = self.game.session_mut();
         match comeback {

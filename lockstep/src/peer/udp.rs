@@ -100,6 +100,23 @@ pub fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+/// 32 bytes from the OS CSPRNG for the handshake salts.
+#[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+fn os_entropy() -> Result<[u8; 32], BuildError> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| BuildError::Entropy(e.to_string()))?;
+    Ok(b)
+}
+
+/// `wasm32-unknown-unknown` has no OS random source without a JavaScript
+/// binding, which the library does not pull in: the caller passes entropy.
+#[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+fn os_entropy() -> Result<[u8; 32], BuildError> {
+    Err(BuildError::Entropy(
+        "no OS random source on this target: pass PeerBuilder::with_entropy".into(),
+    ))
+}
+
 /// A [`Peer`] on a UDP socket, with the real clock.
 #[derive(Debug)]
 pub struct UdpPeer<S: Simulation> {
@@ -118,13 +135,24 @@ impl<S: Simulation> UdpPeer<S> {
     /// Builds the peer (its clock starts now, anchored to the wall clock)
     /// to play through `socket` with the relay at `relay`.
     ///
+    /// A real network: unless the builder was given entropy
+    /// ([`PeerBuilder::with_entropy`]), the entropy for the handshake salts is
+    /// drawn here
+    /// from the OS CSPRNG, never from the builder's seed.
+    ///
     /// # Errors
-    /// The builder's (bad slot count or name).
+    /// The builder's (bad slot count or name), or
+    /// [`BuildError::Entropy`] without an OS random source.
     pub fn new(
         socket: UdpSocket,
         relay: SocketAddr,
         builder: PeerBuilder<S>,
     ) -> Result<Self, BuildError> {
+        let builder = if builder.has_entropy() {
+            builder
+        } else {
+            builder.with_entropy(os_entropy()?)
+        };
         let epoch = std::time::Instant::now();
         let now = Instant::ZERO;
         let mut peer = builder.build(now, relay)?;
@@ -534,6 +562,51 @@ mod tests {
             left += 1;
         }
         assert_eq!(left, extra);
+    }
+
+    /// The handshake salt of a peer on a real network comes from the OS
+    /// CSPRNG, not from its seed: two peers with the same `--seed` (the
+    /// default is 1, and a seed is often guessable) send different salts,
+    /// so nobody can forge the relay's `Denied` or `Challenge` for them
+    /// from off the path.
+    #[test]
+    fn peers_with_the_same_seed_send_unguessable_distinct_handshake_salts() {
+        let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+        relay
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let salt_of = || {
+            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let builder = PeerBuilder::<sim::arena::Arena>::new("m", 2).with_seed(1);
+            let mut udp = UdpPeer::new(socket, relay.local_addr().unwrap(), builder).unwrap();
+            let now = udp.now();
+            udp.send_all(now);
+            let mut buf = [0u8; 2048];
+            let (n, _) = relay.recv_from(&mut buf).unwrap();
+            let Ok(crate::wire::Packet::ConnectRequest { client_salt, .. }) =
+                crate::wire::decode(&buf[..n])
+            else {
+                panic!("a connect request expected");
+            };
+            client_salt
+        };
+        let (a, b) = (salt_of(), salt_of());
+        assert_ne!(a, b, "the same seed gave the same salt");
+        // Neither is the salt the seed alone would give.
+        let seeded = crate::transport::Client::new(
+            Instant::ZERO,
+            relay.local_addr().unwrap(),
+            crate::transport::TransportConfig::default(),
+            1,
+        );
+        let mut buf = Vec::new();
+        let mut seeded = seeded;
+        seeded.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+        let Ok(crate::wire::Packet::ConnectRequest { client_salt, .. }) = crate::wire::decode(&buf)
+        else {
+            panic!("a connect request expected");
+        };
+        assert!(a != client_salt && b != client_salt);
     }
 
     /// The rejoin secret reaches the game as soon as it arrives: `play`

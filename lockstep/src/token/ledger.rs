@@ -15,10 +15,35 @@ pub const MAX_TRACKED_TOKENS: usize = 65_536;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LedgerFull;
 
+/// Most admitted handshake cookies remembered at once (about 3 MiB at
+/// most); when all are unexpired, new connections are refused rather than
+/// forgetting one (a forgotten cookie could be admitted a second time).
+pub const MAX_ADMITTED_COOKIES: usize = 65_536;
+
+/// Length of the cookie MAC that names one handshake.
+const COOKIE_ID_LEN: usize = crate::wire::COOKIE_LEN;
+
+/// What [`UsedTokens::admit_cookie`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CookieAdmission {
+    /// Never admitted before: it is now remembered until it expires.
+    Fresh,
+    /// Already admitted once (a captured handshake replayed).
+    Replayed,
+    /// The table is full of unexpired cookies.
+    Full,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct UsedTokens {
     by_id: BTreeMap<[u8; NONCE_LEN], (SocketAddr, u64)>,
     by_expiry: BTreeSet<(u64, [u8; NONCE_LEN])>,
+    /// Every handshake cookie that opened a connection, by its MAC, with
+    /// the server time (µs) after which the cookie is refused as expired
+    /// anyway: a cookie admits at most once, so a captured handshake
+    /// replayed within the cookie's lifetime builds no second connection.
+    cookies: BTreeSet<[u8; COOKIE_ID_LEN]>,
+    cookies_by_expiry: BTreeSet<(u64, [u8; COOKIE_ID_LEN])>,
 }
 
 impl UsedTokens {
@@ -62,6 +87,45 @@ impl UsedTokens {
     pub(crate) fn len(&self) -> usize {
         self.by_id.len()
     }
+
+    /// Records that the cookie `mac`, valid until server time
+    /// `expires_micros` (inclusive), opens a connection, unless it already
+    /// opened one. Servers sharing this ledger share the cookie secret and
+    /// the clock, so a cookie admitted by one is refused by all.
+    pub(crate) fn admit_cookie(
+        &mut self,
+        mac: [u8; COOKIE_ID_LEN],
+        expires_micros: u64,
+        now_micros: u64,
+    ) -> CookieAdmission {
+        self.prune_cookies(now_micros);
+        if self.cookies.contains(&mac) {
+            return CookieAdmission::Replayed;
+        }
+        if self.cookies.len() >= MAX_ADMITTED_COOKIES {
+            return CookieAdmission::Full;
+        }
+        self.cookies.insert(mac);
+        self.cookies_by_expiry.insert((expires_micros, mac));
+        CookieAdmission::Fresh
+    }
+
+    /// Forgets cookies that expired before server time `now_micros` (they
+    /// are refused as expired before this table is asked).
+    pub(crate) fn prune_cookies(&mut self, now_micros: u64) {
+        while let Some(&(expires, mac)) = self.cookies_by_expiry.first() {
+            if expires >= now_micros {
+                break;
+            }
+            self.cookies_by_expiry.pop_first();
+            self.cookies.remove(&mac);
+        }
+    }
+
+    /// Admitted cookies currently remembered.
+    pub(crate) fn cookies_len(&self) -> usize {
+        self.cookies.len()
+    }
 }
 
 #[cfg(test)]
@@ -85,6 +149,31 @@ mod tests {
         assert!(!l.used_elsewhere(&[2; NONCE_LEN], b));
         l.prune(100);
         assert_eq!(l.len(), 0);
+    }
+
+    /// A cookie admits once, is remembered through the last microsecond of
+    /// its lifetime and forgotten after it; a full table refuses.
+    #[test]
+    fn a_cookie_admits_once_until_it_expires() {
+        let mut l = UsedTokens::default();
+        assert_eq!(l.admit_cookie([1; 16], 100, 0), CookieAdmission::Fresh);
+        assert_eq!(l.admit_cookie([1; 16], 100, 100), CookieAdmission::Replayed);
+        assert_eq!(l.admit_cookie([2; 16], 100, 100), CookieAdmission::Fresh);
+        l.prune_cookies(101);
+        assert_eq!(l.cookies_len(), 0);
+        for i in 0..MAX_ADMITTED_COOKIES as u32 {
+            let mut mac = [0; 16];
+            mac[..4].copy_from_slice(&i.to_le_bytes());
+            assert_eq!(l.admit_cookie(mac, 1_000, 200), CookieAdmission::Fresh);
+        }
+        assert_eq!(
+            l.admit_cookie([0xEE; 16], 1_000, 200),
+            CookieAdmission::Full
+        );
+        assert_eq!(
+            l.admit_cookie([0xEE; 16], 2_000, 1_001),
+            CookieAdmission::Fresh
+        );
     }
 
     #[test]

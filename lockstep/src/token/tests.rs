@@ -204,3 +204,20 @@ fn a_spectator_token_seals_its_kind_watches_its_match_and_never_plays() {
     assert_ne!(p.private.nonce, t.private.nonce);
     assert_ne!(p.keys, t.keys);
 }
+
+/// An all-zero token key is a placeholder: anyone could issue tokens under
+/// it. Keys read from text or bytes refuse it, as the rejoin key does.
+#[test]
+fn an_all_zero_token_key_is_refused() {
+    assert_eq!(
+        TokenKey::try_from_bytes([0; 32]).map(|_| ()),
+        Err(TokenError::ZeroKey)
+    );
+    assert_eq!(
+        TokenKey::from_hex(&"0".repeat(64)).map(|_| ()),
+        Err(TokenError::ZeroKey)
+    );
+    let mut one = [0; 32];
+    one[31] = 1;
+    assert!(TokenKey::try_from_bytes(one).is_ok());
+}

@@ -63,9 +63,23 @@ pub struct Client {
 
 impl Client {
     /// Starts connecting to `server`; the first `poll_transmit` sends the request.
+    ///
+    /// The handshake salt comes from `salt_entropy`: the server's replies
+    /// are believed only if they echo it, so on a real network pass 8 bytes
+    /// from the OS CSPRNG (`getrandom`; [`crate::peer::udp::UdpPeer`] does):
+    /// an attacker who guesses the salt forges `Denied` from off the path
+    /// (the join fails) or, in open mode, a `Challenge` that makes it the
+    /// server. A seed is fine on a simulated network and in tests, where
+    /// runs must repeat. The transport never draws randomness itself, so it
+    /// builds for `wasm32-unknown-unknown` without a JavaScript binding.
     #[must_use]
-    pub fn new(now: Instant, server: SocketAddr, config: TransportConfig, rng_seed: u64) -> Self {
-        let salt = Rng::new(rng_seed).next_u64();
+    pub fn new(
+        now: Instant,
+        server: SocketAddr,
+        config: TransportConfig,
+        salt_entropy: u64,
+    ) -> Self {
+        let salt = Rng::new(salt_entropy).next_u64();
         Self {
             cfg: config,
             server,
@@ -83,19 +97,21 @@ impl Client {
 
     /// Starts connecting to `server` (normally one of `token.servers`) with a join
     /// token; the token's protocol id replaces `config.protocol_id`.
+    /// `salt_entropy` as in [`Client::new`]: from the OS CSPRNG on a real
+    /// network.
     #[must_use]
     pub fn with_token(
         now: Instant,
         server: SocketAddr,
         config: TransportConfig,
         token: &ConnectToken,
-        rng_seed: u64,
+        salt_entropy: u64,
     ) -> Self {
         let config = TransportConfig {
             protocol_id: token.protocol_id(),
             ..config
         };
-        let mut c = Self::new(now, server, config, rng_seed);
+        let mut c = Self::new(now, server, config, salt_entropy);
         c.token = Some(Box::new((token.private, token.keys)));
         c
     }

@@ -93,6 +93,14 @@ pub struct TransportConfig {
     /// honest peer has unconfirmed (a round trip of turn traffic plus the
     /// bulk path's 128-fragment window, ~150 KB).
     pub max_unconfirmed_bytes: usize,
+    /// The send window a new connection starts with (8 KiB, about seven
+    /// full packets, under QUIC's initial window of ten): bytes sent after
+    /// the newest packet the peer acknowledged may not exceed it until acks
+    /// arrive. Every byte the peer acknowledges widens it by two, up to
+    /// `max_unconfirmed_bytes` (it roughly triples per round trip while
+    /// the peer acks everything), so a peer that acknowledges nothing
+    /// receives this much data and then only acks and keep-alives.
+    pub initial_window: usize,
     /// Most connections a server accepts (64).
     pub max_connections: usize,
     /// How long a challenge cookie stays valid (10 s).
@@ -118,6 +126,7 @@ impl Default for TransportConfig {
             disconnect_copies: 3,
             backpressure_timeout: Duration::from_secs(5),
             max_unconfirmed_bytes: 256 * 1024,
+            initial_window: 8 * 1024,
             max_connections: 64,
             cookie_lifetime: Duration::from_secs(10),
         }

@@ -50,6 +50,11 @@ pub enum DisconnectReason {
     /// The 64-bit packet counter ran out (never in practice).
     #[error("packet counter exhausted")]
     CounterExhausted,
+    /// A packet could not be encrypted (its own header did not decode):
+    /// the connection is closed rather than send a payload in the clear.
+    /// Never happens unless the packet builder has a bug.
+    #[error("a packet could not be encrypted")]
+    Internal,
     /// The server said it does not know this connection (it restarted)
     /// while the connection had been silent: connect again.
     #[error("the server no longer knows this connection (it restarted)")]
@@ -520,10 +525,23 @@ impl Connection {
         (self.last_recv >= since + self.loss_bound()).then(|| since + self.cfg.backpressure_timeout)
     }
 
-    /// Whether the peer has left `max_unconfirmed_bytes` unacknowledged:
+    /// Whether the peer has left its whole send window unacknowledged:
     /// only acks and keep-alives go out until it acks.
     pub(super) fn unconfirmed_full(&self) -> bool {
-        self.sent.unconfirmed_bytes() >= self.cfg.max_unconfirmed_bytes as u64
+        self.sent.unconfirmed_bytes() >= self.send_window()
+    }
+
+    /// How many bytes may be sent past the newest acknowledged packet:
+    /// `initial_window`, plus two for every byte the peer ever acknowledged
+    /// (slow start: a peer that acks everything about triples it per round
+    /// trip), at most `max_unconfirmed_bytes`. A peer that acknowledges
+    /// nothing never earns more than the initial window, so it cannot
+    /// draw a large multiple of what it sends (an amplifier).
+    pub(super) fn send_window(&self) -> u64 {
+        let cap = self.cfg.max_unconfirmed_bytes as u64;
+        let earned = (self.cfg.initial_window as u64)
+            .saturating_add(self.sent.bytes_acked.saturating_mul(2));
+        earned.min(cap)
     }
 
     /// How long an ack-eliciting packet may stay unanswered before it counts as lost:
@@ -725,14 +743,23 @@ impl Connection {
         }
     }
 
-    fn seal(&mut self, now: Instant, buf: &mut Vec<u8>, eliciting: bool) {
+    /// MACs (and in token mode first encrypts) the packet in `buf` and
+    /// records it as sent; returns false, with `buf` cleared and the
+    /// connection closed, if the packet could not be encrypted.
+    #[must_use]
+    fn seal(&mut self, now: Instant, buf: &mut Vec<u8>, eliciting: bool) -> bool {
         let counter = self.send_counter;
-        if let Some(cipher) = &self.send_cipher {
-            // Encrypt-then-MAC: the payload after the header we just wrote.
-            let header_len = wire::decode_header(buf).map_or(buf.len(), |(_, len)| len);
-            if let Some(payload) = buf.get_mut(header_len..) {
-                cipher.apply(counter, payload);
-            }
+        if let Some(cipher) = &self.send_cipher
+            && encrypt_payload(cipher, counter, buf).is_err()
+        {
+            // Never send a token-mode payload in the clear: our own header
+            // did not decode, so where the payload starts is unknown. No
+            // such packet is ever built; if one were, the connection ends.
+            buf.clear();
+            self.state = State::Closed;
+            self.events
+                .push_back(ConnEvent::Closed(DisconnectReason::Internal));
+            return false;
         }
         let tag = packet_mac(&self.send_key, counter, buf);
         buf.extend_from_slice(&tag);
@@ -755,6 +782,7 @@ impl Connection {
         self.bytes_sent += buf.len() as u64;
         self.sent_bytes.add(now, buf.len() as u64);
         self.sent_packets.add(now, 1);
+        true
     }
 
     /// Writes the next datagram into `buf`, if one is due.
@@ -777,7 +805,9 @@ impl Connection {
             } => {
                 let h = self.header(AuthKind::Disconnect, now);
                 wire::encode_header(&h, buf);
-                self.seal(now, buf, false);
+                if !self.seal(now, buf, false) {
+                    return false;
+                }
                 if copies_left <= 1 {
                     self.state = State::Closed;
                     self.events.push_back(ConnEvent::Closed(reason));
@@ -794,8 +824,7 @@ impl Connection {
                     self.accepted_to_send = false;
                     let h = self.header(AuthKind::Accepted, now);
                     wire::encode_header(&h, buf);
-                    self.seal(now, buf, false);
-                    return true;
+                    return self.seal(now, buf, false);
                 }
                 match self.next_send_time() {
                     Some(t) if t <= now => {}
@@ -851,7 +880,9 @@ impl Connection {
                 self.ack_owed = None;
                 self.lazy_ack_owed = None;
                 self.eliciting_unacked = 0;
-                self.seal(now, buf, eliciting);
+                if !self.seal(now, buf, eliciting) {
+                    return false;
+                }
                 if free {
                     self.credit = credit_before;
                 }
@@ -940,3 +971,25 @@ impl Connection {
         }
     }
 }
+
+/// Why a payload was not encrypted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unsealable;
+
+/// Encrypts, in place, the payload after the authenticated header at the
+/// start of `buf`. Fails, leaving `buf` untouched, when that header does
+/// not decode: the payload's start is then unknown, and encrypting from a
+/// guess (or not at all, as once happened here) could send it in the clear.
+pub(crate) fn encrypt_payload(
+    cipher: &PayloadCipher,
+    counter: u64,
+    buf: &mut [u8],
+) -> Result<(), Unsealable> {
+    let (_, header_len) = wire::decode_header(buf).map_err(|_| Unsealable)?;
+    let payload = buf.get_mut(header_len..).ok_or(Unsealable)?;
+    cipher.apply(counter, payload);
+    Ok(())
+}
+
+#[cfg(test)]
+mod seal_tests;

@@ -22,7 +22,7 @@ pub use congestion::{CongestionConfig, CongestionMode};
 pub use connection::DisconnectReason;
 pub use heap::ConnMemory;
 pub use messages::SendError;
-pub use server::{AuthMode, ConnId, Detached, Server, ServerCounters, ServerEvent};
+pub use server::{AuthMode, ConnId, Detached, STILL_HEARD, Server, ServerCounters, ServerEvent};
 pub use stats::{LinkEstimate, LinkStats};
 
 #[cfg(test)]

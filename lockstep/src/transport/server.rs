@@ -11,7 +11,7 @@ use super::connection::{ConnEvent, Connection, DisconnectReason, DropReason, Rol
 use super::messages::SendError;
 use super::stats::{LinkEstimate, LinkStats};
 use crate::time::Instant;
-use crate::token::ledger::UsedTokens;
+use crate::token::ledger::{CookieAdmission, UsedTokens};
 use crate::token::{Refusal, SealedToken, TokenClaims, TokenKey};
 use crate::wire::{self, Cookie, DecodeError, DenyReason, Packet};
 use serde::Serialize;
@@ -113,7 +113,22 @@ pub struct ServerCounters {
     /// Reliable frames refused by a connection's reorder cap
     /// (`max_reorder_bytes`); their packets went unacknowledged.
     pub reorder_refused: u64,
+    /// Handshake responses whose cookie had already opened a connection
+    /// (a captured handshake replayed): ignored, nothing allocated.
+    pub cookie_replayed: u64,
+    /// Handshakes from an address whose connection was heard within
+    /// [`STILL_HEARD`]: ignored, the live connection is kept.
+    pub handshake_while_heard: u64,
 }
+
+/// A connection that sent an authenticated packet this recently is alive:
+/// a new handshake from its address does not replace it (netcode.io's
+/// rule). Only the holder of the connection's keys can make it heard, so a
+/// replayed or spoofed handshake cannot take a live connection's place; a
+/// client that really restarted on the same address is admitted once its
+/// old connection has been silent this long (its handshake is resent every
+/// 250 ms and waits `timeout`, 5 s).
+pub const STILL_HEARD: crate::time::Duration = crate::time::Duration::from_secs(2);
 
 /// How a [`Server`] admits clients.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -181,7 +196,11 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server whose cookies are keyed by `secret` (keep it private and random).
+    /// A server whose cookies are keyed by `secret` (keep it private and
+    /// random). The secret is also the server's entropy for the connection
+    /// keys (a cookie is keyed BLAKE3 under it): draw a fresh one from the
+    /// OS CSPRNG for every server start (`relay serve` does), or a
+    /// handshake captured before a restart could be admitted again.
     #[must_use]
     pub fn new(config: TransportConfig, secret: [u8; 32]) -> Self {
         Self {
@@ -260,6 +279,13 @@ impl Server {
     #[must_use]
     pub fn tracked_tokens(&self) -> usize {
         self.ledger().len()
+    }
+
+    /// Handshake cookies remembered as used (each opens one connection at
+    /// most; forgotten when they expire).
+    #[must_use]
+    pub fn admitted_cookies(&self) -> usize {
+        self.ledger().cookies_len()
     }
 
     /// The same, remembering used join tokens in `other`'s ledger: for a
@@ -569,15 +595,47 @@ impl Server {
         keys: ConnKeys,
         token: Option<(TokenClaims, [u8; crate::token::NONCE_LEN])>,
     ) {
-        if let Some(&old) = self.by_addr.get(&from) {
-            if let Some(slot) = self.conns.get_mut(&old) {
-                if slot.cookie == c.mac {
-                    // Our Accepted was lost: say it again.
-                    slot.conn.resend_accepted();
-                    self.pump(old);
-                    return;
-                }
+        let old = self.by_addr.get(&from).copied();
+        if let Some(old) = old
+            && let Some(slot) = self.conns.get_mut(&old)
+        {
+            if slot.cookie == c.mac {
+                // Our Accepted was lost: say it again (the same connection,
+                // its keys and counters: nothing is rebuilt).
+                slot.conn.resend_accepted();
+                self.pump(old);
+                return;
             }
+            if slot.conn.silent_for(now) < STILL_HEARD {
+                // Its holder is talking to us: this handshake is a replay,
+                // a spoof from an on-path observer, or a stray retry; the
+                // live connection wins.
+                self.counters.handshake_while_heard += 1;
+                return;
+            }
+        }
+        // Each cookie opens at most one connection, ever: a captured
+        // handshake re-sent within the cookie's lifetime would otherwise
+        // rebuild the same keys with counters from 0 (a keystream used twice,
+        // every captured datagram accepted again). Checked before anything
+        // is torn down, so a replay costs the server nothing.
+        let expires = c
+            .timestamp
+            .saturating_add(self.cfg.cookie_lifetime.as_micros());
+        let admission = self.ledger().admit_cookie(c.mac, expires, now.as_micros());
+        match admission {
+            CookieAdmission::Fresh => {}
+            CookieAdmission::Replayed => {
+                self.counters.cookie_replayed += 1;
+                return;
+            }
+            CookieAdmission::Full => {
+                self.counters.denied_full += 1;
+                self.deny(from, c.protocol_id, c.client_salt, DenyReason::Full);
+                return;
+            }
+        }
+        if let Some(old) = old {
             self.remove(old, DisconnectReason::Replaced);
         }
         if self.conns.len() >= self.cfg.max_connections {
@@ -686,7 +744,11 @@ impl Server {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.set_now(now);
         let unix = self.unix_now(now);
-        self.ledger().prune(unix);
+        {
+            let mut ledger = self.ledger();
+            ledger.prune(unix);
+            ledger.prune_cookies(now.as_micros());
+        }
         // A reused list (this runs on every wake-up): `pump` may remove
         // connections, so the ids are taken first.
         let mut ids = std::mem::take(&mut self.scratch);

@@ -528,6 +528,73 @@ fn a_client_that_never_acks_is_capped_then_dropped() {
     assert_eq!(h.client_messages(1).len() as u32, k, "and got every bundle");
 }
 
+/// The amplification bound: a client that completes the handshake and then
+/// acknowledges nothing receives at most 16 KiB, or three times what it
+/// sent, whichever is larger, until it is cut off: the initial send window
+/// (`initial_window`) grows only as acks arrive, and the bulk path (a
+/// snapshot queued for it) is held by the same window. Before, it received
+/// up to the 256 KiB cap (228 KB in 5 s, 18 times what it sent). The
+/// honest client beside it, on the same traffic plus the same snapshot,
+/// gets everything, in no more time than the window's growth costs.
+#[test]
+fn a_client_that_never_acks_receives_at_most_16_kib_or_three_times_what_it_sent() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        ..LinkConfig::default()
+    };
+    let cfg = TransportConfig::default();
+    let mut h = Harness::new(2, link, cfg, 33);
+    h.connect();
+    h.clients[0].never_ack();
+    let (bad, good) = (h.conn_of(0), h.conn_of(1));
+    let start = h.now;
+    let mark = h.sizes.len();
+    let snapshot = numbered(b'S', 0, 300_000);
+    for conn in [bad, good] {
+        h.server.send(conn, Channel::Bulk, &snapshot).unwrap();
+    }
+    let mut next = h.now;
+    let mut k = 0u32;
+    let mut dropped = false;
+    h.run_until(start + Duration::from_secs(12), |h| {
+        while h.now >= next {
+            for conn in [bad, good] {
+                let _ = h.server.send(conn, Channel::Urgent, &numbered(b'b', k, 600));
+            }
+            for c in &mut h.clients {
+                let _ = c.send(Channel::Urgent, &numbered(b'i', k, 20));
+            }
+            k += 1;
+            next += Duration::from_millis(50);
+        }
+        dropped |= h.seen.server.iter().any(|e| {
+            matches!(e, ServerEvent::Disconnected { conn, reason: DisconnectReason::NoAcks } if *conn == bad)
+        });
+    });
+    assert!(dropped, "the client that never acks was cut off");
+    let between = |from: SocketAddr, to: SocketAddr| -> usize {
+        h.sizes[mark..]
+            .iter()
+            .filter(|&&(f, t, _)| f == from && t == to)
+            .map(|&(_, _, len)| len)
+            .sum()
+    };
+    let received = between(addr(SERVER), client_addr(0));
+    let sent = between(client_addr(0), addr(SERVER));
+    let bound = (16 * 1024).max(3 * sent);
+    assert!(
+        received <= bound,
+        "received {received} bytes having sent {sent} and acked none (bound {bound})"
+    );
+    assert!(h.clients[1].is_connected(), "the honest client stays");
+    let got = h.client_messages(1);
+    assert!(
+        got.contains(&snapshot),
+        "the honest client got the snapshot"
+    );
+    assert_eq!(got.len() as u32, k + 1, "and every bundle");
+}
+
 /// A server that restarted (a new process: no connections) tells a client
 /// whose data it cannot place that it does not know it, in a reply no
 /// larger than the packet; the client, silent since the restart, closes

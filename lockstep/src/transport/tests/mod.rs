@@ -6,6 +6,7 @@ mod connection;
 mod latency;
 mod memory;
 mod reliability;
+mod replay;
 mod schedule;
 mod tokens;
 

@@ -417,9 +417,11 @@ fn a_token_used_from_one_address_is_refused_from_another_until_it_expires() {
     drain(&mut s, now);
     assert_eq!(s.counters().token_reused, 2);
     assert_nothing_for(&s, 1, 1);
-    // The same address may reconnect with it (a restarted client); it replaces the old one.
-    // (This also pins the round-robin fix: the cursor named the replaced connection.)
-    assert!(handshake(&mut s, Instant::from_millis(200), a, &t).is_some());
+    // The same address may reconnect with it (a restarted client) once
+    // the old connection has not been heard for `STILL_HEARD`; it replaces
+    // the old one. (This also pins the round-robin fix: the cursor named
+    // the replaced connection.)
+    assert!(handshake(&mut s, now + STILL_HEARD, a, &t).is_some());
     assert_nothing_for(&s, 1, 1);
     assert_ne!(s.connections().next(), Some(conn));
     // After expiry the id is forgotten and the token is refused as expired.
