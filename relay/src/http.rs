@@ -622,7 +622,7 @@ mod tests {
     fn get(addr: SocketAddr, path: &str) -> Option<String> {
         let mut s = TcpStream::connect(addr).ok()?;
         s.set_read_timeout(Some(StdDuration::from_secs(30))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").ok()?;
         let mut r = String::new();
         s.read_to_string(&mut r).ok()?;
         Some(r)
@@ -645,6 +645,8 @@ mod tests {
             max_viewers: 1,
             token_key: None,
             transport: lockstep::low_level::transport::TransportConfig::default(),
+            allowed_hosts: Vec::new(),
+            spectator_delay: StdDuration::from_secs(3),
         }
     }
 
@@ -861,6 +863,177 @@ mod tests {
                 h.join().unwrap();
             }
         }
+    }
+
+    /// Sends `head` to `addr`; the answer's status line.
+    fn status_of(addr: SocketAddr, head: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(StdDuration::from_secs(30)))
+            .unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        let mut r = String::new();
+        let _ = s.read_to_string(&mut r);
+        r.lines().next().unwrap_or_default().to_owned()
+    }
+
+    /// The Origin and Host matrix on the relay's live-view routes: same
+    /// origin and no origin are answered, another site's origin is 403, a
+    /// rebinding host 421; a name given in `allowed_hosts` is accepted.
+    /// `/metrics` and `/health` stay open to any Host (scrapers name the
+    /// relay as they like). Before, every case was answered.
+    #[test]
+    fn the_live_view_checks_origin_and_host() {
+        let (ll, laddr) = listener();
+        let (ml, maddr) = listener();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut cfg = live_config();
+        cfg.allowed_hosts = vec!["watch.example.org".into()];
+        let handles = [
+            spawn_live(ll, Arc::new(Live::new(cfg)), Arc::clone(&stop)).unwrap(),
+            spawn_metrics(ml, Arc::new(Metrics::new()), Arc::clone(&stop)).unwrap(),
+        ];
+        let upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+        let me = laddr.to_string();
+        let evil = format!("evil.example:{}", laddr.port());
+        // (route, extra headers, answer when allowed)
+        let routes = [
+            ("/watch", "", "HTTP/1.1 200 OK"),
+            ("/matches.json", "", "HTTP/1.1 200 OK"),
+            // No such match: the checks come first, then the 404.
+            ("/live?match=9", upgrade, "HTTP/1.1 404 Not Found"),
+        ];
+        for (path, extra, allowed) in routes {
+            let cases = [
+                (me.clone(), Some(format!("http://{me}")), allowed),
+                (
+                    "watch.example.org".to_owned(),
+                    Some("https://watch.example.org".to_owned()),
+                    allowed,
+                ),
+                (
+                    me.clone(),
+                    Some("http://evil.example".to_owned()),
+                    "HTTP/1.1 403 Forbidden",
+                ),
+                (me.clone(), None, allowed),
+                (
+                    evil.clone(),
+                    Some(format!("http://{evil}")),
+                    "HTTP/1.1 421 Misdirected Request",
+                ),
+                (evil.clone(), None, "HTTP/1.1 421 Misdirected Request"),
+            ];
+            for (host, origin, want) in cases {
+                let origin = origin
+                    .map(|o| format!("Origin: {o}\r\n"))
+                    .unwrap_or_default();
+                let got = status_of(
+                    laddr,
+                    &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{origin}{extra}\r\n"),
+                );
+                assert_eq!(got, want, "{path} Host {host} {origin}");
+            }
+        }
+        let health = status_of(
+            maddr,
+            &format!("GET /health HTTP/1.1\r\nHost: {evil}\r\n\r\n"),
+        );
+        assert_eq!(
+            health, "HTTP/1.1 503 Service Unavailable",
+            "answered (not up yet)"
+        );
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    /// Token mode: `/matches.json` and `/live` answer only a viewer with a
+    /// spectator token the relay's key sealed, and show it only its own
+    /// match. No token is 401; a token of another key, or a player's, 403;
+    /// another match's feed is 404 as if it did not run. Before, both
+    /// routes answered anyone (the bridge sealed itself a token).
+    #[test]
+    fn in_token_mode_the_match_list_and_feed_need_a_spectator_token() {
+        use crate::event::{MatchId, MatchInfo, RouterEvent};
+        use lockstep::token::{TokenClaims, TokenKey, issue_token};
+        let key = TokenKey::from_bytes([7; 32]);
+        let other_key = TokenKey::from_bytes([8; 32]);
+        let protocol = lockstep::low_level::transport::TransportConfig::default().protocol_id;
+        let now = replays::format::unix_now_ms() / 1000;
+        let relay: SocketAddr = "127.0.0.1:7777".parse().unwrap();
+        let token = |key: &TokenKey, claims: TokenClaims| {
+            issue_token(key, &claims, &[relay], &[3; 32])
+                .unwrap()
+                .to_hex()
+        };
+        let watch_duel = token(&key, TokenClaims::spectator(protocol, "duel", now, 300));
+        let foreign = token(
+            &other_key,
+            TokenClaims::spectator(protocol, "duel", now, 300),
+        );
+        let player = token(&key, TokenClaims::new(protocol, "duel", 0, now, 300));
+        let mut cfg = live_config();
+        cfg.token_key = Some(key);
+        let live = Arc::new(Live::new(cfg));
+        for (id, name) in [(1, "duel"), (2, "other")] {
+            live.handle_event(
+                &RouterEvent::MatchStarted {
+                    id: MatchId(id),
+                    info: MatchInfo::two_players(name, "lockstep-rts"),
+                },
+                0,
+            );
+        }
+        let (ll, laddr) = listener();
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = spawn_live(ll, live, Arc::clone(&stop)).unwrap();
+        let ask = |target: &str, extra: &str| {
+            let mut s = TcpStream::connect(laddr).unwrap();
+            s.set_read_timeout(Some(StdDuration::from_secs(30)))
+                .unwrap();
+            write!(s, "GET {target} HTTP/1.1\r\nHost: {laddr}\r\n{extra}\r\n").unwrap();
+            let mut r = String::new();
+            let _ = s.read_to_string(&mut r);
+            r
+        };
+        let status = |r: &str| r.lines().next().unwrap_or_default().to_owned();
+        assert_eq!(
+            status(&ask("/matches.json", "")),
+            "HTTP/1.1 401 Unauthorized"
+        );
+        assert_eq!(
+            status(&ask("/matches.json?token=zz", "")),
+            "HTTP/1.1 403 Forbidden"
+        );
+        for bad in [&foreign, &player] {
+            let r = ask(&format!("/matches.json?token={bad}"), "");
+            assert_eq!(status(&r), "HTTP/1.1 403 Forbidden");
+        }
+        let r = ask(&format!("/matches.json?token={watch_duel}"), "");
+        assert_eq!(status(&r), "HTTP/1.1 200 OK");
+        let (_, body) = r.split_once("\r\n\r\n").unwrap();
+        let list: serde_json::Value = serde_json::from_str(body).unwrap();
+        let names: Vec<&str> = list["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["name"].as_str())
+            .collect();
+        assert_eq!(names, ["duel"], "another match is not shown");
+        let upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+        assert_eq!(
+            status(&ask("/live?match=1", upgrade)),
+            "HTTP/1.1 401 Unauthorized"
+        );
+        let r = ask(&format!("/live?match=1&token={foreign}"), upgrade);
+        assert_eq!(status(&r), "HTTP/1.1 403 Forbidden");
+        let r = ask(&format!("/live?match=2&token={watch_duel}"), upgrade);
+        assert_eq!(status(&r), "HTTP/1.1 404 Not Found", "another match's feed");
+        // The page itself holds nothing about a match: public.
+        assert_eq!(status(&ask("/watch", "")), "HTTP/1.1 200 OK");
+        stop.store(true, Ordering::Relaxed);
+        h.join().unwrap();
     }
 
     /// A request that never ends its headers is cut off at `MAX_REQUEST`
