@@ -415,33 +415,67 @@ impl Server {
         self.route(stream, &request, now);
     }
 
-    /// Answers a whole request: inline when it is small, else on a thread.
-    fn route(
-        &self,
-        mut stream: TcpStream,
-        request: &replays::web::Request,
-        now: std::time::Instant,
-    ) {
+    /// Answers a whole request: `/metrics`, `/health` and 404s on this
+    /// thread, the live view's routes on a thread of their own.
+    fn route(&self, stream: TcpStream, request: &replays::web::Request, now: std::time::Instant) {
         let text = "text/plain; version=0.0.4";
-        let inline = |stream: &mut TcpStream, status: &str, body: &[u8]| {
-            // Written at once into the socket's buffer; what does not fit
-            // is dropped with the connection (no answer here is that big
-            // for a client that reads).
-            let _ = replays::web::respond(stream, status, text, body);
-        };
         if let Some(metrics) = self.routes.metrics() {
             match request.path() {
-                "/metrics" => return inline(&mut stream, "200 OK", metrics.render().as_bytes()),
+                "/metrics" => {
+                    let body = metrics.render();
+                    return self.send(stream, answer_bytes("200 OK", text, body.as_bytes()), now);
+                }
                 "/health" | "/healthz" => {
                     let (status, body) = health(metrics);
-                    return inline(&mut stream, status, body.as_bytes());
+                    return self.send(stream, answer_bytes(status, text, body.as_bytes()), now);
                 }
                 _ => {}
             }
         }
         let Some(live) = self.routes.live() else {
-            return inline(&mut stream, "404 Not Found", b"not found\n");
+            return self.send(
+                stream,
+                answer_bytes("404 Not Found", text, b"not found\n"),
+                now,
+            );
         };
+        let (live, request) = (Arc::clone(live), request.clone());
+        self.on_thread(stream, now, move |stream| {
+            answer_live(stream, &request, &live)
+        });
+    }
+
+    /// Writes `answer` without blocking this thread: what the socket's
+    /// buffer takes at once (all of it, for a client that reads), the rest
+    /// on a thread of its own.
+    fn send(&self, mut stream: TcpStream, answer: Vec<u8>, now: std::time::Instant) {
+        let mut sent = 0;
+        while sent < answer.len() {
+            match io::Write::write(&mut stream, &answer[sent..]) {
+                Ok(0) => return,
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return,
+            }
+        }
+        if sent < answer.len() {
+            self.on_thread(stream, now, move |mut stream| {
+                stream.set_nonblocking(false)?;
+                io::Write::write_all(&mut stream, &answer[sent..])
+            });
+        }
+    }
+
+    /// Runs `work` on a thread of its own, counted among the listener's
+    /// answering threads (at most `cap`; over it the connection is
+    /// answered `503`) and cut with them at the deadline.
+    fn on_thread(
+        &self,
+        mut stream: TcpStream,
+        now: std::time::Instant,
+        work: impl FnOnce(TcpStream) -> io::Result<()> + Send + 'static,
+    ) {
         let Ok(handle) = stream.try_clone() else {
             return;
         };
@@ -451,17 +485,22 @@ impl Server {
             return;
         };
         let Some(id) = id else {
-            return inline(&mut stream, "503 Service Unavailable", b"busy\n");
+            let _ = replays::web::respond(
+                &mut stream,
+                "503 Service Unavailable",
+                "text/plain",
+                b"busy\n",
+            );
+            return;
         };
         let done = Done(Arc::clone(&self.answering), id);
-        let (live, request) = (Arc::clone(live), request.clone());
         let spawned = std::thread::Builder::new()
             .name("relay-request".into())
             .stack_size(REQUEST_STACK)
             .spawn(move || {
                 let _done = done;
                 // A failed request concerns only that client.
-                let _ = answer_live(stream, &request, &live);
+                let _ = work(stream);
             });
         // A thread that cannot start drops its connection (and its place).
         drop(spawned);
@@ -480,6 +519,17 @@ impl Server {
             .map(|mut t| t.expired(now))
             .unwrap_or_default());
     }
+}
+
+/// A whole answer's bytes, as [`replays::web::respond`] writes them.
+fn answer_bytes(status: &str, kind: &str, body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
 }
 
 /// Where a request head ends (one past its blank line), looking from a
