@@ -286,6 +286,12 @@ struct ServeArgs {
     /// this machine share.
     #[arg(long, default_value_t = relay::live::DEFAULT_MAX_VIEWERS, requires = "live_view")]
     max_live_viewers: usize,
+    /// A host name the live view is reached under (a DNS name, a reverse
+    /// proxy's), repeatable. IP addresses and `localhost` are always
+    /// accepted; a request naming any other `Host` is refused (DNS
+    /// rebinding), and one from another site's page (`Origin`) too.
+    #[arg(long, value_name = "NAME", requires = "live_view")]
+    live_host: Vec<String>,
     /// Watchdog: `/health` answers 503 (and `relay_watchdog_trips_total`
     /// counts it) when the event loop has not completed an iteration for
     /// this many seconds, so an orchestrator restarts a wedged relay.
@@ -574,6 +580,8 @@ fn live_config(
             AuthMode::Open => None,
         },
         transport: TransportConfig::default(),
+        allowed_hosts: a.live_host.clone(),
+        spectator_delay: std::time::Duration::from_millis(a.relay.spectator_delay_ms),
     })
 }
 

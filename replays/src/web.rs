@@ -162,9 +162,190 @@ pub fn respond(stream: &mut TcpStream, status: &str, kind: &str, body: &[u8]) ->
     stream.flush()
 }
 
+/// Why [`check_request_origin`] refused a request: the status line and the
+/// body to answer with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `Host` names neither an IP address, `localhost`, nor an allowed name:
+    /// a page on another site that rebound its DNS name to this server
+    /// (DNS rebinding). Answered `421 Misdirected Request`.
+    Host,
+    /// `Origin` is another site's (or `null`): browsers do not apply CORS
+    /// to WebSockets, nor hide a page's `GET`s from the server, so this is
+    /// how a page elsewhere is kept from reading what this server shows.
+    /// Answered `403 Forbidden`.
+    Origin,
+}
+
+impl Refused {
+    /// The status line to answer with.
+    #[must_use]
+    pub const fn status(self) -> &'static str {
+        match self {
+            Self::Host => "421 Misdirected Request",
+            Self::Origin => "403 Forbidden",
+        }
+    }
+
+    /// A body saying why, for a person.
+    #[must_use]
+    pub const fn body(self) -> &'static [u8] {
+        match self {
+            Self::Host => b"this server does not answer for that Host name\n",
+            Self::Origin => b"requests from another site's pages are refused\n",
+        }
+    }
+}
+
+/// The host part of a `Host` or origin authority (`name`, `1.2.3.4`,
+/// `[::1]`, each with an optional port), in lower case.
+fn host_name(authority: &str) -> String {
+    let name = if let Some(rest) = authority.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        match authority.rsplit_once(':') {
+            // One colon: a port. More: an IPv6 address without brackets.
+            Some((h, _)) if !h.contains(':') => h,
+            _ => authority,
+        }
+    };
+    name.to_ascii_lowercase()
+}
+
+/// Checks a browser's request against DNS rebinding and other sites'
+/// pages: `Host`, when present, must name an IP address, `localhost`, or
+/// one of `allowed_hosts` (the names the server is published under,
+/// compared without port and case); `Origin`, when present, must be this
+/// very server (`http://` or `https://` followed by the `Host` value). No
+/// `Origin` is accepted: browsers send one with every WebSocket and every
+/// cross-site request, so its absence means a same-site navigation or a
+/// tool such as `curl`.
+///
+/// # Errors
+/// [`Refused`] says which header failed.
+pub fn check_request_origin(request: &Request, allowed_hosts: &[String]) -> Result<(), Refused> {
+    let host = request.header("host");
+    if let Some(host) = host {
+        let name = host_name(host.trim());
+        let literal = name.parse::<std::net::IpAddr>().is_ok();
+        let allowed = allowed_hosts.iter().any(|a| host_name(a) == name);
+        if !(literal || name == "localhost" || allowed) {
+            return Err(Refused::Host);
+        }
+    }
+    if let Some(origin) = request.header("origin") {
+        let origin = origin.trim();
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        let same = match (authority, host) {
+            (Some(a), Some(h)) => a.trim_end_matches('/').eq_ignore_ascii_case(h.trim()),
+            // An origin with no Host to compare it to cannot be shown same.
+            _ => false,
+        };
+        if !same {
+            return Err(Refused::Origin);
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The matrix of the issue, as `replay view` and the relay's live view
+    /// see it (both call this): same origin, other origin, no origin and a
+    /// rebinding host.
+    #[test]
+    fn origin_and_host_matrix() {
+        let req = |host: Option<&str>, origin: Option<&str>| {
+            let mut head = String::from("GET /live?match=1 HTTP/1.1\r\n");
+            if let Some(h) = host {
+                head += &format!("Host: {h}\r\n");
+            }
+            if let Some(o) = origin {
+                head += &format!("Origin: {o}\r\n");
+            }
+            head += "\r\n";
+            Request::parse(head.as_bytes())
+        };
+        let none: &[String] = &[];
+        let named = &["watch.example.org".to_owned()];
+        type Case<'a> = (
+            Option<&'a str>,
+            Option<&'a str>,
+            &'a [String],
+            Result<(), Refused>,
+        );
+        let cases: [Case<'_>; 12] = [
+            // same origin
+            (
+                Some("127.0.0.1:9001"),
+                Some("http://127.0.0.1:9001"),
+                none,
+                Ok(()),
+            ),
+            (Some("[::1]:9001"), Some("http://[::1]:9001"), none, Ok(())),
+            (
+                Some("localhost:9001"),
+                Some("http://localhost:9001"),
+                none,
+                Ok(()),
+            ),
+            (
+                Some("Watch.Example.org"),
+                Some("https://watch.example.org"),
+                named,
+                Ok(()),
+            ),
+            // other origin
+            (
+                Some("127.0.0.1:9001"),
+                Some("http://evil.example"),
+                none,
+                Err(Refused::Origin),
+            ),
+            (
+                Some("127.0.0.1:9001"),
+                Some("http://127.0.0.1:9002"),
+                none,
+                Err(Refused::Origin),
+            ),
+            (
+                Some("127.0.0.1:9001"),
+                Some("null"),
+                none,
+                Err(Refused::Origin),
+            ),
+            // no origin
+            (Some("127.0.0.1:9001"), None, none, Ok(())),
+            (None, None, none, Ok(())),
+            // rebinding host: a name this server is not published under
+            (
+                Some("evil.example:9001"),
+                Some("http://evil.example:9001"),
+                none,
+                Err(Refused::Host),
+            ),
+            (Some("evil.example:9001"), None, named, Err(Refused::Host)),
+            (
+                Some("127.0.0.1.evil.example"),
+                None,
+                none,
+                Err(Refused::Host),
+            ),
+        ];
+        for (host, origin, allowed, want) in cases {
+            assert_eq!(
+                check_request_origin(&req(host, origin), allowed),
+                want,
+                "Host {host:?} Origin {origin:?}"
+            );
+        }
+        assert_eq!(Refused::Host.status(), "421 Misdirected Request");
+        assert_eq!(Refused::Origin.status(), "403 Forbidden");
+    }
 
     #[test]
     fn a_request_head_parses_into_path_query_and_headers() {

@@ -690,7 +690,8 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     };
     // The relay answers each request within 2 s of its accept.
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    // An IP address as Host: the live view refuses other names (DNS rebinding).
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
     let mut r = String::new();
     let _ = s.read_to_string(&mut r);
     r.split_once("\r\n\r\n")

@@ -8,11 +8,11 @@ use super::websocket::{
     self, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG, OP_TEXT, Overflow, SendQueue, decode_frame,
 };
 use super::{Listed, LiveConfig, MAX_CLIENT_FRAME, SEND_QUEUE_BYTES};
-use lockstep::Instant;
 use lockstep::low_level::peer_glue::PeerGlue;
 use lockstep::low_level::session::{Event, Session, SessionBuilder};
 use lockstep::low_level::transport::Client;
-use lockstep::token::{TokenClaims, issue_token};
+use lockstep::token::ConnectToken;
+use lockstep::{Duration, Instant};
 use replays::{DEFAULT_SYNC, ReplayError, Sink, Writer};
 use serde_json::json;
 use sim::{StateHash, Turn};
@@ -29,9 +29,73 @@ const POLL: StdDuration = StdDuration::from_millis(10);
 /// reach the browser and its last hashes to reach the relay.
 const LINGER: StdDuration = StdDuration::from_secs(5);
 
-/// Lifetime of the spectator token a bridge seals itself (token mode): it
-/// only has to get through the handshake.
-const TOKEN_SECONDS: u64 = 60;
+/// A std duration as the protocol's (milliseconds, saturating).
+fn to_lockstep(d: StdDuration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How often the bridge queues a ping behind the feed ([`ReadCheck`]).
+const PING_EVERY: Duration = Duration::from_millis(1000);
+
+/// Whether the browser reads its feed. A ping queued behind the feed is
+/// answered (browsers answer pings themselves) only once the browser has
+/// read every byte before it, so the oldest unanswered ping's age is how
+/// long the browser has left the feed unread, whatever the kernel's buffers
+/// absorb meanwhile. Sans-IO: time is passed in.
+#[derive(Debug)]
+pub(super) struct ReadCheck {
+    limit: Duration,
+    next: u64,
+    last: Option<Instant>,
+    /// Pings queued and not yet answered, oldest first.
+    waiting: std::collections::VecDeque<(u64, Instant)>,
+}
+
+impl ReadCheck {
+    /// A check that cuts after `limit` unread ([`super::stall_limit`]).
+    pub(super) fn new(limit: Duration) -> Self {
+        Self {
+            limit,
+            next: 0,
+            last: None,
+            waiting: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The payload of a ping to queue now, every [`PING_EVERY`].
+    pub(super) fn poll_ping(&mut self, now: Instant) -> Option<[u8; 8]> {
+        if self
+            .last
+            .is_some_and(|l| now.saturating_since(l) < PING_EVERY)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        let seq = self.next;
+        self.next += 1;
+        self.waiting.push_back((seq, now));
+        Some(seq.to_be_bytes())
+    }
+
+    /// A pong: its ping and every earlier one are answered (a browser may
+    /// answer only the latest of several). Anything else is ignored.
+    pub(super) fn handle_pong(&mut self, payload: &[u8]) {
+        let Ok(bytes) = <[u8; 8]>::try_from(payload) else {
+            return;
+        };
+        let seq = u64::from_be_bytes(bytes);
+        while self.waiting.front().is_some_and(|(s, _)| *s <= seq) {
+            self.waiting.pop_front();
+        }
+    }
+
+    /// Whether the oldest unanswered ping has waited longer than the limit.
+    pub(super) fn is_stalled(&self, now: Instant) -> bool {
+        self.waiting
+            .front()
+            .is_some_and(|(_, at)| now.saturating_since(*at) > self.limit)
+    }
+}
 
 /// One hash report in a browser's binary message: the turn (u32, little
 /// endian) and the 32-byte state hash after it.
@@ -169,6 +233,7 @@ struct Bridge {
     inbuf: Vec<u8>,
     epoch: std::time::Instant,
     buf: Vec<u8>,
+    reads: ReadCheck,
 }
 
 /// Runs one browser's live view of `listed` until the tab closes, the
@@ -176,7 +241,12 @@ struct Bridge {
 ///
 /// # Errors
 /// The sockets could not be set up.
-pub(super) fn run(ws: TcpStream, listed: &Listed, config: &LiveConfig) -> io::Result<()> {
+pub(super) fn run(
+    ws: TcpStream,
+    listed: &Listed,
+    config: &LiveConfig,
+    token: Option<ConnectToken>,
+) -> io::Result<()> {
     let local: SocketAddr = if config.relay.is_ipv4() {
         (Ipv4Addr::LOCALHOST, 0).into()
     } else {
@@ -189,19 +259,19 @@ pub(super) fn run(ws: TcpStream, listed: &Listed, config: &LiveConfig) -> io::Re
     let seed = u64::from_le_bytes(seed);
     let now = Instant::ZERO;
     let name = &listed.info.match_name;
-    let client = match &config.token_key {
-        Some(key) => {
-            let claims = TokenClaims::spectator(
-                config.transport.protocol_id,
-                name.clone(),
-                replays::format::unix_now_ms() / 1000,
-                TOKEN_SECONDS,
-            );
-            let token =
-                issue_token(key, &claims, &[config.relay], &entropy).map_err(io::Error::other)?;
+    let client = match (&config.token_key, token) {
+        // The viewer's own spectator token, checked by the route: the relay
+        // admits the view on the viewer's credential, not on the bridge's.
+        (Some(_), Some(token)) => {
             Client::with_token(now, config.relay, config.transport, &token, seed)
         }
-        None => Client::new(now, config.relay, config.transport, seed),
+        (Some(_), None) => {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "token mode: a live view needs the viewer's spectator token",
+            ));
+        }
+        (None, _) => Client::new(now, config.relay, config.transport, seed),
     };
     let session = SessionBuilder::new()
         .with_match(name, listed.info.setup.players.max(1))
@@ -226,6 +296,7 @@ pub(super) fn run(ws: TcpStream, listed: &Listed, config: &LiveConfig) -> io::Re
         inbuf: Vec::new(),
         epoch: std::time::Instant::now(),
         buf: Vec::with_capacity(2048),
+        reads: ReadCheck::new(to_lockstep(super::stall_limit(config.spectator_delay))),
     };
     let end = bridge.pump_until_done();
     bridge.finish(&end);
@@ -317,8 +388,9 @@ impl Bridge {
                     .out
                     .push(OP_PONG, &frame.payload)
                     .map_err(|Overflow| End::Slow)?,
+                OP_PONG => self.reads.handle_pong(&frame.payload),
                 OP_CLOSE => return Err(End::Browser),
-                // Text and pongs mean nothing here.
+                // Text means nothing here.
                 _ => {}
             }
         }
@@ -382,6 +454,14 @@ impl Bridge {
             }
             if let Err(end) = self.read_browser(now) {
                 return end;
+            }
+            if let Some(ping) = self.reads.poll_ping(now)
+                && self.out.push(OP_PING, &ping).is_err()
+            {
+                return End::Slow;
+            }
+            if ended.is_none() && self.reads.is_stalled(now) {
+                return End::Slow;
             }
             if let Err(end) = self.write_browser() {
                 return end;
@@ -478,6 +558,42 @@ impl Bridge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a virtual clock: a browser that answers pings is never cut; one
+    /// that reads nothing is cut once its oldest ping is older than the
+    /// limit, max(10 s, 2 × delay), and not before.
+    #[test]
+    fn a_viewer_that_reads_nothing_is_cut_after_the_stall_limit() {
+        let ms = Instant::from_micros;
+        let at = |m: u64| ms(m * 1000);
+        for (delay_ms, limit_ms) in [(3_000, 10_000), (200, 10_000), (8_000, 16_000)] {
+            let limit = super::super::stall_limit(StdDuration::from_millis(delay_ms));
+            assert_eq!(limit, StdDuration::from_millis(limit_ms));
+            let mut reader = ReadCheck::new(to_lockstep(limit));
+            let mut idle = ReadCheck::new(to_lockstep(limit));
+            let mut cut_at = None;
+            for t in (0..60_000u64).step_by(10) {
+                if let Some(p) = reader.poll_ping(at(t)) {
+                    reader.handle_pong(&p);
+                }
+                assert!(!reader.is_stalled(at(t)), "a reading browser at {t} ms");
+                let _ = idle.poll_ping(at(t));
+                if cut_at.is_none() && idle.is_stalled(at(t)) {
+                    cut_at = Some(t);
+                }
+            }
+            // The first ping goes at 0: cut in the first step past the limit.
+            assert_eq!(cut_at, Some(limit_ms + 10), "delay {delay_ms} ms");
+        }
+        // A pong for a later ping answers the earlier ones too; junk is ignored.
+        let mut c = ReadCheck::new(Duration::from_millis(10_000));
+        let _ = c.poll_ping(at(0));
+        let p1 = c.poll_ping(at(1_000)).unwrap();
+        c.handle_pong(b"junk");
+        assert!(c.is_stalled(at(10_001)));
+        c.handle_pong(&p1);
+        assert!(!c.is_stalled(at(10_001)));
+    }
 
     #[test]
     fn hash_reports_are_whole_36_byte_entries() {

@@ -29,8 +29,8 @@ mod websocket;
 
 use crate::event::{MatchId, MatchInfo, RouterEvent};
 use lockstep::low_level::transport::TransportConfig;
-use lockstep::token::TokenKey;
-use replays::web::{Request, VIEWER_PAGE, respond};
+use lockstep::token::{ConnectToken, TokenClaims, TokenKey, TokenKind};
+use replays::web::{Request, VIEWER_PAGE, check_request_origin, respond};
 use serde_json::json;
 use sim::Turn;
 use std::collections::BTreeMap;
@@ -63,11 +63,29 @@ pub struct LiveConfig {
     pub wasm: Option<Vec<u8>>,
     /// Most browsers watching at once (default [`DEFAULT_MAX_VIEWERS`]).
     pub max_viewers: usize,
-    /// Token mode: the relay's token key, with which each bridge seals
-    /// itself a spectator token for the match it watches.
+    /// Token mode: the relay's token key. `/matches.json` and `/live` then
+    /// answer only a viewer who brings a spectator token this key sealed
+    /// (`relay token --spectator`, in `?token=`); the bridge connects with
+    /// that very token, never one it seals itself.
     pub token_key: Option<TokenKey>,
     /// The transport settings the relay's clients use (its protocol id).
     pub transport: TransportConfig,
+    /// Host names the live view is published under (a reverse proxy's, a
+    /// DNS name's), besides IP addresses and `localhost`: any other `Host`
+    /// is refused (DNS rebinding; [`replays::web::check_request_origin`]).
+    pub allowed_hosts: Vec<String>,
+    /// The relay's spectator delay: a browser that reads nothing is cut
+    /// after [`stall_limit`] of it.
+    pub spectator_delay: std::time::Duration,
+}
+
+/// How long a browser may leave the live feed unread before it is cut:
+/// the larger of 10 s and twice the spectator delay (a viewer that stopped
+/// reading has lost its place in the match by then; before, it held its
+/// place until 8 MiB had piled up, hours at a spectator's rate).
+#[must_use]
+pub fn stall_limit(spectator_delay: std::time::Duration) -> std::time::Duration {
+    std::time::Duration::from_secs(10).max(spectator_delay.saturating_mul(2))
 }
 
 impl std::fmt::Debug for LiveConfig {
@@ -77,6 +95,8 @@ impl std::fmt::Debug for LiveConfig {
             .field("wasm", &self.wasm.as_ref().map(Vec::len))
             .field("max_viewers", &self.max_viewers)
             .field("tokens", &self.token_key.is_some())
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("spectator_delay", &self.spectator_delay)
             .finish_non_exhaustive()
     }
 }
@@ -119,6 +139,49 @@ impl ViewerSlot {
 impl Drop for ViewerSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A viewer's credential (token mode): the spectator token it brought.
+struct Viewer {
+    claims: TokenClaims,
+    token: ConnectToken,
+}
+
+/// Why a request for the match list or a feed was refused (token mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// No `?token=`.
+    NoCredential,
+    /// A token that does not open under the key, is not a spectator's, is
+    /// of another protocol or expired.
+    BadCredential,
+}
+
+impl Refusal {
+    fn respond(self, stream: &mut TcpStream) -> io::Result<()> {
+        let (status, body): (&str, &[u8]) = match self {
+            Self::NoCredential => (
+                "401 Unauthorized",
+                b"token mode: a spectator token is needed (relay token --spectator; open /watch?token=...)\n",
+            ),
+            Self::BadCredential => (
+                "403 Forbidden",
+                b"token mode: this is not a valid spectator token of this relay\n",
+            ),
+        };
+        respond(stream, status, "text/plain", body)
+    }
+}
+
+/// Parses a query value as a connect token's hex.
+trait HexToken {
+    fn parse_hex_token(&self) -> Result<ConnectToken, Refusal>;
+}
+
+impl HexToken for str {
+    fn parse_hex_token(&self) -> Result<ConnectToken, Refusal> {
+        ConnectToken::from_hex(self).map_err(|_| Refusal::BadCredential)
     }
 }
 
@@ -181,11 +244,22 @@ impl Live {
     /// max_viewers, wasm}`.
     #[must_use]
     pub fn matches_json(&self, now_unix_ms: u64) -> serde_json::Value {
+        self.matches_json_for(now_unix_ms, None)
+    }
+
+    /// [`Self::matches_json`] with only the matches named `only` when given
+    /// (a spectator token's match, in token mode).
+    fn matches_json_for(&self, now_unix_ms: u64, only: Option<&str>) -> serde_json::Value {
         // Copied out first: the event loops wait on this lock at a start or an end.
         let list: Vec<(MatchId, Listed)> = self
             .matches
             .lock()
-            .map(|m| m.iter().map(|(id, l)| (*id, l.clone())).collect())
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, l)| only.is_none_or(|n| l.info.match_name == n))
+                    .map(|(id, l)| (*id, l.clone()))
+                    .collect()
+            })
             .unwrap_or_default();
         json!({
             "matches": list.iter().map(|(id, l)| json!({
@@ -202,13 +276,53 @@ impl Live {
         })
     }
 
+    /// The viewer's credential in token mode: the spectator token in
+    /// `?token=` (hex, as `relay token --spectator` prints it), opened with
+    /// the relay's key, of this relay's protocol, not expired. `Ok(None)`
+    /// in open mode (anyone who reaches the address may watch).
+    fn credential(&self, request: &Request) -> Result<Option<Viewer>, Refusal> {
+        let Some(key) = &self.config.token_key else {
+            return Ok(None);
+        };
+        let token = request
+            .query("token")
+            .ok_or(Refusal::NoCredential)?
+            .parse_hex_token()?;
+        let (claims, _) = token
+            .private
+            .open(key)
+            .map_err(|_| Refusal::BadCredential)?;
+        let now = replays::format::unix_now_ms() / 1000;
+        if claims.kind != TokenKind::Spectator
+            || claims.protocol_id != self.config.transport.protocol_id
+            || claims.is_expired(now)
+        {
+            return Err(Refusal::BadCredential);
+        }
+        Ok(Some(Viewer { claims, token }))
+    }
+
     /// Answers `request` if it is one of the live view's routes; `Ok(false)`
-    /// for any other path (the caller answers it).
+    /// for any other path (the caller answers it). Every route first checks
+    /// `Host` and `Origin` ([`replays::web::check_request_origin`]); in
+    /// token mode `/matches.json` and `/live` also need a credential
+    /// ([`LiveConfig::token_key`]). The page and its module are public:
+    /// they hold nothing about any match.
     pub(crate) fn answer(
         self: &Arc<Self>,
         stream: &mut TcpStream,
         request: &Request,
     ) -> io::Result<bool> {
+        if !matches!(
+            request.path(),
+            "/" | "/watch" | "/viewer.wasm" | "/matches.json" | "/live"
+        ) {
+            return Ok(false);
+        }
+        if let Err(refused) = check_request_origin(request, &self.config.allowed_hosts) {
+            respond(stream, refused.status(), "text/plain", refused.body())?;
+            return Ok(true);
+        }
         match request.path() {
             "/" => {
                 stream.write_all(
@@ -230,14 +344,17 @@ impl Live {
                     replays::web::missing_wasm_hint("relay serve --viewer-wasm").as_bytes(),
                 )?,
             },
-            "/matches.json" => {
-                let body = self
-                    .matches_json(replays::format::unix_now_ms())
-                    .to_string();
-                respond(stream, "200 OK", "application/json", body.as_bytes())?;
-            }
-            "/live" => self.upgrade(stream, request)?,
-            _ => return Ok(false),
+            "/matches.json" => match self.credential(request) {
+                Ok(viewer) => {
+                    let only = viewer.as_ref().map(|v| v.claims.match_name.as_str());
+                    let body = self
+                        .matches_json_for(replays::format::unix_now_ms(), only)
+                        .to_string();
+                    respond(stream, "200 OK", "application/json", body.as_bytes())?;
+                }
+                Err(r) => r.respond(stream)?,
+            },
+            _ => self.upgrade(stream, request)?,
         }
         Ok(true)
     }
@@ -262,6 +379,17 @@ impl Live {
             .query("match")
             .and_then(|m| m.parse().ok())
             .and_then(|id| self.listed(MatchId(id)));
+        let viewer = match self.credential(request) {
+            Ok(v) => v,
+            Err(r) => return r.respond(stream),
+        };
+        // A token for another match learns nothing of this one, not even
+        // whether it runs: the same 404 as no match.
+        let listed = listed.filter(|l| {
+            viewer
+                .as_ref()
+                .is_none_or(|v| v.claims.admits_spectator(&l.info.match_name).is_ok())
+        });
         let Some(listed) = listed else {
             return respond(
                 stream,
@@ -291,7 +419,7 @@ impl Live {
             .spawn(move || {
                 let _slot = slot;
                 // A failed bridge concerns only its browser.
-                let _ = bridge::run(ws, &listed, &live.config);
+                let _ = bridge::run(ws, &listed, &live.config, viewer.map(|v| v.token));
             })?;
         Ok(())
     }
@@ -308,6 +436,8 @@ mod tests {
             max_viewers,
             token_key: None,
             transport: TransportConfig::default(),
+            allowed_hosts: Vec::new(),
+            spectator_delay: std::time::Duration::from_secs(3),
         })
     }
 

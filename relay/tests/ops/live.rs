@@ -12,12 +12,12 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
 /// A WebSocket request for `/live?match={id}`: the whole answer (a refusal).
-fn refused_upgrade(addr: SocketAddr, id: u64) -> String {
+fn refused_upgrade(addr: SocketAddr, id: u64, token: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(BOUND)).unwrap();
     write!(
         s,
-        "GET /live?match={id} HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n"
+        "GET /live?match={id}&token={token} HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -64,13 +64,13 @@ fn read_frame(s: &mut TcpStream) -> (u8, Vec<u8>) {
     (head[0] & 0x0f, payload)
 }
 
-/// Opens the live view's WebSocket of match `id`.
-fn open_live(addr: SocketAddr, id: u64) -> TcpStream {
+/// Opens the live view's WebSocket of match `id` with a spectator token.
+fn open_live(addr: SocketAddr, id: u64, token: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(BOUND)).unwrap();
     write!(
         s,
-        "GET /live?match={id} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET /live?match={id}&token={token} HTTP/1.1\r\nHost: {addr}\r\nOrigin: http://{addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     .unwrap();
@@ -159,7 +159,14 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
         // Paces the polling of a counter; the condition is the counter.
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (status, body) = http_get(http, "/matches.json");
+    // Token mode: the list and the feed need a spectator token.
+    let (status, _) = http_get(http, "/matches.json");
+    assert!(status.contains("401"), "{status}");
+    let player = issue(&key, "tok", 1, false);
+    let (status, _) = http_get(http, &format!("/matches.json?token={player}"));
+    assert!(status.contains("403"), "a player's token: {status}");
+    let watch = issue_spectator(&key, "tok");
+    let (status, body) = http_get(http, &format!("/matches.json?token={watch}"));
     assert!(status.contains("200"), "{status}");
     let list: Value = serde_json::from_str(&body).unwrap();
     let m = &list["matches"][0];
@@ -169,14 +176,16 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
     let id = m["id"].as_u64().unwrap();
     assert_eq!(http_get(http, "/watch").0, "HTTP/1.1 200 OK");
     assert!(http_get(http, "/").0.contains("302"));
-    let none = refused_upgrade(http, 999_999);
+    let none = refused_upgrade(http, 999_999, &watch);
     assert!(none.starts_with("HTTP/1.1 404"), "{none}");
+    let no_credential = refused_upgrade(http, id, "");
+    assert!(no_credential.starts_with("HTTP/1.1 403"), "{no_credential}");
 
-    let mut ws = open_live(http, id);
+    let mut ws = open_live(http, id, &watch);
     // One viewer at most: a second is refused while the first watches.
     let (second, _) = http_get(http, &format!("/live?match={id}"));
     assert!(second.contains("426"), "not a WebSocket: {second}");
-    let refused = refused_upgrade(http, id);
+    let refused = refused_upgrade(http, id, &watch);
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
 
     // Read the stream, re-simulate it as the page does, report every hash.
@@ -194,6 +203,11 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
                 continue;
             }
             0x8 => break payload,
+            // The relay's read check: answered as a browser does.
+            0x9 => {
+                ws.write_all(&client_frame(0xA, &payload)).unwrap();
+                continue;
+            }
             other => panic!("opcode {other}"),
         }
         let mut turns = Vec::new();
@@ -291,7 +305,9 @@ fn a_live_view_in_token_mode_streams_the_match_and_its_hashes_are_checked() {
     let _ = ws.write_all(&client_frame(0x8, &1000u16.to_be_bytes()));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let list: Value = serde_json::from_str(&http_get(http, "/matches.json").1).unwrap();
+        let list: Value =
+            serde_json::from_str(&http_get(http, &format!("/matches.json?token={watch}")).1)
+                .unwrap();
         if list["viewers"] == 0 {
             break;
         }

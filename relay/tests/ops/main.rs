@@ -66,7 +66,8 @@ fn http_get(addr: impl std::net::ToSocketAddrs, path: &str) -> (String, String) 
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(BOUND)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    // An IP address as Host: the live view refuses other names (DNS rebinding).
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
@@ -437,6 +438,22 @@ fn issue(key_file: &Path, match_name: &str, slot: u8, create: bool) -> String {
         cmd.arg("--create-key");
     }
     let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Issues a spectator token for `match_name` with an existing key file.
+fn issue_spectator(key_file: &Path, match_name: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["token", "--spectator", "--match", match_name])
+        .args(["--expires-in", "5m", "--key-file"])
+        .arg(key_file)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",

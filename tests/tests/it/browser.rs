@@ -381,6 +381,17 @@ fn a_running_match_is_listed_and_watched_live_with_the_relays_hashes() {
         "the page's final hash is the relay's agreed one"
     );
 
+    // What the page says it checked: never a check mark over zero
+    // comparisons (it said "every 0 recorded hashes ✓ equal" live, where
+    // the stream carries no recorded hash), and how many of its hashes
+    // went to the relay, which compares them.
+    let check = browser
+        .eval("return document.getElementById('check').textContent")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let check = check.as_str().unwrap_or_default();
+    assert!(!check.contains(" 0 recorded hash"), "{check}");
+    assert!(check.contains("sent to the relay for checking"), "{check}");
+
     // 5. The timeline seeks, to the relay's hash of that turn.
     let mid = last * 3 / 4;
     let seeked = browser
