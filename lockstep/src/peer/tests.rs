@@ -12,8 +12,14 @@ use sim::{MatchSetup, StateHash};
 const RELAY: ([u8; 4], u16) = ([127, 0, 0, 1], 7000);
 
 fn start_msg(players: u8, last: u32) -> Vec<u8> {
+    start_msg_as(PlayerId(0), players, last)
+}
+
+/// The relay's `Start` for a match of `players` ending after turn `last`,
+/// seating this peer as `you`.
+pub(super) fn start_msg_as(you: PlayerId, players: u8, last: u32) -> Vec<u8> {
     ToPeer::Start(Start {
-        your_player: PlayerId(0),
+        your_player: you,
         setup: MatchSetup {
             seed: 5,
             players,
