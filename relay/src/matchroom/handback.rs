@@ -255,12 +255,8 @@ impl Game {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{MatchRoom, Phase};
-    use crate::config::RelayConfig;
-    use crate::event::{MatchId, MatchInfo};
-    use crate::outbox::Outbox;
-    use crate::resume::RecordedState;
-    use lockstep::Instant;
+    use super::super::Phase;
+    use super::super::resumed::tests::resumed_room;
     use lockstep::low_level::proto::Bundle;
     use lockstep::low_level::transport::ConnId;
     use sim::{PlayerId, Turn};
@@ -269,16 +265,7 @@ mod tests {
     /// outside the memory budget (only the snapshot store was measured).
     #[test]
     fn handed_back_copies_count_in_the_memory_budget() {
-        let config = RelayConfig::default();
-        let mut info = MatchInfo::two_players("m", "g");
-        info.last_turn = None;
-        let state = RecordedState {
-            next_close: Turn(40),
-            ..RecordedState::default()
-        };
-        let now = Instant::from_millis(1000);
-        let mut out = Outbox::default();
-        let mut room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        let (mut room, _, mut out, _) = resumed_room(40);
         let before = room.snapshot_memory().2;
         let Phase::Running(g) = &mut room.phase else {
             panic!("not running");

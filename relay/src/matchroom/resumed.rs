@@ -134,11 +134,30 @@ impl Game {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use lockstep::Duration;
     use lockstep::low_level::transport::ConnId;
     use sim::Turn;
+
+    /// A two-player match without a turn limit, resumed at 1 s on a fresh
+    /// relay's clock from a recording whose next turn to close is
+    /// `next_close`: the room, its config and outbox, and that instant.
+    pub(in crate::matchroom) fn resumed_room(
+        next_close: u32,
+    ) -> (MatchRoom, RelayConfig, Outbox, Instant) {
+        let config = RelayConfig::default();
+        let mut info = MatchInfo::two_players("m", "g");
+        info.last_turn = None;
+        let state = RecordedState {
+            next_close: Turn(next_close),
+            ..RecordedState::default()
+        };
+        let now = Instant::from_millis(1000);
+        let mut out = Outbox::default();
+        let room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        (room, config, out, now)
+    }
 
     /// Before: the restarted clock was computed as `now` minus the turns
     /// played, which saturates at the process's clock zero, so a match
@@ -146,17 +165,8 @@ mod tests {
     /// had run before its next turn closed.
     #[test]
     fn a_resumed_match_waits_for_its_players_then_closes_the_next_turn_a_turn_length_later() {
-        let config = RelayConfig::default();
-        let mut info = MatchInfo::two_players("m", "g");
-        info.last_turn = None;
-        let state = RecordedState {
-            next_close: Turn(500),
-            ..RecordedState::default()
-        };
         // Early on the restarted process's clock; 500 turns were played.
-        let now = Instant::from_millis(1000);
-        let mut out = Outbox::default();
-        let mut room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        let (mut room, config, mut out, now) = resumed_room(500);
         // Paused: no turn is due, only the end of the wait.
         assert_eq!(
             room.poll_timeout(&config),
@@ -189,16 +199,7 @@ mod tests {
 
     #[test]
     fn players_who_never_return_are_dropped_at_the_end_of_the_wait() {
-        let config = RelayConfig::default();
-        let mut info = MatchInfo::two_players("m", "g");
-        info.last_turn = None;
-        let state = RecordedState {
-            next_close: Turn(40),
-            ..RecordedState::default()
-        };
-        let now = Instant::from_millis(1000);
-        let mut out = Outbox::default();
-        let mut room = MatchRoom::resumed(now, MatchId(1), &info, state, &config, &mut out);
+        let (mut room, config, mut out, now) = resumed_room(40);
         let end = now + config.rejoin.resume_wait;
         // Player 0 came back (and is heard); player 1 never does.
         if let Phase::Running(g) = &mut room.phase {
