@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -734,16 +734,49 @@ pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     status_field_kib(&text, field)
 }
 
-/// One lock for the tests that each run several CPU-hungry processes (the
-/// end-to-end matches, the hostile crowds): hold it for the whole test so no
-/// two of them share the machine's cores, where a starved peer would look
-/// like a crashed one. The integration tests are one binary, so this one
-/// static covers every module (when they were a binary per file, cargo ran
-/// the binaries one after another and a lock per file did the same).
-pub fn heavy() -> MutexGuard<'static, ()> {
-    static HEAVY: Mutex<()> = Mutex::new(());
-    // A panicked test poisons the lock; the next one may still run.
-    HEAVY.lock().unwrap_or_else(PoisonError::into_inner)
+/// How many of the tests that start several processes each (the end-to-end
+/// matches, the hostile crowds) run at once. They wait on timers and sockets
+/// far more than they compute (the seven `e2e` tests: 38 s of wall time for
+/// under 8 s of CPU, measured on the 2-core machine), so several share the
+/// cores well; a bound still keeps a crowd of them from starving a peer
+/// until it looks crashed.
+pub const HEAVY_AT_ONCE: usize = 4;
+
+/// A place among the [`HEAVY_AT_ONCE`] process-heavy tests: hold it for the
+/// whole test. The integration tests are one binary, so this one static
+/// covers every module.
+pub fn heavy() -> HeavyPermit {
+    HeavyPermit::acquire()
+}
+
+/// A held place among the process-heavy tests, given back on drop.
+#[must_use = "the place is given back when this is dropped"]
+pub struct HeavyPermit(());
+
+static HEAVY_RUNNING: Mutex<usize> = Mutex::new(0);
+static HEAVY_FREED: Condvar = Condvar::new();
+
+impl HeavyPermit {
+    fn acquire() -> Self {
+        // A panicked test poisons the lock; the count is still right, as
+        // the panicking test's permit was dropped while unwinding.
+        let mut running = HEAVY_RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running >= HEAVY_AT_ONCE {
+            running = HEAVY_FREED
+                .wait(running)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *running += 1;
+        Self(())
+    }
+}
+
+impl Drop for HeavyPermit {
+    fn drop(&mut self) {
+        let mut running = HEAVY_RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+        *running -= 1;
+        HEAVY_FREED.notify_one();
+    }
 }
 
 /// A fresh scratch directory for one test, removed first if left over.
