@@ -597,3 +597,24 @@ fn a_tampered_tag_or_another_matchs_tag_is_refused() {
     );
     assert_eq!(r.counters().hand_backs_refused, 2);
 }
+
+/// The tail a resumed match rebuilds from its recording is tagged as the
+/// crashed process tagged it: a player that gets those turns now can hand
+/// them back after another crash.
+#[test]
+fn a_resumed_match_tags_the_tail_it_rebuilds() {
+    let (mut r, now, secrets) = crashed();
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6001));
+    assert!(r.handle_connected(now, ConnId(1), addr));
+    r.handle_message(now, ConnId(1), &reconnect_msg(1, secrets[1], 95));
+    let got: Vec<Bundle> = outgoing(&mut r)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            ToPeer::Bundle(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let want: Vec<Bundle> = (95..100).map(|t| as_sent(lost_bundle(t, 0))).collect();
+    assert_eq!(got, want);
+    assert!(got.iter().all(|b| b.tag.is_some()));
+}
