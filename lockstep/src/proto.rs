@@ -28,7 +28,8 @@ pub use rejoin_messages::{
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// Version 2: a [`Bundle`] carries the relay's [`BundleTag`].
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Largest encoded message accepted: the largest bundle the relay can build
 /// ([`MAX_BUNDLE_LEN`]) fits, and the transport's default message limit is
 /// the same (`TransportConfig::max_message`).
@@ -60,14 +61,17 @@ const MAX_NOTICE_LEN: usize = 1 + 1 + 5;
 /// byte and entry budget and every notice slot used: version and message
 /// tag, the turn (varint), two collection lengths (varints), per entry its
 /// player byte and a chunk length of at most 2 varint bytes
-/// ([`MAX_INPUT_BYTES`] < 2^14).
+/// ([`MAX_INPUT_BYTES`] < 2^14), and the tag (one byte, and the 16 of a
+/// [`BundleTag`]).
 pub const MAX_BUNDLE_LEN: usize = 1
     + 1
     + 5
     + 3
     + MAX_PLAYERS as usize * (MAX_PLAYER_TURN_BYTES + MAX_PLAYER_TURN_ENTRIES * (1 + 2))
     + 1
-    + MAX_NOTICES * MAX_NOTICE_LEN;
+    + MAX_NOTICES * MAX_NOTICE_LEN
+    + 1
+    + BUNDLE_TAG_LEN;
 const _: () = assert!(MAX_BUNDLE_LEN <= MAX_MESSAGE_LEN);
 const _: () = assert!(MAX_INPUT_BYTES < 1 << 14);
 /// Most notices piggybacked on one bundle.
@@ -180,6 +184,76 @@ pub struct Bundle {
     pub inputs: Vec<(PlayerId, Vec<u8>)>,
     /// Agreed changes, applied before this turn is simulated.
     pub notices: Vec<Notice>,
+    /// The relay's proof that it sent this bundle, for a relay that can
+    /// restart and take turns it lost back from its players
+    /// ([`ToPeer::HandBack`]); `None` from a relay that cannot (it costs one
+    /// byte then). A peer keeps it with the bundle and returns it
+    /// unchanged in [`ToRelay::HandedBack`]; only the relay can check it.
+    /// Last in the encoding, so the bytes it covers are a prefix of the
+    /// message ([`Bundle::set_encoded_tag`]).
+    pub tag: Option<BundleTag>,
+}
+
+/// Length of a [`BundleTag`] in bytes.
+pub const BUNDLE_TAG_LEN: usize = 16;
+
+/// A relay's message authentication code on one [`Bundle`] it sent: a
+/// keyed hash, under a key only the relay can derive for that match, of
+/// the bundle's message encoded without a tag. A peer cannot make one, so a
+/// bundle handed back to a restarted relay is adopted only if that relay
+/// sent it: no player can put commands in another player's name.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+pub struct BundleTag(pub [u8; BUNDLE_TAG_LEN]);
+
+impl PartialEq for BundleTag {
+    /// In constant time: how long a comparison takes must not tell a
+    /// forger how many leading bytes of a guessed tag were right.
+    fn eq(&self, other: &Self) -> bool {
+        crate::transport::auth::ct_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for BundleTag {}
+
+impl fmt::Debug for BundleTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BundleTag(")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))?;
+        write!(f, ")")
+    }
+}
+
+impl Bundle {
+    /// The bytes a [`BundleTag`] covers: `ToPeer::Bundle` of this bundle
+    /// with no tag, encoded (the tag this bundle holds is left out). For
+    /// the relay, which checks what is handed back (it clones the bundle:
+    /// not for a hot path; [`Bundle::set_encoded_tag`] is).
+    #[must_use]
+    pub fn untagged_bytes(&self) -> Vec<u8> {
+        ToPeer::Bundle(Self {
+            tag: None,
+            ..self.clone()
+        })
+        .to_bytes()
+    }
+
+    /// Sets the tag of an encoded `ToPeer::Bundle` whose tag is `None` (as
+    /// [`Bundle::untagged_bytes`] or [`ToPeer::to_bytes`] make it), in
+    /// place: the relay encodes a closed turn once, tags those bytes and
+    /// shares them between every recipient. Postcard encodes the tag last,
+    /// `None` as one 0 byte and `Some` as a 1 byte and the 16 tag bytes.
+    /// Returns false, leaving `bytes` as they are, when they do not end
+    /// with a `None` tag.
+    pub fn set_encoded_tag(bytes: &mut Vec<u8>, tag: BundleTag) -> bool {
+        let is_bundle = bytes.get(..2) == Some(&[PROTOCOL_VERSION, ToPeer::BUNDLE_TAG][..]);
+        if !is_bundle || bytes.last() != Some(&0) {
+            return false;
+        }
+        bytes.pop();
+        bytes.push(1);
+        bytes.extend_from_slice(&tag.0);
+        true
+    }
 }
 
 /// The relay's verdict on disagreeing hash reports.
@@ -311,7 +385,9 @@ pub enum ToRelay {
     /// the path broke) while it kept its world. Appended last.
     Rewatch(Rewatch),
     /// One bundle this player played and the relay asked back
-    /// ([`ToPeer::HandBack`]): the relay lost it in a crash. Appended last.
+    /// ([`ToPeer::HandBack`]): the relay lost it in a crash. Sent exactly
+    /// as received, tag included: the relay adopts only bundles whose
+    /// [`BundleTag`] proves it sent them. Appended last.
     HandedBack(Bundle),
 }
 
@@ -437,8 +513,11 @@ pub enum ToPeer {
     /// The relay restarted without the turns from `from` on (its recording
     /// had not reached the disk) and this player holds some of them: send
     /// each bundle from `from` on that you played, as
-    /// [`ToRelay::HandedBack`]. The relay adopts a turn only when every
-    /// player that holds it handed back the same bundle. Appended last.
+    /// [`ToRelay::HandedBack`]. The relay adopts a turn only when its
+    /// [`BundleTag`] proves the relay sent it and every player that holds
+    /// it handed back the same bundle; a player that hands back a bundle
+    /// the tag does not prove is refused with
+    /// [`RejectReason::UnprovenHandBack`]. Appended last.
     HandBack {
         /// The first turn the relay lacks.
         from: Turn,
@@ -633,6 +712,10 @@ impl ToRelay {
 }
 
 impl ToPeer {
+    /// The wire tag (variant index, after the version byte) of
+    /// [`ToPeer::Bundle`].
+    const BUNDLE_TAG: u8 = 3;
+
     /// Appends the encoded message to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         encode_into(self, out);

@@ -98,3 +98,30 @@ fn token_sizes_in_the_reference_are_the_codes() {
             .join(" ")
     ));
 }
+
+/// The message section's version byte and the bundle tag's cost are the
+/// code's: the tag's bytes measured on a real encoding.
+#[test]
+fn the_protocol_version_and_the_bundle_tag_in_the_reference_are_the_codes() {
+    use crate::proto::{BUNDLE_TAG_LEN, Bundle, BundleTag, PROTOCOL_VERSION, ToPeer};
+    stated(&format!("version byte {PROTOCOL_VERSION}, then postcard"));
+    let bundle = Bundle {
+        turn: sim::Turn(1),
+        inputs: Vec::new(),
+        notices: Vec::new(),
+        tag: None,
+    };
+    let untagged = ToPeer::Bundle(bundle.clone()).to_bytes().len();
+    let tagged = ToPeer::Bundle(Bundle {
+        tag: Some(BundleTag([0; BUNDLE_TAG_LEN])),
+        ..bundle
+    })
+    .to_bytes()
+    .len();
+    // Without a tag the bundle carries one byte saying so.
+    stated(&format!(
+        "1 byte without a tag, {} with one",
+        tagged - untagged + 1
+    ));
+    stated(&format!("the first {BUNDLE_TAG_LEN} bytes of keyed BLAKE3"));
+}

@@ -70,6 +70,7 @@ mod tests {
             turn: Turn(t),
             inputs: Vec::new(),
             notices: Vec::new(),
+            tag: None,
         }
     }
 

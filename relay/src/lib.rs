@@ -75,7 +75,7 @@
 //!   ↓
 //! matchroom    one match: seats, turns, hashes, desync, snapshots, rejoin
 //!   ↓
-//! delay · desync · names · outbox · resume · turn_policy · rejoin_config · limits · config · event · entropy
+//! delay · desync · names · outbox · resume · turn_policy · rejoin_config · bundle_key · limits · config · event · entropy
 //! ```
 //!
 //! Data flows down as calls and back up as polled events: the serve loop
@@ -84,6 +84,7 @@
 //! event to its caller as a [`serve::RelayNote`]; the binary passes those
 //! on to the live view, which the HTTP side serves beside the counters.
 
+mod bundle_key;
 pub mod config;
 mod delay;
 pub mod demo;

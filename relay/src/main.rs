@@ -223,8 +223,11 @@ struct ServeArgs {
     /// The key the players' rejoin secrets are derived from (64 hex digits;
     /// created, readable by its owner only, if missing). With it a
     /// restarted relay knows every seat's secret and resumes open-mode
-    /// matches from `--record-dir`; without it each process draws its own
-    /// key and a restart ends them. Keep it out of the record directory.
+    /// matches from `--record-dir`, and checks the tag its bundles carry so
+    /// that players hand back the turns a machine crash lost; without it
+    /// each process draws its own key (in token mode: derives it from the
+    /// token key) and a restart ends open-mode matches. Keep it out of the
+    /// record directory.
     #[arg(long)]
     rejoin_key_file: Option<PathBuf>,
     /// One JSON object per line instead of text logs.
@@ -783,11 +786,29 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     let auth = match &a.token_key_file {
-        Some(path) => match load_or_create_key(path, false) {
-            Ok(key) => AuthMode::Tokens {
-                key,
-                unix_at_zero: 0,
-            },
+        Some(path) => match key_file(path, false, "a new token key").and_then(|bytes| {
+            let key =
+                TokenKey::try_from_bytes(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((key, bytes))
+        }) {
+            Ok((key, bytes)) => {
+                // Without a rejoin key file, the rejoin key follows from
+                // the token key (under its own context, so neither tells
+                // the other): the next process then checks the tags on the
+                // bundles this one sends, and players hand back after a
+                // machine crash as with a rejoin key file.
+                if a.rejoin_key_file.is_none() {
+                    let derived =
+                        blake3::derive_key("lockstep relay rejoin key from token key v1", &bytes);
+                    if let Ok(k) = relay::rejoin_config::RejoinKey::from_bytes(&derived) {
+                        config.rejoin.key = k;
+                    }
+                }
+                AuthMode::Tokens {
+                    key,
+                    unix_at_zero: 0,
+                }
+            }
             Err(e) => {
                 eprintln!("relay: bad --token-key-file: {e}");
                 return ExitCode::from(2);
@@ -813,6 +834,10 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
     // Matches the previous process left unfinished: the first recorder
     // holds them until the serve loops place each on its home loop.
     let provable = a.rejoin_key_file.is_some() || auth != AuthMode::Open;
+    // A relay that can resume its matches tags their bundles: after a
+    // machine crash it adopts the turns its players hand back only with
+    // its tag, so none of them can hand back commands in another's name.
+    config.rejoin.tag_bundles = a.record_dir.is_some() && provable;
     let mut found = a
         .record_dir
         .as_deref()

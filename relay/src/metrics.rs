@@ -98,10 +98,11 @@ pub enum Metric {
     MatchesResumed,
     Reconnects,
     TurnsHandedBack,
+    HandBacksRefused,
 }
 
 /// How many series there are.
-const COUNT: usize = Metric::TurnsHandedBack as usize + 1;
+const COUNT: usize = Metric::HandBacksRefused as usize + 1;
 
 /// Name (with labels), type, help; in [`Metric`] order.
 const DEFS: [(&str, &str, &str); COUNT] = [
@@ -339,6 +340,11 @@ const DEFS: [(&str, &str, &str); COUNT] = [
         "relay_turns_handed_back_total",
         "counter",
         "Turns a restart had lost, adopted from the copies the players handed back",
+    ),
+    (
+        "relay_hand_backs_refused_total",
+        "counter",
+        "Players refused after a restart for handing back a bundle without the relay's tag",
     ),
 ];
 

@@ -94,6 +94,10 @@ pub struct RouterCounters {
     /// Turns a restarted relay had lost and adopted from the copies its
     /// players handed back (every holder's copy alike).
     pub turns_handed_back: u64,
+    /// Players refused after a restart because a bundle they handed back
+    /// (or would have: the relay does not tag its bundles) did not prove
+    /// that the relay sent it (`RejectReason::UnprovenHandBack`).
+    pub hand_backs_refused: u64,
     /// Rejoins refused (wrong secret or slot, hold expired, no snapshot).
     pub rejoins_refused: u64,
     /// Snapshots asked of a player.

@@ -65,6 +65,18 @@ pub struct RejoinConfig {
     /// Match numbers restart at 1 with each process; the salt makes each
     /// match instance's nonce, and so its secrets, new.
     pub nonce_salt: [u8; 32],
+    /// Whether the relay tags every bundle it sends with its proof that it
+    /// sent it (a keyed hash under a key derived from [`Self::key`], the
+    /// match's number and its nonce), at 16 bytes per bundle (default
+    /// false: one byte, no tag). Turn it on when the relay records its
+    /// matches and [`Self::key`] outlives the process (`relay serve` does
+    /// with `--record-dir` and `--rejoin-key-file` or a token key): after a
+    /// machine crash, a resumed match adopts the turns its players hand
+    /// back only with this tag, and refuses a player whose bundles lack it
+    /// ([`RejectReason::UnprovenHandBack`]).
+    ///
+    /// [`RejectReason::UnprovenHandBack`]: lockstep::low_level::proto::RejectReason::UnprovenHandBack
+    pub tag_bundles: bool,
 }
 
 pub use crate::event::MatchNonce;
@@ -80,6 +92,7 @@ impl std::fmt::Debug for RejoinConfig {
             .field("max_spectators", &self.max_spectators)
             .field("takeover_after", &self.takeover_after)
             .field("resume_wait", &self.resume_wait)
+            .field("tag_bundles", &self.tag_bundles)
             .finish_non_exhaustive()
     }
 }
@@ -158,6 +171,7 @@ impl Default for RejoinConfig {
                 // above, still keeps nonces unguessable within a process.
                 *blake3::keyed_hash(&RejoinKey::random().0, b"match nonce salt").as_bytes()
             }),
+            tag_bundles: false,
         }
     }
 }
@@ -176,6 +190,19 @@ impl RejoinConfig {
         let mut out = [0u8; 16];
         out.copy_from_slice(&h.finalize().as_bytes()[..16]);
         MatchNonce(out)
+    }
+
+    /// The key of the tags on the bundles of match instance `nonce`
+    /// numbered `id`: `None` unless [`Self::tag_bundles`], or for a match
+    /// resumed from an earlier relay's recording (no nonce; its players
+    /// hold no tags of this key to hand back).
+    pub(crate) fn bundle_key(
+        &self,
+        id: MatchId,
+        nonce: Option<MatchNonce>,
+    ) -> Option<crate::bundle_key::BundleKey> {
+        let nonce = nonce.filter(|_| self.tag_bundles)?;
+        Some(crate::bundle_key::BundleKey::derive(&self.key.0, id, nonce))
     }
 
     /// The secret of `player`'s slot in the match instance `nonce`,

@@ -242,6 +242,7 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
                     turn,
                     inputs,
                     notices: in_bundle_order(mine),
+                    tag: None,
                 });
                 seen_turn = true;
                 state.bundles.push_back((turn, bundle.to_bytes()));

@@ -46,6 +46,7 @@ fn bundle<C: serde::Serialize>(turn: u32, player: u8, commands: &[C]) -> Vec<u8>
         turn: Turn(turn),
         inputs: vec![(PlayerId(player), bytes)],
         notices: Vec::new(),
+        tag: None,
     })
     .to_bytes()
 }

@@ -73,6 +73,13 @@ pub enum RejectReason {
     /// The relay does not know this connection any more (it restarted):
     /// connect again and ask for the slot back.
     ConnectionUnknown,
+    /// After a relay restart this peer handed back a bundle whose
+    /// [`super::BundleTag`] does not prove that the relay sent it (forged,
+    /// altered, from another match, or sent by a relay that did not tag
+    /// its bundles): nothing it handed back is adopted, and it is ahead of
+    /// the match, so it cannot play on in its world. Not retried; a rejoin
+    /// from a snapshot takes it back.
+    UnprovenHandBack,
 }
 
 impl RejectReason {
@@ -103,11 +110,12 @@ impl RejectReason {
             Self::MemoryFull => "memory_full",
             Self::SlotTaken => "slot_taken",
             Self::ConnectionUnknown => "connection_unknown",
+            Self::UnprovenHandBack => "unproven_hand_back",
         }
     }
 
     /// Every reason, in wire order (for documentation and exhaustive tests).
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 24] = [
         Self::WrongMatch,
         Self::WrongSlot,
         Self::TokenExpired,
@@ -131,6 +139,7 @@ impl RejectReason {
         Self::MemoryFull,
         Self::SlotTaken,
         Self::ConnectionUnknown,
+        Self::UnprovenHandBack,
     ];
 }
 
@@ -169,6 +178,9 @@ impl fmt::Display for RejectReason {
             }
             Self::ConnectionUnknown => {
                 "the relay does not know this connection (it restarted); connect again"
+            }
+            Self::UnprovenHandBack => {
+                "a handed-back bundle does not carry the relay's proof that it sent it; nothing handed back is adopted"
             }
         })
     }

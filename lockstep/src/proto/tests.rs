@@ -75,6 +75,7 @@ fn the_largest_bundle_the_budgets_allow_fits_its_bound() {
         turn: Turn(u32::MAX),
         inputs,
         notices,
+        tag: Some(BundleTag([0xff; BUNDLE_TAG_LEN])),
     });
     let bytes = b.to_bytes();
     assert!(
@@ -88,6 +89,52 @@ fn the_largest_bundle_the_budgets_allow_fits_its_bound() {
         bytes.len()
     );
     assert_eq!(ToPeer::decode(&bytes), Ok(b));
+}
+
+/// The relay tags a closed turn's bytes in place, once for every
+/// recipient: tagging the untagged encoding gives exactly the encoding of
+/// the tagged bundle, the bytes a tag covers leave out the tag a bundle
+/// holds (so a handed-back bundle is checked on the bytes the relay
+/// tagged), and bytes that are not an untagged bundle are left alone.
+#[test]
+fn a_bundle_is_tagged_in_place_over_its_untagged_encoding() {
+    let tag = BundleTag([0x5a; BUNDLE_TAG_LEN]);
+    let untagged = Bundle {
+        turn: Turn(300),
+        inputs: vec![(PlayerId(1), vec![9, 9])],
+        notices: vec![Notice::PlayerRejoined {
+            player: PlayerId(0),
+            turn: Turn(300),
+        }],
+        tag: None,
+    };
+    let tagged = Bundle {
+        tag: Some(tag),
+        ..untagged.clone()
+    };
+    let mut bytes = ToPeer::Bundle(untagged.clone()).to_bytes();
+    assert_eq!(tagged.untagged_bytes(), bytes);
+    assert_eq!(untagged.untagged_bytes(), bytes);
+    assert!(Bundle::set_encoded_tag(&mut bytes, tag));
+    assert_eq!(bytes, ToPeer::Bundle(tagged.clone()).to_bytes());
+    assert_eq!(
+        bytes.len(),
+        untagged.untagged_bytes().len() + BUNDLE_TAG_LEN
+    );
+    assert_eq!(ToPeer::decode(&bytes), Ok(ToPeer::Bundle(tagged)));
+    // Already tagged, another message, nothing at all: unchanged.
+    let before = bytes.clone();
+    assert!(!Bundle::set_encoded_tag(&mut bytes, tag));
+    assert_eq!(bytes, before);
+    for mut other in [
+        ToPeer::HandBack { from: Turn(0) }.to_bytes(),
+        ToPeer::Ping { stamp_us: 0 }.to_bytes(),
+        Vec::new(),
+    ] {
+        let before = other.clone();
+        assert!(!Bundle::set_encoded_tag(&mut other, tag));
+        assert_eq!(other, before);
+    }
 }
 
 fn samples() -> (Vec<ToRelay>, Vec<ToPeer>) {
@@ -172,6 +219,7 @@ fn samples() -> (Vec<ToRelay>, Vec<ToPeer>) {
                     from_turn: Turn(5),
                 },
             ],
+            tag: Some(BundleTag([7; 16])),
         }),
         ToPeer::Desync(DesyncReport {
             turn: Turn(3),

@@ -622,6 +622,7 @@ mod tests {
             turn: Turn(turn),
             inputs: vec![(PlayerId(0), vec![turn as u8])],
             notices: Vec::new(),
+            tag: None,
         })
         .to_bytes()
     }
@@ -941,6 +942,45 @@ mod tests {
     /// a restarted relay) is sent again on the retry timer until the relay
     /// takes it; one refused for good ends the session with the refusal,
     /// instead of leaving it reconnecting forever.
+    /// A relay that can restart tags each bundle it sends; a restarted
+    /// relay adopts a handed-back bundle only with that tag. The peer keeps
+    /// each tag with the bundle it played and hands back exactly what it
+    /// was given: every turn with its own tag, none invented, none dropped.
+    #[test]
+    fn a_peer_hands_back_each_bundle_with_the_tag_the_relay_gave_it() {
+        let t0 = Instant::ZERO;
+        let tagged = |turn: u32| Bundle {
+            turn: Turn(turn),
+            inputs: vec![(PlayerId(0), vec![turn as u8])],
+            notices: Vec::new(),
+            tag: Some(crate::proto::BundleTag([turn as u8 ^ 0xa5; 16])),
+        };
+        let mut s = rejoining(t0);
+        s.handle_message(t0, &resume(None, 10_200, 100));
+        for t in 0..100 {
+            s.handle_message(t0, &ToPeer::Bundle(tagged(t)).to_bytes());
+        }
+        let _ = drain(&mut s);
+        s.handle_message(t0, &ToPeer::HandBack { from: Turn(90) }.to_bytes());
+        let (out, _) = drain(&mut s);
+        let back: Vec<Bundle> = out
+            .into_iter()
+            .filter_map(|m| match m {
+                ToRelay::HandedBack(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back, (90..100).map(tagged).collect::<Vec<_>>());
+        // The tags compare in constant time; check the bytes themselves too.
+        let tags: Vec<[u8; 16]> = back.iter().filter_map(|b| b.tag.map(|t| t.0)).collect();
+        assert_eq!(
+            tags,
+            (90..100u32)
+                .map(|t| [t as u8 ^ 0xa5; 16])
+                .collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn a_refused_reconnect_is_retried_or_ends_the_session() {
         let t0 = Instant::ZERO;

@@ -41,6 +41,7 @@ fn bundle(turn: u32) -> Vec<u8> {
         turn: Turn(turn),
         inputs: vec![(PlayerId(0), vec![turn as u8])],
         notices: Vec::new(),
+        tag: None,
     })
     .to_bytes()
 }
@@ -305,6 +306,7 @@ fn a_late_notice_before_the_intended_turn_still_counts_the_latency() {
             turn: Turn(2),
             inputs: vec![(PlayerId(1), vec![7])],
             notices: Vec::new(),
+            tag: None,
         })
         .to_bytes(),
     );
@@ -397,6 +399,7 @@ fn an_input_the_lost_relay_never_bundled_does_not_delay_later_commands() {
                 vec![]
             },
             notices: Vec::new(),
+            tag: None,
         })
         .to_bytes()
     };

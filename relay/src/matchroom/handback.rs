@@ -3,12 +3,18 @@
 //! bundle leaves), but a machine crash loses the turns the file had not
 //! synced to the disk, while the players hold them. A resumed match asks
 //! each player that comes back ahead of it for the bundles it played
-//! (`HandBack`), and at the end of its pause adopts a turn only when every
-//! player holding it handed back the same bundle: recorded, kept in the
-//! tail, sent to the players that lack it, its notices applied. A player
-//! holding turns that could not be adopted (its copies differ from the
-//! others') is ahead of the match and cannot play on: it is refused and
-//! dropped, its slot held.
+//! (`HandBack`). A handed-back bundle counts only if its tag proves the
+//! relay sent it (`BundleKey::proves`: a keyed hash only the relay can
+//! compute, so no player can hand back commands in another's name); a
+//! player that hands back one that does not prove itself, or comes back
+//! ahead of a relay that does not tag its bundles, is refused at once
+//! (`RejectReason::UnprovenHandBack`) and dropped, its slot held, and
+//! nothing it handed back is adopted. At the end of its pause the match
+//! adopts a turn only when every player holding it handed back the same
+//! proven bundle: recorded, kept in the tail, sent to the players that
+//! lack it, its notices applied. A player holding turns that could not be
+//! adopted (its copies differ from the others') is ahead of the match and
+//! cannot play on: it is refused and dropped, its slot held.
 
 use super::Game;
 use crate::config::RelayConfig;
@@ -77,8 +83,24 @@ impl Game {
     }
 
     /// `player` came back holding every turn before `from`, beyond the
-    /// relay's: it is asked to hand them back.
-    pub(super) fn claim_hand_back(&mut self, player: PlayerId, from: Turn, out: &mut Outbox) {
+    /// relay's: it is asked to hand them back, or refused when this relay
+    /// does not tag its bundles (nothing it could hand back would prove
+    /// itself).
+    pub(super) fn claim_hand_back(
+        &mut self,
+        now: Instant,
+        player: PlayerId,
+        from: Turn,
+        out: &mut Outbox,
+    ) {
+        if self.bundle_key.is_none() {
+            let detail = format!(
+                "this peer holds turns up to {}, the relay closed up to {}, and the relay does not tag its bundles",
+                from.0.saturating_sub(1),
+                self.next_close.0.saturating_sub(1)
+            );
+            return self.refuse_hand_back(now, player, detail, out);
+        }
         let conn = self.slots.get(usize::from(player.0)).and_then(|s| s.conn);
         let hb = &mut self.hand_back;
         hb.claims.retain(|(p, _)| *p != player);
@@ -98,8 +120,15 @@ impl Game {
     }
 
     /// A bundle `player` handed back: kept if the relay asked it for that
-    /// turn (once per player and turn).
-    pub(super) fn on_handed_back(&mut self, player: PlayerId, bundle: Bundle, out: &mut Outbox) {
+    /// turn (once per player and turn) and its tag proves the relay sent
+    /// it; one that does not prove itself gets its player refused.
+    pub(super) fn on_handed_back(
+        &mut self,
+        now: Instant,
+        player: PlayerId,
+        bundle: Bundle,
+        out: &mut Outbox,
+    ) {
         let turn = bundle.turn;
         let asked = self
             .hand_back
@@ -110,6 +139,15 @@ impl Game {
             out.counters.bad_state += 1;
             return;
         }
+        if !self.bundle_key.as_ref().is_some_and(|k| k.proves(&bundle)) {
+            let detail = format!(
+                "the bundle of turn {} it handed back does not carry the relay's tag",
+                turn.0
+            );
+            return self.refuse_hand_back(now, player, detail, out);
+        }
+        // Encoded again, not kept as received: the bytes adopted and sent
+        // on are the ones the tag was checked on.
         let bytes = ToPeer::Bundle(bundle).to_bytes();
         let copies = self.hand_back.turns.entry(turn).or_insert_with(|| Copies {
             bytes: bytes.clone(),
@@ -121,6 +159,37 @@ impl Game {
         }
         copies.differ |= copies.bytes != bytes;
         copies.from.push(player);
+    }
+
+    /// Refuses `player`'s hand-back for good: its claim and every copy it
+    /// handed back are forgotten (none is adopted, and the pause no longer
+    /// waits for it), and it is told why and dropped, its slot held. A
+    /// player holding turns the match will not have cannot play on.
+    fn refuse_hand_back(
+        &mut self,
+        now: Instant,
+        player: PlayerId,
+        detail: String,
+        out: &mut Outbox,
+    ) {
+        let hb = &mut self.hand_back;
+        hb.claims.retain(|(p, _)| *p != player);
+        for c in hb.turns.values_mut() {
+            c.from.retain(|p| *p != player);
+        }
+        hb.turns.retain(|_, c| !c.from.is_empty());
+        out.counters.hand_backs_refused += 1;
+        if let Some(conn) = self.slots.get(usize::from(player.0)).and_then(|s| s.conn) {
+            out.send(
+                conn,
+                &ToPeer::Rejected {
+                    reason: RejectReason::UnprovenHandBack,
+                    detail: Some(detail),
+                },
+            );
+            out.detached.push(conn);
+        }
+        self.drop_player(now, player, DropReason::Disconnected);
     }
 
     /// Whether the pause still waits for handed-back turns.
@@ -257,33 +326,46 @@ impl Game {
 mod tests {
     use super::super::Phase;
     use super::super::resumed::tests::resumed_room;
-    use lockstep::low_level::proto::Bundle;
+    use lockstep::low_level::proto::{Bundle, ToPeer};
     use lockstep::low_level::transport::ConnId;
     use sim::{PlayerId, Turn};
+
+    /// `bundle` as the match's relay sent it: tagged with its key.
+    fn as_sent(g: &super::Game, bundle: Bundle) -> Bundle {
+        let mut bytes = ToPeer::Bundle(bundle).to_bytes();
+        if let Some(k) = &g.bundle_key {
+            k.seal(&mut bytes);
+        }
+        match ToPeer::decode(&bytes) {
+            Ok(ToPeer::Bundle(b)) => b,
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// Before: the copies a resumed match holds during its pause were
     /// outside the memory budget (only the snapshot store was measured).
     #[test]
     fn handed_back_copies_count_in_the_memory_budget() {
-        let (mut room, _, mut out, _) = resumed_room(40);
+        let (mut room, _, mut out, now) = resumed_room(40);
         let before = room.snapshot_memory().2;
         let Phase::Running(g) = &mut room.phase else {
             panic!("not running");
         };
         g.slots[0].conn = Some(ConnId(0));
-        g.claim_hand_back(PlayerId(0), Turn(44), &mut out);
+        g.claim_hand_back(now, PlayerId(0), Turn(44), &mut out);
         let mut sent = 0;
         for t in 40..44 {
             let bundle = Bundle {
                 turn: Turn(t),
                 inputs: vec![(PlayerId(1), vec![7; 1000])],
                 notices: Vec::new(),
+                tag: None,
             };
-            sent += lockstep::low_level::proto::ToPeer::Bundle(bundle.clone())
-                .to_bytes()
-                .len();
-            g.on_handed_back(PlayerId(0), bundle, &mut out);
+            let bundle = as_sent(g, bundle);
+            sent += ToPeer::Bundle(bundle.clone()).to_bytes().len();
+            g.on_handed_back(now, PlayerId(0), bundle, &mut out);
         }
+        assert_eq!(out.counters.hand_backs_refused, 0);
         let held = room.snapshot_memory().2 - before;
         assert!(held >= sent && held < sent + 64, "{held} for {sent}");
     }

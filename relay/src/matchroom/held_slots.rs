@@ -161,7 +161,7 @@ impl MatchRoom {
             let mut answer = g.reconnected_msg(now);
             answer.live = from;
             out.send(conn, &ToPeer::Reconnected(answer));
-            g.claim_hand_back(player, from, out);
+            g.claim_hand_back(now, player, from, out);
             out.counters.reconnects += 1;
         } else if let Some(from) = reconnect {
             out.send(conn, &ToPeer::Reconnected(g.reconnected_msg(now)));

@@ -168,6 +168,10 @@ struct Game {
     paused_until: Option<Instant>,
     /// Turns the restart lost, handed back by the players (see `handback`).
     hand_back: handback::HandBack,
+    /// The key of the tags on this match's bundles, when the relay tags
+    /// them (`RejoinConfig::tag_bundles`): every closed turn is sealed with
+    /// it, and a handed-back bundle is adopted only if it proves itself.
+    bundle_key: Option<crate::bundle_key::BundleKey>,
 }
 
 #[derive(Debug)]
@@ -412,7 +416,8 @@ impl MatchRoom {
             .into_iter()
             .map(|m| Slot::new(Some(m.conn), now))
             .collect::<Vec<_>>();
-        self.phase = Phase::Running(Box::new(Game::new(now, start_msg, slots)));
+        let key = config.rejoin.bundle_key(self.id, self.nonce);
+        self.phase = Phase::Running(Box::new(Game::new(now, start_msg, slots, key)));
         self.tick(now, config, out);
         assigned
     }
@@ -488,7 +493,7 @@ impl MatchRoom {
             }
             ToRelay::SnapshotChunk(chunk) => g.on_snapshot_chunk(player, chunk, config, out),
             ToRelay::CaughtUp { .. } => g.caught_up(id, player, out),
-            ToRelay::HandedBack(bundle) => g.on_handed_back(player, bundle, out),
+            ToRelay::HandedBack(bundle) => g.on_handed_back(now, player, bundle, out),
             ToRelay::SnapshotFailed { turn } => {
                 g.on_restore_failed(held_slots::Receiver::Player(player), turn, config, out);
             }
@@ -650,7 +655,12 @@ impl MatchRoom {
 impl Game {
     /// A match that starts at `now` as `start_msg` describes it (its first
     /// turn, last turn and starting delay), its players in `slots`.
-    fn new(now: Instant, start_msg: Start, slots: Vec<Slot>) -> Self {
+    fn new(
+        now: Instant,
+        start_msg: Start,
+        slots: Vec<Slot>,
+        bundle_key: Option<crate::bundle_key::BundleKey>,
+    ) -> Self {
         let (first, last, d0) = (
             start_msg.first_turn,
             start_msg.last_turn,
@@ -683,6 +693,7 @@ impl Game {
             agreed: spectators::AgreedHashes::default(),
             paused_until: None,
             hand_back: handback::HandBack::default(),
+            bundle_key,
         }
     }
 

@@ -51,13 +51,20 @@ impl MatchRoom {
             first_turn: info.first_turn,
             last_turn: info.last_turn,
         };
-        let mut game = Game::new(now, start_msg, slots);
+        let key = config.rejoin.bundle_key(id, info.nonce);
+        let mut game = Game::new(now, start_msg, slots, key);
         // Where the recording stopped: the next turn, the delay in force,
         // the bundles a reconnecting player may lack.
         game.next_close = state.next_close;
         game.clock_turn = state.next_close;
         game.delay = DelayController::new(n, state.delay.unwrap_or(info.input_delay));
-        for (turn, bytes) in state.bundles {
+        for (turn, mut bytes) in state.bundles {
+            // Rebuilt from the recording without a tag: tagged as the
+            // crashed process tagged them, so a player that gets them now
+            // can hand them back after another crash.
+            if let Some(key) = &game.bundle_key {
+                key.seal(&mut bytes);
+            }
             game.snapshots.push_tail(turn, now, bytes, &config.rejoin);
         }
         // The bundles kept do not reach back to the first turn: a player
@@ -140,15 +147,19 @@ pub(super) mod tests {
     use lockstep::low_level::transport::ConnId;
     use sim::Turn;
 
-    /// A two-player match without a turn limit, resumed at 1 s on a fresh
+    /// A two-player match without a turn limit, tagging its bundles,
+    /// resumed at 1 s on a fresh
     /// relay's clock from a recording whose next turn to close is
     /// `next_close`: the room, its config and outbox, and that instant.
     pub(in crate::matchroom) fn resumed_room(
         next_close: u32,
     ) -> (MatchRoom, RelayConfig, Outbox, Instant) {
-        let config = RelayConfig::default();
+        let mut config = RelayConfig::default();
+        // Tagged, as a relay that records and keeps its key runs.
+        config.rejoin.tag_bundles = true;
         let mut info = MatchInfo::two_players("m", "g");
         info.last_turn = None;
+        info.nonce = Some(crate::rejoin_config::MatchNonce([1; 16]));
         let state = RecordedState {
             next_close: Turn(next_close),
             ..RecordedState::default()

@@ -302,10 +302,15 @@ impl Game {
             turn,
             inputs: inputs.clone(),
             notices,
+            tag: None,
         });
         self.request_snapshot(turn, config, out);
-        // Encoded once: the same bytes go to every player and to the tail.
-        let bytes = bundle.to_bytes();
+        // Encoded and tagged once: the same bytes go to every player and
+        // to the tail.
+        let mut bytes = bundle.to_bytes();
+        if let Some(key) = &self.bundle_key {
+            key.seal(&mut bytes);
+        }
         self.broadcast_bytes(out, bundle.delivery(), &bytes);
         self.snapshots.push_tail(turn, now, bytes, &config.rejoin);
         out.counters.turns_closed += 1;

@@ -7,6 +7,7 @@
 
 use super::scripted_match::*;
 use super::*;
+use crate::bundle_key::BundleKey;
 use crate::event::{MatchId, MatchInfo};
 use crate::resume::{RecordedState, Unfinished};
 use lockstep::low_level::proto::{Bundle, Join, Reconnect, Rejoin, RejoinSecret, Rewatch};
@@ -181,23 +182,35 @@ fn lost_bundle(turn: u32, mark: u8) -> Bundle {
         turn: Turn(turn),
         inputs: vec![(PlayerId(0), vec![mark, turn as u8])],
         notices: Vec::new(),
+        tag: None,
     }
 }
+
+/// The instance nonce of the crashed match "m".
+const NONCE: crate::rejoin_config::MatchNonce = crate::rejoin_config::MatchNonce([4; 16]);
 
 /// A relay restarted after a machine crash: its recording of match "m"
 /// ends at turn 99, while player 0 played up to 104 and player 1 up to
 /// 101. Both come back on new connections, say so, and are asked for the
-/// turns the relay lost.
+/// turns the relay lost. The relay records and kept its rejoin key, so it
+/// tags its bundles, as the crashed process did.
 fn crashed() -> (Router, Instant, [RejoinSecret; 2]) {
+    crashed_with(true)
+}
+
+/// [`crashed`], tagging its bundles or not.
+fn crashed_with(tag_bundles: bool) -> (Router, Instant, [RejoinSecret; 2]) {
     let config = RelayConfig {
         rejoin: crate::rejoin_config::RejoinConfig {
             key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
+            tag_bundles,
             ..crate::rejoin_config::RejoinConfig::default()
         },
         ..RelayConfig::default()
     };
     let mut info = MatchInfo::two_players("m", "g");
     info.last_turn = None;
+    info.nonce = Some(NONCE);
     let state = RecordedState {
         next_close: Turn(100),
         bundles: (90..100)
@@ -205,12 +218,32 @@ fn crashed() -> (Router, Instant, [RejoinSecret; 2]) {
             .collect(),
         ..RecordedState::default()
     };
-    let secrets = [0, 1].map(|p| config.rejoin.secret(MatchId(1), None, "m", PlayerId(p)));
+    let secrets = [0, 1].map(|p| {
+        config
+            .rejoin
+            .secret(MatchId(1), Some(NONCE), "m", PlayerId(p))
+    });
     let mut r = Router::new(config);
     let now = Instant::from_millis(10);
     r.resume(now, Unfinished::unrecorded(MatchId(1), info, state))
         .unwrap();
     (r, now, secrets)
+}
+
+/// `bundle` as the crashed process sent it: tagged under the key of match
+/// 1 instance [`NONCE`] and the relay's rejoin key.
+fn as_sent(bundle: Bundle) -> Bundle {
+    sealed(&BundleKey::derive(&[3; 32], MatchId(1), NONCE), bundle)
+}
+
+/// `bundle` tagged under `key`.
+fn sealed(key: &BundleKey, bundle: Bundle) -> Bundle {
+    let mut bytes = ToPeer::Bundle(bundle).to_bytes();
+    key.seal(&mut bytes);
+    match ToPeer::decode(&bytes) {
+        Ok(ToPeer::Bundle(b)) => b,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn reconnect_msg(player: u8, secret: RejoinSecret, from: u32) -> Vec<u8> {
@@ -272,7 +305,7 @@ fn turns_the_relay_lost_are_handed_back_and_adopted() {
         let caught = ToRelay::CaughtUp { turn: Turn(last) };
         r.handle_message(now, ConnId(conn), &caught.to_bytes());
         for t in 100..=last {
-            let back = ToRelay::HandedBack(lost_bundle(t, 7));
+            let back = ToRelay::HandedBack(as_sent(lost_bundle(t, 7)));
             r.handle_message(now, ConnId(conn), &back.to_bytes());
         }
     }
@@ -345,7 +378,7 @@ fn copies_that_differ_are_not_adopted_and_their_holders_are_refused() {
         r.handle_message(now, ConnId(conn), &caught.to_bytes());
         for t in 100..=last {
             let mark = if conn == 1 && t == 101 { 9 } else { 7 };
-            let back = ToRelay::HandedBack(lost_bundle(t, mark));
+            let back = ToRelay::HandedBack(as_sent(lost_bundle(t, mark)));
             r.handle_message(now, ConnId(conn), &back.to_bytes());
         }
     }
@@ -354,7 +387,7 @@ fn copies_that_differ_are_not_adopted_and_their_holders_are_refused() {
     r.handle_message(
         now,
         ConnId(1),
-        &ToRelay::HandedBack(lost_bundle(103, 7)).to_bytes(),
+        &ToRelay::HandedBack(as_sent(lost_bundle(103, 7))).to_bytes(),
     );
     assert_eq!(r.counters().bad_state, bad + 1);
     let got = outgoing(&mut r);
@@ -372,4 +405,216 @@ fn copies_that_differ_are_not_adopted_and_their_holders_are_refused() {
             "{got:?}"
         );
     }
+}
+
+/// Whether `got` refuses connection `conn` as an unproven hand-back.
+fn refused_unproven(got: &[(ConnId, ToPeer)], conn: u32) -> bool {
+    got.iter().any(|(c, m)| {
+        c.0 == conn
+            && matches!(
+                m,
+                ToPeer::Rejected {
+                    reason: RejectReason::UnprovenHandBack,
+                    ..
+                }
+            )
+    })
+}
+
+/// A forger's bundle of `turn`: commands in player 1's name (and its own).
+fn forged(turn: u32) -> Bundle {
+    Bundle {
+        turn: Turn(turn),
+        inputs: vec![(PlayerId(0), vec![0xEE]), (PlayerId(1), vec![0xEE, 0xEE])],
+        notices: Vec::new(),
+        tag: None,
+    }
+}
+
+/// Before: only claimants were compared, so a lone claimant's bundles were
+/// adopted, commands stamped with other players' ids included, and sent to
+/// everyone as closed turns (64 of 64 forged turns). Now player 1 comes
+/// back at the relay's own turn and player 0 claims the 64 turns after it,
+/// handing back bundles in player 1's name: with no tag, with a tag copied
+/// from a genuine bundle the relay sent (turn 99), with a made-up tag, and
+/// a genuine bundle whose turn it moved into the lost range. Each time
+/// player 0 is refused (`UnprovenHandBack`) at its first bundle, nothing
+/// it handed back is adopted, recorded or delivered, and the match plays
+/// on from the relay's own turn 100 with the relay's own bundles.
+#[test]
+fn a_lone_forger_is_refused_and_the_match_plays_on_from_the_relays_own_turn() {
+    let genuine_99 = as_sent(lost_bundle(99, 0));
+    let copied_tag = |t: u32| Bundle {
+        tag: genuine_99.tag,
+        ..forged(t)
+    };
+    let made_up = |t: u32| Bundle {
+        tag: Some(lockstep::low_level::proto::BundleTag([0xAA; 16])),
+        ..forged(t)
+    };
+    let moved = |t: u32| Bundle {
+        turn: Turn(t),
+        ..genuine_99.clone()
+    };
+    let forgeries: [&dyn Fn(u32) -> Bundle; 4] = [&forged, &copied_tag, &made_up, &moved];
+    let claim = 100 + lockstep::low_level::proto::MAX_HAND_BACK_TURNS;
+    for (kind, forge) in forgeries.iter().enumerate() {
+        let (mut r, now, secrets) = crashed();
+        for (conn, player, from) in [(0u32, 0u8, claim), (1, 1, 100)] {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6000 + conn as u16));
+            assert!(r.handle_connected(now, ConnId(conn), addr));
+            let secret = secrets[usize::from(player)];
+            r.handle_message(now, ConnId(conn), &reconnect_msg(player, secret, from));
+        }
+        let got = outgoing(&mut r);
+        assert!(
+            got.iter()
+                .any(|(c, m)| c.0 == 0 && matches!(m, ToPeer::HandBack { from: Turn(100) })),
+            "{got:?}"
+        );
+        r.handle_message(
+            now,
+            ConnId(1),
+            &ToRelay::CaughtUp { turn: Turn(99) }.to_bytes(),
+        );
+        for t in 100..claim {
+            let back = ToRelay::HandedBack(forge(t));
+            r.handle_message(now, ConnId(0), &back.to_bytes());
+        }
+        let got = outgoing(&mut r);
+        assert!(refused_unproven(&got, 0), "forgery {kind}: {got:?}");
+        assert_eq!(
+            bundle_turns(&got.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>()),
+            Vec::<u32>::new()
+        );
+        assert_eq!(r.counters().hand_backs_refused, 1, "forgery {kind}");
+        // The pause ends (player 0 is dropped, player 1 is back) and the
+        // relay closes turns from its own turn 100, with its own inputs.
+        let later = now + r.config().turn_length.saturating_mul(3);
+        r.handle_timeout(later);
+        assert_eq!(r.counters().turns_handed_back, 0, "forgery {kind}");
+        let to_1: Vec<Bundle> = outgoing(&mut r)
+            .into_iter()
+            .filter_map(|(c, m)| match m {
+                ToPeer::Bundle(b) if c.0 == 1 => Some(b),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            to_1.first().map(|b| b.turn),
+            Some(Turn(100)),
+            "forgery {kind}"
+        );
+        for b in &to_1 {
+            assert!(b.inputs.is_empty(), "forgery {kind}: {b:?}");
+            assert!(
+                as_sent(Bundle {
+                    tag: None,
+                    ..b.clone()
+                }) == *b,
+                "untagged: {b:?}"
+            );
+        }
+        // What the recorder would record: the relay's own turns only.
+        let closed: Vec<u32> = std::iter::from_fn(|| r.poll_event())
+            .filter_map(|e| match e {
+                RouterEvent::TurnClosed { turn, inputs, .. } => {
+                    assert!(inputs.is_empty(), "turn {turn}: {inputs:?}");
+                    Some(turn.0)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(closed.first(), Some(&100), "forgery {kind}");
+    }
+}
+
+/// Both players come back ahead; player 0 hands back the bundles the
+/// relay sent, player 1 hands back turn 100 as sent and then turn 101 with
+/// one bit of its tag flipped, or tagged by the same relay under the key
+/// of another instance of the match (another nonce), or untagged. Player
+/// 1 is refused (`UnprovenHandBack`) and its copies forgotten; player 0's
+/// proven turns 100-104 are adopted. A relay that does not tag its bundles
+/// refuses a player that comes back ahead of it at once: nothing it could
+/// hand back would prove itself.
+#[test]
+fn a_tampered_tag_or_another_matchs_tag_is_refused() {
+    let other_instance = BundleKey::derive(
+        &[3; 32],
+        MatchId(1),
+        crate::rejoin_config::MatchNonce([5; 16]),
+    );
+    let flipped = |b: Bundle| {
+        let mut b = as_sent(b);
+        if let Some(t) = b.tag.as_mut() {
+            t.0[0] ^= 0x80;
+        }
+        b
+    };
+    let elsewhere = |b: Bundle| sealed(&other_instance, b);
+    let bare = |b: Bundle| b;
+    let tamperings: [&dyn Fn(Bundle) -> Bundle; 3] = [&flipped, &elsewhere, &bare];
+    for (kind, tamper) in tamperings.iter().enumerate() {
+        let (mut r, now, secrets) = crashed();
+        come_back_ahead(&mut r, now, &secrets);
+        let _ = outgoing(&mut r);
+        for (conn, last) in [(0u32, 104u32), (1, 101)] {
+            let caught = ToRelay::CaughtUp { turn: Turn(last) };
+            r.handle_message(now, ConnId(conn), &caught.to_bytes());
+            for t in 100..=last {
+                let b = if conn == 1 && t == 101 {
+                    tamper(lost_bundle(t, 7))
+                } else {
+                    as_sent(lost_bundle(t, 7))
+                };
+                r.handle_message(now, ConnId(conn), &ToRelay::HandedBack(b).to_bytes());
+            }
+        }
+        let got = outgoing(&mut r);
+        assert!(refused_unproven(&got, 1), "tampering {kind}: {got:?}");
+        assert!(!refused_unproven(&got, 0), "tampering {kind}: {got:?}");
+        assert_eq!(r.counters().hand_backs_refused, 1);
+        assert_eq!(r.counters().turns_handed_back, 5, "tampering {kind}");
+        let closed: Vec<u32> = std::iter::from_fn(|| r.poll_event())
+            .filter_map(|e| match e {
+                RouterEvent::TurnClosed { turn, .. } => Some(turn.0),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(closed, (100..105).collect::<Vec<_>>());
+    }
+
+    let (mut r, now, secrets) = crashed_with(false);
+    come_back_ahead(&mut r, now, &secrets);
+    let got = outgoing(&mut r);
+    assert!(
+        refused_unproven(&got, 0) && refused_unproven(&got, 1),
+        "{got:?}"
+    );
+    assert!(
+        !got.iter()
+            .any(|(_, m)| matches!(m, ToPeer::HandBack { .. }))
+    );
+    assert_eq!(r.counters().hand_backs_refused, 2);
+}
+
+/// The tail a resumed match rebuilds from its recording is tagged as the
+/// crashed process tagged it: a player that gets those turns now can hand
+/// them back after another crash.
+#[test]
+fn a_resumed_match_tags_the_tail_it_rebuilds() {
+    let (mut r, now, secrets) = crashed();
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 6001));
+    assert!(r.handle_connected(now, ConnId(1), addr));
+    r.handle_message(now, ConnId(1), &reconnect_msg(1, secrets[1], 95));
+    let got: Vec<Bundle> = outgoing(&mut r)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            ToPeer::Bundle(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let want: Vec<Bundle> = (95..100).map(|t| as_sent(lost_bundle(t, 0))).collect();
+    assert_eq!(got, want);
+    assert!(got.iter().all(|b| b.tag.is_some()));
 }

@@ -100,6 +100,7 @@ pub(crate) fn publish(
     set(Metric::MatchesResumed, r.matches_resumed);
     set(Metric::Reconnects, r.reconnects);
     set(Metric::TurnsHandedBack, r.turns_handed_back);
+    set(Metric::HandBacksRefused, r.hand_backs_refused);
     set(Metric::DropBulkRefused, s.bulk_refused);
     set(Metric::DropBulkExpired, s.bulk_expired);
     set(Metric::DropReorderRefused, s.reorder_refused);
