@@ -440,6 +440,10 @@ impl Recorder {
                     first_turn: info.first_turn,
                     last_turn: info.last_turn,
                     nonce: info.nonce.map(|n| n.0),
+                    token: info.token.map(|t| replays::MatchToken {
+                        instance: t.instance.0,
+                        expire_unix: t.expire_unix,
+                    }),
                 })?;
                 self.live.insert(
                     *id,

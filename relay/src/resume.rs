@@ -284,6 +284,10 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
         first_turn: facts.first_turn,
         last_turn: facts.last_turn,
         nonce: facts.nonce.map(crate::rejoin_config::MatchNonce),
+        token: facts.token.map(|t| crate::event::TokenBinding {
+            instance: lockstep::token::MatchInstance(t.instance),
+            expire_unix: t.expire_unix,
+        }),
     };
     Ok(Unfinished {
         path: path.to_owned(),
@@ -421,6 +425,7 @@ mod tests {
             first_turn: Turn(0),
             last_turn: None,
             nonce: Some([9; 16]),
+            token: None,
         }
     }
 
@@ -584,6 +589,34 @@ mod tests {
         recording(&d.join("a.lsr"), &f, &[0, 1], |_| {});
         let (found, _) = scan(&d, 64, 100);
         assert_eq!(found[0].info.nonce, None);
+    }
+
+    /// The token binding is read back, so a resumed relay keeps refusing
+    /// other instances' tokens for the match (and remembers the instance
+    /// after it ends); a recording without one resumes unbound.
+    #[test]
+    fn the_token_binding_is_read_back() {
+        let d = dir("token");
+        let f = MatchFacts {
+            token: Some(replays::MatchToken {
+                instance: [4; 16],
+                expire_unix: 1_700_000_060,
+            }),
+            ..facts(1)
+        };
+        recording(&d.join("a.lsr"), &f, &[0, 1], |_| {});
+        let (found, _) = scan(&d, 64, 100);
+        assert_eq!(
+            found[0].info.token,
+            Some(crate::event::TokenBinding {
+                instance: lockstep::token::MatchInstance([4; 16]),
+                expire_unix: 1_700_000_060,
+            })
+        );
+        let d = dir("no_token");
+        recording(&d.join("a.lsr"), &facts(1), &[0, 1], |_| {});
+        let (found, _) = scan(&d, 64, 100);
+        assert_eq!(found[0].info.token, None);
     }
 
     /// Before: with no bundle kept (a tail of 0) the match resumed at its

@@ -86,6 +86,7 @@ impl MatchRoom {
             phase: Phase::Running(Box::new(game)),
             resumed: true,
             nonce: info.nonce,
+            token: info.token,
         }
     }
 }
