@@ -14,7 +14,9 @@
 //! while it is kept, a token of that instance cannot open a new match of
 //! the name. At most [`crate::limits::Limits::max_matches`] ended matches
 //! are kept (about 100 bytes each); when the table is full, the entry
-//! expiring soonest goes first (its tokens have the least time left).
+//! expiring soonest goes first (its tokens have the least time left). The
+//! table is not persisted: a restarted relay forgets the matches that ended
+//! before it (running ones are resumed with their binding).
 
 use super::Router;
 use crate::event::{MatchId, TokenBinding};
