@@ -7,6 +7,12 @@
 //! cross the wire in the clear, so an on-path observer of the handshake cannot
 //! forge packets (unlike open mode, where the keys come from the cookie).
 //!
+//! A token belongs to one match instance ([`MatchInstance`]): the
+//! matchmaker draws one per match and puts it in every token of that match.
+//! The relay binds a match to the instance of the first token it admits
+//! for it, and refuses tokens of another instance of that name (a token of
+//! an earlier match that had the same name) with [`Refusal::WrongInstance`].
+//!
 //! A token is of one [`TokenKind`]: a player token joins (and rejoins) only
 //! its slot and cannot watch; a spectator token watches its match and can
 //! never take a slot. The kind is sealed with the rest, so it cannot be
@@ -26,18 +32,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use thiserror::Error;
 
 /// Version of the token layout, authenticated with every sealed part
-/// (2: the private part carries a [`TokenKind`] byte).
-pub const TOKEN_VERSION: u8 = 2;
+/// (2: the private part carries a [`TokenKind`] byte; 3: and a
+/// [`MatchInstance`] after the match name). A relay opens only tokens of
+/// its own version: an older token reads as forged.
+pub const TOKEN_VERSION: u8 = 3;
 /// Longest match name a token can carry, in UTF-8 bytes.
 pub const MAX_MATCH_NAME: usize = 64;
+/// Length of a [`MatchInstance`].
+pub const INSTANCE_LEN: usize = 16;
 /// Length of the XChaCha20 nonce; it doubles as the token id.
 pub const NONCE_LEN: usize = 24;
 /// Length of a symmetric key (token key and connection keys).
 pub const KEY_LEN: usize = 32;
 /// Length of the Poly1305 tag on the sealed part.
 pub const AEAD_TAG_LEN: usize = 16;
-/// Plaintext length of the private part: slot, kind, name length, name (zero padded), two keys.
-pub const PRIVATE_LEN: usize = 1 + 1 + 1 + MAX_MATCH_NAME + 2 * KEY_LEN;
+/// Plaintext length of the private part: slot, kind, name length, name
+/// (zero padded), match instance, two keys.
+pub const PRIVATE_LEN: usize = 1 + 1 + 1 + MAX_MATCH_NAME + INSTANCE_LEN + 2 * KEY_LEN;
 /// Length of the sealed private part (ciphertext and tag).
 pub const SEALED_LEN: usize = PRIVATE_LEN + AEAD_TAG_LEN;
 /// Bytes the sealed token occupies in a handshake packet (times, nonce, sealed part).
@@ -48,6 +59,10 @@ pub const MAX_SERVERS: usize = 8;
 const MAGIC: &[u8; 4] = b"LSJT";
 /// Where the match name starts in the private part (after slot, kind, name length).
 const NAME_AT: usize = 3;
+/// Where the match instance starts in the private part (after the name field).
+const INSTANCE_AT: usize = NAME_AT + MAX_MATCH_NAME;
+/// Where the two connection keys start in the private part.
+const KEYS_AT: usize = INSTANCE_AT + INSTANCE_LEN;
 const AAD_CONTEXT: &[u8] = b"lockstep join token";
 const SEAL_KEY_CONTEXT: &str = "lockstep join token v1 seal key";
 const ISSUE_KEY_CONTEXT: &str = "lockstep join token v1 issue key";
@@ -118,6 +133,10 @@ pub enum Refusal {
     /// The token is of the other [`TokenKind`]: a spectator token asked to
     /// play (join or rejoin a slot), or a player token asked to spectate.
     WrongKind,
+    /// The token names the right match name but another [`MatchInstance`]:
+    /// it was issued for an earlier (or another) match of that name, which
+    /// the relay has bound to the instance of the first token it admitted.
+    WrongInstance,
 }
 
 /// The relay's secret token key. `Debug` does not print it.
@@ -207,6 +226,43 @@ impl TokenKind {
     }
 }
 
+/// Which match, of all matches ever played under one name, a token
+/// belongs to: 16 random bytes the matchmaker draws once per match and puts
+/// in every token of it ([`TokenClaims::with_instance`]). Match names are
+/// reused (a relay numbers matches from 1 again after a restart, a
+/// matchmaker names rooms after a queue), and the relay refuses a token
+/// whose instance is not the one its match was bound to, so a token of an
+/// earlier match of the same name cannot enter a later one.
+///
+/// [`MatchInstance::UNBOUND`] (all zeros) is what a token carries when the
+/// issuer sets none: every such token of a name has the same instance, so
+/// the relay cannot tell their matches apart (the behaviour of version 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MatchInstance(pub [u8; INSTANCE_LEN]);
+
+impl MatchInstance {
+    /// The instance of tokens whose issuer set none (all zeros).
+    pub const UNBOUND: Self = Self([0; INSTANCE_LEN]);
+
+    /// Lower-case hex (32 characters), e.g. to pass to `relay token --instance`.
+    #[must_use]
+    pub fn to_hex(&self) -> String {
+        to_hex(&self.0)
+    }
+
+    /// Parses 32 hex characters (surrounding whitespace ignored).
+    ///
+    /// # Errors
+    /// [`TokenError::Hex`] for text that is not 32 hex digits.
+    pub fn from_hex(text: &str) -> Result<Self, TokenError> {
+        let bytes = from_hex(text.trim())?;
+        let arr: [u8; INSTANCE_LEN] = bytes
+            .try_into()
+            .map_err(|_| TokenError::Hex("a match instance is 32 hex characters"))?;
+        Ok(Self(arr))
+    }
+}
+
 /// What a token asserts about its holder, readable only by the relay (and the issuer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenClaims {
@@ -218,6 +274,9 @@ pub struct TokenClaims {
     pub slot: u8,
     /// Whether the holder plays in `slot` or spectates.
     pub kind: TokenKind,
+    /// The match instance the token belongs to ([`MatchInstance`]);
+    /// [`MatchInstance::UNBOUND`] unless set with [`TokenClaims::with_instance`].
+    pub instance: MatchInstance,
     /// When the token was issued (Unix seconds).
     pub create_unix: u64,
     /// First Unix second at which the token is no longer accepted.
@@ -239,6 +298,7 @@ impl TokenClaims {
             match_name: match_name.into(),
             slot,
             kind: TokenKind::Player,
+            instance: MatchInstance::UNBOUND,
             create_unix: now_unix,
             expire_unix: now_unix.saturating_add(valid_for_secs),
         }
@@ -257,6 +317,15 @@ impl TokenClaims {
             kind: TokenKind::Spectator,
             ..Self::new(protocol_id, match_name, 0, now_unix, valid_for_secs)
         }
+    }
+
+    /// The same claims for match instance `instance`. A matchmaker draws
+    /// one instance per match (16 bytes from a secure random source) and
+    /// issues every token of that match, players' and spectators', with it.
+    #[must_use]
+    pub const fn with_instance(mut self, instance: MatchInstance) -> Self {
+        self.instance = instance;
+        self
     }
 
     /// Whether these claims allow playing `match_name` in `slot`; the refusal
@@ -404,16 +473,18 @@ impl SealedToken {
                 at: NAME_AT,
             })?
             .to_owned();
-        let keys_at = NAME_AT + MAX_MATCH_NAME;
+        let mut instance = MatchInstance::UNBOUND;
+        instance.0.copy_from_slice(&plain[INSTANCE_AT..KEYS_AT]);
         let mut c2s = [0u8; KEY_LEN];
         let mut s2c = [0u8; KEY_LEN];
-        c2s.copy_from_slice(&plain[keys_at..keys_at + KEY_LEN]);
-        s2c.copy_from_slice(&plain[keys_at + KEY_LEN..]);
+        c2s.copy_from_slice(&plain[KEYS_AT..KEYS_AT + KEY_LEN]);
+        s2c.copy_from_slice(&plain[KEYS_AT + KEY_LEN..]);
         let claims = TokenClaims {
             protocol_id: self.protocol_id,
             match_name,
             slot,
             kind,
+            instance,
             create_unix: self.create_unix,
             expire_unix: self.expire_unix,
         };
@@ -462,13 +533,14 @@ pub fn issue_token(
     plain[1] = claims.kind.to_byte();
     plain[2] = name.len() as u8; // checked against MAX_MATCH_NAME (< 256) above
     plain[NAME_AT..NAME_AT + name.len()].copy_from_slice(name);
+    plain[INSTANCE_AT..KEYS_AT].copy_from_slice(&claims.instance.0);
 
     let mut h = blake3::Hasher::new_keyed(&blake3::derive_key(ISSUE_KEY_CONTEXT, &key.0));
     h.update(entropy);
     h.update(&claims.protocol_id.to_le_bytes());
     h.update(&claims.create_unix.to_le_bytes());
     h.update(&claims.expire_unix.to_le_bytes());
-    h.update(&plain[..NAME_AT + MAX_MATCH_NAME]);
+    h.update(&plain[..KEYS_AT]);
     let mut material = [0u8; NONCE_LEN + 2 * KEY_LEN];
     h.finalize_xof().fill(&mut material);
     let mut nonce = [0u8; NONCE_LEN];
@@ -480,9 +552,8 @@ pub fn issue_token(
     keys.c2s
         .copy_from_slice(&material[NONCE_LEN..NONCE_LEN + KEY_LEN]);
     keys.s2c.copy_from_slice(&material[NONCE_LEN + KEY_LEN..]);
-    let keys_at = NAME_AT + MAX_MATCH_NAME;
-    plain[keys_at..keys_at + KEY_LEN].copy_from_slice(&keys.c2s);
-    plain[keys_at + KEY_LEN..].copy_from_slice(&keys.s2c);
+    plain[KEYS_AT..KEYS_AT + KEY_LEN].copy_from_slice(&keys.c2s);
+    plain[KEYS_AT + KEY_LEN..].copy_from_slice(&keys.s2c);
 
     let mut private = SealedToken {
         protocol_id: claims.protocol_id,
@@ -498,7 +569,7 @@ pub fn issue_token(
             &private.aad(),
             plain.as_mut_slice().into(),
         )
-        // A 131-byte message is far below the cipher's length limit.
+        // A 147-byte message is far below the cipher's length limit.
         .map_err(|_| TokenError::Forged)?;
     private.sealed[..PRIVATE_LEN].copy_from_slice(&plain);
     private.sealed[PRIVATE_LEN..].copy_from_slice(&tag);

@@ -48,6 +48,45 @@ impl fmt::Display for DropReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MatchNonce(pub [u8; 16]);
 
+/// The join-token match instance a match is bound to (token mode): the
+/// instance of the first token the relay admitted for it, and the latest
+/// expiry among the tokens it admitted since. Tokens of another instance
+/// are refused ([`lockstep::token::Refusal::WrongInstance`]); after the
+/// match ends the relay remembers the binding until that expiry, so the
+/// match's tokens cannot open a new match of its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBinding {
+    /// The instance every token admitted for the match carries.
+    pub instance: lockstep::token::MatchInstance,
+    /// The latest expiry (Unix seconds) among those tokens.
+    pub expire_unix: u64,
+}
+
+impl TokenBinding {
+    /// The binding a match takes from the first token admitted to it.
+    #[must_use]
+    pub const fn of(claims: &lockstep::token::TokenClaims) -> Self {
+        Self {
+            instance: claims.instance,
+            expire_unix: claims.expire_unix,
+        }
+    }
+
+    /// The same, with one more admitted token's claims: the expiry is the
+    /// later of the two (the instance is already checked equal).
+    #[must_use]
+    pub const fn admitting(self, claims: &lockstep::token::TokenClaims) -> Self {
+        Self {
+            instance: self.instance,
+            expire_unix: if claims.expire_unix > self.expire_unix {
+                claims.expire_unix
+            } else {
+                self.expire_unix
+            },
+        }
+    }
+}
+
 /// Match start parameters, as a replay header needs them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MatchInfo {
@@ -74,6 +113,9 @@ pub struct MatchInfo {
     /// The match instance's nonce (`None` for a match resumed from an
     /// earlier relay's recording, which had none).
     pub nonce: Option<MatchNonce>,
+    /// The join-token instance the match is bound to (token mode; `None`
+    /// in open mode and for a match resumed from a recording that had none).
+    pub token: Option<TokenBinding>,
 }
 
 #[cfg(test)]
@@ -102,6 +144,7 @@ impl MatchInfo {
             first_turn: Turn(0),
             last_turn: Some(Turn(1)),
             nonce: None,
+            token: None,
         }
     }
 }

@@ -116,7 +116,7 @@ pub mod turn_policy;
 pub mod udp;
 
 pub use config::{InvalidSetting, RelayConfig};
-pub use event::{DropReason, MatchId, MatchInfo, RouterEvent};
+pub use event::{DropReason, MatchId, MatchInfo, RouterEvent, TokenBinding};
 pub use limits::Limits;
 pub use router::{ConnId, Router, RouterCounters};
 pub use turn_policy::TurnPolicy;

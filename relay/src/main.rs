@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use lockstep::Duration;
 use lockstep::low_level::transport::{AuthMode, TransportConfig};
 use lockstep::netsim::LinkConfig;
-use lockstep::token::{TokenClaims, TokenKey, issue_token};
+use lockstep::token::{MatchInstance, TokenClaims, TokenKey, issue_token};
 use relay::config::DesyncPolicy;
 use relay::demo::{DemoConfig, DemoGame, run};
 use relay::games::known_rules_hash;
@@ -71,6 +71,14 @@ struct TokenArgs {
     /// never playing in it; a player token cannot spectate.
     #[arg(long)]
     spectator: bool,
+    /// The match instance (32 hex digits), the same in every token of one
+    /// match: draw one per match (e.g. `openssl rand -hex 16`). The relay
+    /// binds the match to it and refuses tokens of another instance of the
+    /// same name, so an earlier match's tokens cannot enter a later one.
+    /// Without it the token carries the all-zero instance, shared by every
+    /// such token of the name (no protection across matches of one name).
+    #[arg(long, value_parser = parse_instance)]
+    instance: Option<MatchInstance>,
     /// Lifetime: `60s`, `5m`, `1h` or plain seconds.
     #[arg(long, default_value = "60s", value_parser = parse_lifetime)]
     expires_in: u64,
@@ -84,7 +92,8 @@ struct TokenArgs {
     /// name is resolved here, IPv4 first (the token holds addresses).
     #[arg(long = "relay", default_value = "127.0.0.1:7777", value_parser = resolve_addr)]
     relays: Vec<SocketAddr>,
-    /// Print a JSON object (token, match, kind, slot, expiry) instead of the bare hex token.
+    /// Print a JSON object (token, match, instance, kind, slot, expiry)
+    /// instead of the bare hex token.
     #[arg(long)]
     json: bool,
 }
@@ -414,6 +423,10 @@ fn resolve_addr(text: &str) -> Result<SocketAddr, String> {
     lockstep::peer::udp::resolve(text).map_err(|e| e.to_string())
 }
 
+fn parse_instance(text: &str) -> Result<MatchInstance, String> {
+    MatchInstance::from_hex(text).map_err(|e| e.to_string())
+}
+
 fn parse_lifetime(text: &str) -> Result<u64, String> {
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
@@ -469,7 +482,8 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
             a.expires_in,
         ),
         _ => TokenClaims::spectator(protocol_id, a.match_name.clone(), now_unix, a.expires_in),
-    };
+    }
+    .with_instance(a.instance.unwrap_or_default());
     let entropy = match relay::entropy::os_random("the token's entropy") {
         Ok(b) => b,
         Err(e) => {
@@ -490,6 +504,7 @@ fn token_cmd(a: &TokenArgs) -> ExitCode {
             "{}",
             serde_json::json!({
                 "token": token.to_hex(), "match": claims.match_name,
+                "instance": claims.instance.to_hex(),
                 "kind": if a.spectator { "spectator" } else { "player" },
                 "slot": if a.spectator { None } else { Some(claims.slot) },
                 "create_unix": claims.create_unix, "expire_unix": claims.expire_unix,

@@ -52,6 +52,7 @@ pub enum Metric {
     DropTokenWrongMatch,
     DropTokenWrongSlot,
     DropTokenWrongKind,
+    DropTokenWrongInstance,
     DropCookieReplayed,
     DropHandshakeWhileHeard,
     Desyncs,
@@ -175,6 +176,7 @@ const DEFS: [(&str, &str, &str); COUNT] = [
     ("relay_drops_total{reason=\"token_wrong_match\"}", "", ""),
     ("relay_drops_total{reason=\"token_wrong_slot\"}", "", ""),
     ("relay_drops_total{reason=\"token_wrong_kind\"}", "", ""),
+    ("relay_drops_total{reason=\"token_wrong_instance\"}", "", ""),
     ("relay_drops_total{reason=\"cookie_replayed\"}", "", ""),
     (
         "relay_drops_total{reason=\"handshake_while_heard\"}",

@@ -84,6 +84,9 @@ pub struct RouterCounters {
     /// Joins, rejoins or spectate requests refused because the token is of
     /// the other kind (spectator token to play, player token to watch).
     pub token_wrong_kind: u64,
+    /// Joins, rejoins or spectate requests refused because the token is of
+    /// another instance of the match's name: an earlier match's token.
+    pub token_wrong_instance: u64,
     /// Rejoins accepted (the player got the snapshot and the tail, or, for
     /// a reconnect, the bundles it lacked).
     pub rejoins: u64,

@@ -440,6 +440,10 @@ impl Recorder {
                     first_turn: info.first_turn,
                     last_turn: info.last_turn,
                     nonce: info.nonce.map(|n| n.0),
+                    token: info.token.map(|t| replays::MatchToken {
+                        instance: t.instance.0,
+                        expire_unix: t.expire_unix,
+                    }),
                 })?;
                 self.live.insert(
                     *id,
@@ -672,6 +676,40 @@ mod tests {
         );
         let long = file_name(&"é".repeat(500), T0, MatchId(1), 1);
         assert!(long.len() < 100, "{long}");
+    }
+
+    /// The match's join-token binding (and nonce) go into the recording's
+    /// facts, where a resuming relay reads them back.
+    #[test]
+    fn the_token_binding_is_recorded_in_the_match_facts() {
+        let dir = scratch("token");
+        let mut rec = Recorder::new(&dir, |i| i.rules_hash).unwrap();
+        let mut evs = a_match(3, "bound");
+        let binding = crate::event::TokenBinding {
+            instance: lockstep::token::MatchInstance([6; 16]),
+            expire_unix: 1_795_314_660,
+        };
+        if let RouterEvent::MatchStarted { info, .. } = &mut evs[0] {
+            info.nonce = Some(crate::rejoin_config::MatchNonce([5; 16]));
+            info.token = Some(binding);
+        }
+        let done = record_all(&mut rec, T0, &evs);
+        let facts = replays::Reader::open(&done.path)
+            .unwrap()
+            .find_map(|r| match r.unwrap() {
+                replays::Record::Match(f) => Some(f),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(facts.nonce, Some([5; 16]));
+        assert_eq!(
+            facts.token,
+            Some(replays::MatchToken {
+                instance: [6; 16],
+                expire_unix: 1_795_314_660,
+            })
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

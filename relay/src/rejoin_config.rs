@@ -7,8 +7,9 @@
 //! `max_tail_turns`). A dropped player's slot is held for `hold`; the same
 //! player comes back with its slot's secret (open mode) or a token for that
 //! match and slot (token mode), restores the snapshot and fast-forwards.
-//! Spectators (at most `max_spectators` per match) start from the same
-//! snapshot and watch `spectator_delay` behind live.
+//! Spectators (at most `max_spectators` per match) start from the newest
+//! agreed snapshot at least `spectator_delay` old (an older copy the relay
+//! keeps for them) and watch `spectator_delay` behind live.
 
 use crate::event::MatchId;
 use lockstep::Duration;

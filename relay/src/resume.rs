@@ -285,6 +285,10 @@ fn open(path: &Path, max_tail: usize) -> Result<Unfinished, String> {
         first_turn: facts.first_turn,
         last_turn: facts.last_turn,
         nonce: facts.nonce.map(crate::rejoin_config::MatchNonce),
+        token: facts.token.map(|t| crate::event::TokenBinding {
+            instance: lockstep::token::MatchInstance(t.instance),
+            expire_unix: t.expire_unix,
+        }),
     };
     Ok(Unfinished {
         path: path.to_owned(),
@@ -309,6 +313,59 @@ pub const MAX_RESUMABLE_TURN: u32 = 1 << 31;
 /// numbers its matches from 1 upwards, and the numbers after a resumed
 /// one must not run out.
 pub const MAX_RESUMABLE_MATCH_ID: u64 = 1 << 48;
+
+/// The body of the `resume` fuzz target (`relay/fuzz`), here so that the
+/// normal test suite runs every file of its corpus on stable Rust (no
+/// libFuzzer, no nightly): use it for those two and nothing else.
+///
+/// `data` is framed as records (`kind: u8, len: u32 LE, payload`, repeated;
+/// leftover bytes a torn tail) behind a valid checksum chain, so that
+/// mutated inputs get past the checksums to the facts, turns, drops and
+/// delays resume validates. The recording is written to `dir` (which
+/// should hold nothing else) as `m.lsr`, [`scan`]ned as a starting relay
+/// would, and removed. The promise checked: no panic, no hang, at most one
+/// match found or skipped, and a resumed match's next turn and number
+/// within the resumable range. Whether the match was resumed.
+///
+/// # Errors
+/// A broken promise, or the recording could not be written.
+pub fn check_fuzz_input(dir: &Path, data: &[u8]) -> Result<bool, String> {
+    use replays::format::{self, FORMAT_VERSION};
+    let mut file = format::preamble().to_vec();
+    let mut prev = format::chain_seed(FORMAT_VERSION);
+    let mut rest = data;
+    while let [kind, l0, l1, l2, l3, tail @ ..] = rest {
+        let len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
+        let (payload, next) = tail.split_at(len.min(tail.len()));
+        match format::frame_record(&prev, *kind, payload, &mut file) {
+            Ok(sum) => prev = sum,
+            // A record the writer refuses to frame: not a recording.
+            Err(_) => return Ok(false),
+        }
+        rest = next;
+    }
+    file.extend_from_slice(rest);
+    let path = dir.join("m.lsr");
+    std::fs::write(&path, &file).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (found, skipped) = scan(dir, 64, 4);
+    let _ = std::fs::remove_file(&path);
+    if found.len() + skipped.len() > 1 {
+        return Err(format!(
+            "one file gave {} matches and {} skipped",
+            found.len(),
+            skipped.len()
+        ));
+    }
+    for m in &found {
+        if m.next_turn().0 > MAX_RESUMABLE_TURN + 1 {
+            return Err(format!("resumed at turn {}", m.next_turn()));
+        }
+        if m.match_id() > MAX_RESUMABLE_MATCH_ID {
+            return Err(format!("resumed as match number {}", m.match_id()));
+        }
+    }
+    Ok(!found.is_empty())
+}
 
 /// A turn a record names, refused past [`MAX_RESUMABLE_TURN`].
 fn check_turn(turn: Turn, kind: u8) -> Result<(), String> {
@@ -422,6 +479,7 @@ mod tests {
             first_turn: Turn(0),
             last_turn: None,
             nonce: Some([9; 16]),
+            token: None,
         }
     }
 
@@ -585,6 +643,71 @@ mod tests {
         recording(&d.join("a.lsr"), &f, &[0, 1], |_| {});
         let (found, _) = scan(&d, 64, 100);
         assert_eq!(found[0].info.nonce, None);
+    }
+
+    /// Every file of the `resume` fuzz target's corpus (`relay/fuzz/corpus/
+    /// resume`) keeps the target's promise, checked on stable in every
+    /// test run (the fuzz crate itself needs nightly and libFuzzer): the
+    /// well-formed seeds resume, the forged or out-of-range ones are
+    /// skipped, and no file (seeds, and whatever a local fuzzing run added)
+    /// breaks the promise.
+    #[test]
+    fn the_resume_fuzz_corpus_keeps_the_targets_promise() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/resume");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&corpus)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let d = dir("fuzz_corpus");
+        let mut resumed = Vec::new();
+        for f in &files {
+            let data = std::fs::read(f).unwrap();
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            if check_fuzz_input(&d, &data).unwrap_or_else(|e| panic!("{name}: {e}")) {
+                resumed.push(name);
+            }
+        }
+        assert!(files.len() >= 6, "{files:?}");
+        for seed in ["one_turn", "two_players_40_turns"] {
+            assert!(resumed.iter().any(|r| r == seed), "{seed} resumes");
+        }
+        for seed in [
+            "big_delay_change",
+            "delay_out_of_bounds",
+            "ghost_player_drop",
+            "turn_past_range",
+        ] {
+            assert!(!resumed.iter().any(|r| r == seed), "{seed} is skipped");
+        }
+    }
+
+    /// The token binding is read back, so a resumed relay keeps refusing
+    /// other instances' tokens for the match (and remembers the instance
+    /// after it ends); a recording without one resumes unbound.
+    #[test]
+    fn the_token_binding_is_read_back() {
+        let d = dir("token");
+        let f = MatchFacts {
+            token: Some(replays::MatchToken {
+                instance: [4; 16],
+                expire_unix: 1_700_000_060,
+            }),
+            ..facts(1)
+        };
+        recording(&d.join("a.lsr"), &f, &[0, 1], |_| {});
+        let (found, _) = scan(&d, 64, 100);
+        assert_eq!(
+            found[0].info.token,
+            Some(crate::event::TokenBinding {
+                instance: lockstep::token::MatchInstance([4; 16]),
+                expire_unix: 1_700_000_060,
+            })
+        );
+        let d = dir("no_token");
+        recording(&d.join("a.lsr"), &facts(1), &[0, 1], |_| {});
+        let (found, _) = scan(&d, 64, 100);
+        assert_eq!(found[0].info.token, None);
     }
 
     /// Before: with no bundle kept (a tail of 0) the match resumed at its

@@ -22,6 +22,10 @@ pub use crate::outbox::RouterCounters;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
+mod instance_tests;
+mod instances;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
 mod reconnect_tests;
 mod rooms;
 #[cfg(test)]
@@ -85,6 +89,10 @@ pub struct Router {
     out: Outbox,
     /// Refused joins for the driver (logs; token ones go to `Server::refuse`).
     refusals: VecDeque<JoinRefusal>,
+    /// Token mode: ended matches' instances, until their tokens expire.
+    ended: instances::EndedMatches,
+    /// The Unix second of `Instant` zero ([`Router::set_unix_time`]).
+    unix_at_zero: u64,
 }
 
 impl Router {
@@ -102,6 +110,8 @@ impl Router {
             draining: false,
             out: Outbox::default(),
             refusals: VecDeque::new(),
+            ended: instances::EndedMatches::default(),
+            unix_at_zero: 0,
         }
     }
 
@@ -603,6 +613,13 @@ impl Router {
                     }
                 })
             }
+            Refusal::WrongInstance => {
+                self.out.counters.token_wrong_instance += 1;
+                Some(
+                    "the token is of another match of this name (an earlier one): ask for a new token"
+                        .to_owned(),
+                )
+            }
             _ => {
                 self.out.counters.token_wrong_slot += 1;
                 let granted = self.conns.get(&conn).and_then(|c| c.claims.as_ref());
@@ -666,7 +683,15 @@ impl Router {
             }
         }
         let slot = slot.map(|(_, _, s)| s);
-        let id = if let Some(&id) = self.names.get(&join.match_name) {
+        let claims = self.conns.get(&conn).and_then(|c| c.claims.clone());
+        let room = self.names.get(&join.match_name).copied();
+        if let Some(c) = &claims
+            && self.wrong_instance(now, c, room)
+        {
+            self.refuse_token(conn, join, Refusal::WrongInstance);
+            return;
+        }
+        let id = if let Some(id) = room {
             if let Some((why, detail)) = self.matches.get(&id).and_then(|m| m.refuse(join)) {
                 self.reject(conn, join, why, detail, None);
                 return;
@@ -696,6 +721,8 @@ impl Router {
             });
             id
         };
+        // Bound before the room may start (the start records the binding).
+        self.admit_token(id, claims.as_ref());
         if let Some(c) = self.conns.get_mut(&conn) {
             c.room = Some((id, None));
         }
@@ -728,7 +755,9 @@ impl Router {
         }
         self.out.counters.matches_ended += 1;
         self.names.remove(&m.name);
-        self.matches.remove(&id);
+        if let Some(m) = self.matches.remove(&id) {
+            self.remember_ended(&m.name, m.token());
+        }
         for c in self.conns.values_mut() {
             if c.room.is_some_and(|(m, _)| m == id) {
                 c.room = None;

@@ -207,6 +207,24 @@ pub struct MatchFacts {
     /// relays have none (`None`), and their records read as before.
     #[serde(skip)]
     pub nonce: Option<[u8; 16]>,
+    /// The join-token match instance the relay bound the match to, and the
+    /// latest expiry among the tokens it had admitted for it when it
+    /// started (token mode; `None` in open mode): a resumed relay keeps
+    /// refusing other instances' tokens for the match, and remembers the
+    /// instance after the match ends until that expiry. Encoded after the
+    /// nonce (which it needs) as 16 bytes and a little-endian `u64`;
+    /// recordings of earlier relays have none.
+    #[serde(skip)]
+    pub token: Option<MatchToken>,
+}
+
+/// The join-token binding of a recorded match ([`MatchFacts::token`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatchToken {
+    /// The match instance every admitted token carried.
+    pub instance: [u8; 16],
+    /// The latest expiry (Unix seconds) among the tokens admitted.
+    pub expire_unix: u64,
 }
 
 /// One record of a replay, in file order.
@@ -491,9 +509,24 @@ impl Record {
             Self::Forensics(report) => postcard::to_io(&**report, &mut *out),
             Self::Match(facts) => {
                 postcard::to_io(facts, &mut *out).map_err(|e| malformed_out(self.kind(), &e))?;
-                // The nonce follows the fields earlier readers know.
-                if let Some(n) = &facts.nonce {
-                    out.extend_from_slice(n);
+                // The nonce follows the fields earlier readers know, the
+                // token binding the nonce: a reader tells them by length.
+                match (&facts.nonce, &facts.token) {
+                    (Some(n), token) => {
+                        out.extend_from_slice(n);
+                        if let Some(t) = token {
+                            out.extend_from_slice(&t.instance);
+                            out.extend_from_slice(&t.expire_unix.to_le_bytes());
+                        }
+                    }
+                    (None, None) => {}
+                    (None, Some(_)) => {
+                        return Err(ReplayError::Malformed {
+                            offset: 0,
+                            kind: kind_name(self.kind()),
+                            reason: "cannot encode: a token binding without a nonce".into(),
+                        });
+                    }
                 }
                 return Ok(());
             }
@@ -595,15 +628,31 @@ impl Record {
             kind::MATCH => {
                 let (mut facts, rest): (MatchFacts, _) =
                     postcard::take_from_bytes(payload).map_err(bad)?;
-                facts.nonce = match rest.len() {
-                    0 => None,
-                    16 => {
-                        let mut n = [0u8; 16];
-                        n.copy_from_slice(rest);
-                        Some(n)
+                // Nothing (earliest relays), the nonce, or the nonce and
+                // the token binding (instance, expiry).
+                let (nonce, token) = match rest.len() {
+                    0 => (None, None),
+                    16 => (Some(rest), None),
+                    40 => {
+                        let (nonce, token) = rest.split_at(16);
+                        (Some(nonce), Some(token))
                     }
                     _ => return Err(bad(postcard::Error::DeserializeBadEncoding)),
                 };
+                let bytes16 = |b: &[u8]| {
+                    let mut n = [0u8; 16];
+                    n.copy_from_slice(&b[..16]);
+                    n
+                };
+                facts.nonce = nonce.map(bytes16);
+                facts.token = token.map(|t| {
+                    let mut expire = [0u8; 8];
+                    expire.copy_from_slice(&t[16..24]);
+                    MatchToken {
+                        instance: bytes16(t),
+                        expire_unix: u64::from_le_bytes(expire),
+                    }
+                });
                 Self::Match(facts)
             }
             kind::END => {
@@ -787,6 +836,7 @@ mod tests {
                 first_turn: Turn(0),
                 last_turn: Some(Turn(600)),
                 nonce: None,
+                token: None,
             }),
             Record::Match(MatchFacts {
                 match_id: 13,
@@ -795,6 +845,19 @@ mod tests {
                 first_turn: Turn(0),
                 last_turn: None,
                 nonce: Some([7; 16]),
+                token: None,
+            }),
+            Record::Match(MatchFacts {
+                match_id: 14,
+                rules_fingerprint: h,
+                input_delay: 3,
+                first_turn: Turn(0),
+                last_turn: None,
+                nonce: Some([8; 16]),
+                token: Some(MatchToken {
+                    instance: [9; 16],
+                    expire_unix: 1_700_000_060,
+                }),
             }),
             Record::End {
                 reason: "abandoned".into(),

@@ -128,7 +128,8 @@ pub use diff::{DiffReport, Difference, diff};
 pub use error::ReplayError;
 pub use forensics::DesyncReport;
 pub use format::{
-    FORMAT_VERSION, Header, KeyframeEntry, MAX_END_REASON, MatchFacts, PlayerInfo, Record,
+    FORMAT_VERSION, Header, KeyframeEntry, MAX_END_REASON, MatchFacts, MatchToken, PlayerInfo,
+    Record,
 };
 pub use reader::{Ending, ReadSummary, Reader};
 pub use seek::{ReindexReport, Seeked, reindex, seek, seek_stream};

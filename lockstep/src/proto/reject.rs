@@ -213,6 +213,10 @@ impl From<Refusal> for RejectReason {
             Refusal::WrongSlot => Self::WrongSlot,
             Refusal::TableFull => Self::RelayFull,
             Refusal::WrongKind => Self::WrongTokenKind,
+            // On the wire it is another match (it is: another match of that
+            // name), so peers of this protocol version read it unchanged;
+            // the relay counts and logs it as its own reason.
+            Refusal::WrongInstance => Self::WrongMatch,
         }
     }
 }

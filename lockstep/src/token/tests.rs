@@ -221,3 +221,25 @@ fn an_all_zero_token_key_is_refused() {
     one[31] = 1;
     assert!(TokenKey::try_from_bytes(one).is_ok());
 }
+
+/// The match instance is sealed with the rest (version 3): the relay reads
+/// back the instance the matchmaker set, and two matches' tokens of one
+/// name, slot and times differ in it, in their id and in their keys.
+#[test]
+fn the_match_instance_is_sealed_and_read_back() {
+    let instance = MatchInstance([0x5A; INSTANCE_LEN]);
+    let c = claims().with_instance(instance);
+    let t = issue_token(&key(), &c, &servers(), &[7; 32]).unwrap();
+    let back = ConnectToken::from_hex(&t.to_hex()).unwrap();
+    let (opened, _) = back.private.open(&key()).unwrap();
+    assert_eq!(opened.instance, instance);
+    assert_eq!(opened, c);
+    let unbound = issue_token(&key(), &claims(), &servers(), &[7; 32]).unwrap();
+    let (opened, _) = unbound.private.open(&key()).unwrap();
+    assert_eq!(opened.instance, MatchInstance::UNBOUND);
+    assert_ne!(unbound.private.nonce, t.private.nonce);
+    assert_ne!(unbound.keys, t.keys);
+    // Its text form, as `relay token --instance` takes it.
+    assert_eq!(MatchInstance::from_hex(&instance.to_hex()), Ok(instance));
+    assert!(MatchInstance::from_hex("5a5a").is_err());
+}

@@ -104,6 +104,9 @@ pub struct ServerCounters {
     pub token_wrong_slot: u64,
     /// Relay layer: a spectator token asked to play, or a player token to spectate.
     pub token_wrong_kind: u64,
+    /// Relay layer: the token is of another match instance of the same name
+    /// (an earlier match's token).
+    pub token_wrong_instance: u64,
     /// Bulk messages refused unread: the connection was not opened for
     /// bulk data ([`Server::set_bulk_receive`]) or was closed mid-message.
     pub bulk_refused: u64,
@@ -264,6 +267,7 @@ impl Server {
             Refusal::WrongSlot => c.token_wrong_slot += 1,
             Refusal::TableFull => c.token_table_full += 1,
             Refusal::WrongKind => c.token_wrong_kind += 1,
+            Refusal::WrongInstance => c.token_wrong_instance += 1,
         }
     }
 
@@ -362,10 +366,13 @@ impl Server {
             Refusal::Reused => DenyReason::TokenReused,
             Refusal::WrongProtocol => DenyReason::WrongProtocol,
             Refusal::TableFull => DenyReason::Full,
-            // Match, slot and kind are relay-layer checks, never decided at the handshake.
-            Refusal::Forged | Refusal::WrongMatch | Refusal::WrongSlot | Refusal::WrongKind => {
-                DenyReason::InvalidToken
-            }
+            // Match, slot, kind and instance are relay-layer checks, never
+            // decided at the handshake.
+            Refusal::Forged
+            | Refusal::WrongMatch
+            | Refusal::WrongSlot
+            | Refusal::WrongKind
+            | Refusal::WrongInstance => DenyReason::InvalidToken,
         };
         self.deny(to, protocol_id, salt, deny);
     }

@@ -14,7 +14,7 @@
 //!   Denied            0x83 ver u8 | protocol_id u64 | client_salt u64 | reason u8
 //!   TokenRequest      0x84 ver u8 | protocol_id u64 | client_salt u64 | sealed token | zero padding to 1200
 //!   TokenResponse     0x86 (Challenge body) | sealed token
-//!   sealed token = create u64 | expire u64 | nonce [24] | ciphertext+tag [146] (see `crate::token`)
+//!   sealed token = create u64 | expire u64 | nonce [24] | ciphertext+tag [163] (see `crate::token`)
 //! prefix byte, bit 7 = 0: authenticated packet
 //!   bits 5..=6 kind (0 Data, 1 Accepted, 2 Disconnect), bit 4 = ack sent as one byte `seq - ack`,
 //!   bit i (0..=3) = byte i of ack_bits is 0xFF and left out

@@ -5,10 +5,10 @@
 //! repeated, leftover bytes a torn tail) so the fuzzer gets past the
 //! checksums to the facts, turns, drops and delays resume validates. The
 //! promise: no panic, no hang, and a resumed match's next turn is within
-//! the resumable range.
+//! the resumable range. The body is `relay::resume::check_fuzz_input`, which
+//! the relay's tests also run on every corpus file on stable Rust.
 #![no_main]
 
-use replays::format::{self, FORMAT_VERSION};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -23,27 +23,7 @@ fn dir() -> &'static PathBuf {
 }
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let mut file = format::preamble().to_vec();
-    let mut prev = format::chain_seed(FORMAT_VERSION);
-    let mut rest = data;
-    while let [kind, l0, l1, l2, l3, tail @ ..] = rest {
-        let len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
-        let (payload, next) = tail.split_at(len.min(tail.len()));
-        match format::frame_record(&prev, *kind, payload, &mut file) {
-            Ok(sum) => prev = sum,
-            Err(_) => return,
-        }
-        rest = next;
+    if let Err(broken) = relay::resume::check_fuzz_input(dir(), data) {
+        panic!("the resume path broke its promise: {broken}");
     }
-    file.extend_from_slice(rest);
-    let path = dir().join("m.lsr");
-    std::fs::write(&path, &file).expect("the recording is written");
-    let (found, skipped) = relay::resume::scan(dir(), 64, 4);
-    assert!(found.len() + skipped.len() <= 1);
-    for m in &found {
-        assert!(m.next_turn().0 <= relay::resume::MAX_RESUMABLE_TURN + 1);
-        assert!(m.match_id() <= relay::resume::MAX_RESUMABLE_MATCH_ID);
-    }
-    drop(found);
-    let _ = std::fs::remove_file(&path);
 });

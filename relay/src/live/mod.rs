@@ -174,6 +174,14 @@ impl Refusal {
     }
 }
 
+/// Whether a spectator token's `claims` admit watching the match `info`:
+/// its name, and its instance when the match is bound to one (a token of an
+/// earlier match of that name sees nothing of this one).
+fn watches(claims: &TokenClaims, info: &MatchInfo) -> bool {
+    claims.admits_spectator(&info.match_name).is_ok()
+        && info.token.is_none_or(|t| t.instance == claims.instance)
+}
+
 /// Parses a query value as a connect token's hex.
 trait HexToken {
     fn parse_hex_token(&self) -> Result<ConnectToken, Refusal>;
@@ -247,16 +255,16 @@ impl Live {
         self.matches_json_for(now_unix_ms, None)
     }
 
-    /// [`Self::matches_json`] with only the matches named `only` when given
+    /// [`Self::matches_json`] with only the match `only` admits when given
     /// (a spectator token's match, in token mode).
-    fn matches_json_for(&self, now_unix_ms: u64, only: Option<&str>) -> serde_json::Value {
+    fn matches_json_for(&self, now_unix_ms: u64, only: Option<&TokenClaims>) -> serde_json::Value {
         // Copied out first: the event loops wait on this lock at a start or an end.
         let list: Vec<(MatchId, Listed)> = self
             .matches
             .lock()
             .map(|m| {
                 m.iter()
-                    .filter(|(_, l)| only.is_none_or(|n| l.info.match_name == n))
+                    .filter(|(_, l)| only.is_none_or(|c| watches(c, &l.info)))
                     .map(|(id, l)| (*id, l.clone()))
                     .collect()
             })
@@ -346,7 +354,7 @@ impl Live {
             },
             "/matches.json" => match self.credential(request) {
                 Ok(viewer) => {
-                    let only = viewer.as_ref().map(|v| v.claims.match_name.as_str());
+                    let only = viewer.as_ref().map(|v| &v.claims);
                     let body = self
                         .matches_json_for(replays::format::unix_now_ms(), only)
                         .to_string();
@@ -385,11 +393,7 @@ impl Live {
         };
         // A token for another match learns nothing of this one, not even
         // whether it runs: the same 404 as no match.
-        let listed = listed.filter(|l| {
-            viewer
-                .as_ref()
-                .is_none_or(|v| v.claims.admits_spectator(&l.info.match_name).is_ok())
-        });
+        let listed = listed.filter(|l| viewer.as_ref().is_none_or(|v| watches(&v.claims, &l.info)));
         let Some(listed) = listed else {
             return respond(
                 stream,

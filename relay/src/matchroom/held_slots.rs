@@ -366,8 +366,14 @@ impl Game {
             Outcome::Pending => {}
             Outcome::Accepted => {
                 out.counters.snapshots_agreed += 1;
-                // Receivers whose restore failed get the new base.
-                for who in std::mem::take(&mut self.awaiting) {
+                // Players whose restore failed get the new base; spectators
+                // wait for a spectator base (never newer than their delay).
+                let (players, spectators): (Vec<Receiver>, Vec<Receiver>) =
+                    std::mem::take(&mut self.awaiting)
+                        .into_iter()
+                        .partition(|w| matches!(w, Receiver::Player(_)));
+                self.awaiting = spectators;
+                for who in players {
                     let base = self.snapshots.offer();
                     self.reoffer(who, base, out);
                 }
@@ -412,6 +418,20 @@ impl Game {
         };
         out.in_flight.remove(&conn);
         let every = config.rejoin.snapshot_every;
+        if let Receiver::Spectator(_) = who {
+            // Counted against the uploader if it was the base; a spectator
+            // is offered only a snapshot at least its delay old.
+            let _ = self.snapshots.dispute(turn, self.next_close, every);
+            match self.snapshots.spectator_offer() {
+                Some(b) if b.0 > turn => self.reoffer(who, Some(b), out),
+                _ if self.snapshots.holds_every_turn_from(self.first) => {
+                    self.reoffer(who, None, out);
+                }
+                _ => self.awaiting.push(who),
+            }
+            out.counters.snapshot_restores_failed += 1;
+            return;
+        }
         match self.snapshots.dispute(turn, self.next_close, every) {
             Dispute::Unknown => {
                 out.counters.bad_state += 1;
@@ -431,7 +451,12 @@ impl Game {
 
     /// Sends `who` a `Reoffer` of `base` (`None`: the setup's world), its
     /// chunks and the bundles after it (a spectator's come at its delay).
-    fn reoffer(&mut self, who: Receiver, base: Option<(Turn, StateHash, u32)>, out: &mut Outbox) {
+    pub(super) fn reoffer(
+        &mut self,
+        who: Receiver,
+        base: Option<(Turn, StateHash, u32)>,
+        out: &mut Outbox,
+    ) {
         // A player who left or a spectator who went meanwhile gets nothing.
         let Some(conn) = self.receiver_conn(who) else {
             return;
@@ -476,9 +501,10 @@ impl Game {
         snapshot: Option<(Turn, StateHash, u32)>,
         out: &mut Outbox,
     ) {
-        let (Some((turn, hash, total)), Base::Agreed { bytes, .. }) =
-            (snapshot, self.snapshots.base())
-        else {
+        let Some((turn, hash, total)) = snapshot else {
+            return;
+        };
+        let Some(bytes) = self.snapshots.snapshot_of(turn) else {
             return;
         };
         if out.in_flight.contains_key(&conn) {

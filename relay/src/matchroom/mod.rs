@@ -23,7 +23,7 @@ mod turns;
 use crate::config::RelayConfig;
 use crate::delay::DelayController;
 use crate::desync::HashBook;
-use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent};
+use crate::event::{DropReason, MatchId, MatchInfo, RouterEvent, TokenBinding};
 use crate::outbox::Outbox;
 use hashes::Probe;
 use lockstep::low_level::proto::RejectReason;
@@ -197,6 +197,9 @@ pub(crate) struct MatchRoom {
     /// The instance's nonce, drawn when it starts (`None` before, and for
     /// a match resumed from an earlier relay's recording).
     nonce: Option<crate::rejoin_config::MatchNonce>,
+    /// Token mode: the match instance of the first token admitted, and the
+    /// latest expiry of those admitted since (see [`TokenBinding`]).
+    token: Option<TokenBinding>,
 }
 
 /// Orders a full lobby by player slot: members a token gave a slot sit in
@@ -231,6 +234,7 @@ impl MatchRoom {
             phase: Phase::Lobby(Vec::new()),
             resumed: false,
             nonce: None,
+            token: None,
         }
     }
 
@@ -265,6 +269,22 @@ impl MatchRoom {
             }
             _ => false,
         }
+    }
+
+    /// The join-token instance the match is bound to, if a token was
+    /// admitted to it (token mode).
+    pub(crate) const fn token(&self) -> Option<TokenBinding> {
+        self.token
+    }
+
+    /// Binds the match to the instance of `claims` if it is unbound, and
+    /// keeps the latest expiry among the tokens admitted. The caller has
+    /// checked the instance against [`Self::token`] first.
+    pub(crate) fn admit_token(&mut self, claims: &lockstep::token::TokenClaims) {
+        self.token = Some(match self.token {
+            Some(t) => t.admitting(claims),
+            None => TokenBinding::of(claims),
+        });
     }
 
     /// The instance's nonce, once started (`None` for a match resumed from
@@ -410,6 +430,7 @@ impl MatchRoom {
                 first_turn: first,
                 last_turn: last,
                 nonce: Some(nonce),
+                token: self.token,
             },
         });
         let slots = members

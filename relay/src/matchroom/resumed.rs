@@ -93,6 +93,7 @@ impl MatchRoom {
             phase: Phase::Running(Box::new(game)),
             resumed: true,
             nonce: info.nonce,
+            token: info.token,
         }
     }
 }

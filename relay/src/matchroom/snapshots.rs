@@ -2,6 +2,21 @@
 //! a rejoining player or a late spectator starts from. Bounded: one
 //! snapshot of at most `max_snapshot_bytes`, one upload in progress of at
 //! most the same, and at most `max_tail_turns` bundles.
+//!
+//! A spectator watches `spectator_delay` behind live, so it must not start
+//! from a world newer than that either (the latest agreed snapshot is as
+//! little as half a second old; a spectator restoring it would see the
+//! match seconds ahead of its delay). New spectators start from the
+//! *spectator base*: the newest agreed snapshot whose turn closed at least
+//! the delay ago, or the setup's world while none is that old (the tail is
+//! kept from the first turn until then). To stay bounded, the store keeps
+//! at most two snapshots besides the base: the spectator base and one
+//! candidate (the oldest agreed snapshot not yet old enough); a snapshot
+//! agreed while a candidate waits is not kept, so a new spectator's world
+//! is between the delay and about the delay plus two snapshot intervals
+//! old. The copies share the base's bytes when they are the same snapshot
+//! and count in the snapshot memory otherwise; every spectator streams
+//! from the one copy.
 
 use crate::rejoin_config::RejoinConfig;
 use lockstep::Instant;
@@ -26,6 +41,16 @@ pub(super) enum Base {
     /// The tail overflowed before a newer snapshot was agreed: nothing to
     /// restore from until the next one.
     Lost,
+}
+
+/// An agreed snapshot waiting to be `spectator_delay` old.
+#[derive(Debug)]
+struct Aging {
+    turn: Turn,
+    hash: StateHash,
+    bytes: Arc<[u8]>,
+    /// When its turn's bundle closed.
+    closed: Instant,
 }
 
 /// A snapshot being uploaded by the player the relay asked.
@@ -91,6 +116,12 @@ pub(super) struct SnapshotStore {
     /// `snapshot_every` turns, so receivers that lie about failed restores
     /// can at most double the players' uploads.
     last_wanted: Option<Turn>,
+    /// What a new spectator starts from (see the module docs).
+    spectator: Base,
+    /// The next spectator base, once its turn closed `spectator_delay` ago.
+    candidate: Option<Aging>,
+    /// When the base's turn closed (`Base::Agreed` only).
+    base_closed: Option<Instant>,
 }
 
 /// What a receiver's report that its restore of `turn` failed means.
@@ -121,6 +152,9 @@ impl Default for SnapshotStore {
             base_from: None,
             wanted: None,
             last_wanted: None,
+            spectator: Base::Genesis,
+            candidate: None,
+            base_closed: None,
         }
     }
 }
@@ -129,6 +163,77 @@ impl SnapshotStore {
     /// The base to restore from, if there is one.
     pub(super) const fn base(&self) -> &Base {
         &self.base
+    }
+
+    /// What a new spectator starts from: the newest agreed snapshot at
+    /// least the spectator delay old as of the last [`Self::age`], the
+    /// setup's world while none is, or nothing (the tail overflowed).
+    pub(super) const fn spectator_base(&self) -> &Base {
+        &self.spectator
+    }
+
+    /// The spectator base as a `Resume` or `Reoffer` names it.
+    pub(super) fn spectator_offer(&self) -> Option<(Turn, StateHash, u32)> {
+        match &self.spectator {
+            Base::Agreed { turn, hash, bytes } => {
+                Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The bytes of the snapshot of `turn` the store keeps (the base or the
+    /// spectator base), to stream to a receiver.
+    pub(super) fn snapshot_of(&self, turn: Turn) -> Option<&Arc<[u8]>> {
+        [&self.base, &self.spectator]
+            .into_iter()
+            .find_map(|b| match b {
+                Base::Agreed { turn: t, bytes, .. } if *t == turn => Some(bytes),
+                _ => None,
+            })
+    }
+
+    /// Moves the spectator base on at `now`: the candidate becomes it once
+    /// its turn closed `delay` ago, and the base (if newer) becomes the
+    /// next candidate. Whether the spectator base changed.
+    pub(super) fn age(&mut self, now: Instant, delay: lockstep::Duration) -> bool {
+        let mut moved = false;
+        while let Some(c) = self
+            .candidate
+            .take_if(|c| now.saturating_since(c.closed) >= delay)
+        {
+            if let (Base::Agreed { turn, hash, bytes }, Some(closed)) =
+                (&self.base, self.base_closed)
+                && *turn > c.turn
+            {
+                self.candidate = Some(Aging {
+                    turn: *turn,
+                    hash: *hash,
+                    bytes: Arc::clone(bytes),
+                    closed,
+                });
+            }
+            self.spectator = Base::Agreed {
+                turn: c.turn,
+                hash: c.hash,
+                bytes: c.bytes,
+            };
+            moved = true;
+        }
+        if moved {
+            self.trim();
+        }
+        moved
+    }
+
+    /// The first turn the spectator base needs from the tail (`None`: it
+    /// needs none, it is lost).
+    fn spectator_keeps(&self) -> Option<Turn> {
+        match &self.spectator {
+            Base::Genesis => Some(Turn(0)),
+            Base::Agreed { turn, .. } => Some(turn.next()),
+            Base::Lost => None,
+        }
     }
 
     /// The bundles after the base, in turn order.
@@ -163,6 +268,8 @@ impl SnapshotStore {
     /// back to the first turn): rejoins wait for the next agreed snapshot.
     pub(super) fn lose_base(&mut self, next: Turn) {
         self.base = Base::Lost;
+        self.spectator = Base::Lost;
+        self.candidate = None;
         // A rejoin cannot be served until a new base is agreed: ask for
         // one as soon as the match runs.
         self.wanted = Some(next);
@@ -218,12 +325,26 @@ impl SnapshotStore {
         self.floor = floor;
     }
 
-    /// Bytes held: the snapshot, the half-received upload and the tail.
+    /// Bytes held: the snapshots (the base, and the spectator base and the
+    /// candidate where they are other copies), the half-received upload
+    /// and the tail.
     pub(super) fn bytes(&self) -> (usize, usize, usize) {
-        let snap = match &self.base {
-            Base::Agreed { bytes, .. } => bytes.len(),
-            _ => 0,
+        let base = match &self.base {
+            Base::Agreed { bytes, .. } => Some(bytes),
+            _ => None,
         };
+        let spectator = match &self.spectator {
+            Base::Agreed { bytes, .. } => Some(bytes),
+            _ => None,
+        };
+        let candidate = self.candidate.as_ref().map(|c| &c.bytes);
+        let mut copies: Vec<&Arc<[u8]>> = Vec::with_capacity(3);
+        for b in [base, spectator, candidate].into_iter().flatten() {
+            if !copies.iter().any(|c| Arc::ptr_eq(c, b)) {
+                copies.push(b);
+            }
+        }
+        let snap = copies.iter().map(|b| b.len()).sum();
         let up = self.upload.as_ref().map_or(0, |u| u.buf.len());
         (snap, up, self.tail_bytes)
     }
@@ -321,10 +442,26 @@ impl SnapshotStore {
             .max_tail_turns
             .min(crate::rejoin_config::MAX_TAIL_TURNS) as usize;
         while self.tail.len() > max {
-            if let Some((_, _, b)) = self.tail.pop_front() {
-                self.tail_bytes -= b.len();
+            let Some((t, _, b)) = self.tail.pop_front() else {
+                break;
+            };
+            self.tail_bytes -= b.len();
+            // A bundle at or before a snapshot's turn was kept only for a
+            // base that needs older ones: the snapshot itself stays good.
+            let needed = |base: &Base| match base {
+                Base::Genesis => true,
+                Base::Agreed { turn, .. } => t > *turn,
+                Base::Lost => false,
+            };
+            if needed(&self.base) {
+                self.base = Base::Lost;
             }
-            self.base = Base::Lost;
+            if needed(&self.spectator) {
+                self.spectator = Base::Lost;
+            }
+            if self.candidate.as_ref().is_some_and(|c| t > c.turn) {
+                self.candidate = None;
+            }
         }
     }
 
@@ -407,22 +544,53 @@ impl SnapshotStore {
         }
         self.failed.remove(&up.from);
         self.base_from = Some(up.from);
-        let floor = self.floor;
+        let closed = self
+            .tail
+            .iter()
+            .find(|(t, _, _)| *t == up.turn)
+            .map(|(_, at, _)| *at);
+        let bytes: Arc<[u8]> = up.buf.into();
+        self.base_closed = closed;
+        if self.candidate.is_none()
+            && let Some(closed) = closed
+        {
+            self.candidate = Some(Aging {
+                turn: up.turn,
+                hash,
+                bytes: Arc::clone(&bytes),
+                closed,
+            });
+        }
+        self.base = Base::Agreed {
+            turn: up.turn,
+            hash,
+            bytes,
+        };
+        self.trim();
+        Outcome::Accepted
+    }
+
+    /// Drops the bundles up to the base's turn that no spectator and no
+    /// spectator base needs any more.
+    fn trim(&mut self) {
+        let Base::Agreed { turn: base, .. } = &self.base else {
+            return;
+        };
+        let base = *base;
+        // Spectators still need the bundles after their base.
+        let floor = match (self.floor, self.spectator_keeps()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         while self
             .tail
             .front()
-            .is_some_and(|(t, _, _)| *t <= up.turn && floor.is_none_or(|f| *t < f))
+            .is_some_and(|(t, _, _)| *t <= base && floor.is_none_or(|f| *t < f))
         {
             if let Some((_, _, b)) = self.tail.pop_front() {
                 self.tail_bytes -= b.len();
             }
         }
-        self.base = Base::Agreed {
-            turn: up.turn,
-            hash,
-            bytes: up.buf.into(),
-        };
-        Outcome::Accepted
     }
 }
 
@@ -474,6 +642,10 @@ mod tests {
             }
             b => panic!("{b:?}"),
         }
+        // Spectators need the bundles from their base on: without a delay
+        // the snapshot is their base at once, and the tail is cut past it.
+        assert_eq!(s.tail_turns(), 15);
+        assert!(s.age(Instant::ZERO, lockstep::Duration::ZERO));
         assert_eq!(s.tail_turns(), 4, "bundles 11..=14 stay");
         assert_eq!(s.bytes(), (4, 0, 40));
     }
@@ -527,6 +699,7 @@ mod tests {
         s.request(Turn(10), PlayerId(0));
         s.on_chunk(PlayerId(0), chunk(10, 1, 1, 0, &[9]), &c);
         assert_eq!(s.on_agreed(Turn(10), StateHash([1; 32])), Outcome::Accepted);
+        s.age(Instant::ZERO, lockstep::Duration::ZERO);
         assert_eq!(s.tail_turns(), 15);
         // A rejoin still gets only the bundles after the snapshot.
         assert_eq!(s.tail().count(), 4);
@@ -627,5 +800,53 @@ mod tests {
         s.on_chunk(PlayerId(0), chunk(4, 1, 1, 0, &[9]), &c);
         assert_eq!(s.on_agreed(Turn(4), StateHash([1; 32])), Outcome::Accepted);
         assert_eq!(s.tail_turns(), 2);
+    }
+
+    /// A new spectator's base is the newest agreed snapshot at least the
+    /// delay old; while it waits, the tail is kept from the spectator
+    /// base on, and the older copy counts in the snapshot memory (every
+    /// copy once, however many hold it).
+    #[test]
+    fn the_spectator_base_ages_and_its_copy_counts_in_the_memory() {
+        use lockstep::Duration;
+        let c = RejoinConfig::default();
+        let delay = Duration::from_secs(3);
+        let mut s = SnapshotStore::default();
+        for t in 0..25u32 {
+            let at = Instant::from_millis(100 * u64::from(t));
+            s.push_tail(Turn(t), at, vec![t as u8; 10], &c);
+        }
+        let agree = |s: &mut SnapshotStore, turn: u32, len: usize| {
+            s.request(Turn(turn), PlayerId(0));
+            s.on_chunk(
+                PlayerId(0),
+                chunk(turn, 1, len as u32, 0, &vec![9; len]),
+                &c,
+            );
+            assert_eq!(
+                s.on_agreed(Turn(turn), StateHash([1; 32])),
+                Outcome::Accepted
+            );
+        };
+        agree(&mut s, 10, 4);
+        // Turn 10 closed at 1 s: at 1.5 s a spectator starts from the setup.
+        assert!(!s.age(Instant::from_millis(1_500), delay));
+        assert!(matches!(s.spectator_base(), Base::Genesis));
+        assert_eq!(s.tail_turns(), 25, "kept from the first turn");
+        // A newer base; turn 10 waits to be old enough: two copies.
+        agree(&mut s, 20, 6);
+        assert_eq!(s.bytes().0, 4 + 6);
+        // At 4 s turn 10 is 3 s old: it is the spectators' base; turn 20
+        // (2 s old) waits. The tail is kept from turn 11.
+        assert!(s.age(Instant::from_millis(4_000), delay));
+        assert_eq!(s.spectator_offer().map(|o| o.0), Some(Turn(10)));
+        assert_eq!(s.bytes().0, 4 + 6);
+        assert_eq!(s.timed_tail().next().map(|(t, _, _)| t), Some(Turn(11)));
+        // At 5 s turn 20 is: one copy, shared with the base.
+        assert!(s.age(Instant::from_millis(5_000), delay));
+        assert_eq!(s.spectator_offer().map(|o| o.0), Some(Turn(20)));
+        assert_eq!(s.bytes().0, 6);
+        assert_eq!(s.timed_tail().next().map(|(t, _, _)| t), Some(Turn(21)));
+        assert_eq!(s.snapshot_of(Turn(20)).map(|b| b.len()), Some(6));
     }
 }

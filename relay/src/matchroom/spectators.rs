@@ -1,5 +1,7 @@
 //! Spectators: read-only connections that join a running match at any time
-//! from the agreed snapshot and watch `spectator_delay` behind live. They
+//! from the newest agreed snapshot at least `spectator_delay` old (the
+//! setup's world while none is; see `snapshots`) and watch
+//! `spectator_delay` behind live. They
 //! never count for turn closing or the desync majority; their hash reports
 //! are checked against the turns' agreed hashes, so each one is a free
 //! extra verifier.
@@ -104,7 +106,9 @@ impl MatchRoom {
             out.counters.reconnects += 1;
             from.0.checked_sub(1).map(Turn)
         } else {
-            let snapshot = match g.snapshots.base() {
+            // Never a world newer than the delay: the spectator base.
+            g.snapshots.age(now, config.rejoin.spectator_delay);
+            let snapshot = match g.snapshots.spectator_base() {
                 Base::Genesis => None,
                 Base::Agreed { turn, hash, bytes } => {
                     Some((*turn, *hash, u32::try_from(bytes.len()).unwrap_or(u32::MAX)))
@@ -170,7 +174,7 @@ impl Game {
         if !self.spectators.is_empty() {
             return;
         }
-        if let Base::Agreed { turn, .. } = self.snapshots.base() {
+        if let Base::Agreed { turn, .. } = self.snapshots.spectator_base() {
             let from = *turn;
             self.agreed.forget_before(from);
         }
@@ -208,10 +212,27 @@ impl Game {
         out: &mut Outbox,
         all: bool,
     ) {
+        let delay = config.rejoin.spectator_delay;
+        // Aged on every tick, watched or not: the tail is trimmed only
+        // past the spectator base, so it must move on.
+        if self.snapshots.age(now, delay) {
+            // Spectators whose restore failed get the new spectator base.
+            let waiting: Vec<Receiver> = self
+                .awaiting
+                .iter()
+                .copied()
+                .filter(|w| matches!(w, Receiver::Spectator(_)))
+                .collect();
+            self.awaiting
+                .retain(|w| !matches!(w, Receiver::Spectator(_)));
+            let base = self.snapshots.spectator_offer();
+            for who in waiting {
+                self.reoffer(who, base, out);
+            }
+        }
         if self.spectators.is_empty() {
             return;
         }
-        let delay = config.rejoin.spectator_delay;
         for s in &mut self.spectators {
             for (turn, at, bytes) in self.snapshots.timed_tail() {
                 if s.sent_through.is_some_and(|t| turn <= t) {

@@ -205,10 +205,15 @@ pub(super) fn upload(turn: Turn, bytes: Vec<u8>) -> ToRelay {
     })
 }
 
+/// A relay asking for a snapshot every `snapshot_every` turns, with no
+/// spectator delay (a LAN's): a spectator starts from the latest agreed
+/// snapshot, so these tests see the snapshot mechanics without waiting for
+/// one to age (the delay's own test sets one).
 pub(super) fn config(snapshot_every: u32) -> RelayConfig {
     RelayConfig {
         rejoin: RejoinConfig {
             snapshot_every,
+            spectator_delay: Duration::ZERO,
             key: crate::rejoin_config::RejoinKey::from_bytes(&[3; 32]).unwrap(),
             ..RejoinConfig::default()
         },

@@ -45,6 +45,13 @@ impl Router {
             self.refuse_rejoin(conn, rejoin, RejectReason::HoldExpired, Some(d), None);
             return;
         };
+        if let Some(c) = &claims
+            && self.wrong_instance(now, c, Some(id))
+        {
+            self.out.counters.rejoins_refused += 1;
+            self.refuse_token(conn, join, Refusal::WrongInstance);
+            return;
+        }
         let Some(m) = self.matches.get_mut(&id) else {
             return;
         };
@@ -61,6 +68,7 @@ impl Router {
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.room = Some((id, Some(player)));
                 }
+                self.admit_token(id, claims.as_ref());
             }
             Err((reason, detail)) => self.refuse_rejoin(conn, rejoin, reason, detail, None),
         }
@@ -100,6 +108,12 @@ impl Router {
             self.reject(conn, join, RejectReason::HoldExpired, Some(d), None);
             return;
         };
+        if let Some(c) = &claims
+            && self.wrong_instance(now, c, Some(id))
+        {
+            self.refuse_token(conn, join, Refusal::WrongInstance);
+            return;
+        }
         let Some(m) = self.matches.get_mut(&id) else {
             return;
         };
@@ -108,6 +122,7 @@ impl Router {
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.spectating = Some(id);
                 }
+                self.admit_token(id, claims.as_ref());
             }
             Err((reason, detail)) => self.reject(conn, join, reason, detail, None),
         }

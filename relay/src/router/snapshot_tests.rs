@@ -300,8 +300,9 @@ fn every_receiver_streams_the_snapshot_from_the_matchs_one_copy() {
             .map(|s| s.bytes.clone())
             .collect();
     assert!(shared.windows(2).all(|w| Arc::ptr_eq(&w[0], &w[1])));
-    // The base plus eight streams hold the one allocation.
-    assert_eq!(Arc::strong_count(&shared[0]), 1 + 8 + shared.len());
+    // The base, the spectator base (the same snapshot, no delay here) and
+    // eight streams hold the one allocation.
+    assert_eq!(Arc::strong_count(&shared[0]), 2 + 8 + shared.len());
     // Room again: each gets the whole snapshot, then is done.
     m.drain();
     assert!(m.r.snapshot_receivers().is_empty());
@@ -342,4 +343,82 @@ fn at_the_memory_budget_no_upload_is_asked_for_and_turns_go_on() {
         !m.requests.is_empty(),
         "never asked with snapshots' share free"
     );
+}
+
+/// Before: a new spectator got the latest agreed snapshot, as little as
+/// half a second old against a 3 s spectator delay, so it saw the match
+/// seconds ahead of its delay. Now, joining at any turn, it starts from a
+/// snapshot whose turn closed at least the delay ago, or from the setup's
+/// world (and every bundle from the first turn) while none is that old.
+/// The older copy the relay keeps for that counts in the snapshot memory.
+#[test]
+fn a_new_spectator_never_starts_from_a_snapshot_newer_than_the_delay() {
+    let mut config = config(10);
+    config.rejoin.spectator_delay = Duration::from_secs(3);
+    let delay = config.rejoin.spectator_delay;
+    let mut m = Match::start(config, &[Uploads::Honest; 2]);
+    // When each turn closed: its bundle reached player 0.
+    let mut closed: BTreeMap<Turn, Instant> = BTreeMap::new();
+    let mut seen = 0;
+    let mut from_snapshot = 0;
+    let mut extra_copy_counted = false;
+    for conn in 100..200 {
+        m.run(1);
+        for msg in m.inbox(0, seen) {
+            if let ToPeer::Bundle(b) = msg {
+                closed.entry(b.turn).or_insert(m.now);
+            }
+        }
+        seen = m.inbox_len(0);
+        let got = m.spectate(conn);
+        let (snapshot, bytes) = resumed(&got);
+        match snapshot {
+            Some((turn, hash, _)) => {
+                let at = closed[&turn];
+                assert!(
+                    m.now.saturating_since(at) >= delay,
+                    "at {:?} a snapshot of {turn:?}, closed at {at:?}",
+                    m.now
+                );
+                assert_eq!((hash, bytes), (world_hash(turn), true_snapshot(turn)));
+                from_snapshot += 1;
+            }
+            None => {
+                // Only while the first snapshot (turn 10) is not that old.
+                assert!(
+                    closed
+                        .get(&Turn(10))
+                        .is_none_or(|&at| m.now.saturating_since(at) < delay),
+                    "at {:?}: {got:?}",
+                    m.now
+                );
+                // The setup's world: every bundle from the first turn on,
+                // as soon as they are the delay old.
+                let first = got.iter().find_map(|m| match m {
+                    ToPeer::Bundle(b) => Some(b.turn),
+                    _ => None,
+                });
+                if m.now.saturating_since(closed[&Turn(0)]) >= delay {
+                    assert_eq!(first, Some(Turn(0)), "at {:?}: {got:?}", m.now);
+                } else {
+                    assert_eq!(first, None, "at {:?}: {got:?}", m.now);
+                }
+            }
+        }
+        // The base (honest players: every 10th turn is agreed in order)
+        // and the spectators' older snapshot are two copies, both counted;
+        // the waiting candidate may be a third.
+        let (snap, ..) = m.r.snapshot_memory();
+        let size = true_snapshot(Turn(0)).len();
+        let latest = Turn(10 * m.r.counters().snapshots_agreed as u32);
+        if let Some((turn, _, _)) = snapshot
+            && turn < latest
+        {
+            assert!((2 * size..=3 * size).contains(&snap), "{snap} bytes");
+            extra_copy_counted = true;
+        }
+        m.send(conn, &ToRelay::Leave);
+    }
+    assert!(from_snapshot > 50, "{from_snapshot} joins from a snapshot");
+    assert!(extra_copy_counted, "the older copy counts in the memory");
 }

@@ -135,8 +135,11 @@ impl<'a> EventLoop<'a> {
             .with_token_ledger_of(&shared.ledger);
         let now = Instant::from_std(shared.epoch, std::time::Instant::now());
         server.set_unix_time(now, unix_now_ms() / 1000);
-        let router =
+        let mut router =
             Router::new(shared.config.clone()).with_match_ids(index as u64 + 1, loops as u64);
+        // Both on one wall clock: the router keeps ended matches' token
+        // instances until the tokens' expiry, which the server checks.
+        router.set_unix_time(now, unix_now_ms() / 1000);
         let glue = RouterGlue::new().with_quota(Arc::clone(&shared.quota));
         Ok(Self {
             index,

@@ -113,6 +113,7 @@ pub(crate) fn publish(
     set(Metric::DropTokenWrongMatch, s.token_wrong_match);
     set(Metric::DropTokenWrongSlot, s.token_wrong_slot);
     set(Metric::DropTokenWrongKind, s.token_wrong_kind);
+    set(Metric::DropTokenWrongInstance, s.token_wrong_instance);
     set(Metric::DropCookieReplayed, s.cookie_replayed);
     set(Metric::DropHandshakeWhileHeard, s.handshake_while_heard);
     if let Some(rec) = recorder {

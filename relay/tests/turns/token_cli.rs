@@ -1,7 +1,7 @@
 //! `relay token`: prints a hex join token that opens under the key file's key
 //! with the requested match, slot, lifetime and relay address.
 
-use lockstep::token::{ConnectToken, Refusal, TokenKey, TokenKind};
+use lockstep::token::{ConnectToken, MatchInstance, Refusal, TokenKey, TokenKind};
 use std::process::{Command, Output};
 
 #[test]
@@ -55,6 +55,18 @@ fn relay_token_prints_a_token_for_the_match_and_slot() {
     let (claims2, _) = token2.private.open(&key).unwrap();
     assert_eq!(claims2.expire_unix - claims2.create_unix, 300);
     assert_ne!(token2.private.nonce, token.private.nonce, "fresh token id");
+    assert_eq!(claims.instance, MatchInstance::UNBOUND, "no --instance");
+
+    // --instance is sealed in the token (and echoed in the JSON).
+    let inst = "00112233445566778899aabbccddeeff";
+    let out = run("5m", &["--json", "--instance", inst]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["instance"], inst);
+    let token3 = ConnectToken::from_hex(v["token"].as_str().unwrap()).unwrap();
+    let (claims3, _) = token3.private.open(&key).unwrap();
+    assert_eq!(claims3.instance, MatchInstance::from_hex(inst).unwrap());
+    assert!(!run("5m", &["--instance", "0011"]).status.success());
 
     // Nonsense lifetimes are refused by the argument parser.
     for bad in ["0s", "10d", "x"] {
