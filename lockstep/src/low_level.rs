@@ -37,13 +37,13 @@ pub mod proto {
     pub use crate::proto::{
         BUNDLE_TAG_LEN, Bundle, BundleTag, DecodeError, Delivery, DesyncDetails, DesyncEntity,
         DesyncField, DesyncReport, EndReason, EntityDump, Heal, Join, MAX_BUNDLE_ENTRIES,
-        MAX_BUNDLE_LEN, MAX_CARRY_BYTES, MAX_DETAIL_ENTITIES, MAX_DETAIL_FIELDS, MAX_DETAILS_LEN,
-        MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES, MAX_HAND_BACK_TURNS, MAX_INPUT_BYTES,
-        MAX_INPUT_CHUNKS, MAX_INPUT_DELAY, MAX_MESSAGE_LEN, MAX_NAME_LEN, MAX_PLAYER_TURN_BYTES,
-        MAX_PLAYER_TURN_ENTRIES, MAX_REASON_LEN, MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE,
-        Notice, PROTOCOL_VERSION, PeerReport, PlayerInfo, Reconnect, Reconnected, RejectReason,
-        Rejoin, RejoinSecret, Reoffer, Resume, Rewatch, SnapshotChunk, Start, ToPeer, ToRelay,
-        decode_turn,
+        MAX_BUNDLE_INPUT_BYTES, MAX_BUNDLE_LEN, MAX_CARRY_BYTES, MAX_DETAIL_ENTITIES,
+        MAX_DETAIL_FIELDS, MAX_DETAILS_LEN, MAX_DUMP_ENTITIES, MAX_ENTITY_HASHES,
+        MAX_HAND_BACK_TURNS, MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_INPUT_DELAY, MAX_MESSAGE_LEN,
+        MAX_NAME_LEN, MAX_PLAYER_TURN_BYTES, MAX_PLAYER_TURN_ENTRIES, MAX_REASON_LEN,
+        MAX_SNAPSHOT_CHUNK, MAX_SNAPSHOT_CHUNK_MESSAGE, Notice, PROTOCOL_VERSION, PeerReport,
+        PlayerInfo, Reconnect, Reconnected, RejectReason, Rejoin, RejoinSecret, Reoffer, Resume,
+        Rewatch, SnapshotChunk, Start, ToPeer, ToRelay, decode_turn, player_turn_bytes,
     };
 }
 

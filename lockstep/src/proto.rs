@@ -28,7 +28,9 @@ pub use rejoin_messages::{
 };
 
 /// Version byte that prefixes every message; a peer and relay of different versions do not talk.
-/// Version 2: a [`Bundle`] carries the relay's [`BundleTag`].
+/// Version 2: a [`Bundle`] carries the relay's [`BundleTag`], and matches
+/// hold up to 32 players (ids, slots and bundles a version 1 peer would
+/// refuse to decode).
 pub const PROTOCOL_VERSION: u8 = 2;
 /// Largest encoded message accepted: the largest bundle the relay can build
 /// ([`MAX_BUNDLE_LEN`]) fits, and the transport's default message limit is
@@ -46,9 +48,31 @@ pub const MAX_INPUT_BYTES: usize = 4096;
 /// closed) the relay carries into one turn for one player.
 pub const MAX_CARRY_BYTES: usize = MAX_INPUT_BYTES;
 /// A player's byte budget in one bundle: its own input plus carried-over
-/// late input. The relay refuses (with [`ToPeer::InputRefused`]) input that
-/// would go over it, so every bundle it builds stays deliverable.
+/// late input, in a match of up to eight players (more share
+/// [`MAX_BUNDLE_INPUT_BYTES`]: [`player_turn_bytes`]). The relay refuses
+/// (with [`ToPeer::InputRefused`]) input that would go over it, so every
+/// bundle it builds stays deliverable.
 pub const MAX_PLAYER_TURN_BYTES: usize = MAX_INPUT_BYTES + MAX_CARRY_BYTES;
+/// Most command bytes in one bundle, all players together: eight players
+/// at [`MAX_PLAYER_TURN_BYTES`] (64 KiB). A match of more players shares it
+/// ([`player_turn_bytes`]: 2 KiB each at 32), so the largest bundle stays
+/// under [`MAX_MESSAGE_LEN`] and its 255 fragments whatever the match size.
+pub const MAX_BUNDLE_INPUT_BYTES: usize = 8 * MAX_PLAYER_TURN_BYTES;
+/// A player's byte budget in one bundle of a match of `players`: the whole
+/// [`MAX_PLAYER_TURN_BYTES`] up to eight players, an equal share of
+/// [`MAX_BUNDLE_INPUT_BYTES`] beyond (2,048 bytes at 32 players, still
+/// dozens of RTS commands a turn). The relay's own bundle budget may cut it
+/// further.
+#[must_use]
+pub const fn player_turn_bytes(players: u8) -> usize {
+    let players = if players == 0 { 1 } else { players as usize };
+    let share = MAX_BUNDLE_INPUT_BYTES / players;
+    if share < MAX_PLAYER_TURN_BYTES {
+        share
+    } else {
+        MAX_PLAYER_TURN_BYTES
+    }
+}
 /// Most entries one player may have in one bundle: its own chunks plus as
 /// many again carried from late inputs.
 pub const MAX_PLAYER_TURN_ENTRIES: usize = 2 * MAX_INPUT_CHUNKS;
@@ -57,22 +81,26 @@ pub const MAX_BUNDLE_ENTRIES: usize = MAX_PLAYERS as usize * MAX_PLAYER_TURN_ENT
 /// Upper bound of one encoded notice (postcard: tag, player or delay byte,
 /// a varint turn of at most 5 bytes).
 const MAX_NOTICE_LEN: usize = 1 + 1 + 5;
-/// Upper bound of the encoded [`ToPeer::Bundle`] with every player at its
-/// byte and entry budget and every notice slot used: version and message
-/// tag, the turn (varint), two collection lengths (varints), per entry its
-/// player byte and a chunk length of at most 2 varint bytes
-/// ([`MAX_INPUT_BYTES`] < 2^14), and the tag (one byte, and the 16 of a
-/// [`BundleTag`]).
+/// Upper bound of the encoded [`ToPeer::Bundle`] with every byte of
+/// [`MAX_BUNDLE_INPUT_BYTES`] and every entry used and every notice slot
+/// used: version and message tag, the turn (varint), two collection lengths
+/// (varints), per entry its player byte and a chunk length of at most 2
+/// varint bytes ([`MAX_INPUT_BYTES`] < 2^14), and the tag (one byte, and
+/// the 16 of a [`BundleTag`]). 68,860 bytes: at 8 players as at 32, under
+/// [`MAX_MESSAGE_LEN`] and 68 fragments of the transport's 255.
 pub const MAX_BUNDLE_LEN: usize = 1
     + 1
     + 5
     + 3
-    + MAX_PLAYERS as usize * (MAX_PLAYER_TURN_BYTES + MAX_PLAYER_TURN_ENTRIES * (1 + 2))
+    + MAX_BUNDLE_INPUT_BYTES
+    + MAX_BUNDLE_ENTRIES * (1 + 2)
     + 1
     + MAX_NOTICES * MAX_NOTICE_LEN
     + 1
     + BUNDLE_TAG_LEN;
 const _: () = assert!(MAX_BUNDLE_LEN <= MAX_MESSAGE_LEN);
+const _: () =
+    assert!(player_turn_bytes(MAX_PLAYERS) * MAX_PLAYERS as usize <= MAX_BUNDLE_INPUT_BYTES);
 const _: () = assert!(MAX_INPUT_BYTES < 1 << 14);
 /// Most notices piggybacked on one bundle.
 pub(crate) const MAX_NOTICES: usize = 32;
@@ -529,9 +557,12 @@ fn check_bundle(b: &Bundle) -> Result<(), DecodeError> {
     check(b.inputs.len() <= MAX_BUNDLE_ENTRIES, "bundle entries")?;
     check(b.notices.len() <= MAX_NOTICES, "notices")?;
     let mut per_player = [0usize; MAX_PLAYERS as usize];
+    let mut total = 0usize;
     for (p, bytes) in &b.inputs {
         check_player(*p)?;
         check(bytes.len() <= MAX_INPUT_BYTES, "input bytes")?;
+        total += bytes.len();
+        check(total <= MAX_BUNDLE_INPUT_BYTES, "bundle input bytes")?;
         if let Some(n) = per_player.get_mut(usize::from(p.0)) {
             *n += bytes.len();
             check(*n <= MAX_PLAYER_TURN_BYTES, "player bytes in bundle")?;
@@ -859,4 +890,4 @@ pub fn decode_turn<C: DeserializeOwned>(inputs: &[(PlayerId, Vec<u8>)]) -> Vec<S
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
-mod tests;
+pub(crate) mod tests;

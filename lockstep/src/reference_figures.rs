@@ -125,3 +125,34 @@ fn the_protocol_version_and_the_bundle_tag_in_the_reference_are_the_codes() {
     ));
     stated(&format!("the first {BUNDLE_TAG_LEN} bytes of keyed BLAKE3"));
 }
+
+/// The match-size figures: players, the bundle budget and the largest
+/// bundle at 32 players.
+#[test]
+fn match_size_figures_in_the_reference_are_the_codes() {
+    use crate::proto::{
+        MAX_BUNDLE_INPUT_BYTES, MAX_BUNDLE_LEN, MAX_MESSAGE_LEN, MAX_PLAYER_TURN_BYTES,
+        player_turn_bytes,
+    };
+    stated(&format!("`sim::MAX_PLAYERS` = {}", sim::MAX_PLAYERS));
+    stated(&format!("`MAX_MESSAGE_LEN` = {MAX_MESSAGE_LEN} bytes"));
+    stated(&format!(
+        "at most {MAX_FRAGMENTS} fragments of {FRAGMENT_SIZE}\nbytes"
+    ));
+    stated(&format!(
+        "`MAX_BUNDLE_INPUT_BYTES` = {MAX_BUNDLE_INPUT_BYTES}"
+    ));
+    stated(&format!(
+        "`MAX_PLAYER_TURN_BYTES` = {MAX_PLAYER_TURN_BYTES} up\nto 8 players"
+    ));
+    stated(&format!("{MAX_BUNDLE_INPUT_BYTES} / players beyond"));
+    stated(&format!("({} bytes at 32 players", player_turn_bytes(32)));
+    stated(&format!(
+        "`MAX_BUNDLE_LEN` = {MAX_BUNDLE_LEN}\nbytes at any match size, {} fragments",
+        MAX_BUNDLE_LEN.div_ceil(FRAGMENT_SIZE)
+    ));
+    stated(&format!(
+        "version byte {}, then postcard",
+        crate::proto::PROTOCOL_VERSION
+    ));
+}

@@ -87,8 +87,9 @@ pub struct DemoConfig {
     /// Restart the crashed peer this long after it crashed: it rejoins its
     /// held slot (with its secret) and plays on.
     pub rejoin_after: Option<Duration>,
-    /// Spectators that join a third of the way into the match.
-    pub spectators: u8,
+    /// Spectators that join a third of the way into the match (up to 256,
+    /// a match's most with `relay serve`'s default `--max-spectators`).
+    pub spectators: u16,
     /// Every peer keeps a speculative view (`PeerBuilder::with_speculation`)
     /// and renders 60 frames a second; each peer's summary then reports
     /// `own_feedback_ms` and `speculation`.
@@ -99,7 +100,7 @@ pub struct DemoConfig {
 #[derive(Clone, Debug, Serialize)]
 pub struct DemoSpectator {
     /// Spectator index (0-based).
-    pub spectator: u8,
+    pub spectator: u16,
     /// The last turn it simulated.
     pub final_turn: Option<u32>,
     /// Its hash after that turn (must be the players').
@@ -370,6 +371,26 @@ impl DemoReport {
     }
 }
 
+/// The relay's settings for the demo: `config.relay` with room for every
+/// peer and spectator, which all connect from this host (loopback). The
+/// per-host limit (16 by default, a bound on hostile clients of a public
+/// relay) would refuse the 17th, and the spectator cap the 33rd
+/// spectator; the per-relay bounds (`max_connections`, the memory budget)
+/// stay as configured. One more connection than peers and spectators: a
+/// rejoining peer's new connection may open before its old one timed out.
+#[must_use]
+pub(crate) fn fit_on_one_host(config: &DemoConfig) -> RelayConfig {
+    let mut relay = config.relay.clone();
+    let needed = usize::from(config.peers) + usize::from(config.spectators) + 1;
+    let limits = &mut relay.limits;
+    limits.max_connections_per_host = limits.max_connections_per_host.max(needed);
+    relay.rejoin.max_spectators = relay
+        .rejoin
+        .max_spectators
+        .max(usize::from(config.spectators));
+    relay
+}
+
 /// Runs the demo; `progress` gets one line per second for stderr.
 pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Result<DemoReport> {
     let started = std::time::Instant::now();
@@ -386,7 +407,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     let (note_tx, note_rx) = mpsc::channel::<Note>();
     let relay = {
         let stop = Arc::clone(&stop);
-        let cfg = config.relay.clone();
+        let cfg = fit_on_one_host(config);
         let transport = cfg.server_transport(TransportConfig::default());
         std::thread::spawn(move || {
             serve(&relay_socket, cfg, transport, Some(recorder), &stop, |n| {
@@ -486,7 +507,7 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     }
     let spectators = watchers
         .into_iter()
-        .zip(0u8..)
+        .zip(0u16..)
         .map(|(h, k)| {
             let s = match h.join() {
                 Ok(Ok(s)) => s,
@@ -761,5 +782,53 @@ fn report(
         replay,
         hashes_agree,
         seconds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{ConnectionQuota, QuotaFull};
+
+    /// A demo of 32 peers and 256 spectators, every one from 127.0.0.1,
+    /// gets a relay that admits them all: the per-host limit (16 by
+    /// default) and the spectator cap (256) are raised to fit, and the
+    /// connection after them is still refused (the bound is the demo's
+    /// need, not lifted).
+    #[test]
+    fn the_demo_relay_admits_32_peers_and_256_spectators_from_one_host() {
+        let config = DemoConfig {
+            game: DemoGame::Rts,
+            peers: sim::MAX_PLAYERS,
+            turns: 10,
+            relay: RelayConfig::default(),
+            impair: None,
+            record_dir: PathBuf::from("unused"),
+            seed: 1,
+            apm: 300,
+            desync: None,
+            peer_impair: Vec::new(),
+            vanish: None,
+            rejoin_after: None,
+            spectators: 256,
+            speculate: false,
+        };
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 9000));
+        let max = 4096;
+        // The serve defaults would refuse the 17th.
+        let plain =
+            ConnectionQuota::new(max).with_per_host(config.relay.limits.max_connections_per_host);
+        assert_eq!(
+            (0..17).map(|_| plain.try_take(loopback)).last(),
+            Some(Err(QuotaFull::Host))
+        );
+        let relay = fit_on_one_host(&config);
+        assert!(relay.rejoin.max_spectators >= 256);
+        let quota = ConnectionQuota::new(max).with_per_host(relay.limits.max_connections_per_host);
+        // Every peer and spectator, and a rejoining peer's new connection.
+        for k in 0..32 + 256 + 1 {
+            assert_eq!(quota.try_take(loopback), Ok(()), "connection {k}");
+        }
+        assert_eq!(quota.try_take(loopback), Err(QuotaFull::Host));
     }
 }

@@ -66,17 +66,22 @@ impl Limits {
     /// A player's byte budget in one turn's bundle (its own input and
     /// carried late input together) in a match of `players` with turns of
     /// `turn`: the bundle budget's share, between [`MIN_PLAYER_TURN_BYTES`]
-    /// and the protocol's `MAX_PLAYER_TURN_BYTES`.
+    /// and the protocol's share for that many players
+    /// (`proto::player_turn_bytes`: `MAX_PLAYER_TURN_BYTES` up to eight
+    /// players, 2 KiB at 32), so that the largest bundle stays deliverable.
     #[must_use]
     pub fn player_turn_bytes(&self, players: u8, turn: Duration) -> usize {
         let per_turn = (self.bundle_bytes_per_sec as u128)
             .saturating_mul(u128::from(turn.as_micros()))
             / 1_000_000;
         let share = per_turn / u128::from(players.max(1));
-        usize::try_from(share).unwrap_or(usize::MAX).clamp(
-            MIN_PLAYER_TURN_BYTES,
-            lockstep::low_level::proto::MAX_PLAYER_TURN_BYTES,
-        )
+        // The floor (256) is under the protocol's share at every match size
+        // (64 KiB over 255 players is 257), so the floor never lifts a share
+        // over what the decoders accept.
+        usize::try_from(share)
+            .unwrap_or(usize::MAX)
+            .max(MIN_PLAYER_TURN_BYTES)
+            .min(lockstep::low_level::proto::player_turn_bytes(players))
     }
 }
 
@@ -515,6 +520,16 @@ mod tests {
             l.player_turn_bytes(1, ms(1_000)),
             lockstep::low_level::proto::MAX_PLAYER_TURN_BYTES
         );
+        // 32 players on slow turns: the protocol's share of a bundle at 32
+        // (2 KiB), not the eight-player cap, so the bundle stays deliverable.
+        let roomy = Limits {
+            bundle_bytes_per_sec: 4 * 1024 * 1024,
+            ..Limits::default()
+        };
+        assert_eq!(roomy.player_turn_bytes(32, ms(1_000)), 2048);
+        assert_eq!(roomy.player_turn_bytes(8, ms(1_000)), 8192);
+        // 32 players at the defaults: the floor.
+        assert_eq!(l.player_turn_bytes(32, ms(50)), MIN_PLAYER_TURN_BYTES);
         let tight = Limits {
             bundle_bytes_per_sec: 1024,
             ..Limits::default()

@@ -145,7 +145,7 @@ struct RelayArgs {
     #[arg(long, default_value_t = 3000)]
     spectator_delay_ms: u64,
     /// Most spectators per match.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = relay::rejoin_config::DEFAULT_MAX_SPECTATORS)]
     max_spectators: usize,
     /// Most connections from one host (an IPv4 address or an IPv6 /64),
     /// counted once the handshake completed; enough for a LAN party behind
@@ -342,7 +342,7 @@ struct DemoArgs {
     #[arg(long, value_enum, default_value_t = GameArg::Rts)]
     game: GameArg,
     /// Number of peers.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=8))]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=i64::from(sim::MAX_PLAYERS)))]
     peers: u8,
     /// Turns to play.
     #[arg(long, default_value_t = 300)]
@@ -390,8 +390,8 @@ struct DemoArgs {
     rejoin_after_ms: Option<u64>,
     /// Spectators that join the running match (a third of the way in) and
     /// watch it to the end; each one's final hash is in the report.
-    #[arg(long, default_value_t = 0)]
-    spectators: u8,
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
+    spectators: u16,
     /// Every peer keeps a speculative view of its own commands (a world
     /// forked from the confirmed one, 60 frames a second); the report gives
     /// per peer how soon its own command showed (`own_feedback_ms`) and the

@@ -23,7 +23,7 @@ pub(crate) fn make_unique(names: &mut [String]) {
         let unique = (2u32..)
             .map(|k| with_suffix(name, &format!("#{k}")))
             .find(|c| !taken.contains(c) && !original.contains(c))
-            // At most 8 players: one of the first nine suffixes is free,
+            // At most 32 players: one of the first 33 suffixes is free,
             // so the fallback is unreachable.
             .unwrap_or_default();
         taken.insert(unique.clone());

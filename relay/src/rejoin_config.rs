@@ -53,7 +53,7 @@ pub struct RejoinConfig {
     pub takeover_after: Duration,
     /// How far behind live spectators watch (default 3 s; zero for a LAN).
     pub spectator_delay: Duration,
-    /// Most spectators per match (default 32).
+    /// Most spectators per match (default [`DEFAULT_MAX_SPECTATORS`]).
     pub max_spectators: usize,
     /// How long a match resumed from its recording after a relay restart
     /// waits for its players (default 30 s): it closes no turn until every
@@ -155,6 +155,13 @@ impl std::fmt::Debug for RejoinKey {
     }
 }
 
+/// Default of [`RejoinConfig::max_spectators`]: 256, a big battle's
+/// audience. A spectator costs the relay a connection and its send backlog
+/// like a player; the relay-wide bounds (`--max-connections`, the memory
+/// budget's connection share, the per-host limit) hold hostile watchers,
+/// whatever this cap.
+pub const DEFAULT_MAX_SPECTATORS: usize = 256;
+
 impl Default for RejoinConfig {
     fn default() -> Self {
         Self {
@@ -165,7 +172,7 @@ impl Default for RejoinConfig {
             key: RejoinKey::random(),
             takeover_after: Duration::from_secs(1),
             spectator_delay: Duration::from_secs(3),
-            max_spectators: 32,
+            max_spectators: DEFAULT_MAX_SPECTATORS,
             resume_wait: Duration::from_secs(30),
             nonce_salt: crate::entropy::os_random("match nonces").unwrap_or_else(|_| {
                 // No OS randomness: the key, itself random or refused

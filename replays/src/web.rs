@@ -254,6 +254,37 @@ pub fn check_request_origin(request: &Request, allowed_hosts: &[String]) -> Resu
 mod tests {
     use super::*;
 
+    /// The page has a colour for each of the 32 players a match can hold,
+    /// all distinct (a player's units, legend entry and plot line), and
+    /// picks it by the whole id: with eight colours picked modulo 8,
+    /// players 0 and 8 looked alike.
+    #[test]
+    fn the_page_gives_every_player_of_a_full_match_its_own_colour() {
+        let start = VIEWER_PAGE.find("const COLOURS = [").unwrap() + "const COLOURS = [".len();
+        let list = &VIEWER_PAGE[start..start + VIEWER_PAGE[start..].find(']').unwrap()];
+        let colours: Vec<&str> = list
+            .split(',')
+            .map(|c| c.trim().trim_matches('"'))
+            .collect();
+        assert_eq!(colours.len(), usize::from(sim::MAX_PLAYERS));
+        assert!(
+            colours.iter().all(|c| c.len() == 7
+                && c.starts_with('#')
+                && c[1..].chars().all(|d| d.is_ascii_hexdigit())),
+            "{colours:?}"
+        );
+        let distinct: std::collections::BTreeSet<String> =
+            colours.iter().map(|c| c.to_ascii_lowercase()).collect();
+        assert_eq!(distinct.len(), colours.len(), "{colours:?}");
+        // Every use picks by the whole id (`MARK_COLOURS` is by marker kind).
+        let uses =
+            VIEWER_PAGE.matches("COLOURS[").count() - VIEWER_PAGE.matches("MARK_COLOURS[").count();
+        assert!(uses >= 3, "{uses}");
+        let by_id = VIEWER_PAGE.matches("[owner % COLOURS.length]").count()
+            + VIEWER_PAGE.matches("[p.id % COLOURS.length]").count();
+        assert_eq!(uses, by_id);
+    }
+
     /// The matrix of the issue, as `replay view` and the relay's live view
     /// see it (both call this): same origin, other origin, no origin and a
     /// rebinding host.

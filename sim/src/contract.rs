@@ -10,8 +10,11 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PlayerId(pub u8);
 
-/// The most players a match can have.
-pub const MAX_PLAYERS: u8 = 8;
+/// The most players a match can have: 32. Every per-player structure is
+/// sized for it (the reference RTS's start positions and target grid, the
+/// relay's seat sets, the protocol's bundle budget, which shares 64 KiB of
+/// commands a turn among more than eight players).
+pub const MAX_PLAYERS: u8 = 32;
 
 impl fmt::Display for PlayerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

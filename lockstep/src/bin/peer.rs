@@ -41,8 +41,8 @@ struct Cli {
     /// Match name; peers giving the same name play together.
     #[arg(long = "match", default_value = "default")]
     match_name: String,
-    /// Number of players in the match.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=8))]
+    /// Number of players in the match (1 to 32).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=i64::from(sim::MAX_PLAYERS)))]
     players: u8,
     /// Turns to play: a number (at least 1), or `unbounded` to play until
     /// the relay ends the match.

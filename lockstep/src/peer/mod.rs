@@ -378,7 +378,7 @@ impl<S: Simulation> PeerBuilder<S> {
     /// its handshake with `relay`.
     ///
     /// # Errors
-    /// Slots outside `1..=8`, a name longer than the protocol allows, or a
+    /// Slots outside `1..=MAX_PLAYERS` (32), a name longer than the protocol allows, or a
     /// recording file that cannot be created.
     pub fn build(self, now: Instant, relay: SocketAddr) -> Result<Peer<S>, BuildError> {
         let mut redial = Redial {
@@ -413,7 +413,7 @@ impl<S: Simulation> PeerBuilder<S> {
     /// transport options do not apply.
     ///
     /// # Errors
-    /// Slots outside `1..=8`, a name longer than the protocol allows, or a
+    /// Slots outside `1..=MAX_PLAYERS` (32), a name longer than the protocol allows, or a
     /// recording file that cannot be created.
     pub fn build_session(self, now: Instant) -> Result<GameSession<S>, BuildError> {
         let fingerprint = rules_fingerprint::<S>(self.players, self.ticks_per_turn);

@@ -56,39 +56,100 @@ fn entering_tags_are_the_tags_of_the_messages_that_enter_a_match() {
     }
 }
 
-/// The budget arithmetic is right: the largest bundle the budgets allow
-/// (every player at its byte and entry budget, the longest turn number,
-/// every notice slot) encodes within `MAX_BUNDLE_LEN`, and decodes.
-#[test]
-fn the_largest_bundle_the_budgets_allow_fits_its_bound() {
-    let chunk = MAX_PLAYER_TURN_BYTES / MAX_PLAYER_TURN_ENTRIES;
-    let inputs = (0..MAX_PLAYERS)
-        .flat_map(|p| (0..MAX_PLAYER_TURN_ENTRIES).map(move |_| (PlayerId(p), vec![0xAB; chunk])))
+/// The largest bundle a match of `players` can be sent: every player at its
+/// byte budget ([`player_turn_bytes`]) and entry budget, chunks long enough
+/// for two-byte lengths where the budget allows, the longest turn number,
+/// every notice slot used.
+pub(crate) fn largest_bundle(players: u8) -> ToPeer {
+    let budget = player_turn_bytes(players);
+    // Every entry used, each chunk at least 128 bytes (a two-byte length)
+    // while the budget allows, the rest of the entries empty.
+    let long = (budget / 128).min(MAX_PLAYER_TURN_ENTRIES);
+    let mut chunks = vec![budget / long; long];
+    if let Some(last) = chunks.last_mut() {
+        *last += budget % long;
+    }
+    chunks.resize(MAX_PLAYER_TURN_ENTRIES, 0);
+    let inputs = (0..players)
+        .flat_map(|p| chunks.iter().map(move |&n| (PlayerId(p), vec![0xAB; n])))
         .collect::<Vec<_>>();
     let notices = (0..MAX_NOTICES)
         .map(|i| Notice::PlayerDropped {
-            player: PlayerId(u8::try_from(i % 8).unwrap()),
+            player: PlayerId(u8::try_from(i).unwrap() % players),
             turn: Turn(u32::MAX),
         })
         .collect();
-    let b = ToPeer::Bundle(Bundle {
+    ToPeer::Bundle(Bundle {
         turn: Turn(u32::MAX),
         inputs,
         notices,
         tag: Some(BundleTag([0xff; BUNDLE_TAG_LEN])),
-    });
-    let bytes = b.to_bytes();
-    assert!(
-        bytes.len() <= MAX_BUNDLE_LEN,
-        "{} > {MAX_BUNDLE_LEN}",
-        bytes.len()
+    })
+}
+
+/// The budget arithmetic is right: the largest bundle the budgets allow
+/// (every player at its byte and entry budget, the longest turn number,
+/// every notice slot), at 8 players as at 32, encodes within
+/// `MAX_BUNDLE_LEN`, which is under the message limit, and decodes.
+#[test]
+fn the_largest_bundle_the_budgets_allow_fits_its_bound() {
+    assert_eq!(player_turn_bytes(8), MAX_PLAYER_TURN_BYTES);
+    assert_eq!(player_turn_bytes(MAX_PLAYERS), 2048);
+    for players in [1, 8, 9, 16, MAX_PLAYERS] {
+        let b = largest_bundle(players);
+        let ToPeer::Bundle(bundle) = &b else {
+            unreachable!()
+        };
+        let bytes_in: usize = bundle.inputs.iter().map(|(_, c)| c.len()).sum();
+        assert_eq!(
+            bytes_in,
+            usize::from(players) * player_turn_bytes(players),
+            "{players} players"
+        );
+        let bytes = b.to_bytes();
+        assert!(
+            bytes.len() <= MAX_BUNDLE_LEN,
+            "{players} players: {} > {MAX_BUNDLE_LEN}",
+            bytes.len()
+        );
+        // Not `assert_eq!`: a failure would print 68 KB of bundle.
+        assert!(ToPeer::decode(&bytes) == Ok(b), "{players} players");
+    }
+    // The bound is tight for the largest match (every entry used).
+    let most = largest_bundle(MAX_PLAYERS).to_bytes().len();
+    assert!(most + 1024 > MAX_BUNDLE_LEN, "the bound is loose: {most}");
+}
+
+/// Over the budget the decoder refuses: a bundle of 32 players each at 8 KiB
+/// (what the eight-player budget would allow) carries more than
+/// `MAX_BUNDLE_INPUT_BYTES`, and one player may still not pass
+/// `MAX_PLAYER_TURN_BYTES`.
+#[test]
+fn a_bundle_over_the_shared_input_budget_does_not_decode() {
+    let over = |inputs: Vec<(PlayerId, Vec<u8>)>| {
+        let b = ToPeer::Bundle(Bundle {
+            turn: Turn(3),
+            inputs,
+            notices: Vec::new(),
+            tag: None,
+        });
+        ToPeer::decode(&b.to_bytes())
+    };
+    let each = |players: u8, bytes: usize| {
+        (0..players)
+            .flat_map(|p| (0..bytes / 2048).map(move |_| (PlayerId(p), vec![1; 2048])))
+            .collect::<Vec<_>>()
+    };
+    assert!(over(each(8, MAX_PLAYER_TURN_BYTES)).is_ok());
+    assert!(over(each(MAX_PLAYERS, 2048)).is_ok());
+    assert_eq!(
+        over(each(9, MAX_PLAYER_TURN_BYTES)),
+        Err(DecodeError::Bounds("bundle input bytes"))
     );
-    assert!(
-        bytes.len() + 512 > MAX_BUNDLE_LEN,
-        "the bound is loose: {}",
-        bytes.len()
+    assert_eq!(
+        over(each(1, MAX_PLAYER_TURN_BYTES + 2048)),
+        Err(DecodeError::Bounds("player bytes in bundle"))
     );
-    assert_eq!(ToPeer::decode(&bytes), Ok(b));
 }
 
 /// The relay tags a closed turn's bytes in place, once for every

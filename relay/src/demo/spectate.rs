@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 pub(super) fn watch(
     config: &DemoConfig,
     relay: SocketAddr,
-    k: u8,
+    k: u16,
     timeout: Duration,
     stop: &AtomicBool,
 ) -> std::io::Result<PeerSummary> {
@@ -36,7 +36,7 @@ pub(super) fn watch(
 fn spectate<S: Simulation, A: Agent<S>>(
     config: &DemoConfig,
     relay: SocketAddr,
-    k: u8,
+    k: u16,
     timeout: Duration,
     stop: &AtomicBool,
     bot: fn(PlayerId, u64, u32) -> A,

@@ -5,8 +5,8 @@
 use super::{Game, Slot};
 use sim::{MAX_PLAYERS, PlayerId};
 
-// A `PlayerSet` holds one bit per seat in a `u8`.
-const _: () = assert!(MAX_PLAYERS <= 8);
+// A `PlayerSet` holds one bit per seat in a `u32`: 32 players, each its own.
+const _: () = assert!(MAX_PLAYERS as u32 <= u32::BITS);
 
 /// A player id below `MAX_PLAYERS`, the most a match seats (the wire
 /// decoder refuses joins for more slots).
@@ -41,7 +41,7 @@ impl Seat {
 
 /// A set of a match's players, one bit per seat.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct PlayerSet(u8);
+pub(super) struct PlayerSet(u32);
 
 impl PlayerSet {
     /// Adds `seat`.
@@ -87,7 +87,12 @@ mod tests {
         for (i, &x) in seats.iter().enumerate() {
             assert_eq!(s.contains(x), i % 2 == 0, "seat {i}");
         }
-        // Every seat has its own bit, the last one included.
+        // Every seat has its own bit, the last one included: seats 8, 16
+        // and 24 are not seat 0 (a `u8` of bits would fold or overflow).
+        assert_eq!(seats.len(), 32);
+        let mut zero = PlayerSet::default();
+        zero.insert(seats[0]);
+        assert!(seats[1..].iter().all(|&x| !zero.contains(x)));
         let mut all = PlayerSet::default();
         seats.iter().for_each(|&x| all.insert(x));
         assert!(seats.iter().all(|&x| all.contains(x)));

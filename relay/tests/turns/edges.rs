@@ -489,6 +489,97 @@ fn the_worst_bundle_hostile_players_can_force_is_delivered() {
     assert_eq!(c.inputs_over_budget, 8 * 19, "{c:?}");
 }
 
+/// At 32 players the worst bundle is still delivered: each player's share
+/// is the protocol's `player_turn_bytes(32)` (2 KiB), not the eight-player
+/// 8 KiB, even with the relay's bundle budget lifted. After turn 0 closed,
+/// every player sends a late input of half its share (carried into turn 1),
+/// 19 late inputs of one chunk of half its share and a byte (within the
+/// carry budget, over the share: refused) and an own input for turn 1 of
+/// the other half. Bundle 1 holds every player's full share, 64 KiB of
+/// commands, and reaches every client in one message. With the
+/// eight-player share (8 KiB) the relay would carry two more late inputs a
+/// player, a bundle of 131 KB, over the message limit.
+#[test]
+fn at_32_players_the_worst_bundle_is_cut_to_each_share_and_delivered() {
+    use lockstep::low_level::proto::{MAX_BUNDLE_INPUT_BYTES, MAX_MESSAGE_LEN, player_turn_bytes};
+    let n = usize::from(sim::MAX_PLAYERS);
+    let share = player_turn_bytes(sim::MAX_PLAYERS);
+    assert_eq!(share, 2048);
+    let mut config = RelayConfig {
+        policy: relay::TurnPolicy::Deadline,
+        adaptive_delay: false,
+        initial_delay: 30,
+        ..RelayConfig::default()
+    };
+    config.limits.bundle_bytes_per_sec = usize::MAX;
+    let mut w = Wire::new(sim::MAX_PLAYERS, config, Instant::from_millis(1));
+    let mut now = w.start(Instant::from_millis(1), 10);
+    w.send_all(&ToRelay::Input {
+        turn: Turn(0),
+        commands: vec![],
+    });
+    let mut got = Vec::new();
+    let mut late_sent = false;
+    let end = now + Duration::from_secs(10);
+    while now < end {
+        now += Duration::from_millis(5);
+        let d = w.client_datagrams(now);
+        w.wake(now, d);
+        got.extend(w.received());
+        if !late_sent
+            && got
+                .iter()
+                .any(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(0)))
+        {
+            late_sent = true;
+            w.send_all(&ToRelay::Input {
+                turn: Turn(0),
+                commands: chunks(8, share / 16, 2),
+            });
+            // Each fits the carry budget (4 KiB) twice over with the first,
+            // but not the share.
+            for _ in 0..19 {
+                w.send_all(&ToRelay::Input {
+                    turn: Turn(0),
+                    commands: vec![vec![3; share / 2 + 1]],
+                });
+            }
+            w.send_all(&ToRelay::Input {
+                turn: Turn(1),
+                commands: chunks(8, share / 16, 1),
+            });
+        }
+        let have_1 = got
+            .iter()
+            .filter(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(1)))
+            .count();
+        if have_1 == n {
+            break;
+        }
+    }
+    for i in 0..n {
+        let b = got
+            .iter()
+            .find_map(|(c, m)| match m {
+                ToPeer::Bundle(b) if *c == i && b.turn == Turn(1) => Some(b),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("client {i} never got bundle 1"));
+        assert_eq!(b.inputs.len(), n * 16);
+        let bytes: usize = b.inputs.iter().map(|(_, c)| c.len()).sum();
+        assert_eq!(bytes, MAX_BUNDLE_INPUT_BYTES);
+        let len = ToPeer::Bundle(b.clone()).to_bytes().len();
+        assert!(len > 64 * 1024 && len <= MAX_MESSAGE_LEN, "{len}");
+        let refused = got
+            .iter()
+            .filter(|(c, m)| *c == i && matches!(m, ToPeer::InputRefused { turn: Turn(0) }))
+            .count();
+        assert_eq!(refused, 19, "client {i}");
+    }
+    let c = w.router.counters();
+    assert_eq!(c.inputs_over_budget, 32 * 19, "{c:?}");
+}
+
 /// A player dropped by the silence timeout is let go by the router too:
 /// what its connection sends is refused as out of state, and the link
 /// figures the transport still measures for it (here a 2 s RTT) no longer

@@ -131,7 +131,7 @@ fn reference_game_with_bots_stays_in_sync_and_a_perturbed_peer_is_named() {
 const T0_UNIX_MS: u64 = 1_795_314_600_000;
 
 /// Records `events` with the relay's recorder and verifies the replay by re-simulation.
-fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
+pub(super) fn record_and_verify(events: &[RouterEvent], tag: &str) -> replays::VerifyReport {
     let dir = std::env::temp_dir().join(format!("turns-test-{}-{tag}", std::process::id()));
     let mut rec = relay::recorder::Recorder::new(&dir, known_rules_hash).unwrap();
     let mut done = None;

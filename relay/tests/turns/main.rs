@@ -10,6 +10,7 @@
 //! through the generic `lockstep::peer` in `game_peers` and `netsim`).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+mod big_battle;
 mod clock;
 mod decode;
 mod edges;

@@ -389,7 +389,7 @@ fn rules_hash_covers_the_rules_and_the_map() {
 
 #[test]
 fn generated_arenas_keep_spawns_clear_and_inside() {
-    for players in 1..=8 {
+    for players in 1..=crate::MAX_PLAYERS {
         for seed in 0..20 {
             let w = Arena::new(&MatchSetup {
                 seed,

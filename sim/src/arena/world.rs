@@ -196,7 +196,7 @@ pub struct Arena {
 
 impl Arena {
     /// Builds a match from `setup` with explicit rules (players are clamped
-    /// to `1..=8`, ticks per turn to `1..=64`).
+    /// to `1..=MAX_PLAYERS`, ticks per turn to `1..=64`).
     #[must_use]
     pub fn generate(setup: &MatchSetup, config: &ArenaConfig) -> Self {
         let players = setup.players.clamp(1, MAX_PLAYERS);

@@ -114,17 +114,34 @@ pub(crate) struct Grid {
     words: u32,
     /// Per row, per 64-column word, per player: a bit for each column
     /// whose cell holds something that player owns (neutral: nothing), at
-    /// `((row * words + word) * PLAYER_SLOTS) + player`. A targeting query
+    /// `((row * words + word) * slots) + player`. A targeting query
     /// tests a row of its sight square a word at a time instead of a cell at
     /// a time, and visits only the cells with a possible target.
     occupied: Vec<u64>,
+    /// Player slots per word of [`Grid::occupied`]: one more than the
+    /// highest owner's id, so that a match of eight players clears and
+    /// sums no more words than it needs and each of 32 has its own.
+    slots: usize,
     /// A bit per player owning anything in the grid.
-    present: u8,
+    present: u32,
 }
 
-/// Player slots per word of [`Grid::occupied`]: owners are told apart by
-/// their id's low three bits, as in a query's mask.
-const PLAYER_SLOTS: usize = 8;
+// A query's mask and `present` hold one bit per player id.
+const _: () = assert!(crate::MAX_PLAYERS as u32 <= u32::BITS);
+
+/// The last slot of [`Grid::occupied`]: every id from it up shares it (no
+/// match has such ids; a made-up one costs visits, never a missed target).
+const MAX_SLOT: usize = u32::BITS as usize - 1;
+
+/// The mask of [`Grid::nearest`] for a unit of `owner`: every player but
+/// `owner` (every player for a neutral unit, and for an id sharing the last
+/// slot with others).
+pub(crate) fn enemies_of(owner: Option<PlayerId>) -> u32 {
+    match owner {
+        Some(o) if usize::from(o.0) < MAX_SLOT => !(1u32 << o.0),
+        _ => u32::MAX,
+    }
+}
 
 impl Grid {
     /// Rebuilds the grid over the tiles of `window` and one more column and
@@ -143,12 +160,21 @@ impl Grid {
         self.starts.resize(cells + 1, 0);
         self.cell_of.clear();
         self.words = self.cols.div_ceil(64);
+        // Owners are told apart by their whole id: folding them (say modulo
+        // 8) would hide player 8's units from player 0's queries. Ids past
+        // a mask's 32 bits share the last slot, which only costs a visit.
+        self.slots = entities
+            .iter()
+            .filter_map(|e| e.owner)
+            .map(|o| usize::from(o.0).min(MAX_SLOT) + 1)
+            .max()
+            .unwrap_or(0);
         self.occupied.clear();
         self.occupied
-            .resize((self.rows * self.words) as usize * PLAYER_SLOTS, 0);
+            .resize((self.rows * self.words) as usize * self.slots, 0);
         self.present = 0;
         // Each entity's cell, counted; `extend` over a slice reserves once.
-        let (cols, words, origin) = (self.cols, self.words, self.origin);
+        let (cols, words, origin, slots) = (self.cols, self.words, self.origin, self.slots);
         let rows = self.rows;
         let (starts, occupied, present) = (&mut self.starts, &mut self.occupied, &mut self.present);
         self.cell_of.extend(entities.iter().map(|e| {
@@ -157,10 +183,10 @@ impl Grid {
             let c = row * cols + col;
             starts[c as usize + 1] += 1;
             if let Some(o) = e.owner {
-                let p = usize::from(o.0 & 7);
+                let p = usize::from(o.0).min(MAX_SLOT);
                 let word = (row * words + col / 64) as usize;
-                occupied[word * PLAYER_SLOTS + p] |= 1u64 << (col % 64);
-                *present |= 1u8 << p;
+                occupied[word * slots + p] |= 1u64 << (col % 64);
+                *present |= 1u32 << p;
             }
             c
         }));
@@ -272,9 +298,9 @@ impl Grid {
     /// (inclusive) of `row` whose cell holds something a player in `mask`
     /// owns: a word of 64 cells at a time, so empty stretches cost nothing.
     #[inline(always)]
-    fn occupied_cols(&self, row: u32, (c0, c1): (u32, u32), mask: u8, mut f: impl FnMut(u32)) {
+    fn occupied_cols(&self, row: u32, (c0, c1): (u32, u32), mask: u32, mut f: impl FnMut(u32)) {
         for w in c0 / 64..=c1 / 64 {
-            let base = (row * self.words + w) as usize * PLAYER_SLOTS;
+            let base = (row * self.words + w) as usize * self.slots;
             let mut bits = 0u64;
             let mut players = mask;
             while players != 0 {
@@ -355,7 +381,7 @@ impl Grid {
     /// The entity with the smallest `key` among those in the cells
     /// overlapping the square of half-side `radius` around `center`,
     /// skipping cells holding nothing owned by a player in `mask` (bit `p`
-    /// for a player whose id is `p` modulo 8). `key` gives `None` for an
+    /// for player `p`; [`enemies_of`] builds a unit's). `key` gives `None` for an
     /// entity that does not count, else its squared distance to `center`
     /// (raw bits) and a tie-break that no two entities share. Needs a grid
     /// rebuilt, not refreshed, since the entities last moved.
@@ -372,7 +398,7 @@ impl Grid {
         &self,
         center: Vec2,
         radius: Fx,
-        mask: u8,
+        mask: u32,
         mut key: impl FnMut(&Body) -> Option<(i64, u32)>,
     ) -> Option<usize> {
         if self.cols == 0 {
@@ -453,7 +479,9 @@ mod tests {
 
     /// `n` entities of up to four players (and neutral mines) scattered
     /// over a `w` x `h` map, a few of them dead, some piled on one spot.
-    fn scatter(n: u32, w: u16, h: u16, seed: u64) -> Vec<Entity> {
+    /// `n` entities of `players` players (and neutral mines) on a `w` x `h`
+    /// map, a fifth of them piled on its centre.
+    fn scatter(n: u32, w: u16, h: u16, seed: u64, players: u32) -> Vec<Entity> {
         let mut rng = crate::rng::Pcg32::new(seed, 1);
         (0..n)
             .map(|id| {
@@ -473,7 +501,7 @@ mod tests {
                     UnitKind::Worker,
                     UnitKind::Mine,
                 ][rng.below(4) as usize];
-                let owner = (kind != UnitKind::Mine).then(|| PlayerId(rng.below(4) as u8));
+                let owner = (kind != UnitKind::Mine).then(|| PlayerId(rng.below(players) as u8));
                 let mut e = Entity::new(id, owner, kind, Vec2::from_bits(x + jitter, y + jitter));
                 if rng.below(10) == 0 {
                     e.hp = 0;
@@ -488,7 +516,7 @@ mod tests {
     #[test]
     fn query_blocks_visits_blocks_in_row_major_order_ascending_index() {
         let (w, h) = (40, 30);
-        let entities = scatter(600, w, h, 7);
+        let entities = scatter(600, w, h, 7, 4);
         let mut grid = Grid::default();
         grid.rebuild(&whole(w, h), &entities);
         let block = |v: Fx, limit: u16| {
@@ -535,14 +563,26 @@ mod tests {
             x1: 117,
             y1: 27,
         };
+        // Four players, and the 32 a match can hold: ids 8 and up must not
+        // be taken for 0 to 7 (a grid folding ids modulo 8 hides player 8's
+        // units from player 0's search).
         let cases = [
-            (48, 36, whole(48, 36), None),
-            (150, 30, whole(150, 30), None),
-            (150, 30, inner.grown(10), Some(inner)),
+            (48, 36, whole(48, 36), None, 4),
+            (150, 30, whole(150, 30), None, 4),
+            (150, 30, inner.grown(10), Some(inner), 4),
+            (48, 36, whole(48, 36), None, u32::from(crate::MAX_PLAYERS)),
+            (
+                150,
+                30,
+                inner.grown(10),
+                Some(inner),
+                u32::from(crate::MAX_PLAYERS),
+            ),
         ];
-        for (case, &(w, h, window, from)) in cases.iter().enumerate() {
+        for (case, &(w, h, window, from, players)) in cases.iter().enumerate() {
             let seed = u64::try_from(case).unwrap();
-            let entities = scatter(900 + 600 * u32::try_from(case).unwrap(), w, h, seed);
+            let n = 900 + 600 * u32::try_from(case % 3).unwrap();
+            let entities = scatter(n, w, h, seed, players);
             let mut grid = Grid::default();
             grid.rebuild(&window, &entities);
             for (i, e) in entities.iter().enumerate() {
@@ -563,9 +603,33 @@ mod tests {
                     .filter_map(|(j, t)| key(t).map(|k| (k, j)))
                     .min()
                     .map(|(_, j)| j);
-                let mask = !(1u8 << own.0);
+                let mask = enemies_of(Some(own));
                 let found = grid.nearest(e.pos, sight, mask, |b| key(&entities[b.index as usize]));
                 assert_eq!(found, scan, "case {case}, entity {i}");
+            }
+        }
+    }
+
+    /// In a match of 32, player 0's search finds a unit of player 8 (and
+    /// of 16, 24) standing alone beside it, and player 8's finds player 0's.
+    #[test]
+    fn ids_eight_apart_are_enemies() {
+        assert_eq!(crate::MAX_PLAYERS, 32);
+        for other in [8u8, 16, 24, 31] {
+            let at = |x: i64| Vec2::from_bits(x << FRAC_BITS, 10 << FRAC_BITS);
+            let entities = vec![
+                Entity::new(0, Some(PlayerId(0)), UnitKind::Soldier, at(10)),
+                Entity::new(1, Some(PlayerId(other)), UnitKind::Soldier, at(12)),
+            ];
+            let mut grid = Grid::default();
+            grid.rebuild(&whole(32, 32), &entities);
+            let sight = fx_ratio(6, 1);
+            for (me, them) in [(0, 1), (1, 0)] {
+                let own = entities[me].owner;
+                let found = grid.nearest(entities[me].pos, sight, enemies_of(own), |b| {
+                    (b.owner != own).then(|| (entities[me].pos.dist_sq_bits(b.pos), 0))
+                });
+                assert_eq!(found, Some(them), "player {other}, entity {me}");
             }
         }
     }

@@ -45,7 +45,14 @@ impl MapConfig {
     /// The standard map for `players` players.
     #[must_use]
     pub fn standard(players: u8) -> Self {
-        let side = if players <= 2 { 96 } else { 128 };
+        // Up to eight players as ever (their maps and hashes are pinned);
+        // more get twice the side, so that 32 bases an eighth of it apart
+        // are 32 tiles apart.
+        let side = match players {
+            0..=2 => 96,
+            3..=8 => 128,
+            _ => 256,
+        };
         Self {
             width: side,
             height: side,

@@ -312,6 +312,59 @@ fn path_commands_per_turn_are_capped() {
     ));
 }
 
+/// A match of 32 players has 32 bases, one each, at least an eighth of
+/// the (larger) map apart; the first eight stand where the eight-player
+/// table put them (over 8 of the side, on the 128-tile map of 8 players).
+#[test]
+fn thirty_two_players_get_bases_far_apart_and_the_first_eight_keep_theirs() {
+    let bases = |players: u8| {
+        let w = World::new(&MatchSetup {
+            seed: 5,
+            players,
+            ticks_per_turn: DEFAULT_TICKS_PER_TURN,
+        });
+        let mut b: Vec<(u8, Vec2)> = w
+            .entities()
+            .iter()
+            .filter(|e| e.kind == UnitKind::Base)
+            .filter_map(|e| Some((e.owner?.0, e.pos)))
+            .collect();
+        b.sort_by_key(|&(p, _)| p);
+        (w.s.map.width(), b)
+    };
+    let (side, all) = bases(crate::MAX_PLAYERS);
+    assert_eq!(side, 256);
+    let owners: Vec<u8> = all.iter().map(|&(p, _)| p).collect();
+    assert_eq!(owners, (0..crate::MAX_PLAYERS).collect::<Vec<_>>());
+    let min = fx_int(i64::from(side / 8) - 2).to_bits();
+    for (i, &(p, a)) in all.iter().enumerate() {
+        for &(q, b) in &all[i + 1..] {
+            assert!(a.dist_sq_bits(b) >= min * min, "bases of {p} and {q}");
+        }
+    }
+    // The eight-player table: (1, 1), (7, 7), (7, 1), (1, 7), (4, 1),
+    // (4, 7), (1, 4), (7, 4) eighths of the side.
+    let (side, eight) = bases(8);
+    let table = [
+        (1, 1),
+        (7, 7),
+        (7, 1),
+        (1, 7),
+        (4, 1),
+        (4, 7),
+        (1, 4),
+        (7, 4),
+    ];
+    for (&(p, pos), (fx, fy)) in eight.iter().zip(table) {
+        let at = |f: u16| fx_int(i64::from(side * f / 8));
+        let (dx, dy) = (pos.x - at(fx), pos.y - at(fy));
+        assert!(
+            dx.abs() <= fx_int(2) && dy.abs() <= fx_int(2),
+            "player {p} at {pos:?}"
+        );
+    }
+}
+
 #[test]
 fn every_player_count_plays_and_round_trips() {
     for players in 1..=crate::MAX_PLAYERS {

@@ -180,17 +180,57 @@ impl PartialEq for World {
     }
 }
 
-/// Start positions as fractions (numerator over 8) of the map size.
-const STARTS: [(u16, u16); 8] = [
-    (1, 1),
-    (7, 7),
-    (7, 1),
-    (1, 7),
-    (4, 1),
-    (4, 7),
-    (1, 4),
-    (7, 4),
+/// Start positions as fractions (numerator over 16) of the map size, one
+/// per player up to `MAX_PLAYERS`. The first eight are the corners, edge
+/// midpoints of the eight-player table (`(1, 1)` over 8 is `(2, 2)` over
+/// 16, the same tile after flooring), so matches of up to eight players
+/// keep their maps and hashes. The rest fill a lattice of sixteenths, the
+/// rest of the outer ring then an inner ring, so that every base is at
+/// least an eighth of the map from the next.
+const STARTS: [(u16, u16); MAX_PLAYERS as usize] = [
+    (2, 2),
+    (14, 14),
+    (14, 2),
+    (2, 14),
+    (8, 2),
+    (8, 14),
+    (2, 8),
+    (14, 8),
+    // Players 8 to 23: the rest of the outer ring, opposite pairs.
+    (4, 2),
+    (12, 14),
+    (12, 2),
+    (4, 14),
+    (2, 4),
+    (14, 12),
+    (14, 4),
+    (2, 12),
+    (6, 2),
+    (10, 14),
+    (10, 2),
+    (6, 14),
+    (2, 6),
+    (14, 10),
+    (14, 6),
+    (2, 10),
+    // Players 24 to 31: an inner ring.
+    (4, 4),
+    (12, 12),
+    (12, 4),
+    (4, 12),
+    (8, 4),
+    (8, 12),
+    (4, 8),
+    (12, 8),
 ];
+
+/// `numerator` sixteenths of `side`, floored (in `u32`: a side of up to
+/// `MAX_SIDE` times 16 overflows `u16`).
+fn fraction(side: u16, numerator: u16) -> u16 {
+    let t = u32::from(side) * u32::from(numerator) / 16;
+    // At most `side`: the numerator is at most 16.
+    u16::try_from(t).unwrap_or(side)
+}
 
 /// Offsets of the tiles around a point, nearest first (ties by row, then column).
 pub(crate) fn ring_offsets() -> &'static [(i32, i32)] {
@@ -222,7 +262,7 @@ impl World {
         let height = config.height.clamp(24, super::map::MAX_SIDE);
         let starts: Vec<Tile> = STARTS[..usize::from(players)]
             .iter()
-            .map(|&(fx, fy)| (width * fx / 8, height * fy / 8))
+            .map(|&(fx, fy)| (fraction(width, fx), fraction(height, fy)))
             .collect();
         let clear: Vec<(Tile, i32)> = starts.iter().map(|&t| (t, 8)).collect();
         let map = Map::generate(width, height, config.obstacles, &clear, &mut rng);

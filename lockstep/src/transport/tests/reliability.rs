@@ -247,6 +247,38 @@ fn large_messages_are_fragmented_and_reassembled_over_loss() {
     assert_eq!(got[1], b"after");
 }
 
+/// The largest bundle a match of 32 players can be sent (every player at
+/// its share of the bundle's input budget) passes the transport's default
+/// message limit, fragments and is reassembled over a lossy link, and
+/// decodes to what was sent.
+#[test]
+fn the_largest_32_player_bundle_is_fragmented_delivered_and_decoded() {
+    let link = LinkConfig {
+        latency: Duration::from_millis(30),
+        loss: 0.05,
+        reorder: 0.05,
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(1, link, TransportConfig::default(), 32);
+    h.connect();
+    let conn = h.conn_of(0);
+    let bundle = crate::proto::tests::largest_bundle(sim::MAX_PLAYERS);
+    let bytes = bundle.to_bytes();
+    // More fragments than one, fewer than the reassembly cap.
+    let pieces = bytes.len().div_ceil(crate::wire::FRAGMENT_SIZE);
+    assert!(
+        (2..=crate::wire::MAX_FRAGMENTS).contains(&pieces),
+        "{pieces}"
+    );
+    h.server.send(conn, Channel::Reliable, &bytes).unwrap();
+    let t = h.now + Duration::from_secs(10);
+    h.run_until(t, |_| {});
+    let got = h.client_messages(0);
+    assert_eq!(got.len(), 1);
+    // Not `assert_eq!`: a failure would print 68 KB of bundle.
+    assert!(crate::proto::ToPeer::decode(&got[0]) == Ok(bundle));
+}
+
 #[test]
 fn redundancy_cuts_the_urgent_latency_tail_under_loss_and_spares_plain_reliable() {
     let run = |redundancy: bool, channel: Channel| {

@@ -2,7 +2,7 @@
 //! grid (ties broken by a fixed mix of the two ids), and far chases aim at
 //! coarse tiles so that many chasers share a few flow fields.
 
-use super::super::grid::Grid;
+use super::super::grid::{Grid, enemies_of};
 use super::super::map::{Map, Tile};
 use super::super::world::State;
 
@@ -15,8 +15,9 @@ pub(crate) fn nearest_enemy(s: &State, grid: &Grid, i: usize) -> Option<usize> {
     let sight = e.kind.stats().sight;
     let r = sight.to_bits();
     let r2 = r.saturating_mul(r);
-    // Only cells holding something of another player can hold a target.
-    let enemies = e.owner.map_or(u8::MAX, |o| !(1u8 << (o.0 & 7)));
+    // Only cells holding something of another player can hold a target
+    // (each player has its own bit: no id is folded onto another's).
+    let enemies = enemies_of(e.owner);
     grid.nearest(e.pos, sight, enemies, |t| {
         if t.owner.is_none() || t.owner == e.owner || !t.alive {
             return None;
