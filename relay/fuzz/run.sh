@@ -3,7 +3,7 @@
 # the stable toolchain, with no cargo-fuzz and no nightly: the target is
 # built with the coverage instrumentation libFuzzer needs (LLVM's sanitizer
 # coverage passes, which stable rustc takes through -C passes and -C
-# llvm-args), `--cfg fuzzing`, overflow checks and debug assertions, and no
+# llvm-args), `--cfg fuzzing`, overflow checks and debug assertions, no
 # address sanitizer (the relay forbids unsafe code). `.ci/run` runs it for
 # 20 seconds.
 #
