@@ -33,7 +33,7 @@ const TURNS: u32 = 800;
 
 #[test]
 fn a_hostile_crowd_in_every_slot_leaves_the_honest_match_and_the_relays_memory_intact() {
-    let _serial = tests::harness::heavy();
+    let _serial = tests::harness::heavy_alone();
     let dir = scratch_dir("hostile-crowd");
     let opts = CrowdOptions::new(bins(), SLOTS, dir).with_turns(TURNS);
     let r = crowd::run(&opts).unwrap_or_else(|e| panic!("{e}"));
@@ -115,7 +115,7 @@ const BUDGET_TURNS: u64 = 400;
 /// bundles of the largest size this match makes).
 #[test]
 fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
-    let _serial = tests::harness::heavy();
+    let _serial = tests::harness::heavy_alone();
     let dir = scratch_dir("budget-match");
     let mut relay = Relay::start(
         &dir,
@@ -255,7 +255,7 @@ fn eight_acking_players_at_their_input_budget_keep_the_relays_memory_bounded() {
 /// the budget, then refuses the rest.
 #[test]
 fn a_relay_at_its_memory_budget_refuses_new_connections_with_memory_full() {
-    let _serial = tests::harness::heavy();
+    let _serial = tests::harness::heavy_alone();
     const CLIENTS: usize = 300;
     let dir = scratch_dir("memory-budget");
     let mut relay = Relay::start(
