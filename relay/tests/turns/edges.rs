@@ -415,6 +415,38 @@ fn chunks(n: usize, len: usize, fill: u8) -> Vec<Vec<u8>> {
 #[test]
 fn the_worst_bundle_hostile_players_can_force_is_delivered() {
     use lockstep::low_level::proto::{MAX_INPUT_BYTES, MAX_INPUT_CHUNKS, MAX_MESSAGE_LEN};
+    let small = MAX_INPUT_BYTES / MAX_INPUT_CHUNKS;
+    let (w, got) = spam_late_inputs(
+        8,
+        &chunks(MAX_INPUT_CHUNKS, small, 2),
+        &[vec![3; MAX_INPUT_BYTES]],
+        &chunks(MAX_INPUT_CHUNKS, small, 1),
+    );
+    for i in 0..8 {
+        let (b, refused) = bundle_1_and_refusals(&got, i);
+        // Every player's own input and its first late input, nothing more.
+        assert_eq!(b.inputs.len(), 8 * 2 * MAX_INPUT_CHUNKS);
+        let len = ToPeer::Bundle(b.clone()).to_bytes().len();
+        assert!(len > 64 * 1024 && len <= MAX_MESSAGE_LEN, "{len}");
+        assert_eq!(refused, 19, "client {i}");
+    }
+    let c = w.router.counters();
+    assert_eq!(c.inputs_over_budget, 8 * 19, "{c:?}");
+}
+
+/// The late-input spam both worst-bundle tests play: `players` clients, the
+/// relay's bundle budget lifted (each player's share is the protocol's
+/// `player_turn_bytes`). Once bundle 0 has arrived, every client sends
+/// `first_late` for turn 0 (carried into turn 1), `each_late` 19 times for
+/// turn 0, and last its own input `own` for turn 1 (turn 1 closes once
+/// every own input is in). Returns the wire and what the clients received,
+/// once every client has bundle 1 or after 10 s of virtual time.
+fn spam_late_inputs(
+    players: u8,
+    first_late: &[Vec<u8>],
+    each_late: &[Vec<u8>],
+    own: &[Vec<u8>],
+) -> (Wire, Vec<(usize, ToPeer)>) {
     let mut config = RelayConfig {
         policy: relay::TurnPolicy::Deadline,
         adaptive_delay: false,
@@ -422,9 +454,8 @@ fn the_worst_bundle_hostile_players_can_force_is_delivered() {
         ..RelayConfig::default()
     };
     config.limits.bundle_bytes_per_sec = usize::MAX;
-    let mut w = Wire::new(8, config, Instant::from_millis(1));
+    let mut w = Wire::new(players, config, Instant::from_millis(1));
     let mut now = w.start(Instant::from_millis(1), 10);
-    let small = MAX_INPUT_BYTES / MAX_INPUT_CHUNKS;
     w.send_all(&ToRelay::Input {
         turn: Turn(0),
         commands: vec![],
@@ -445,48 +476,48 @@ fn the_worst_bundle_hostile_players_can_force_is_delivered() {
             late_sent = true;
             w.send_all(&ToRelay::Input {
                 turn: Turn(0),
-                commands: chunks(MAX_INPUT_CHUNKS, small, 2),
+                commands: first_late.to_vec(),
             });
             for _ in 0..19 {
                 w.send_all(&ToRelay::Input {
                     turn: Turn(0),
-                    commands: vec![vec![3; MAX_INPUT_BYTES]],
+                    commands: each_late.to_vec(),
                 });
             }
-            // Turn 1 closes once every own input is in: send those last.
             w.send_all(&ToRelay::Input {
                 turn: Turn(1),
-                commands: chunks(MAX_INPUT_CHUNKS, small, 1),
+                commands: own.to_vec(),
             });
         }
         let have_1 = got
             .iter()
             .filter(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(1)))
             .count();
-        if have_1 == 8 {
+        if have_1 == usize::from(players) {
             break;
         }
     }
-    for i in 0..8 {
-        let b = got
-            .iter()
-            .find_map(|(c, m)| match m {
-                ToPeer::Bundle(b) if *c == i && b.turn == Turn(1) => Some(b),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("client {i} never got bundle 1"));
-        // Every player's own input and its first late input, nothing more.
-        assert_eq!(b.inputs.len(), 8 * 2 * MAX_INPUT_CHUNKS);
-        let len = ToPeer::Bundle(b.clone()).to_bytes().len();
-        assert!(len > 64 * 1024 && len <= MAX_MESSAGE_LEN, "{len}");
-        let refused = got
-            .iter()
-            .filter(|(c, m)| *c == i && matches!(m, ToPeer::InputRefused { turn: Turn(0) }))
-            .count();
-        assert_eq!(refused, 19, "client {i}");
-    }
-    let c = w.router.counters();
-    assert_eq!(c.inputs_over_budget, 8 * 19, "{c:?}");
+    (w, got)
+}
+
+/// Client `i`'s bundle 1 and how many of its late inputs for turn 0 were
+/// refused.
+fn bundle_1_and_refusals(
+    got: &[(usize, ToPeer)],
+    i: usize,
+) -> (&lockstep::low_level::proto::Bundle, usize) {
+    let b = got
+        .iter()
+        .find_map(|(c, m)| match m {
+            ToPeer::Bundle(b) if *c == i && b.turn == Turn(1) => Some(b),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("client {i} never got bundle 1"));
+    let refused = got
+        .iter()
+        .filter(|(c, m)| *c == i && matches!(m, ToPeer::InputRefused { turn: Turn(0) }))
+        .count();
+    (b, refused)
 }
 
 /// At 32 players the worst bundle is still delivered: each player's share
@@ -505,75 +536,21 @@ fn at_32_players_the_worst_bundle_is_cut_to_each_share_and_delivered() {
     let n = usize::from(sim::MAX_PLAYERS);
     let share = player_turn_bytes(sim::MAX_PLAYERS);
     assert_eq!(share, 2048);
-    let mut config = RelayConfig {
-        policy: relay::TurnPolicy::Deadline,
-        adaptive_delay: false,
-        initial_delay: 30,
-        ..RelayConfig::default()
-    };
-    config.limits.bundle_bytes_per_sec = usize::MAX;
-    let mut w = Wire::new(sim::MAX_PLAYERS, config, Instant::from_millis(1));
-    let mut now = w.start(Instant::from_millis(1), 10);
-    w.send_all(&ToRelay::Input {
-        turn: Turn(0),
-        commands: vec![],
-    });
-    let mut got = Vec::new();
-    let mut late_sent = false;
-    let end = now + Duration::from_secs(10);
-    while now < end {
-        now += Duration::from_millis(5);
-        let d = w.client_datagrams(now);
-        w.wake(now, d);
-        got.extend(w.received());
-        if !late_sent
-            && got
-                .iter()
-                .any(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(0)))
-        {
-            late_sent = true;
-            w.send_all(&ToRelay::Input {
-                turn: Turn(0),
-                commands: chunks(8, share / 16, 2),
-            });
-            // Each fits the carry budget (4 KiB) twice over with the first,
-            // but not the share.
-            for _ in 0..19 {
-                w.send_all(&ToRelay::Input {
-                    turn: Turn(0),
-                    commands: vec![vec![3; share / 2 + 1]],
-                });
-            }
-            w.send_all(&ToRelay::Input {
-                turn: Turn(1),
-                commands: chunks(8, share / 16, 1),
-            });
-        }
-        let have_1 = got
-            .iter()
-            .filter(|(_, m)| matches!(m, ToPeer::Bundle(b) if b.turn == Turn(1)))
-            .count();
-        if have_1 == n {
-            break;
-        }
-    }
+    // Each late one fits the carry budget (4 KiB) twice over with the
+    // first, but not the share.
+    let (w, got) = spam_late_inputs(
+        sim::MAX_PLAYERS,
+        &chunks(8, share / 16, 2),
+        &[vec![3; share / 2 + 1]],
+        &chunks(8, share / 16, 1),
+    );
     for i in 0..n {
-        let b = got
-            .iter()
-            .find_map(|(c, m)| match m {
-                ToPeer::Bundle(b) if *c == i && b.turn == Turn(1) => Some(b),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("client {i} never got bundle 1"));
+        let (b, refused) = bundle_1_and_refusals(&got, i);
         assert_eq!(b.inputs.len(), n * 16);
         let bytes: usize = b.inputs.iter().map(|(_, c)| c.len()).sum();
         assert_eq!(bytes, MAX_BUNDLE_INPUT_BYTES);
         let len = ToPeer::Bundle(b.clone()).to_bytes().len();
         assert!(len > 64 * 1024 && len <= MAX_MESSAGE_LEN, "{len}");
-        let refused = got
-            .iter()
-            .filter(|(c, m)| *c == i && matches!(m, ToPeer::InputRefused { turn: Turn(0) }))
-            .count();
         assert_eq!(refused, 19, "client {i}");
     }
     let c = w.router.counters();
