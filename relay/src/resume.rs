@@ -330,21 +330,10 @@ pub const MAX_RESUMABLE_MATCH_ID: u64 = 1 << 48;
 /// # Errors
 /// A broken promise, or the recording could not be written.
 pub fn check_fuzz_input(dir: &Path, data: &[u8]) -> Result<bool, String> {
-    use replays::format::{self, FORMAT_VERSION};
-    let mut file = format::preamble().to_vec();
-    let mut prev = format::chain_seed(FORMAT_VERSION);
-    let mut rest = data;
-    while let [kind, l0, l1, l2, l3, tail @ ..] = rest {
-        let len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
-        let (payload, next) = tail.split_at(len.min(tail.len()));
-        match format::frame_record(&prev, *kind, payload, &mut file) {
-            Ok(sum) => prev = sum,
-            // A record the writer refuses to frame: not a recording.
-            Err(_) => return Ok(false),
-        }
-        rest = next;
-    }
-    file.extend_from_slice(rest);
+    // A record the writer refuses to frame: not a recording.
+    let Some(file) = replays::format::framed_for_fuzzing(data) else {
+        return Ok(false);
+    };
     let path = dir.join("m.lsr");
     std::fs::write(&path, &file).map_err(|e| format!("{}: {e}", path.display()))?;
     let (found, skipped) = scan(dir, 64, 4);

@@ -70,6 +70,26 @@ pub fn preamble() -> [u8; PREAMBLE_LEN as usize] {
     p
 }
 
+/// A recording's bytes with a valid checksum chain around arbitrary
+/// records, for fuzz targets (the fuzzer cannot forge BLAKE3 checksums):
+/// `data` read as `kind: u8, len: u32 LE, payload`, repeated, each framed
+/// with [`frame_record`] after the [`preamble`]; leftover bytes become a
+/// torn tail. `None` when the writer refuses to frame a record.
+#[must_use]
+pub fn framed_for_fuzzing(data: &[u8]) -> Option<Vec<u8>> {
+    let mut file = preamble().to_vec();
+    let mut prev = chain_seed(FORMAT_VERSION);
+    let mut rest = data;
+    while let [kind, l0, l1, l2, l3, tail @ ..] = rest {
+        let len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
+        let (payload, next) = tail.split_at(len.min(tail.len()));
+        prev = frame_record(&prev, *kind, payload, &mut file).ok()?;
+        rest = next;
+    }
+    file.extend_from_slice(rest);
+    Some(file)
+}
+
 /// Appends one framed record (head, payload, checksum) to `out` and returns its checksum.
 pub fn frame_record(
     prev: &Checksum,

@@ -6,22 +6,8 @@
 
 mod common;
 
-use replays::format::{self, FORMAT_VERSION};
-
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let mut file = format::preamble().to_vec();
-    let mut prev = format::chain_seed(FORMAT_VERSION);
-    let mut rest = data;
-    while let [kind, l0, l1, l2, l3, tail @ ..] = rest {
-        let len = u32::from_le_bytes([*l0, *l1, *l2, *l3]) as usize;
-        let (payload, next) = tail.split_at(len.min(tail.len()));
-        match format::frame_record(&prev, *kind, payload, &mut file) {
-            Ok(sum) => prev = sum,
-            Err(_) => return,
-        }
-        rest = next;
+    if let Some(file) = replays::format::framed_for_fuzzing(data) {
+        common::read_all(&file);
     }
-    // Leftover bytes become a torn tail.
-    file.extend_from_slice(rest);
-    common::read_all(&file);
 });
