@@ -466,6 +466,22 @@ fn a_silent_peer_gets_no_early_copies() {
     assert_eq!(copies(&h), Some(0));
 }
 
+/// Two connected clients 20 ms from the server under the default
+/// transport config, seeded with `seed`: client 0 never acknowledges
+/// anything, client 1 is honest. The harness and their connections (the
+/// non-acking one first).
+fn never_acking_beside_honest(seed: u64) -> (Harness, ConnId, ConnId) {
+    let link = LinkConfig {
+        latency: Duration::from_millis(20),
+        ..LinkConfig::default()
+    };
+    let mut h = Harness::new(2, link, TransportConfig::default(), seed);
+    h.connect();
+    h.clients[0].never_ack();
+    let (bad, good) = (h.conn_of(0), h.conn_of(1));
+    (h, bad, good)
+}
+
 /// A client that keeps sending but never acknowledges anything: the
 /// server sends it at most `max_unconfirmed_bytes` of data (then only acks
 /// and keep-alives), and drops it with `NoAcks` once its data waited
@@ -473,15 +489,8 @@ fn a_silent_peer_gets_no_early_copies() {
 /// An honest client under the same traffic is neither capped nor dropped.
 #[test]
 fn a_client_that_never_acks_is_capped_then_dropped() {
-    let link = LinkConfig {
-        latency: Duration::from_millis(20),
-        ..LinkConfig::default()
-    };
+    let (mut h, bad, good) = never_acking_beside_honest(31);
     let cfg = TransportConfig::default();
-    let mut h = Harness::new(2, link, cfg, 31);
-    h.connect();
-    h.clients[0].never_ack();
-    let (bad, good) = (h.conn_of(0), h.conn_of(1));
     let start = h.now;
     let mark = h.sizes.len();
     // 40 s of the relay's turn traffic: a 600-byte bundle every 50 ms to
@@ -538,15 +547,7 @@ fn a_client_that_never_acks_is_capped_then_dropped() {
 /// gets everything, in no more time than the window's growth costs.
 #[test]
 fn a_client_that_never_acks_receives_at_most_16_kib_or_three_times_what_it_sent() {
-    let link = LinkConfig {
-        latency: Duration::from_millis(20),
-        ..LinkConfig::default()
-    };
-    let cfg = TransportConfig::default();
-    let mut h = Harness::new(2, link, cfg, 33);
-    h.connect();
-    h.clients[0].never_ack();
-    let (bad, good) = (h.conn_of(0), h.conn_of(1));
+    let (mut h, bad, good) = never_acking_beside_honest(33);
     let start = h.now;
     let mark = h.sizes.len();
     let snapshot = numbered(b'S', 0, 300_000);
