@@ -36,13 +36,33 @@ pub fn economy(seed: u64) -> World {
 /// base: a mass battle for benchmarks (about `units` live units).
 #[must_use]
 pub fn melee(units: u32, seed: u64) -> World {
+    melee_armies(2, units, seed)
+}
+
+/// Empty columns between two armies of a block in [`melee_armies`].
+pub const STRIP_GAP: u16 = 10;
+
+/// The battle of [`melee`] fought by `players` armies (`players` is rounded
+/// down to an even number in `2..=MAX_PLAYERS`): the same two blocks of
+/// about `units` units, each cut into `players / 2` strips of columns, a
+/// strip per player (even ids in the first block, odd ids in the second),
+/// [`STRIP_GAP`] empty columns apart: more than any unit's sight, so a
+/// strip first meets the strip facing it, then (every player being against
+/// every other) whoever is near. Use it to measure what many owners cost
+/// the simulation against [`melee`]'s two (the same world when `players`
+/// is 2).
+#[must_use]
+pub fn melee_armies(players: u8, units: u32, seed: u64) -> World {
+    let players = players.clamp(2, crate::MAX_PLAYERS) & !1;
+    let per_team = u32::from(players / 2);
     let units = units.clamp(2, 100_000);
     let per_side = units / 2;
     // A front twice as wide as it is deep, one unit per tile.
     let cols = u16::try_from(crate::num::isqrt(u64::from(per_side) * 2).max(1)).unwrap_or(1);
     let rows = u16::try_from((units - per_side).div_ceil(u32::from(cols))).unwrap_or(1);
     let gap = 24;
-    let width = cols + 16;
+    let strips = u16::from(players / 2);
+    let width = cols + 16 + (strips - 1) * STRIP_GAP;
     let height = 2 * rows + gap + 24;
     let config = MapConfig {
         width,
@@ -54,7 +74,7 @@ pub fn melee(units: u32, seed: u64) -> World {
         start_soldiers: 0,
         start_archers: 0,
     };
-    let mut world = World::generate(&setup(seed, 2), &config);
+    let mut world = World::generate(&setup(seed, players), &config);
     let homes = [(width / 2, 4), (width / 2, height - 5)];
     for e in world.entities_mut() {
         if let (UnitKind::Base, Some(o)) = (e.kind, e.owner) {
@@ -64,12 +84,15 @@ pub fn melee(units: u32, seed: u64) -> World {
     }
     let top = 12;
     let sides = [
-        (PlayerId(0), per_side, top, homes[1]),
-        (PlayerId(1), units - per_side, top + rows + gap, homes[0]),
+        (0u8, per_side, top, homes[1]),
+        (1, units - per_side, top + rows + gap, homes[0]),
     ];
-    for (player, count, y0, enemy) in sides {
+    for (side, count, y0, enemy) in sides {
         for k in 0..count {
             let col = u16::try_from(k % u32::from(cols)).unwrap_or(0);
+            // `col < cols`, so the member stays below `players / 2`.
+            let member = u32::from(col) * per_team / u32::from(cols);
+            let player = PlayerId(side + 2 * u8::try_from(member).unwrap_or(0));
             let row = u16::try_from(k / u32::from(cols)).unwrap_or(0);
             let kind = if k % 3 == 2 {
                 UnitKind::Archer
@@ -77,12 +100,12 @@ pub fn melee(units: u32, seed: u64) -> World {
                 UnitKind::Soldier
             };
             // Mirror-symmetric blocks: each side's first (full) rows face the enemy.
-            let y = if player.0 == 0 {
+            let y = if side == 0 {
                 y0 + rows - 1 - row
             } else {
                 y0 + row
             };
-            let t = (8 + col, y);
+            let t = (8 + col + u16::try_from(member).unwrap_or(0) * STRIP_GAP, y);
             let id = world.spawn_at(Some(player), kind, t);
             if let Some(i) = world.index_of(id) {
                 world.entities_mut()[i].order = Order::AttackMove {

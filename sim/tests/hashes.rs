@@ -52,6 +52,18 @@ fn melee_10k_hashes() {
     insta::assert_snapshot!(table(scenarios::melee(10_000, 3), None, 1000, MARKS));
 }
 
+/// 32 players: the 2-army battle cut into 32 armies (targeting must tell
+/// 32 owners apart), and a 32-bot match on the 32-player standard map.
+#[test]
+fn thirty_two_players_hashes() {
+    let marks = &[0, 1, 2, 10, 50, 100, 200, 300];
+    let mut out = String::from("melee_armies(32, 2000)\n");
+    out += &table(scenarios::melee_armies(32, 2_000, 3), None, 300, marks);
+    out += "\narmies(32, 640) with bots\n";
+    out += &table(scenarios::armies(32, 640, 7), Some(77), 300, marks);
+    insta::assert_snapshot!(out);
+}
+
 /// The second game: a seeded 4-bot arena match, hash and scores at the
 /// marks, until it ends by the score limit.
 #[test]

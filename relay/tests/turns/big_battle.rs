@@ -204,3 +204,221 @@ fn thirty_two_players_with_spectators_and_a_forced_desync() {
             .all(|d| d.odd_players() == [odd])
     );
 }
+
+/// One spectator as [`spectated_battle`] saw it.
+struct Spectated {
+    /// It was to watch to the end (the other half leaves early).
+    stays: bool,
+    /// Its match completed.
+    completed: bool,
+    /// The turns it simulated and the hash after each.
+    seen: Vec<(u32, StateHash)>,
+}
+
+/// What [`spectated_battle`] saw.
+struct Watched {
+    /// Per player: (turn, when it was played, hash after it).
+    players: Vec<Vec<(u32, Instant, StateHash)>>,
+    spectators: Vec<Spectated>,
+    counters: relay::RouterCounters,
+    /// The relay's snapshot store at its largest (snapshots, uploads, tail):
+    /// one copy however many watch.
+    snapshot_bytes_peak: usize,
+}
+
+const WAVES: usize = 4;
+const WATCH_TURNS: u32 = 80;
+
+/// 32 bots over equal, lossless, jitter-free 10 ms links (so the players'
+/// timing depends on the protocol alone, not on the network's draws), with
+/// `spectators` joining in [`WAVES`] waves from 1.5 s, one wave a second;
+/// half of each wave leaves a second after joining, the rest watch to the
+/// end.
+fn spectated_battle(spectators: usize) -> Watched {
+    let start = Instant::from_millis(1);
+    let link = LinkConfig {
+        latency: Duration::from_millis(10),
+        ..LinkConfig::default()
+    };
+    let config = RelayConfig {
+        rejoin: RejoinConfig {
+            snapshot_every: 20,
+            spectator_delay: Duration::from_millis(500),
+            ..RejoinConfig::default()
+        },
+        ..RelayConfig::default()
+    };
+    // Room for every player and spectator (the transport's default is 64
+    // connections; `relay serve --max-connections` defaults higher).
+    let transport = TransportConfig {
+        max_connections: 512,
+        ..TransportConfig::default()
+    };
+    let mut relay = RelayNode::new(Server::new(transport, [24; 32]), config, SERVER);
+    // Four players' bots give orders; the others' stand by. Every peer,
+    // each spectator too, computes the flow field of every order's
+    // destination on the 32-player map (Dijkstra over 65,536 tiles): with
+    // all 32 bots busy that was most of the test's time.
+    let spec = |i: u64, name: String| PeerSpec {
+        turns: WATCH_TURNS,
+        desync_at: None,
+        apm: if i < 4 { 120 } else { 0 },
+        ..self::spec(i, name)
+    };
+    let mut players: Vec<PeerNode> = (0..u16::from(PLAYERS))
+        .map(|i| {
+            let addr = SocketAddr::from(([127, 0, 0, 1], 7001 + i));
+            PeerNode::new(start, spec(u64::from(i), format!("p{i}")), SERVER, addr)
+        })
+        .collect();
+    let mut harness = Harness::new(Network::new(24, link)).with_start(start);
+    let mut watchers: Vec<PeerNode> = Vec::new();
+    let mut leaving: Vec<(Instant, usize)> = Vec::new();
+    let mut snapshot_bytes_peak = 0;
+    let per_wave = spectators.div_ceil(WAVES);
+    let mut at = start;
+    let end = Instant::from_millis(60_000);
+    while at < end && !players.iter().all(|p| p.peer().is_done()) {
+        at += Duration::from_millis(100);
+        run(&mut harness, &mut relay, &mut players, &mut watchers, at);
+        let now = harness.now();
+        let (snap, upload, tail, _) = relay.router.snapshot_memory();
+        snapshot_bytes_peak = snapshot_bytes_peak.max(snap + upload + tail);
+        // Waves at 1.5, 2.5, 3.5 and 4.5 s.
+        let wave = now
+            .saturating_since(start)
+            .as_millis()
+            .saturating_sub(1_500)
+            / 1_000;
+        let due = if now.saturating_since(start) >= Duration::from_millis(1_500) {
+            (usize::try_from(wave).unwrap() + 1).min(WAVES) * per_wave
+        } else {
+            0
+        };
+        while watchers.len() < due.min(spectators) {
+            let k = watchers.len();
+            let addr = SocketAddr::from(([127, 0, 1 + (k / 200) as u8, (k % 200) as u8], 9000));
+            let mut w =
+                PeerNode::spectator(now, spec(1000 + k as u64, format!("s{k}")), SERVER, addr);
+            w.done_when = DoneWhen::Settled;
+            if k % 2 == 0 {
+                leaving.push((now + Duration::from_secs(1), k));
+            }
+            watchers.push(w);
+        }
+        for &(when, k) in &leaving {
+            if when <= now && !watchers[k].peer().is_done() {
+                watchers[k].pilot.peer_mut().leave(now);
+            }
+        }
+    }
+    // A few seconds more: spectators watch half a second behind.
+    let until = harness.now() + Duration::from_secs(3);
+    run(&mut harness, &mut relay, &mut players, &mut watchers, until);
+    let now = harness.now();
+    relay.settle(now);
+    for p in players.iter_mut().chain(watchers.iter_mut()) {
+        p.settle(now);
+    }
+    let left: std::collections::BTreeSet<usize> = leaving.iter().map(|&(_, k)| k).collect();
+    Watched {
+        players: players
+            .iter()
+            .map(|p| {
+                p.turns
+                    .iter()
+                    .zip(&p.played_at)
+                    .zip(&p.executed)
+                    .map(|((t, at), (_, h))| (*t, *at, *h))
+                    .collect()
+            })
+            .collect(),
+        spectators: watchers
+            .iter()
+            .enumerate()
+            .map(|(k, w)| {
+                let seen = w
+                    .turns
+                    .iter()
+                    .zip(&w.executed)
+                    .map(|(t, (_, h))| (*t, *h))
+                    .collect();
+                Spectated {
+                    stays: !left.contains(&k),
+                    completed: w.peer().summary(now).completed,
+                    seen,
+                }
+            })
+            .collect(),
+        counters: relay.router.counters().clone(),
+        snapshot_bytes_peak,
+    }
+}
+
+/// 256 spectators join a 32-player match in four waves, half of them
+/// leave again a second later, and no player notices: every player plays
+/// every turn at the same instant and to the same hash as in the same
+/// match without spectators (the links are lossless and jitter-free, so
+/// only the protocol could make a difference). Every spectator that stayed
+/// saw every turn from its snapshot to the last on the players' hashes;
+/// the relay counted 256 spectators and no mismatch, and its snapshot
+/// store stayed one copy: no larger than without spectators beyond the
+/// spectator delay's turns it keeps for them.
+#[test]
+fn two_hundred_fifty_six_spectators_join_and_leave_without_stalling_a_player() {
+    let alone = spectated_battle(0);
+    let watched = spectated_battle(256);
+    assert_eq!(alone.players.len(), usize::from(PLAYERS));
+    let reference = &alone.players[0];
+    assert_eq!(reference.len(), WATCH_TURNS as usize);
+    for (i, (a, w)) in alone.players.iter().zip(&watched.players).enumerate() {
+        assert_eq!(a.len(), WATCH_TURNS as usize, "player {i}");
+        for ((ta, at_a, ha), (tw, at_w, hw)) in a.iter().zip(w) {
+            assert_eq!((ta, ha), (tw, hw), "player {i}");
+            assert_eq!(
+                at_a, at_w,
+                "player {i} turn {ta}: played later with spectators"
+            );
+        }
+        let hashes: Vec<_> = a.iter().map(|x| x.2).collect();
+        let first: Vec<_> = reference.iter().map(|x| x.2).collect();
+        assert_eq!(hashes, first, "player {i}");
+    }
+    let c = &watched.counters;
+    assert_eq!(c.spectators_joined, 256, "{c:?}");
+    assert_eq!(c.spectator_hash_mismatches, 0, "{c:?}");
+    let by_turn: std::collections::HashMap<u32, StateHash> =
+        reference.iter().map(|&(t, _, h)| (t, h)).collect();
+    let mut stayed = 0;
+    for (k, w) in watched.spectators.iter().enumerate() {
+        let seen = &w.seen;
+        for (t, h) in seen {
+            assert_eq!(Some(h), by_turn.get(t), "spectator {k} turn {t}");
+        }
+        if w.stays {
+            stayed += 1;
+            assert!(w.completed, "spectator {k}");
+            assert_eq!(
+                seen.last().map(|s| s.0),
+                Some(WATCH_TURNS - 1),
+                "spectator {k}"
+            );
+            let turns: Vec<u32> = seen.iter().map(|s| s.0).collect();
+            let from = turns[0];
+            assert_eq!(
+                turns,
+                (from..WATCH_TURNS).collect::<Vec<_>>(),
+                "spectator {k}"
+            );
+        } else {
+            assert!(!w.completed, "spectator {k} left");
+        }
+    }
+    assert_eq!(stayed, 128);
+    assert!(
+        watched.snapshot_bytes_peak <= 2 * alone.snapshot_bytes_peak.max(1),
+        "one copy of the snapshots: {} with 256 spectators, {} without",
+        watched.snapshot_bytes_peak,
+        alone.snapshot_bytes_peak
+    );
+}

@@ -53,6 +53,8 @@ pub(super) struct PeerNode {
     pub(super) done_when: DoneWhen,
     /// Turns simulated, in order.
     pub(super) turns: Vec<u32>,
+    /// When each of them was handed to the game (the pump that saw it).
+    pub(super) played_at: Vec<Instant>,
     /// Input delay changes seen: (delay, from turn).
     pub(super) delay_changes: Vec<(u8, Turn)>,
     /// Every simulated turn's inputs and the hash after it, in order.
@@ -139,6 +141,7 @@ impl PeerNode {
             addr,
             done_when: DoneWhen::SessionEnded,
             turns: Vec::new(),
+            played_at: Vec::new(),
             delay_changes: Vec::new(),
             executed: Vec::new(),
             secret: None,
@@ -158,6 +161,7 @@ impl PeerNode {
             match ev {
                 PeerEvent::TurnReady { turn, inputs, hash } => {
                     self.turns.push(turn.0);
+                    self.played_at.push(now);
                     self.executed.push((inputs, hash));
                 }
                 PeerEvent::DelayChanged { delay, from_turn } => {

@@ -383,3 +383,43 @@ fn every_player_count_plays_and_round_trips() {
         assert!(w.summary().players.iter().all(|p| p.base_alive));
     }
 }
+
+/// `melee_armies(2, ..)` is `melee`; with 32 players every player owns a
+/// strip of its block, units of every player engage and are engaged by
+/// others, never their own, and units die.
+#[test]
+fn melee_armies_deals_the_battle_to_32_players_who_all_fight() {
+    let two = crate::scenarios::melee_armies(2, 600, 9);
+    assert_eq!(
+        two.state_hash(),
+        crate::scenarios::melee(600, 9).state_hash()
+    );
+    let mut w = crate::scenarios::melee_armies(32, 640, 9);
+    assert_eq!(w.setup().players, 32);
+    let mut owned = [0u32; 32];
+    for e in w.entities() {
+        if let (Some(o), false) = (e.owner, e.kind == UnitKind::Base) {
+            owned[usize::from(o.0)] += 1;
+        }
+    }
+    assert!(owned.iter().all(|&n| n > 0), "{owned:?}");
+    let start = w.unit_count();
+    let (mut engaging, mut engaged) = ([false; 32], [false; 32]);
+    for t in 0..200 {
+        w.step(Turn(t), &[]);
+        for e in w.entities() {
+            let target = e
+                .target
+                .and_then(|t| w.index_of(t))
+                .map(|i| &w.entities()[i]);
+            if let (Some(me), Some(them)) = (e.owner, target.and_then(|t| t.owner)) {
+                assert_ne!(me, them, "turn {t}: a unit engages its own side");
+                engaging[usize::from(me.0)] = true;
+                engaged[usize::from(them.0)] = true;
+            }
+        }
+    }
+    assert!(engaging.iter().all(|&e| e), "{engaging:?}");
+    assert!(engaged.iter().all(|&e| e), "{engaged:?}");
+    assert!(w.unit_count() < start, "the armies fought");
+}

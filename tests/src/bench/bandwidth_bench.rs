@@ -12,8 +12,10 @@ use lockstep::low_level::transport::{Client, Server, TransportConfig};
 use lockstep::low_level::wire::{self, AuthKind, Frame, Header};
 use lockstep::netsim::harness::{Endpoint, Harness};
 use lockstep::netsim::{LinkConfig, Network};
+use lockstep::peer::{Autopilot, PeerBuilder};
 use lockstep::{Duration, Instant};
 use relay::RelayConfig;
+use sim::game::World;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
@@ -131,6 +133,77 @@ impl Endpoint for PeerNode {
 /// turn traffic alone.
 #[must_use]
 pub fn busy_match(turns: u32, loss: f64, seed: u64, snapshots: bool) -> Busy {
+    busy(&BusySpec {
+        players: PLAYERS,
+        turns,
+        loss,
+        seed,
+        snapshots,
+        play: Play::Game { apm: APM },
+        spectators: 0,
+    })
+    .busy
+}
+
+/// A busy match for [`busy`]: who plays how, and who watches.
+#[derive(Clone, Copy, Debug)]
+pub struct BusySpec {
+    /// Players.
+    pub players: u8,
+    /// Turns of the match.
+    pub turns: u32,
+    /// Loss on every link, each way.
+    pub loss: f64,
+    /// Seed of the network, the peers and their bots.
+    pub seed: u64,
+    /// The relay takes its agreed rejoin snapshots.
+    pub snapshots: bool,
+    /// How every player plays.
+    pub play: Play,
+    /// Spectators joining from the match's second second, one every
+    /// [`SPECTATOR_EVERY`], each watching to its end.
+    pub spectators: usize,
+}
+
+/// How often another spectator of [`BusySpec::spectators`] joins.
+pub const SPECTATOR_EVERY: Duration = Duration::from_millis(20);
+
+/// What [`busy`] measured besides the players' traffic.
+#[derive(Clone, Debug, Default)]
+pub struct BusyRun {
+    /// The players' traffic and commands.
+    pub busy: Busy,
+    /// Every player ended on the same hash, with no desync.
+    pub same_hashes: bool,
+    /// Mean relay → spectator payload bytes per second watched (from the
+    /// spectator's join to the match's end).
+    pub spectator_down_bytes_per_s: f64,
+    /// Mean spectator → relay payload bytes per second watched (acks).
+    pub spectator_up_bytes_per_s: f64,
+    /// Spectators that watched to the end on the players' final hash.
+    pub spectators_completed: usize,
+    /// The relay's own CPU by stage (real clock around its entry points).
+    pub relay: super::hotpath::Stages,
+    /// The relay's accounted memory at its highest (sampled every simulated
+    /// second): connections, backlogs, snapshots (recordings are not held
+    /// by a simulated relay).
+    pub relay_memory_peak: usize,
+}
+
+/// Plays `spec`'s match on the virtual network (30 ms ± 10 ms one way,
+/// `spec.loss`), with the relay's entry points timed and its memory
+/// sampled every simulated second; deterministic but for the timings.
+#[must_use]
+pub fn busy(spec: &BusySpec) -> BusyRun {
+    let BusySpec {
+        players,
+        turns,
+        loss,
+        seed,
+        snapshots,
+        play,
+        spectators,
+    } = *spec;
     let mut config = RelayConfig::default();
     if !snapshots {
         config.rejoin.snapshot_every = 0;
@@ -143,24 +216,27 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64, snapshots: bool) -> Busy {
         loss,
         ..LinkConfig::default()
     };
-    let mut relay = relay::endpoint::RelayEndpoint::new(
-        Server::new(
-            config.server_transport(TransportConfig::default()),
-            [seed as u8; 32],
-        ),
+    // Room for every player and spectator (the transport's default is 64
+    // connections; `relay serve --max-connections` defaults higher).
+    let transport = TransportConfig {
+        max_connections: 1024,
+        ..TransportConfig::default()
+    };
+    let mut relay = super::hotpath::Timed::new(relay::endpoint::RelayEndpoint::new(
+        Server::new(config.server_transport(transport), [seed as u8; 32]),
         config,
         relay_addr,
-    );
-    let mut peers: Vec<PeerNode> = (0..PLAYERS)
+    ));
+    let mut peers: Vec<PeerNode> = (0..players)
         .filter_map(|i| {
             let peer = BenchPeer::new(
                 start,
                 BenchPeerConfig {
                     match_name: "busy".into(),
-                    players: PLAYERS,
+                    players,
                     turns,
                     seed: seed * 100 + u64::from(i),
-                    play: Play::Game { apm: APM },
+                    play,
                 },
             )
             .ok()?;
@@ -178,37 +254,108 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64, snapshots: bool) -> Busy {
             })
         })
         .collect();
+    // Autopilots: a peer's world steps as its events are polled (a
+    // spectator's never gets a player, so its bot never acts).
+    let mut watchers: Vec<(Instant, Autopilot<World, sim::bot::Bot>)> = Vec::new();
     let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
-    let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
-    nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
     let limit = Instant::from_millis(u64::from(turns) * 100 + 60_000);
-    // The relay never finishes: the run waits for the peers.
-    let _ = harness.run(&mut nodes, limit);
-    let now = harness.now();
+    let join_from = start + Duration::from_secs(2);
+    let mut memory_peak = 0;
+    // The relay never finishes: the run waits for the players, then a few
+    // seconds more for the spectators to see the end.
+    let mut players_done: Option<Instant> = None;
+    while harness.now() < limit {
+        let now = harness.now();
+        while watchers.len() < spectators
+            && join_from
+                + Duration::from_micros(SPECTATOR_EVERY.as_micros() * watchers.len() as u64)
+                <= now
+        {
+            let k = watchers.len();
+            let addr = SocketAddr::from(([10, 0, 2 + (k / 250) as u8, (k % 250) as u8], 9000));
+            let Ok(w) = PeerBuilder::<World>::new("busy", players)
+                .with_spectate()
+                .with_turns(turns)
+                .with_ticks_per_turn(sim::game::DEFAULT_TICKS_PER_TURN)
+                .with_name(&format!("s{k}"))
+                .with_seed(seed * 7 + k as u64)
+                .with_local_addr(addr)
+                .build(now, relay_addr)
+            else {
+                break;
+            };
+            watchers.push((now, Autopilot::new(w, |p| sim::bot::Bot::new(p, 0, 0))));
+        }
+        let mut nodes: Vec<&mut dyn Endpoint> = vec![&mut relay];
+        nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
+        nodes.extend(watchers.iter_mut().map(|(_, w)| w as &mut dyn Endpoint));
+        let stopped = harness.run(&mut nodes, (now + Duration::from_millis(100)).min(limit));
+        let r = &relay.relay;
+        let (snap, upload, tail, _) = r.router.snapshot_memory();
+        memory_peak = memory_peak
+            .max(r.server.memory().total() + r.glue.backlog_bytes() + snap + upload + tail);
+        if players_done.is_none() && peers.iter().all(|p| p.peer.is_done()) {
+            players_done = Some(harness.now());
+        }
+        let settled = players_done.is_some_and(|at| harness.now() >= at + Duration::from_secs(5));
+        if stopped == lockstep::netsim::Stopped::Done || settled {
+            break;
+        }
+    }
+    let now = players_done.unwrap_or_else(|| harness.now());
     let started = peers.iter().filter_map(|p| p.running_since).min();
     let secs = now.saturating_since(started.unwrap_or(now)).as_secs_f64();
     let figures: Vec<_> = peers.iter().map(|p| p.peer.figures(now)).collect();
     let commands: usize = figures.iter().map(|f| f.latencies_ms.len()).sum();
-    Busy {
-        loss,
-        peers: peers
+    let outcomes: Vec<_> = peers.iter().map(|p| p.peer.outcome()).collect();
+    let final_hash = outcomes.first().and_then(|o| o.0);
+    let same_hashes = final_hash.is_some()
+        && outcomes
             .iter()
-            .map(|p| {
-                let (up, down) = (
-                    harness.traffic(p.addr, relay_addr),
-                    harness.traffic(relay_addr, p.addr),
-                );
-                Traffic {
-                    up_bytes: up.sent_bytes,
-                    down_bytes: down.sent_bytes,
-                    up_packets: up.sent_datagrams,
-                    down_packets: down.sent_datagrams,
-                }
-            })
-            .collect(),
-        secs,
-        commands_per_min: commands as f64 / f64::from(PLAYERS) / secs.max(1e-9) * 60.0,
-        completed: figures.iter().filter(|f| f.completed).count(),
+            .all(|(h, desyncs)| *h == final_hash && *desyncs == 0);
+    let mut spectators_completed = 0;
+    let (mut down, mut up) = (0.0, 0.0);
+    let end = harness.now();
+    for (joined, w) in &watchers {
+        let watched = end.saturating_since(*joined).as_secs_f64().max(1e-9);
+        down += harness.traffic(relay_addr, Endpoint::addr(w)).sent_bytes as f64 / watched;
+        up += harness.traffic(Endpoint::addr(w), relay_addr).sent_bytes as f64 / watched;
+        let s = w.peer().summary(end);
+        spectators_completed +=
+            usize::from(s.completed && s.final_hash == final_hash.map(|h| h.to_hex()));
+    }
+    let n = watchers.len().max(1) as f64;
+    let mut stages = relay.stages;
+    stages.matches = 1;
+    stages.completed = figures.iter().filter(|f| f.completed).count();
+    BusyRun {
+        busy: Busy {
+            loss,
+            peers: peers
+                .iter()
+                .map(|p| {
+                    let (up, down) = (
+                        harness.traffic(p.addr, relay_addr),
+                        harness.traffic(relay_addr, p.addr),
+                    );
+                    Traffic {
+                        up_bytes: up.sent_bytes,
+                        down_bytes: down.sent_bytes,
+                        up_packets: up.sent_datagrams,
+                        down_packets: down.sent_datagrams,
+                    }
+                })
+                .collect(),
+            secs,
+            commands_per_min: commands as f64 / f64::from(players) / secs.max(1e-9) * 60.0,
+            completed: figures.iter().filter(|f| f.completed).count(),
+        },
+        same_hashes,
+        spectator_down_bytes_per_s: down / n,
+        spectator_up_bytes_per_s: up / n,
+        spectators_completed,
+        relay: stages,
+        relay_memory_peak: memory_peak,
     }
 }
 
@@ -405,6 +552,36 @@ mod tests {
         assert_eq!(best, 1 + 2 + 1 + 1 + 16);
         assert_eq!(worst, 1 + 2 + 2 + 4 + 1 + 16);
         assert_eq!((msg_best, msg_worst), (1 + 2 + 1, 1 + 2 + 2 + 2));
+    }
+
+    /// Spectators joining a busy match from its second second watch it to
+    /// the end on the players' final hash, and what the relay sends them
+    /// is counted; the players' figures are as without them.
+    #[test]
+    fn spectators_of_a_busy_match_watch_to_the_end_on_the_players_hash() {
+        let spec = BusySpec {
+            players: 4,
+            turns: 60,
+            loss: 0.05,
+            seed: 5,
+            snapshots: true,
+            play: Play::GameReacting {
+                apm: 300,
+                clicks_per_min: 300,
+            },
+            spectators: 6,
+        };
+        let r = busy(&spec);
+        assert!(r.same_hashes);
+        assert_eq!(r.busy.completed, 4);
+        assert_eq!(r.spectators_completed, 6);
+        assert!(r.spectator_down_bytes_per_s > 100.0, "{r:?}");
+        assert!(r.relay.datagrams() > 0 && r.relay_memory_peak > 0);
+        assert!(
+            r.busy.commands_per_min > 300.0,
+            "{}",
+            r.busy.commands_per_min
+        );
     }
 
     #[test]

@@ -195,6 +195,8 @@ pub struct BenchPeer {
     turns: u32,
     completed: bool,
     failed: Option<String>,
+    /// Desyncs the relay reported.
+    desyncs: u32,
 }
 
 impl BenchPeer {
@@ -237,6 +239,7 @@ impl BenchPeer {
             turns: 0,
             completed: false,
             failed: None,
+            desyncs: 0,
         })
     }
 
@@ -375,6 +378,7 @@ impl BenchPeer {
                 self.note(format!("dropped by the relay at turn {turn}"));
             }
             PeerEvent::Refused { reason, .. } => self.failed = Some(format!("rejected: {reason}")),
+            PeerEvent::Desync { .. } => self.desyncs += 1,
             _ => {}
         }
     }
@@ -420,6 +424,18 @@ impl BenchPeer {
             Play::GameReacting { .. } => self.react(now, orders),
             _ => self.submit(now, &orders),
         }
+    }
+
+    /// The reference game's state hash now (`None` for the fake game or
+    /// before the start), and the desyncs the relay reported: for a driver
+    /// to check that every peer ended on one world.
+    #[must_use]
+    pub fn outcome(&self) -> (Option<sim::StateHash>, u32) {
+        let hash = match &self.game {
+            BenchGame::World(g) => g.world().map(sim::Simulation::state_hash),
+            BenchGame::Fake(_) => None,
+        };
+        (hash, self.desyncs)
     }
 
     /// Records why the peer failed (the first reason wins).

@@ -229,7 +229,9 @@ pub fn run(sc: &Scenario) -> Outcome {
             let mut s = Skewed::new(Clicker {
                 peer,
                 addr,
-                rng: (sc.seed * 1000 + u64::from(i)) | 1,
+                // Odd (xorshift must not start at zero) and distinct for every
+                // player: `| 1` alone would give players 2k and 2k + 1 one seed.
+                rng: (sc.seed * 1000 + u64::from(i)) * 2 + 1,
                 next_click: None,
                 submitted: VecDeque::new(),
                 samples: Vec::new(),
@@ -314,7 +316,9 @@ fn transport(sc: &Scenario) -> TransportConfig {
     t
 }
 
-fn link(latency_ms: u64, jitter_ms: u64, loss: f64) -> LinkConfig {
+/// A link of `latency_ms` ± `jitter_ms` one way losing `loss` of datagrams.
+#[must_use]
+pub fn link(latency_ms: u64, jitter_ms: u64, loss: f64) -> LinkConfig {
     LinkConfig {
         latency: Duration::from_millis(latency_ms),
         jitter: Duration::from_millis(jitter_ms),
@@ -323,7 +327,10 @@ fn link(latency_ms: u64, jitter_ms: u64, loss: f64) -> LinkConfig {
     }
 }
 
-fn base(players: u8, secs: u64, loss: f64) -> Scenario {
+/// The section's usual match: `players` clickers, 100 ms turns, 30 ± 10 ms
+/// links losing `loss`, the `clock` policy.
+#[must_use]
+pub fn base(players: u8, secs: u64, loss: f64) -> Scenario {
     Scenario {
         players,
         turn: Duration::from_millis(100),

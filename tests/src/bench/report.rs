@@ -8,7 +8,7 @@
 
 /// The sections `bench` writes, in report order: the `--only` name and the
 /// heading.
-pub const SECTIONS: [(&str, &str); 13] = [
+pub const SECTIONS: [(&str, &str); 14] = [
     ("sim", "Simulation: step and state hash per turn"),
     ("replay", "Replay verification speed"),
     ("latency", "Command latency against each player's own floor"),
@@ -17,6 +17,7 @@ pub const SECTIONS: [(&str, &str); 13] = [
     ("crypto", "Relay: payload encryption in token mode"),
     ("crowd", "Relay memory under a hostile crowd"),
     ("bandwidth", "Bandwidth against the Age of Empires budget"),
+    ("big", "Big matches"),
     ("bulk", "Bulk transfer and message size (transport)"),
     ("rejoin", "Rejoin and late spectators"),
     (

@@ -24,12 +24,24 @@ pub struct SimFigures {
 /// Measures `turns` turns after `warmup` turns of a fresh melee, `runs` times.
 #[must_use]
 pub fn measure(units: u32, warmup: u32, turns: u32, runs: usize) -> SimFigures {
+    measure_world(sim::scenarios::melee(units, 42), units, warmup, turns, runs)
+}
+
+/// [`measure`] for any world built with `units` units: `turns` turns after
+/// `warmup` turns, `runs` times.
+#[must_use]
+pub fn measure_world(
+    mut world: World,
+    units: u32,
+    warmup: u32,
+    turns: u32,
+    runs: usize,
+) -> SimFigures {
     let mut step = Vec::new();
     let mut hash = Vec::new();
     let mut snap = Vec::new();
     // Warm up once (the armies need ~75 turns to meet), then start every run
     // from the same snapshot so each measures the same turns of combat.
-    let mut world: World = sim::scenarios::melee(units, 42);
     for t in 0..warmup {
         world.step(Turn(t), &[]);
     }

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tests::bench::machine::Machine;
 use tests::bench::{
-    bandwidth_bench, bulk_bench, crowd_bench, crypto_bench, latency_bench, net_bench, net_report,
-    rejoin_bench, relay_bench, relay_report, replay_bench, report, restart_bench, sim_bench,
-    speculation_bench, viewer_bench,
+    bandwidth_bench, big_bench, bulk_bench, crowd_bench, crypto_bench, latency_bench, net_bench,
+    net_report, rejoin_bench, relay_bench, relay_report, replay_bench, report, restart_bench,
+    sim_bench, speculation_bench, viewer_bench,
 };
 
 // Progress and errors on stderr without a panic on a closed stream (the
@@ -29,7 +29,7 @@ struct Args {
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
     /// Run only these sections (comma-separated: sim, replay, latency, net,
-    /// relay, crypto, crowd, bandwidth, bulk, rejoin, restart, viewer, speculation); the report's other sections are kept as they were.
+    /// relay, crypto, crowd, bandwidth, big, bulk, rejoin, restart, viewer, speculation); the report's other sections are kept as they were.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -243,6 +243,14 @@ fn main() -> ExitCode {
         md.push_str("## Bandwidth against the Age of Empires budget\n\n");
         md.push_str(&section_stamp);
         md.push_str(&bandwidth_bench::markdown(args.quick));
+        md.push('\n');
+    }
+
+    if wanted(&args, "big") {
+        eprintln!("[big] 8, 16 and 32 players, 256 spectators, virtual time");
+        md.push_str("## Big matches\n\n");
+        md.push_str(&section_stamp);
+        md.push_str(&big_bench::measure(args.quick));
         md.push('\n');
     }
 
