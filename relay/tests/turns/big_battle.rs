@@ -20,6 +20,9 @@ const ODD: usize = 13;
 const DESYNC_AT: u32 = 40;
 /// Peers on far links (150 ms each way, jitter, 5 % loss).
 const FAR: [usize; 4] = [3, 8, 21, 30];
+/// The player that vanishes at 2.5 s and whose slot a new peer takes back
+/// at 4 s (the last, so the others keep their indices).
+const REJOINER: usize = PLAYERS as usize - 1;
 
 fn spec(i: u64, name: String) -> PeerSpec<'static> {
     PeerSpec {
@@ -49,14 +52,16 @@ fn run(
 }
 
 /// 32 players and three spectators (one leaves early) over a seeded
-/// network: every player plays every turn; the 31 honest ones end on one
-/// hash and every turn's hashes are equal among them; the relay and every
+/// network, one player vanishing at 2.5 s and a new peer taking its slot
+/// back with its secret at 4 s: every other player plays every turn; the
+/// honest ones end on one hash and every turn's hashes are equal among
+/// them, the rejoined peer's too from its snapshot on; the relay and every
 /// player name the perturbed one alone (31 against one: a strict
 /// majority); the spectators that stayed agree with the honest players on
 /// every turn they watched; the relay's recording verifies by
 /// re-simulation.
 #[test]
-fn thirty_two_players_with_spectators_and_a_forced_desync() {
+fn thirty_two_players_with_spectators_a_rejoin_and_a_forced_desync() {
     let start = Instant::from_millis(1);
     let near = LinkConfig {
         latency: Duration::from_millis(10),
@@ -70,6 +75,7 @@ fn thirty_two_players_with_spectators_and_a_forced_desync() {
         ..LinkConfig::default()
     };
     let config = RelayConfig {
+        silence_timeout: Duration::from_secs(1),
         rejoin: RejoinConfig {
             snapshot_every: 10,
             spectator_delay: Duration::from_millis(500),
@@ -109,10 +115,30 @@ fn thirty_two_players_with_spectators_and_a_forced_desync() {
         w.done_when = DoneWhen::Settled;
         watchers.push(w);
     }
-    // The first spectator leaves a second later; the others watch to the end.
-    let at = harness.now() + Duration::from_millis(1_000);
+    // The last player vanishes (no longer pumped: a killed process) ...
+    let mut gone = players.pop().unwrap();
+    gone.settle(harness.now());
+    let (slot, secret) = gone.secret.expect("the relay gave every player its secret");
+    // The first spectator leaves a second after it came; the others watch
+    // to the end.
+    let at = start + Duration::from_millis(2_500);
     run(&mut harness, &mut relay, &mut players, &mut watchers, at);
     watchers[0].pilot.peer_mut().leave(harness.now());
+    run(
+        &mut harness,
+        &mut relay,
+        &mut players,
+        &mut watchers,
+        start + Duration::from_millis(4_000),
+    );
+    // ... and a new peer comes back into its slot from another address.
+    players.push(PeerNode::build(
+        harness.now(),
+        spec(REJOINER as u64, format!("p{REJOINER}")),
+        SERVER,
+        addr(7200),
+        Some((slot, secret)),
+    ));
     run(
         &mut harness,
         &mut relay,
@@ -135,6 +161,12 @@ fn thirty_two_players_with_spectators_and_a_forced_desync() {
     let hashes = |p: &PeerNode| p.executed.iter().map(|(_, h)| *h).collect::<Vec<_>>();
     let reference = hashes(&players[honest[0]]);
     assert_eq!(reference.len(), TURNS as usize);
+    assert_eq!(seats.len(), usize::from(PLAYERS));
+    assert_eq!(
+        summaries[REJOINER].player,
+        Some(slot.0),
+        "the rejoiner has the slot"
+    );
     for (i, p) in players.iter().enumerate() {
         let s = &summaries[i];
         assert!(
@@ -142,16 +174,28 @@ fn thirty_two_players_with_spectators_and_a_forced_desync() {
             "peer {i}: completed {} turn {:?}",
             s.completed, s.final_turn
         );
-        assert_eq!(p.turns, (0..TURNS).collect::<Vec<u32>>(), "peer {i}");
+        if i == REJOINER {
+            // From the snapshot it restored to the end, every turn.
+            let from = p.turns[0];
+            assert!(from > 0 && from < DESYNC_AT, "rejoined from turn {from}");
+            assert_eq!(p.turns, (from..TURNS).collect::<Vec<u32>>());
+            assert_eq!(s.rejoins, 1, "{s:?}");
+        } else {
+            assert_eq!(p.turns, (0..TURNS).collect::<Vec<u32>>(), "peer {i}");
+        }
         // Everyone names the perturbed player alone, from its first turn off.
         assert!(!s.desyncs.is_empty(), "peer {i}");
         assert_eq!(s.desyncs[0].turn, DESYNC_AT, "peer {i}");
         assert_eq!(s.desyncs[0].odd_players, vec![odd.0], "peer {i}");
     }
     for &i in &honest {
-        assert!(hashes(&players[i]) == reference, "honest peer {i}");
+        let theirs = hashes(&players[i]);
+        let from = players[i].turns[0] as usize;
+        assert!(theirs == reference[from..], "honest peer {i}");
         assert_eq!(summaries[i].final_hash, summaries[honest[0]].final_hash);
     }
+    let c = relay.router.counters();
+    assert_eq!((c.drops, c.rejoins), (1, 1), "{c:?}");
     let theirs = hashes(&players[ODD]);
     let split = theirs.iter().zip(&reference).position(|(a, b)| a != b);
     assert_eq!(split, Some(DESYNC_AT as usize));
@@ -172,7 +216,6 @@ fn thirty_two_players_with_spectators_and_a_forced_desync() {
     assert_eq!(desyncs.first(), Some(&(Turn(DESYNC_AT), 32, vec![odd])));
     // Spectators: the first left early; the others agree with the honest
     // players on every turn they watched and watched to the end.
-    let c = relay.router.counters();
     assert_eq!(c.spectators_joined, 3, "{c:?}");
     assert_eq!(c.spectator_hash_mismatches, 0, "{c:?}");
     let first = watchers[0].peer().summary(now);
