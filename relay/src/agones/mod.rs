@@ -173,10 +173,21 @@ pub enum AgonesNote {
     },
 }
 
-/// A label that Kubernetes would refuse.
+/// Why [`Agones::start`] did not start.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BadLabel(String);
+pub enum AgonesError {
+    /// A label Kubernetes would refuse (key or value syntax, length).
+    #[error("{0}")]
+    BadLabel(String),
+    /// The OS refused a thread.
+    #[error("cannot start the Agones {what} thread: {error}")]
+    Thread {
+        /// `worker` or `watch`.
+        what: &'static str,
+        /// The OS's error.
+        error: String,
+    },
+}
 
 /// From the handle to the worker.
 enum Msg {
@@ -210,15 +221,16 @@ impl Agones {
     /// judges); `note` gets every [`AgonesNote`], from the worker's threads.
     ///
     /// # Errors
-    /// A label Kubernetes would refuse, or no thread.
+    /// A label Kubernetes would refuse ([`AgonesError::BadLabel`]), or no
+    /// thread.
     pub fn start(
         config: AgonesConfig,
         healthy: impl Fn() -> bool + Send + 'static,
         note: impl Fn(AgonesNote) + Send + Sync + 'static,
-    ) -> Result<Self, BadLabel> {
+    ) -> Result<Self, AgonesError> {
         for (k, v) in &config.labels {
-            rest::check_label_key(k).map_err(|e| BadLabel(e.to_string()))?;
-            rest::check_label_value(v).map_err(|e| BadLabel(e.to_string()))?;
+            rest::check_label_key(k).map_err(|e| AgonesError::BadLabel(e.to_string()))?;
+            rest::check_label_value(v).map_err(|e| AgonesError::BadLabel(e.to_string()))?;
         }
         let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
         let (done_tx, done) = crossbeam_channel::bounded(1);
@@ -236,7 +248,10 @@ impl Agones {
             std::thread::Builder::new()
                 .name("agones-watch".into())
                 .spawn(move || worker::watch(port, &note))
-                .map_err(|e| BadLabel(format!("cannot start the Agones watcher: {e}")))?;
+                .map_err(|e| AgonesError::Thread {
+                    what: "watch",
+                    error: e.to_string(),
+                })?;
         }
         let w = worker::Worker {
             config,
@@ -250,7 +265,10 @@ impl Agones {
         std::thread::Builder::new()
             .name("agones".into())
             .spawn(move || w.run())
-            .map_err(|e| BadLabel(format!("cannot start the Agones worker: {e}")))?;
+            .map_err(|e| AgonesError::Thread {
+                what: "worker",
+                error: e.to_string(),
+            })?;
         Ok(Self { tx, lost, done })
     }
 
