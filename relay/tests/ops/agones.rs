@@ -233,3 +233,181 @@ fn a_hung_sdk_never_stalls_the_matches_or_health_and_the_relay_still_exits_zero(
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One request to the stand-in, as raw HTTP: the status code and body.
+fn request(port: u16, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_str(body).unwrap())
+}
+
+/// The stand-in refuses what the real gateway refuses, so a relay that
+/// passes against it sends what Agones takes.
+#[test]
+fn the_stand_in_sdk_is_as_strict_as_the_documented_api() {
+    let sdk = StandIn::start(&[("matches", 2)], &[("players", 1)]);
+    let p = sdk.port;
+    let counters = "/v1beta1/counters/matches";
+    assert_eq!(
+        request(p, "PATCH", counters, r#"{"count":1}"#).0,
+        400,
+        "int64 as a number"
+    );
+    let (status, body) = request(p, "PATCH", counters, r#"{"count":"1"}"#);
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        serde_json::json!({"name": "matches", "count": "1", "capacity": "2"})
+    );
+    assert_eq!(
+        request(p, "PATCH", counters, r#"{"count":"3"}"#).0,
+        400,
+        "over capacity"
+    );
+    assert_eq!(
+        request(p, "PATCH", counters, r#"{"countDiff":"-2"}"#).0,
+        400,
+        "below 0"
+    );
+    assert_eq!(
+        request(p, "PATCH", "/v1beta1/counters/rooms", r#"{"count":"1"}"#).0,
+        404,
+        "undeclared"
+    );
+    let list = "/v1beta1/lists/players";
+    assert_eq!(
+        request(p, "POST", &format!("{list}:addValue"), r#"{"value":"a"}"#).0,
+        200
+    );
+    assert_eq!(
+        request(p, "POST", &format!("{list}:addValue"), r#"{"value":"a"}"#).0,
+        409
+    );
+    assert_eq!(
+        request(p, "POST", &format!("{list}:addValue"), r#"{"value":"b"}"#).0,
+        400,
+        "full"
+    );
+    assert_eq!(
+        request(
+            p,
+            "POST",
+            &format!("{list}:removeValue"),
+            r#"{"value":"b"}"#
+        )
+        .0,
+        404
+    );
+    assert_eq!(
+        request(p, "PATCH", list, r#"{"capacity":"1001"}"#).0,
+        400,
+        "Agones' list limit"
+    );
+    assert_eq!(
+        request(p, "GET", "/v1beta1/lists/teams", "").0,
+        404,
+        "undeclared"
+    );
+    let label = "/metadata/label";
+    assert_eq!(
+        request(
+            p,
+            "PUT",
+            label,
+            r#"{"key":"relay-version","value":"0.1.0"}"#
+        )
+        .0,
+        200
+    );
+    assert_eq!(
+        request(p, "PUT", label, r#"{"key":"a/b","value":"x"}"#).0,
+        400
+    );
+    assert_eq!(
+        request(p, "PUT", label, r#"{"key":"k","value":"0.1.0+x"}"#).0,
+        400
+    );
+    assert_eq!(
+        request(
+            p,
+            "PUT",
+            label,
+            &format!(r#"{{"key":"{}","value":"x"}}"#, "k".repeat(60))
+        )
+        .0,
+        400
+    );
+    assert_eq!(
+        request(p, "POST", "/ready", r#"{"x":1}"#).0,
+        400,
+        "Empty takes no field"
+    );
+    assert_eq!(request(p, "POST", "/ready", "{}").0, 200);
+    assert_eq!(request(p, "POST", "/nonsense", "{}").0, 404);
+    assert_eq!(sdk.protocol_errors(), ["unknown route POST /nonsense"]);
+    assert_eq!(sdk.labels()["agones.dev/sdk-relay-version"], "0.1.0");
+}
+
+#[test]
+fn undeclared_counters_and_lists_are_refused_once_and_the_relay_goes_on() {
+    let sdk = StandIn::start(&[], &[]);
+    let dir = scratch("agones-undeclared");
+    let mut relay = Relay::start_with_env(
+        &dir,
+        "50",
+        &port_env(sdk.port),
+        &["--agones", "--agones-health-s", "1", "--grace-s", "0"],
+    );
+    let list = relay.wait_for(|v| v["event"] == "agones_refused");
+    assert!(
+        list["text"].as_str().unwrap().contains("spec.lists"),
+        "{list}"
+    );
+    let counter = relay.wait_for(|v| v["event"] == "agones_refused");
+    assert!(
+        counter["text"].as_str().unwrap().contains("spec.counters"),
+        "{counter}"
+    );
+    sdk.wait_calls("Ready and a Health ping", |c| {
+        c.iter().skip_while(|c| c.path != "/ready").any(is_health)
+    });
+    let _peers = Peers::start(&relay.addr, "m", 2, 100_000);
+    relay.wait_for(|v| v["event"] == "match_started");
+    relay.wait_for(turn_closed_at_least(20));
+    relay.stop();
+    let seq = shorts(&sdk.calls());
+    assert_eq!(
+        seq,
+        [
+            format!(
+                "PUT /metadata/label relay-version={}",
+                env!("CARGO_PKG_VERSION")
+            ),
+            "PUT /metadata/label resumes=false".into(),
+            "GET /v1beta1/lists/players -> 404".into(),
+            "PATCH /v1beta1/counters/matches capacity=2048 -> 404".into(),
+            "POST /ready".into(),
+            "POST /shutdown".into(),
+        ],
+        "the counter and the list are left alone after one refusal each"
+    );
+    assert_eq!(
+        relay
+            .seen
+            .iter()
+            .filter(|v| v["event"] == "agones_refused")
+            .count(),
+        2
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
