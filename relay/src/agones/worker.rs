@@ -49,7 +49,12 @@ pub(super) fn call(port: u16, req: &RestRequest, timeout: Duration) -> io::Resul
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("no answer within {} ms", timeout.as_millis()),
@@ -104,6 +109,9 @@ impl Worker {
         let mut backoff = FIRST_BACKOFF;
         let mut outage = false;
         let mut lost_said = 0;
+        // The last refusal logged: a refusal repeated (a Health ping the
+        // SDK keeps refusing) is logged once.
+        let mut refusal_said = String::new();
         loop {
             loop {
                 match self.rx.try_recv() {
@@ -156,8 +164,10 @@ impl Worker {
                             let msg = r.message();
                             if let Some(w) =
                                 self.ledger.answered(&c, Answer::Refused(r.status, &msg))
+                                && w != refusal_said
                             {
-                                (self.note)(AgonesNote::Refused { text: w });
+                                (self.note)(AgonesNote::Refused { text: w.clone() });
+                                refusal_said = w;
                             }
                         }
                         other => {
