@@ -25,6 +25,7 @@
 //! bounded by [`AgonesConfig::timeout`]). A missing, late or hung SDK
 //! server costs the relay nothing but log lines ([`AgonesNote`]).
 
+mod labels;
 mod ledger;
 mod rest;
 mod worker;
@@ -127,7 +128,7 @@ pub fn sdk_present() -> bool {
 /// `text` as a valid Kubernetes label value (`0.1.0+x` becomes `0.1.0_x`).
 #[must_use]
 pub fn label_value(text: &str) -> String {
-    rest::label_value_from(text)
+    labels::label_value_from(text)
 }
 
 /// What the Agones side reports, for the relay's log.
@@ -229,8 +230,8 @@ impl Agones {
         note: impl Fn(AgonesNote) + Send + Sync + 'static,
     ) -> Result<Self, AgonesError> {
         for (k, v) in &config.labels {
-            rest::check_label_key(k).map_err(|e| AgonesError::BadLabel(e.to_string()))?;
-            rest::check_label_value(v).map_err(|e| AgonesError::BadLabel(e.to_string()))?;
+            labels::check_label_key(k).map_err(|e| AgonesError::BadLabel(e.to_string()))?;
+            labels::check_label_value(v).map_err(|e| AgonesError::BadLabel(e.to_string()))?;
         }
         let (tx, rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
         let (done_tx, done) = crossbeam_channel::bounded(1);
