@@ -62,6 +62,7 @@
 //! ```text
 //! demo         the one-command match (a relay, bot peers, a verified replay); nothing imports it
 //! http         the HTTP side: listeners, request reading, routing; mounts metrics and the live view
+//! agones       the Agones SDK over its REST gateway: a worker thread fed by router events
 //! udp          the one-loop entry points of `serve` under their first path
 //! endpoint     the relay as a netsim endpoint, for tests under loss
 //!   ↓
@@ -84,6 +85,7 @@
 //! event to its caller as a [`serve::RelayNote`]; the binary passes those
 //! on to the live view, which the HTTP side serves beside the counters.
 
+pub mod agones;
 mod bundle_key;
 pub mod config;
 mod delay;

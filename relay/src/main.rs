@@ -47,7 +47,8 @@ enum Command {
     /// SIGUSR2 hands them over: the relay exits at once without ending
     /// them, and the next `relay serve` on the same `--record-dir` and
     /// `--rejoin-key-file` resumes them.
-    Serve(ServeArgs),
+    // Boxed: the serve flags outweigh the other commands' several times.
+    Serve(Box<ServeArgs>),
     /// Run a whole match locally: a relay and N headless peers over loopback UDP.
     Demo(DemoArgs),
     /// Issue a join token (hex) admitting one player to one match and slot,
@@ -323,6 +324,18 @@ struct ServeArgs {
     /// clients cannot pin every match to one loop.
     #[arg(long, hide = true, value_parser = parse_key)]
     home_key: Option<[u8; 32]>,
+    /// Run as an Agones game server: speak the Agones SDK over its REST
+    /// gateway on 127.0.0.1:$AGONES_SDK_HTTP_PORT (default 9358): labels,
+    /// the `matches` counter and `players` list, Ready once bound, Health
+    /// while healthy, Shutdown after the drain. On by itself when
+    /// AGONES_SDK_HTTP_PORT is set. A missing or slow SDK server is logged;
+    /// the relay serves all the same.
+    #[arg(long)]
+    agones: bool,
+    /// Seconds between Agones Health pings (keep it below the Fleet's
+    /// `health.periodSeconds`).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=300))]
+    agones_health_s: u64,
     #[command(flatten)]
     relay: RelayArgs,
 }
@@ -637,7 +650,8 @@ fn start_http(
 ) -> Result<HttpSide, ExitCode> {
     let metrics_at = a.metrics.or(a.http);
     let live_at = a.live.or(a.http);
-    let metrics = metrics_at.map(|_| {
+    // Agones needs the counters too: its Health pings follow `/health`.
+    let metrics = (metrics_at.is_some() || agones_on(a)).then(|| {
         Arc::new(
             Metrics::new()
                 .with_watchdog(std::time::Duration::from_secs(a.watchdog_s))
@@ -931,6 +945,17 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         Ok(started) => started,
         Err(code) => return code,
     };
+    // The socket is bound: an Agones relay tells the SDK it is Ready.
+    let agones = match (agones_on(a), &metrics) {
+        (true, Some(m)) => {
+            let resumes = a.record_dir.is_some() && provable;
+            match start_agones(a, &config, threads, m, &stop, resumes, level) {
+                Ok(ag) => Some(ag),
+                Err(code) => return code,
+            }
+        }
+        _ => None,
+    };
     let opts = ServeOptions {
         stop: &stop,
         handover: Some(&handover),
@@ -949,8 +974,28 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
         if let (Some(live), relay::serve::RelayNote::Event(ev, unix_ms)) = (&live, &n) {
             live.handle_event(ev, *unix_ms);
         }
+        if let Some(ag) = &agones {
+            match &n {
+                relay::serve::RelayNote::Event(ev, _) => ag.handle_event(ev),
+                relay::serve::RelayNote::Draining { .. } => ag.begin_drain(),
+                _ => {}
+            }
+        }
         log_note(&n, a.json, level);
     });
+    // The drain is over: Shutdown (not after a hand-over, whose matches
+    // the next process in this pod resumes).
+    if let Some(ag) = agones
+        && !handover.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        let answered = ag.finish(AGONES_SHUTDOWN_WAIT);
+        log_line(
+            level,
+            if answered { Level::Info } else { Level::Warn },
+            a.json,
+            serde_json::json!({ "event": "agones_shutdown", "answered": answered }),
+        );
+    }
     if r.is_ok() {
         log_line(
             level,
@@ -966,6 +1011,65 @@ fn serve_cmd(a: &ServeArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// How long a stopped relay waits for the Agones SDK to take Shutdown.
+const AGONES_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether `serve` speaks the Agones SDK: `--agones`, or the SDK's
+/// environment (AGONES_SDK_HTTP_PORT) is present.
+fn agones_on(a: &ServeArgs) -> bool {
+    a.agones || relay::agones::sdk_present()
+}
+
+/// Starts the Agones side (see `relay::agones`): its capacities from the
+/// relay's budgets, its labels, Health pings while `/health` would answer
+/// 200 and the serve loop is not stopping; its notes go to the log.
+fn start_agones(
+    a: &ServeArgs,
+    config: &RelayConfig,
+    threads: usize,
+    metrics: &Arc<Metrics>,
+    stop: &Arc<AtomicBool>,
+    resumes: bool,
+    level: Level,
+) -> Result<relay::agones::Agones, ExitCode> {
+    let matches = config.limits.max_matches.saturating_mul(threads);
+    let players = a.max_connections;
+    let mut ac = match relay::agones::AgonesConfig::from_env(
+        i64::try_from(matches).unwrap_or(i64::MAX),
+        i64::try_from(players).unwrap_or(i64::MAX),
+    ) {
+        Ok(c) => c
+            .with_label("relay-version", env!("CARGO_PKG_VERSION"))
+            .with_label("resumes", if resumes { "true" } else { "false" }),
+        Err(e) => {
+            eprintln!("relay: --agones: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    ac.health_every = std::time::Duration::from_secs(a.agones_health_s);
+    log_line(
+        level,
+        Level::Info,
+        a.json,
+        serde_json::json!({ "event": "agones", "port": ac.port,
+            "agones_version": relay::agones::AGONES_VERSION,
+            "matches_capacity": ac.matches_capacity, "players_capacity": ac.players_capacity }),
+    );
+    let (m, s) = (Arc::clone(metrics), Arc::clone(stop));
+    let healthy = move || {
+        !s.load(std::sync::atomic::Ordering::Relaxed) && m.healthy(std::time::Instant::now())
+    };
+    let json = a.json;
+    relay::agones::Agones::start(ac, healthy, move |n| {
+        let (at, v) = logs::agones_json(&n);
+        log_line(level, at, json, v);
+    })
+    .map_err(|e| {
+        eprintln!("relay: --agones: {e}");
+        ExitCode::from(2)
+    })
 }
 
 fn demo_cmd(a: &DemoArgs) -> ExitCode {

@@ -90,6 +90,42 @@ pub(crate) fn log_note(n: &RelayNote<'_>, json: bool, level: Level) {
     log_line(level, at, json, value);
 }
 
+/// The log line of an Agones note: its level and JSON.
+pub(crate) fn agones_json(n: &relay::agones::AgonesNote) -> (Level, serde_json::Value) {
+    use relay::agones::AgonesNote;
+    use serde_json::json;
+    match n {
+        AgonesNote::Unreachable { call, port, error } => (
+            Level::Warn,
+            json!({ "event": "agones_unreachable", "call": call, "port": port, "error": error,
+                "note": "the Agones SDK server does not answer: the relay keeps serving and retries" }),
+        ),
+        AgonesNote::Reachable => (Level::Info, json!({ "event": "agones_reachable" })),
+        AgonesNote::Refused { text } => (
+            Level::Warn,
+            json!({ "event": "agones_refused", "text": text }),
+        ),
+        AgonesNote::ListFull { list, capacity } => (
+            Level::Warn,
+            json!({ "event": "agones_list_full", "list": list, "capacity": capacity }),
+        ),
+        AgonesNote::EventsLost { count } => (
+            Level::Warn,
+            json!({ "event": "agones_events_lost", "count": count }),
+        ),
+        AgonesNote::GameServer { state, metadata } => {
+            let meta: serde_json::Map<String, serde_json::Value> = metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().into()))
+                .collect();
+            (
+                Level::Info,
+                json!({ "event": "agones_gameserver", "state": state, "metadata": meta }),
+            )
+        }
+    }
+}
+
 /// Writes one log line to stdout; a closed stdout (the log reader went
 /// away) must not stop the relay, so write errors are ignored.
 pub(crate) fn out_line(line: &str) {

@@ -476,6 +476,14 @@ impl Metrics {
         stalled
     }
 
+    /// Whether `/health` answers 200 at `now`: up, not draining and no
+    /// loop stalled (without counting a watchdog trip: that is
+    /// [`Metrics::watch`]'s, on the HTTP thread).
+    #[must_use]
+    pub fn healthy(&self, now: std::time::Instant) -> bool {
+        !self.stalled_at(now) && self.get(Metric::Up) == 1 && self.get(Metric::Draining) == 0
+    }
+
     /// Sets one series (the loop publishes totals, so a store is enough).
     pub fn set(&self, m: Metric, v: u64) {
         self.values[m as usize].store(v, Ordering::Relaxed);

@@ -90,7 +90,14 @@ impl Relay {
     }
 
     fn start_with_turn_ms(dir: &Path, turn_ms: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(dir, turn_ms, &[], extra)
+    }
+
+    /// A relay with `env` set (and no Agones SDK port unless `env` gives one).
+    fn start_with_env(dir: &Path, turn_ms: &str, env: &[(&str, String)], extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
+            .env_remove("AGONES_SDK_HTTP_PORT")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["serve", "--bind", "127.0.0.1:0", "--json", "--verbose"])
             // Two event loops in every test here: matches and their peers
             // spread over both, so drain, tokens and recording are checked
@@ -686,6 +693,8 @@ fn peers_of_a_match_ended_by_shutdown_say_so_and_exit_4() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+mod agones;
+mod agones_sdk;
 mod live;
 mod threads;
 
