@@ -441,7 +441,12 @@ pub fn run(config: &DemoConfig, mut progress: impl FnMut(&str)) -> std::io::Resu
     let relay = {
         let stop = Arc::clone(&stop);
         let cfg = fit_on_one_host(config);
-        let transport = cfg.server_transport(TransportConfig::default());
+        // As `relay serve --max-connections`: the transport's own default
+        // (64) would refuse a big battle's spectators.
+        let transport = cfg.server_transport(TransportConfig {
+            max_connections: cfg.limits.max_connections,
+            ..TransportConfig::default()
+        });
         std::thread::spawn(move || {
             serve(&relay_socket, cfg, transport, Some(recorder), &stop, |n| {
                 let note = match n {

@@ -9,8 +9,8 @@ use serde_json::Value;
 use sim::{PlayerId, Turn};
 use std::time::Duration;
 use tests::harness::{
-    PeerResult, PeerSpec, Proc, Relay, SplitMix, finish_peer, heavy, netsim, peer, replay_verify,
-    scratch_dir,
+    PeerResult, PeerSpec, Proc, Relay, SplitMix, finish_peer, heavy, heavy_alone, netsim, peer,
+    replay_verify, scratch_dir,
 };
 
 /// Upper bound for a whole match (generous: a loaded CI machine).
@@ -488,6 +488,47 @@ fn demo_json(args: &[&str]) -> (Option<i32>, Value) {
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("demo JSON: {e}\n{}", String::from_utf8_lossy(&out.stderr)));
     (out.status.code(), v)
+}
+
+/// `relay demo --peers 32 --spectators 64`, the big battle in one
+/// command: 32 peers in 32 seats and 64 spectators joining a third of the
+/// way in all end on one hash, nobody is dropped, and the recording
+/// verifies by re-simulation.
+#[test]
+fn the_demo_plays_32_peers_and_64_spectators_on_one_hash() {
+    let _cpu = heavy_alone();
+    let dir = scratch_dir("demo-32");
+    let dir_s = dir.display().to_string();
+    let (code, v) = demo_json(&[
+        "--peers",
+        "32",
+        "--spectators",
+        "64",
+        "--turns",
+        "60",
+        "--record-dir",
+        &dir_s,
+    ]);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["hashes_agree"], true, "{v:#}");
+    assert_eq!(v["replay"]["verified"], true, "{v:#}");
+    assert_eq!(v["replay"]["turns"], 60, "{v:#}");
+    assert_eq!(v["drops"].as_array().map(Vec::len), Some(0), "{v:#}");
+    let peers = v["peers"].as_array().unwrap();
+    let seats: std::collections::BTreeSet<u64> = peers
+        .iter()
+        .map(|p| p["player"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seats, (0..32).collect(), "{v:#}");
+    let hash = &peers[0]["final_hash"];
+    assert!(hash.is_string());
+    let spectators = v["spectators"].as_array().unwrap();
+    assert_eq!(spectators.len(), 64);
+    for s in spectators.iter().chain(peers) {
+        assert_eq!(s["completed"], true, "{s:#}");
+        assert_eq!(&s["final_hash"], hash, "{s:#}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `relay demo --desync-at T --desync-peer P --json`, both games: the
