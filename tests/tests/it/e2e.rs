@@ -505,14 +505,18 @@ fn the_demo_plays_32_peers_and_64_spectators_on_one_hash() {
         "--spectators",
         "64",
         "--turns",
-        "60",
+        "50",
+        // Long turns: 97 processes' worth of threads in one debug-built
+        // process on a loaded CI machine must keep up with the clock.
+        "--turn-ms",
+        "200",
         "--record-dir",
         &dir_s,
     ]);
     assert_eq!(code, Some(0), "{v:#}");
     assert_eq!(v["hashes_agree"], true, "{v:#}");
     assert_eq!(v["replay"]["verified"], true, "{v:#}");
-    assert_eq!(v["replay"]["turns"], 60, "{v:#}");
+    assert_eq!(v["replay"]["turns"], 50, "{v:#}");
     assert_eq!(v["drops"].as_array().map(Vec::len), Some(0), "{v:#}");
     let peers = v["peers"].as_array().unwrap();
     let seats: std::collections::BTreeSet<u64> = peers
