@@ -125,7 +125,7 @@ fn latency(md: &mut String, quick: bool) {
          |---|---:|---:|---:|:---:|\n\
          | one far player | {far_mean:+.1} ms | {far_largest:+.1} ms | {}/31 | {} |\n\
          | no far player, network reseeded | {noise_mean:+.1} ms | {noise_largest:+.1} ms | {}/31 | {} |\n\n\
-         The far player itself: RTT p50 {:.1} ms, floor {:.1} ms, latency p50 {:.1} ms ({:.2}× its own floor).\n",
+         The far player itself: RTT p50 {:.1} ms, floor {:.1} ms, latency p50 {:.1} ms ({:.2}× its own floor). {}\n",
         b.players
             .iter()
             .enumerate()
@@ -142,7 +142,33 @@ fn latency(md: &mut String, quick: bool) {
         f.floor_ms,
         f.p50_ms,
         ratio(f),
+        if far_mean.abs() <= FAR_SHIFT_BOUND_MS {
+            format!(
+                "The far player moved the others' p50 by {far_mean:+.1} ms on average: within \
+                 the {FAR_SHIFT_BOUND_MS:.0} ms bound."
+            )
+        } else {
+            format!(
+                "**The far player moved the others' p50 by {far_mean:+.1} ms on average, over \
+                 the {FAR_SHIFT_BOUND_MS:.0} ms bound.**"
+            )
+        },
     );
+}
+
+/// The busier direction of the busiest player, IP and UDP headers
+/// included, bytes per second.
+fn busiest_with_headers(r: &BusyRun) -> f64 {
+    let secs = r.busy.secs.max(1e-9);
+    r.busy
+        .peers
+        .iter()
+        .map(|t| {
+            let up = (t.up_bytes + t.up_packets * IP_UDP_HEADER) as f64;
+            let down = (t.down_bytes + t.down_packets * IP_UDP_HEADER) as f64;
+            up.max(down) / secs
+        })
+        .fold(0.0, f64::max)
 }
 
 fn busy_row(md: &mut String, r: &BusyRun, players: u8, spectators: usize) {
@@ -151,12 +177,7 @@ fn busy_row(md: &mut String, r: &BusyRun, players: u8, spectators: usize) {
     let per_s = |v: u64| v as f64 / secs;
     let up: Vec<f64> = b.peers.iter().map(|t| per_s(t.up_bytes)).collect();
     let down: Vec<f64> = b.peers.iter().map(|t| per_s(t.down_bytes)).collect();
-    let hdr = |bytes: u64, packets: u64| per_s(bytes + packets * IP_UDP_HEADER);
-    let busiest = b
-        .peers
-        .iter()
-        .map(|t| hdr(t.up_bytes, t.up_packets).max(hdr(t.down_bytes, t.down_packets)))
-        .fold(0.0, f64::max);
+    let busiest = busiest_with_headers(r);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let _ = writeln!(
@@ -246,9 +267,31 @@ fn bandwidth_and_relay(md: &mut String, quick: bool) {
             / r.busy.secs.max(1e-9)
     };
     let growth = down(&runs[2].2) / down(&runs[0].2).max(1e-9);
+    let within: Vec<String> = runs
+        .iter()
+        .filter(|(_, _, r)| busiest_with_headers(r) <= MODEM_BYTES_PER_S)
+        .map(|(p, _, _)| p.to_string())
+        .collect();
+    let verdict = if within.len() == runs.len() {
+        "Every player stayed within the modem's budget at every size.".to_owned()
+    } else {
+        format!(
+            "Within the modem's budget at {} players; above it beyond. The budget is the one \
+             \"1500 Archers\" set for eight players: every player receives every player's \
+             commands, so at this command rate the down stream alone grows with the players \
+             and no encoding keeps 32 players' commands in 3,600 B/s. It is reported, not a \
+             bound this engine claims at 32 players.",
+            if within.is_empty() {
+                "no size of".to_owned()
+            } else {
+                within.join(" and ")
+            }
+        )
+    };
     let _ = write!(
         md,
-        "\nFrom 8 to 32 players a player's down stream grew {growth:.2}× (4× the players).\n\n\
+        "\nFrom 8 to 32 players a player's down stream grew {growth:.2}× (4× the players). \
+         {verdict}\n\n\
          ### The relay at 32 players and {SPECTATORS} spectators\n\n\
          The 32-player match above, once without spectators and once with {SPECTATORS} joining \
          from its second second (one every {} ms) and watching to its end (real `Peer`s in \
@@ -292,13 +335,18 @@ fn simulation(md: &mut String, quick: bool) {
          | players | units (live at turn 100) | step ms/turn | state hash ms | step + hash vs 2 players |\n\
          |---:|---|---|---|---:|\n\
          | 2 | 10000 ({}) | {} | {} | 1.00× |\n\
-         | 32 | 10000 ({}) | {} | {} | {r:.2}× |\n",
+         | 32 | 10000 ({}) | {} | {} | {r:.2}× |\n\n{}\n",
         two.live_units,
         two.step_ms.cell(3),
         two.hash_ms.cell(3),
         many.live_units,
         many.step_ms.cell(3),
         many.hash_ms.cell(3),
+        if r <= SIM_RATIO_BOUND {
+            format!("Within the bound ({r:.2}× ≤ {SIM_RATIO_BOUND:.2}×).")
+        } else {
+            format!("**Over the bound** ({r:.2}× > {SIM_RATIO_BOUND:.2}×).")
+        },
     );
 }
 
