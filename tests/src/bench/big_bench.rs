@@ -113,6 +113,13 @@ fn latency(md: &mut String, quick: bool) {
     let (far_mean, far_largest) = shifts(&a, &b, far);
     let (noise_mean, noise_largest) = shifts(&a, &c, far);
     let f = &b.players[far];
+    let near_within = |o: &Outcome| {
+        o.players
+            .iter()
+            .enumerate()
+            .filter(|&(i, p)| i != far && ratio(p) <= FLOOR_RATIO_BOUND)
+            .count()
+    };
     let _ = write!(
         md,
         "\n### One far player among 32\n\n\
@@ -126,17 +133,9 @@ fn latency(md: &mut String, quick: bool) {
          | one far player | {far_mean:+.1} ms | {far_largest:+.1} ms | {}/31 | {} |\n\
          | no far player, network reseeded | {noise_mean:+.1} ms | {noise_largest:+.1} ms | {}/31 | {} |\n\n\
          The far player itself: RTT p50 {:.1} ms, floor {:.1} ms, latency p50 {:.1} ms ({:.2}× its own floor). {}\n",
-        b.players
-            .iter()
-            .enumerate()
-            .filter(|&(i, p)| i != far && ratio(p) <= FLOOR_RATIO_BOUND)
-            .count(),
+        near_within(&b),
         if b.same_bundles { "yes" } else { "**no**" },
-        c.players
-            .iter()
-            .enumerate()
-            .filter(|&(i, p)| i != far && ratio(p) <= FLOOR_RATIO_BOUND)
-            .count(),
+        near_within(&c),
         if c.same_bundles { "yes" } else { "**no**" },
         f.rtt_ms,
         f.floor_ms,
