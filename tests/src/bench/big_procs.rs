@@ -1,0 +1,522 @@
+//! Issue 42 in real processes: a 32-player match of release `peer`
+//! processes (each from its own 127.0.0.x) through the release `relay
+//! serve`, played twice on the same seeds, once without spectators and
+//! once with waves of `peer --spectate` processes joining and being
+//! SIGKILLed through the match. Measured per condition: the players' turn
+//! latency (`peer --json`'s `turn_latency_ms`), the relay's CPU and peak
+//! resident set, the players' and the machine's CPU, completions and
+//! whether the final hashes agreed.
+
+use super::relay_procs::{clock_ticks_per_sec, process_ticks, read_machine_ticks};
+use super::stats::{Summary, percentile};
+use crate::harness::{Bins, PeerSpec, Proc, Relay, proc_status_kib, try_finish_peer, try_peer};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Players per match: the engine's most.
+pub const PLAYERS: u8 = sim::MAX_PLAYERS;
+/// Turn length (the relay's default).
+pub const TURN_MS: u64 = 100;
+/// The first wave of spectators joins once the relay closed this turn
+/// (after the first 5 s, from which `peer` counts its steady-state latency).
+pub const FIRST_WAVE_TURN: u32 = 60;
+/// The last wave joins at least this many turns before the end, so that it
+/// watches to the end.
+const LAST_WAVE_TAIL: u32 = 40;
+/// The CPU window: from this turn closed to `turns - CPU_TAIL` closed.
+const CPU_FROM_TURN: u32 = 50;
+const CPU_TAIL: u32 = 10;
+/// How long any one wait may take before the run is reported failed.
+const WAIT: Duration = Duration::from_secs(180);
+/// CPU (percent of one core) from which a side counts as saturated.
+const SATURATED: f64 = 90.0;
+
+/// The shape of a run: turns and spectator waves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Turns of the match.
+    pub turns: u32,
+    /// Spectator processes per wave.
+    pub per_wave: usize,
+    /// Turns between two waves.
+    pub wave_turns: u32,
+}
+
+impl Plan {
+    /// `quick`: 300 turns (30 s), a wave of 16 every 60 turns; otherwise
+    /// 600 turns (60 s), a wave of 24 every 100 turns.
+    #[must_use]
+    pub const fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                turns: 300,
+                per_wave: 16,
+                wave_turns: 60,
+            }
+        } else {
+            Self {
+                turns: 600,
+                per_wave: 24,
+                wave_turns: 100,
+            }
+        }
+    }
+
+    /// The turns at which the waves join (each wave but the last is
+    /// SIGKILLed when the next one joins; the last stays to the end).
+    #[must_use]
+    pub fn wave_turns(&self) -> Vec<u32> {
+        (0..)
+            .map(|w| FIRST_WAVE_TURN + w * self.wave_turns)
+            .take_while(|t| t + LAST_WAVE_TAIL < self.turns)
+            .collect()
+    }
+}
+
+/// What one condition (with or without spectators) measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ConditionFigures {
+    /// Spectator processes started.
+    pub spectators_started: usize,
+    /// Of those, SIGKILLed before the end.
+    pub spectators_killed: usize,
+    /// Of the killed ones, those that had been watching (stepping turns).
+    pub killed_while_watching: usize,
+    /// Spectators of the last wave that exited 0 having watched every turn.
+    pub spectators_completed: usize,
+    /// Players that exited 0 having played every turn.
+    pub players_completed: usize,
+    /// Distinct final hashes among the players and the spectators that stayed.
+    pub distinct_hashes: usize,
+    /// Players the relay dropped.
+    pub players_dropped: usize,
+    /// Per player: turn latency p50 (commands after the first 5 s), ms.
+    pub p50_ms: Vec<f64>,
+    /// Per player: turn latency p99, ms.
+    pub p99_ms: Vec<f64>,
+    /// Per player: total stall over the match, ms.
+    pub stall_ms: Vec<f64>,
+    /// The relay's CPU over the window, percent of one core.
+    pub relay_cpu_pct: f64,
+    /// The 32 players' CPU over the window, summed, percent of one core.
+    pub players_cpu_pct: f64,
+    /// The machine's CPU over the window, percent of all its cores (other
+    /// work included).
+    pub machine_cpu_pct: f64,
+    /// The relay's peak resident set (`VmHWM`) at the end, KiB.
+    pub relay_peak_rss_kib: Option<u64>,
+    /// From starting the first player to the last player's exit, s.
+    pub wall_s: f64,
+}
+
+impl ConditionFigures {
+    /// Whether every player completed and all (with the stayed
+    /// spectators) ended on one hash.
+    #[must_use]
+    pub fn agreed(&self) -> bool {
+        self.players_completed == usize::from(PLAYERS) && self.distinct_hashes == 1
+    }
+
+    /// The median over players of their p99, ms.
+    #[must_use]
+    pub fn median_p99(&self) -> f64 {
+        percentile(&self.p99_ms, 50.0)
+    }
+
+    /// The worst player's p99, ms.
+    #[must_use]
+    pub fn worst_p99(&self) -> f64 {
+        self.p99_ms.iter().copied().fold(f64::NAN, f64::max)
+    }
+}
+
+/// Both conditions of one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BigProcsFigures {
+    /// Turns, waves and spectators per wave.
+    pub plan: Plan,
+    /// The relay's event loops (one per core).
+    pub relay_threads: usize,
+    /// Without spectators.
+    pub quiet: ConditionFigures,
+    /// With waves of spectators joining and leaving.
+    pub churn: ConditionFigures,
+}
+
+impl BigProcsFigures {
+    /// How far the spectators moved the players' p99, in turns: (median
+    /// over players, worst player).
+    #[must_use]
+    pub fn p99_moved_turns(&self) -> (f64, f64) {
+        let t = TURN_MS as f64;
+        (
+            (self.churn.median_p99() - self.quiet.median_p99()) / t,
+            (self.churn.worst_p99() - self.quiet.worst_p99()) / t,
+        )
+    }
+}
+
+/// The release binaries beside the running program: `target/<profile>/`
+/// for the `bench` binary, its parent for a test (`target/<profile>/deps/`);
+/// rebuilt first when run through cargo (so they are never stale).
+fn release_bins() -> Result<Bins, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let mut dir = exe
+        .parent()
+        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir
+            .parent()
+            .ok_or_else(|| format!("{} has no parent", dir.display()))?;
+    }
+    Bins::in_dir(dir, std::env::var_os("CARGO").is_some())
+}
+
+/// Player `i`'s source address: 127.0.0.10 to 127.0.0.41.
+fn player_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 10 + (i % 200) as u8)
+}
+
+/// Spectator `k` of wave `w`: 127.0.(1 + w).(10 + k), a host of its own,
+/// so that killed spectators not yet timed out never fill a host's quota.
+fn spectator_ip(w: usize, k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 1 + (w % 250) as u8, 10 + (k % 240) as u8)
+}
+
+fn spec(relay: SocketAddr, turns: u32, seed: u64, bind: Ipv4Addr, spectate: bool) -> PeerSpec {
+    let mut extra = vec!["--bind".to_owned(), format!("{bind}:0")];
+    if spectate {
+        extra.push("--spectate".to_owned());
+    }
+    PeerSpec {
+        relay,
+        match_name: "big".to_owned(),
+        players: PLAYERS,
+        turns,
+        seed,
+        extra,
+    }
+}
+
+/// Waits until the relay closed turn `at` or a later one.
+fn wait_turn(relay: &mut Relay, at: u32) -> Result<(), String> {
+    relay
+        .try_wait_event(&format!("turn {at} closed"), WAIT, |v| {
+            v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(at))
+        })
+        .map(drop)
+}
+
+/// Whether spectator `p` has printed a progress line past turn 0 (it had
+/// its world and stepped it), reading only what it printed so far.
+fn was_watching(p: &mut Proc) -> bool {
+    p.try_wait_line("a progress line past turn 0", Duration::ZERO, |l| {
+        let t: u64 = l
+            .text
+            .strip_prefix("turn")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        (t > 0).then_some(())
+    })
+    .is_ok()
+}
+
+/// CPU ticks of the relay, of the players (summed) and of the machine
+/// (busy, total) at one moment.
+struct Ticks {
+    relay: u64,
+    players: u64,
+    machine: (u64, u64),
+    at: Instant,
+}
+
+impl Ticks {
+    fn read(relay: &Relay, players: &[Proc]) -> Self {
+        Self {
+            relay: process_ticks(relay.proc.pid()).unwrap_or(0),
+            players: players
+                .iter()
+                .map(|p| process_ticks(p.pid()).unwrap_or(0))
+                .sum(),
+            machine: read_machine_ticks().unwrap_or((0, 0)),
+            at: Instant::now(),
+        }
+    }
+}
+
+/// One match: 32 players, and (`spectate`) the plan's waves of spectators.
+fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, String> {
+    let tag = if spectate { "churn" } else { "quiet" };
+    let dir = std::env::temp_dir().join(format!("lockstep-bench-big-{}-{tag}", std::process::id()));
+    // A leftover of an earlier run with the same pid is stale.
+    let _ = std::fs::remove_dir_all(&dir);
+    let turn_ms = TURN_MS.to_string();
+    let mut relay = Relay::try_start(&bins.relay, &dir, &["--turn-ms", &turn_ms])?;
+    let started = Instant::now();
+    let mut players = Vec::new();
+    for i in 0..usize::from(PLAYERS) {
+        let sp = spec(relay.addr, plan.turns, i as u64 + 1, player_ip(i), false);
+        players.push(try_peer(&bins.peer, &sp)?);
+    }
+    let mut f = ConditionFigures::default();
+    wait_turn(&mut relay, CPU_FROM_TURN)?;
+    let before = Ticks::read(&relay, &players);
+    let mut alive: Vec<Proc> = Vec::new();
+    if spectate {
+        for (w, at) in plan.wave_turns().into_iter().enumerate() {
+            wait_turn(&mut relay, at)?;
+            for mut p in alive.drain(..) {
+                f.killed_while_watching += usize::from(was_watching(&mut p));
+                p.kill();
+                f.spectators_killed += 1;
+            }
+            for k in 0..plan.per_wave {
+                let seed = 1000 + (w * plan.per_wave + k) as u64;
+                let sp = spec(relay.addr, plan.turns, seed, spectator_ip(w, k), true);
+                alive.push(try_peer(&bins.peer, &sp)?);
+                f.spectators_started += 1;
+            }
+            replays::err_println!(
+                "[big] wave {} of {} spectators joined at turn {at}",
+                w + 1,
+                plan.per_wave
+            );
+        }
+    }
+    wait_turn(&mut relay, plan.turns - CPU_TAIL)?;
+    let after = Ticks::read(&relay, &players);
+    let secs = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
+    let hz = clock_ticks_per_sec();
+    let pct = |ticks: u64| ticks as f64 / hz / secs * 100.0;
+    f.relay_cpu_pct = pct(after.relay.saturating_sub(before.relay));
+    f.players_cpu_pct = pct(after.players.saturating_sub(before.players));
+    let busy = after.machine.0.saturating_sub(before.machine.0) as f64;
+    let total = after.machine.1.saturating_sub(before.machine.1) as f64;
+    f.machine_cpu_pct = if total > 0.0 {
+        busy / total * 100.0
+    } else {
+        0.0
+    };
+
+    let mut hashes = BTreeSet::new();
+    for p in &mut players {
+        let r = try_finish_peer(p, WAIT)?;
+        let s = &r.summary;
+        if r.code == Some(0)
+            && s["completed"] == true
+            && s["turns"].as_u64() == Some(u64::from(plan.turns))
+        {
+            f.players_completed += 1;
+        }
+        hashes.insert(s["final_hash"].to_string());
+        f.p50_ms.extend(s["turn_latency_ms"]["p50"].as_f64());
+        f.p99_ms.extend(s["turn_latency_ms"]["p99"].as_f64());
+        f.stall_ms.extend(s["stall_ms"].as_f64());
+    }
+    f.wall_s = started.elapsed().as_secs_f64();
+    for p in &mut alive {
+        let r = try_finish_peer(p, WAIT)?;
+        let s = &r.summary;
+        if r.code == Some(0)
+            && s["completed"] == true
+            && s["final_turn"].as_u64() == Some(u64::from(plan.turns - 1))
+        {
+            f.spectators_completed += 1;
+        } else {
+            replays::err_println!("[big] a spectator did not complete: {s}");
+        }
+        hashes.insert(s["final_hash"].to_string());
+    }
+    f.distinct_hashes = hashes.len();
+    relay.try_wait_event("the recording closed", WAIT, |v| v["event"] == "recorded")?;
+    f.players_dropped = relay.events_of("dropped").len();
+    f.relay_peak_rss_kib = proc_status_kib(relay.proc.pid(), "VmHWM");
+    relay.proc.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+    replays::err_println!(
+        "[big] {tag}: {}/{} players completed, {} hash(es), relay {:.0} % CPU, p99 median {:.0} ms",
+        f.players_completed,
+        PLAYERS,
+        f.distinct_hashes,
+        f.relay_cpu_pct,
+        f.median_p99()
+    );
+    Ok(f)
+}
+
+/// Plays the 32-player match without spectators, then with waves of them.
+///
+/// # Errors
+/// When the binaries cannot be found or built, a process does not start,
+/// or a wait times out.
+pub fn measure(quick: bool) -> Result<BigProcsFigures, String> {
+    let bins = release_bins()?;
+    let plan = Plan::new(quick);
+    let quiet = run(&bins, plan, false)?;
+    let churn = run(&bins, plan, true)?;
+    Ok(BigProcsFigures {
+        plan,
+        relay_threads: relay::serve::default_threads(),
+        quiet,
+        churn,
+    })
+}
+
+/// Which side used the 2 cores, from the spectator condition's figures.
+fn saturation(f: &BigProcsFigures) -> String {
+    let c = &f.churn;
+    let cores = f.relay_threads as f64;
+    let spectators = (c.machine_cpu_pct * cores - c.relay_cpu_pct - c.players_cpu_pct).max(0.0);
+    let mut text = format!(
+        "With spectators the machine was {:.0} % busy (of {cores:.0} cores): the 32 players \
+         {:.0} % of one core together, the relay {:.0} %, the rest (spectators, the bench, other \
+         work on the machine) about {spectators:.0} %. ",
+        c.machine_cpu_pct, c.players_cpu_pct, c.relay_cpu_pct
+    );
+    if c.relay_cpu_pct >= SATURATED * cores {
+        text.push_str("The relay saturated its event loops.");
+    } else if c.machine_cpu_pct >= SATURATED {
+        text.push_str(
+            "The cores were saturated by the peer processes (each simulates the whole \
+             32-player world), not by the relay.",
+        );
+    } else {
+        text.push_str("No side saturated the cores.");
+    }
+    text
+}
+
+/// Markdown subsection: the setup, a table per condition, the p99 shift.
+#[must_use]
+pub fn render(f: &BigProcsFigures) -> String {
+    let plan = f.plan;
+    let waves = plan.wave_turns();
+    let mut md = String::from("### Real processes: 32 players, spectators joining and leaving\n\n");
+    let _ = writeln!(
+        md,
+        "One release `relay serve --turn-ms {TURN_MS} --json --verbose --record-dir DIR` \
+         ({} event loops, every other setting its default: 5 s silence timeout, spectators 3 s \
+         behind live, a snapshot every 100 turns) and {PLAYERS} release `peer --players \
+         {PLAYERS} --turns {} --bind 127.0.0.X:0 --json` processes, one per player, each bound \
+         to its own source address 127.0.0.10 to 127.0.0.41 on loopback, bots at their default \
+         300 APM: a {}-turn match ({} s of play). It is played twice with the same seeds: \
+         without spectators, then with {} waves of {} `peer --spectate` processes, the waves \
+         joining at turns {} (each spectator from a host of its own, 127.0.W.10 and on); each \
+         wave is SIGKILLed as the next one joins (no goodbye: the relay lets it go after its \
+         silence timeout), the last wave watches to the end. Turn latency is `peer --json`'s \
+         `turn_latency_ms`: each player's command-to-execution latency of the commands it \
+         submitted after the match's first 5 s; the table gives the median over the 32 \
+         players of their p50 and of their p99, and the worst player's p99. CPU is from \
+         `/proc/<pid>/stat` from turn {CPU_FROM_TURN} to turn {} closed, percent of one core \
+         (the machine's from `/proc/stat`, percent of all its cores, other work included); \
+         peak RSS is the relay's `VmHWM` at the end.\n",
+        f.relay_threads,
+        plan.turns,
+        plan.turns,
+        u64::from(plan.turns) * TURN_MS / 1000,
+        waves.len(),
+        plan.per_wave,
+        waves
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        plan.turns - CPU_TAIL,
+    );
+    md.push_str(
+        "| condition | spectator processes (killed, of them watching) | players completed | \
+         stayed spectators completed | one final hash | players dropped | turn latency p50 ms \
+         (median of players) | p99 ms (median of players) | p99 ms (worst player) | stall ms \
+         (median of players) | relay CPU % | players' CPU % (sum) | machine CPU % | relay \
+         peak RSS MiB | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (label, c) in [
+        ("no spectators", &f.quiet),
+        ("spectators joining and leaving", &f.churn),
+    ] {
+        let median = |v: &[f64]| Summary::of(v).map_or(f64::NAN, |s| s.median);
+        let _ = writeln!(
+            md,
+            "| {label} | {} ({}, {}) | {}/{PLAYERS} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} \
+             | {:.1} | {:.0} | {:.0} | {} | {:.1} |",
+            c.spectators_started,
+            c.spectators_killed,
+            c.killed_while_watching,
+            c.players_completed,
+            if c.spectators_started > 0 {
+                format!(
+                    "{}/{}",
+                    c.spectators_completed,
+                    c.spectators_started - c.spectators_killed
+                )
+            } else {
+                "-".to_owned()
+            },
+            if c.agreed() { "yes" } else { "no" },
+            c.players_dropped,
+            median(&c.p50_ms),
+            c.median_p99(),
+            c.worst_p99(),
+            median(&c.stall_ms),
+            c.relay_cpu_pct,
+            c.players_cpu_pct,
+            c.machine_cpu_pct,
+            c.relay_peak_rss_kib
+                .map_or_else(|| "-".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            c.wall_s,
+        );
+    }
+    let (median_moved, worst_moved) = f.p99_moved_turns();
+    let within = |t: f64| if t <= 1.0 { "within" } else { "over" };
+    let _ = writeln!(
+        md,
+        "\nThe spectators moved the players' p99 by {median_moved:+.2} turns (median of \
+         players) and {worst_moved:+.2} turns (worst player): {} and {} the issue's bound of \
+         one turn. {}",
+        within(median_moved),
+        within(worst_moved),
+        saturation(f)
+    );
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waves_leave_the_last_one_time_to_watch_to_the_end() {
+        assert_eq!(Plan::new(true).wave_turns(), [60, 120, 180, 240]);
+        assert_eq!(Plan::new(false).wave_turns(), [60, 160, 260, 360, 460]);
+        assert_eq!(spectator_ip(1, 3), Ipv4Addr::new(127, 0, 2, 13));
+        assert_eq!(player_ip(31), Ipv4Addr::new(127, 0, 0, 41));
+    }
+
+    #[test]
+    fn the_p99_shift_is_counted_in_turns() {
+        let quiet = ConditionFigures {
+            p99_ms: vec![150.0, 160.0, 170.0],
+            ..ConditionFigures::default()
+        };
+        let churn = ConditionFigures {
+            p99_ms: vec![200.0, 210.0, 400.0],
+            ..ConditionFigures::default()
+        };
+        let f = BigProcsFigures {
+            plan: Plan::new(true),
+            relay_threads: 2,
+            quiet,
+            churn,
+        };
+        let (median, worst) = f.p99_moved_turns();
+        assert!((median - 0.5).abs() < 1e-9, "{median}");
+        assert!((worst - 2.3).abs() < 1e-9, "{worst}");
+        let md = render(&f);
+        assert!(md.starts_with("### Real processes: 32 players, spectators joining and leaving\n"));
+        assert!(md.contains("+0.50 turns (median of players)"), "{md}");
+    }
+}
