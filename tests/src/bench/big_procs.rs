@@ -102,6 +102,9 @@ pub struct ConditionFigures {
     pub relay_cpu_pct: f64,
     /// The 32 players' CPU over the window, summed, percent of one core.
     pub players_cpu_pct: f64,
+    /// The spectators' CPU over the window (all of them joined within it),
+    /// summed, percent of one core.
+    pub spectators_cpu_pct: f64,
     /// The machine's CPU over the window, percent of all its cores (other
     /// work included).
     pub machine_cpu_pct: f64,
@@ -266,11 +269,14 @@ fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, Stri
     wait_turn(&mut relay, CPU_FROM_TURN)?;
     let before = Ticks::read(&relay, &players);
     let mut alive: Vec<Proc> = Vec::new();
+    // CPU ticks of the spectators killed so far (each read just before its kill).
+    let mut spectator_ticks = 0;
     if spectate {
         for (w, at) in plan.wave_turns().into_iter().enumerate() {
             wait_turn(&mut relay, at)?;
             for mut p in alive.drain(..) {
                 f.killed_while_watching += usize::from(was_watching(&mut p));
+                spectator_ticks += process_ticks(p.pid()).unwrap_or(0);
                 p.kill();
                 f.spectators_killed += 1;
             }
@@ -289,11 +295,16 @@ fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, Stri
     }
     wait_turn(&mut relay, plan.turns - CPU_TAIL)?;
     let after = Ticks::read(&relay, &players);
+    spectator_ticks += alive
+        .iter()
+        .map(|p| process_ticks(p.pid()).unwrap_or(0))
+        .sum::<u64>();
     let secs = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
     let hz = clock_ticks_per_sec();
     let pct = |ticks: u64| ticks as f64 / hz / secs * 100.0;
     f.relay_cpu_pct = pct(after.relay.saturating_sub(before.relay));
     f.players_cpu_pct = pct(after.players.saturating_sub(before.players));
+    f.spectators_cpu_pct = pct(spectator_ticks);
     let busy = after.machine.0.saturating_sub(before.machine.0) as f64;
     let total = after.machine.1.saturating_sub(before.machine.1) as f64;
     f.machine_cpu_pct = if total > 0.0 {
@@ -366,23 +377,32 @@ pub fn measure(quick: bool) -> Result<BigProcsFigures, String> {
     })
 }
 
-/// Which side used the 2 cores, from the spectator condition's figures.
+/// Which side used the cores, from the spectator condition's figures.
 fn saturation(f: &BigProcsFigures) -> String {
     let c = &f.churn;
     let cores = f.relay_threads as f64;
-    let spectators = (c.machine_cpu_pct * cores - c.relay_cpu_pct - c.players_cpu_pct).max(0.0);
+    let other =
+        (c.machine_cpu_pct * cores - c.relay_cpu_pct - c.players_cpu_pct - c.spectators_cpu_pct)
+            .max(0.0);
     let mut text = format!(
-        "With spectators the machine was {:.0} % busy (of {cores:.0} cores): the 32 players \
-         {:.0} % of one core together, the relay {:.0} %, the rest (spectators, the bench, other \
-         work on the machine) about {spectators:.0} %. ",
-        c.machine_cpu_pct, c.players_cpu_pct, c.relay_cpu_pct
+        "With spectators the machine was {:.0} % busy (of {cores:.0} cores, {:.0} % of one \
+         core): the 32 players {:.0} % together, the spectators {:.0} %, the relay {:.0} %, \
+         other work (the bench itself, other jobs on the machine) about {other:.0} %; without \
+         spectators the machine was {:.0} % busy. ",
+        c.machine_cpu_pct,
+        c.machine_cpu_pct * cores,
+        c.players_cpu_pct,
+        c.spectators_cpu_pct,
+        c.relay_cpu_pct,
+        f.quiet.machine_cpu_pct,
     );
     if c.relay_cpu_pct >= SATURATED * cores {
         text.push_str("The relay saturated its event loops.");
     } else if c.machine_cpu_pct >= SATURATED {
         text.push_str(
-            "The cores were saturated by the peer processes (each simulates the whole \
-             32-player world), not by the relay.",
+            "The cores were saturated by the peer processes (each player and each spectator \
+             simulates the whole 32-player world; a spectator also fast-forwards from the \
+             relay's snapshot when it joins), not by the relay.",
         );
     } else {
         text.push_str("No side saturated the cores.");
@@ -410,9 +430,12 @@ pub fn render(f: &BigProcsFigures) -> String {
          silence timeout), the last wave watches to the end. Turn latency is `peer --json`'s \
          `turn_latency_ms`: each player's command-to-execution latency of the commands it \
          submitted after the match's first 5 s; the table gives the median over the 32 \
-         players of their p50 and of their p99, and the worst player's p99. CPU is from \
+         players of their p50 and of their p99, and the worst player's p99. The stall is \
+         `peer --json`'s `stall_ms`: summed over the turns, how long after its due time on \
+         the peer's own clock each turn's bundle arrived. CPU is from \
          `/proc/<pid>/stat` from turn {CPU_FROM_TURN} to turn {} closed, percent of one core \
-         (the machine's from `/proc/stat`, percent of all its cores, other work included); \
+         (the spectators': each read just before its kill, the last wave's at the window's \
+         end; the machine's from `/proc/stat`, percent of all its cores, other work included); \
          peak RSS is the relay's `VmHWM` at the end.\n",
         f.relay_threads,
         plan.turns,
@@ -431,8 +454,9 @@ pub fn render(f: &BigProcsFigures) -> String {
         "| condition | spectator processes (killed, of them watching) | players completed | \
          stayed spectators completed | one final hash | players dropped | turn latency p50 ms \
          (median of players) | p99 ms (median of players) | p99 ms (worst player) | stall ms \
-         (median of players) | relay CPU % | players' CPU % (sum) | machine CPU % | relay \
-         peak RSS MiB | wall s |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         (median of players) | relay CPU % | players' CPU % (sum) | spectators' CPU % (sum) | \
+         machine CPU % | relay peak RSS MiB | wall s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (label, c) in [
         ("no spectators", &f.quiet),
@@ -442,7 +466,7 @@ pub fn render(f: &BigProcsFigures) -> String {
         let _ = writeln!(
             md,
             "| {label} | {} ({}, {}) | {}/{PLAYERS} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} \
-             | {:.1} | {:.0} | {:.0} | {} | {:.1} |",
+             | {:.1} | {:.0} | {:.0} | {:.0} | {} | {:.1} |",
             c.spectators_started,
             c.spectators_killed,
             c.killed_while_watching,
@@ -464,6 +488,7 @@ pub fn render(f: &BigProcsFigures) -> String {
             median(&c.stall_ms),
             c.relay_cpu_pct,
             c.players_cpu_pct,
+            c.spectators_cpu_pct,
             c.machine_cpu_pct,
             c.relay_peak_rss_kib
                 .map_or_else(|| "-".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0)),
