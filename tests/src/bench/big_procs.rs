@@ -1,15 +1,18 @@
 //! Issue 42 in real processes: a 32-player match of release `peer`
 //! processes (each from its own 127.0.0.x) through the release `relay
-//! serve`, played twice on the same seeds, once without spectators and
-//! once with waves of `peer --spectate` processes joining and being
-//! SIGKILLed through the match. Measured per condition: the players' turn
-//! latency (`peer --json`'s `turn_latency_ms`), the relay's CPU and peak
-//! resident set, the players' and the machine's CPU, completions and
+//! serve`, played in rounds on the same seeds: without spectators, with
+//! waves of `peer --spectate` processes joining and being SIGKILLed
+//! through the match, and with the same waves at idle CPU priority.
+//! Measured per run: the players' turn latency (`peer --json`'s
+//! `turn_latency_ms`), the relay's CPU and peak resident set, the
+//! players', the spectators' and the machine's CPU, completions and
 //! whether the final hashes agreed.
 
 use super::relay_procs::{clock_ticks_per_sec, process_ticks, read_machine_ticks};
 use super::stats::{Summary, percentile};
-use crate::harness::{Bins, PeerSpec, Proc, Relay, proc_status_kib, try_finish_peer, try_peer};
+use crate::harness::{
+    Bins, PeerSpec, Proc, Relay, peer_args, proc_status_kib, try_finish_peer, try_peer,
+};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -164,17 +167,21 @@ pub struct BigProcsFigures {
     /// With waves of spectators joining and leaving, one per pair (the
     /// run right after the same index of `quiet`).
     pub churn: Vec<ConditionFigures>,
+    /// The same waves under `SCHED_IDLE`, one per pair (the run right
+    /// after the same index of `churn`); empty where `chrt --idle` fails.
+    pub churn_idle: Vec<ConditionFigures>,
 }
 
 impl BigProcsFigures {
-    /// Per pair, how far the spectators moved the players' p99, in turns:
-    /// (median over players, worst player).
+    /// Per pair, how far the spectators (`runs`: [`Self::churn`] or
+    /// [`Self::churn_idle`]) moved the players' p99, in turns: (median over
+    /// players, worst player).
     #[must_use]
-    pub fn p99_moved_turns(&self) -> Vec<(f64, f64)> {
+    pub fn p99_moved_turns(&self, runs: &[ConditionFigures]) -> Vec<(f64, f64)> {
         let t = TURN_MS as f64;
         self.quiet
             .iter()
-            .zip(&self.churn)
+            .zip(runs)
             .map(|(q, c)| {
                 (
                     (c.median_p99() - q.median_p99()) / t,
@@ -275,9 +282,59 @@ impl Ticks {
     }
 }
 
-/// One match: 32 players, and (`spectate`) the plan's waves of spectators.
-fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, String> {
-    let tag = if spectate { "churn" } else { "quiet" };
+/// Whether a run has spectators, and how they share the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spectators {
+    /// No spectators.
+    None,
+    /// Waves of spectators at the players' own priority: on these 2 cores
+    /// their simulation competes with the players'.
+    Equal,
+    /// The same waves under `chrt --idle 0` (`SCHED_IDLE`): they run only
+    /// on CPU the players leave, as if they were on other machines; what
+    /// they still cost the players is the relay's work for them.
+    Idle,
+}
+
+impl Spectators {
+    fn tag(self) -> &'static str {
+        match self {
+            Self::None => "quiet",
+            Self::Equal => "churn",
+            Self::Idle => "churn-idle",
+        }
+    }
+}
+
+/// Starts spectator `sp`, under `chrt --idle 0` when `idle`.
+fn spectator(bins: &Bins, sp: &PeerSpec, idle: bool) -> Result<Proc, String> {
+    if !idle {
+        return try_peer(&bins.peer, sp);
+    }
+    let mut args = vec!["--idle".to_owned(), "0".to_owned()];
+    args.push(bins.peer.display().to_string());
+    args.extend(peer_args(sp));
+    Proc::try_spawn(
+        &format!("peer{}", sp.seed),
+        std::path::Path::new("chrt"),
+        &args,
+    )
+}
+
+/// Whether `chrt --idle` can start a program here.
+fn chrt_idle_works() -> bool {
+    std::process::Command::new("chrt")
+        .args(["--idle", "0", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One match: 32 players, and the plan's waves of spectators unless
+/// `spectators` is [`Spectators::None`].
+fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigures, String> {
+    let tag = spectators.tag();
     let dir = std::env::temp_dir().join(format!("lockstep-bench-big-{}-{tag}", std::process::id()));
     // A leftover of an earlier run with the same pid is stale.
     let _ = std::fs::remove_dir_all(&dir);
@@ -295,7 +352,7 @@ fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, Stri
     let mut alive: Vec<Proc> = Vec::new();
     // CPU ticks of the spectators killed so far (each read just before its kill).
     let mut spectator_ticks = 0;
-    if spectate {
+    if spectators != Spectators::None {
         for (w, at) in plan.wave_turns().into_iter().enumerate() {
             wait_turn(&mut relay, at)?;
             for mut p in alive.drain(..) {
@@ -307,7 +364,7 @@ fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, Stri
             for k in 0..plan.per_wave {
                 let seed = 1000 + (w * plan.per_wave + k) as u64;
                 let sp = spec(relay.addr, plan.turns, seed, spectator_ip(w, k), true);
-                alive.push(try_peer(&bins.peer, &sp)?);
+                alive.push(spectator(bins, &sp, spectators == Spectators::Idle)?);
                 f.spectators_started += 1;
             }
             replays::err_println!(
@@ -384,7 +441,8 @@ fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, Stri
 }
 
 /// Plays the 32-player match without spectators, then with waves of them,
-/// `plan.pairs` times.
+/// then with the same waves under `SCHED_IDLE` (where `chrt --idle`
+/// works), `plan.pairs` times.
 ///
 /// # Errors
 /// When the binaries cannot be found or built, a process does not start,
@@ -392,16 +450,21 @@ fn run(bins: &Bins, plan: Plan, spectate: bool) -> Result<ConditionFigures, Stri
 pub fn measure(quick: bool) -> Result<BigProcsFigures, String> {
     let bins = release_bins()?;
     let plan = Plan::new(quick);
-    let (mut quiet, mut churn) = (Vec::new(), Vec::new());
+    let idle = chrt_idle_works();
+    let (mut quiet, mut churn, mut churn_idle) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..plan.pairs {
-        quiet.push(run(&bins, plan, false)?);
-        churn.push(run(&bins, plan, true)?);
+        quiet.push(run(&bins, plan, Spectators::None)?);
+        churn.push(run(&bins, plan, Spectators::Equal)?);
+        if idle {
+            churn_idle.push(run(&bins, plan, Spectators::Idle)?);
+        }
     }
     Ok(BigProcsFigures {
         plan,
         relay_threads: relay::serve::default_threads(),
         quiet,
         churn,
+        churn_idle,
     })
 }
 
@@ -443,11 +506,75 @@ fn saturation(f: &BigProcsFigures) -> String {
     text
 }
 
-/// Markdown subsection: the setup, a table per condition, the p99 shift.
+/// One row of the table.
+fn row(md: &mut String, run: usize, label: &str, c: &ConditionFigures, cores: f64) {
+    let median = |v: &[f64]| Summary::of(v).map_or(f64::NAN, |s| s.median);
+    let stayed = if c.spectators_started > 0 {
+        format!(
+            "{}/{}",
+            c.spectators_completed,
+            c.spectators_started - c.spectators_killed
+        )
+    } else {
+        "-".to_owned()
+    };
+    let _ = writeln!(
+        md,
+        "| {run} | {label} | {} ({}, {}) | {}/{PLAYERS} | {stayed} | {} | {} | {:.1} | {:.1} | \
+         {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.1} |",
+        c.spectators_started,
+        c.spectators_killed,
+        c.killed_while_watching,
+        c.players_completed,
+        if c.agreed() { "yes" } else { "no" },
+        c.players_dropped,
+        median(&c.p50_ms),
+        c.median_p99(),
+        c.worst_p99(),
+        median(&c.stall_ms),
+        c.relay_cpu_pct,
+        c.players_cpu_pct,
+        c.spectators_cpu_pct,
+        c.other_cpu_pct(cores),
+        c.machine_cpu_pct,
+        c.relay_peak_rss_kib
+            .map_or_else(|| "-".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0)),
+        c.wall_s,
+    );
+}
+
+/// One sentence: how far `runs` moved the players' p99, pair by pair.
+fn shift(f: &BigProcsFigures, runs: &[ConditionFigures], what: &str) -> String {
+    let moved = f.p99_moved_turns(runs);
+    let list = |v: fn(&(f64, f64)) -> f64| {
+        moved
+            .iter()
+            .map(|m| format!("{:+.2}", v(m)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let within = |v: fn(&(f64, f64)) -> f64| {
+        let n = moved.iter().filter(|m| v(m) <= 1.0).count();
+        format!("{n} of {} pairs within", moved.len())
+    };
+    format!(
+        "{what} moved the players' p99, pair by pair, by {} turns (median of players; {} the \
+         issue's bound of one turn) and {} turns (worst player; {} it).",
+        list(|m| m.0),
+        within(|m| m.0),
+        list(|m| m.1),
+        within(|m| m.1),
+    )
+}
+
+/// Markdown subsection: the setup, a row per run, the p99 shifts, which
+/// side used the cores.
 #[must_use]
 pub fn render(f: &BigProcsFigures) -> String {
     let plan = f.plan;
     let waves = plan.wave_turns();
+    let with_idle = !f.churn_idle.is_empty();
+    let per_pair = if with_idle { 3 } else { 2 };
     let mut md = String::from("### Real processes: 32 players, spectators joining and leaving\n\n");
     let _ = writeln!(
         md,
@@ -456,33 +583,46 @@ pub fn render(f: &BigProcsFigures) -> String {
          behind live, a snapshot every 100 turns) and {PLAYERS} release `peer --players \
          {PLAYERS} --turns {} --bind 127.0.0.X:0 --json` processes, one per player, each bound \
          to its own source address 127.0.0.10 to 127.0.0.41 on loopback, bots at their default \
-         300 APM: a {}-turn match ({} s of play). It is played {} times in alternation with \
-         the same seeds (pairs: without spectators, then with them, so that the two runs of a \
-         pair share the machine's load of their minute): without spectators, and with {} waves of {} `peer --spectate` processes, the waves \
-         joining at turns {} (each spectator from a host of its own, 127.0.W.10 and on); each \
-         wave is SIGKILLed as the next one joins (no goodbye: the relay lets it go after its \
-         silence timeout), the last wave watches to the end. Turn latency is `peer --json`'s \
-         `turn_latency_ms`: each player's command-to-execution latency of the commands it \
-         submitted after the match's first 5 s; the table gives the median over the 32 \
-         players of their p50 and of their p99, and the worst player's p99. The stall is \
-         `peer --json`'s `stall_ms`: summed over the turns, how long after its due time on \
-         the peer's own clock each turn's bundle arrived. CPU is from \
-         `/proc/<pid>/stat` from turn {CPU_FROM_TURN} to turn {} closed, percent of one core \
-         (the spectators': each read just before its kill, the last wave's at the window's \
-         end; the machine's from `/proc/stat`, percent of all its cores, other work included); \
-         peak RSS is the relay's `VmHWM` at the end.\n",
+         300 APM: a {}-turn match ({} s of play), all on this one machine. The match is played \
+         {} times with the same seeds, in {} rounds of: without spectators; with {} waves of {} \
+         `peer --spectate` processes; {}. The waves join at turns {} (each spectator from a \
+         host of its own, 127.0.W.10 and on); each wave is SIGKILLed as the next one joins (no \
+         goodbye: the relay lets it go after its silence timeout), the last wave watches to the \
+         end. A run is compared with the run without spectators of its round, which shared the \
+         machine's load of the same minutes.\n",
         f.relay_threads,
         plan.turns,
         plan.turns,
         u64::from(plan.turns) * TURN_MS / 1000,
-        2 * plan.pairs,
+        per_pair * plan.pairs,
+        plan.pairs,
         waves.len(),
         plan.per_wave,
+        if with_idle {
+            "the same waves started under `chrt --idle 0` (`SCHED_IDLE`): the spectators run \
+             only on CPU the players leave, as they would on machines of their own, so what \
+             they still cost the players is the relay's work for them"
+        } else {
+            "(`chrt --idle` failed here: no run with idle-priority spectators)"
+        },
         waves
             .iter()
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(", "),
+    );
+    let _ = writeln!(
+        md,
+        "Turn latency is `peer --json`'s `turn_latency_ms`: each player's command-to-execution \
+         latency of the commands it submitted after the match's first 5 s; the table gives the \
+         median over the 32 players of their p50 and of their p99, and the worst player's p99. \
+         The stall is `peer --json`'s `stall_ms`: summed over the turns, how long after its due \
+         time on the peer's own clock each turn's bundle arrived. CPU is from \
+         `/proc/<pid>/stat` from turn {CPU_FROM_TURN} to turn {} closed, percent of one core \
+         (the spectators': each read just before its kill, the last wave's at the window's \
+         end; other: the machine's busy time from `/proc/stat` less the relay's, the players' \
+         and the spectators', i.e. the bench itself and other jobs on this shared machine; \
+         machine: percent of all its cores); peak RSS is the relay's `VmHWM` at the end.\n",
         plan.turns - CPU_TAIL,
     );
     md.push_str(
@@ -494,74 +634,29 @@ pub fn render(f: &BigProcsFigures) -> String {
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let cores = f.relay_threads as f64;
-    let rows = f
-        .quiet
-        .iter()
-        .zip(&f.churn)
-        .enumerate()
-        .flat_map(|(i, (q, c))| {
-            [
-                (2 * i + 1, "no spectators", q),
-                (2 * i + 2, "spectators joining and leaving", c),
-            ]
-        });
-    for (run, label, c) in rows {
-        let median = |v: &[f64]| Summary::of(v).map_or(f64::NAN, |s| s.median);
-        let _ = writeln!(
-            md,
-            "| {run} | {label} | {} ({}, {}) | {}/{PLAYERS} | {} | {} | {} | {:.1} | {:.1} | \
-             {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.1} |",
-            c.spectators_started,
-            c.spectators_killed,
-            c.killed_while_watching,
-            c.players_completed,
-            if c.spectators_started > 0 {
-                format!(
-                    "{}/{}",
-                    c.spectators_completed,
-                    c.spectators_started - c.spectators_killed
-                )
-            } else {
-                "-".to_owned()
-            },
-            if c.agreed() { "yes" } else { "no" },
-            c.players_dropped,
-            median(&c.p50_ms),
-            c.median_p99(),
-            c.worst_p99(),
-            median(&c.stall_ms),
-            c.relay_cpu_pct,
-            c.players_cpu_pct,
-            c.spectators_cpu_pct,
-            c.other_cpu_pct(cores),
-            c.machine_cpu_pct,
-            c.relay_peak_rss_kib
-                .map_or_else(|| "-".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0)),
-            c.wall_s,
-        );
+    let mut run = 0;
+    for (i, q) in f.quiet.iter().enumerate() {
+        let runs = [
+            ("no spectators", Some(q)),
+            ("spectators joining and leaving", f.churn.get(i)),
+            ("the same, spectators at idle priority", f.churn_idle.get(i)),
+        ];
+        for (label, c) in runs {
+            if let Some(c) = c {
+                run += 1;
+                row(&mut md, run, label, c, cores);
+            }
+        }
     }
-    let moved = f.p99_moved_turns();
-    let list = |v: &dyn Fn(&(f64, f64)) -> f64| {
-        moved
-            .iter()
-            .map(|m| format!("{:+.2}", v(m)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let within = |v: &dyn Fn(&(f64, f64)) -> f64| {
-        let n = moved.iter().filter(|m| v(m) <= 1.0).count();
-        format!("{n} of {} pairs within", moved.len())
-    };
-    let _ = writeln!(
-        md,
-        "\nThe spectators moved the players' p99, pair by pair, by {} turns (median of \
-         players; {} the issue's bound of one turn) and {} turns (worst player; {} it). {}",
-        list(&|m| m.0),
-        within(&|m| m.0),
-        list(&|m| m.1),
-        within(&|m| m.1),
-        saturation(f)
-    );
+    md.push('\n');
+    md.push_str(&shift(f, &f.churn, "Spectators at the players' priority"));
+    if with_idle {
+        md.push(' ');
+        md.push_str(&shift(f, &f.churn_idle, "Spectators at idle priority"));
+    }
+    md.push(' ');
+    md.push_str(&saturation(f));
+    md.push('\n');
     md
 }
 
@@ -592,8 +687,9 @@ mod tests {
             relay_threads: 2,
             quiet: vec![quiet],
             churn: vec![churn],
+            churn_idle: Vec::new(),
         };
-        let (median, worst) = f.p99_moved_turns()[0];
+        let (median, worst) = f.p99_moved_turns(&f.churn)[0];
         assert!((median - 0.5).abs() < 1e-9, "{median}");
         assert!((worst - 2.3).abs() < 1e-9, "{worst}");
         let md = render(&f);

@@ -44,13 +44,13 @@ fn bench_only_keeps_the_sections_it_did_not_measure() {
 }
 
 /// Runs the real-process 32-player bench (`tests::bench::big_procs`) in its
-/// quick form and prints its markdown: four 30 s matches of 32 player
-/// processes, two of them with 64 spectator processes coming and going
-/// (about 2 min 10 s), so it is not part of the suite. Run it on the
+/// quick form and prints its markdown: six 30 s matches of 32 player
+/// processes, four of them with 64 spectator processes coming and going
+/// (about 3 min 15 s), so it is not part of the suite. Run it on the
 /// release build:
 /// `cargo test --release -p lockstep-tests --test it big_procs -- --ignored --nocapture`.
 #[test]
-#[ignore = "a benchmark of about 2 minutes with up to 96 processes; run it by hand"]
+#[ignore = "a benchmark of about 3 minutes with up to 49 processes at once; run it by hand"]
 fn big_procs_quick_prints_its_section() {
     let _cpu = tests::harness::heavy_alone();
     let f = tests::bench::big_procs::measure(true).unwrap();
