@@ -113,6 +113,9 @@ pub struct ConditionFigures {
     /// The spectators' CPU over the window (all of them joined within it),
     /// summed, percent of one core.
     pub spectators_cpu_pct: f64,
+    /// The bench's own process over the window (its threads reading the
+    /// children's output), percent of one core.
+    pub bench_cpu_pct: f64,
     /// The machine's CPU over the window, percent of all its cores (other
     /// work included).
     pub machine_cpu_pct: f64,
@@ -142,15 +145,16 @@ impl ConditionFigures {
         self.p99_ms.iter().copied().fold(f64::NAN, f64::max)
     }
 
-    /// The machine's CPU that was neither the relay's, the players' nor
-    /// the spectators' (the bench itself, other jobs), percent of one core,
-    /// on a machine of `cores` cores.
+    /// The machine's CPU that was neither the relay's, the players', the
+    /// spectators' nor the bench's (other jobs on the machine), percent of
+    /// one core, on a machine of `cores` cores.
     #[must_use]
     pub fn other_cpu_pct(&self, cores: f64) -> f64 {
         (self.machine_cpu_pct * cores
             - self.relay_cpu_pct
             - self.players_cpu_pct
-            - self.spectators_cpu_pct)
+            - self.spectators_cpu_pct
+            - self.bench_cpu_pct)
             .max(0.0)
     }
 }
@@ -264,6 +268,7 @@ fn was_watching(p: &mut Proc) -> bool {
 struct Ticks {
     relay: u64,
     players: u64,
+    bench: u64,
     machine: (u64, u64),
     at: Instant,
 }
@@ -276,6 +281,7 @@ impl Ticks {
                 .iter()
                 .map(|p| process_ticks(p.pid()).unwrap_or(0))
                 .sum(),
+            bench: process_ticks(std::process::id()).unwrap_or(0),
             machine: read_machine_ticks().unwrap_or((0, 0)),
             at: Instant::now(),
         }
@@ -386,6 +392,7 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
     f.relay_cpu_pct = pct(after.relay.saturating_sub(before.relay));
     f.players_cpu_pct = pct(after.players.saturating_sub(before.players));
     f.spectators_cpu_pct = pct(spectator_ticks);
+    f.bench_cpu_pct = pct(after.bench.saturating_sub(before.bench));
     let busy = after.machine.0.saturating_sub(before.machine.0) as f64;
     let total = after.machine.1.saturating_sub(before.machine.1) as f64;
     f.machine_cpu_pct = if total > 0.0 {
@@ -478,12 +485,13 @@ fn saturation(f: &BigProcsFigures) -> String {
     let relay = median(&f.churn, &|c| c.relay_cpu_pct);
     let players = median(&f.churn, &|c| c.players_cpu_pct);
     let spectators = median(&f.churn, &|c| c.spectators_cpu_pct);
+    let bench = median(&f.churn, &|c| c.bench_cpu_pct);
     let other = median(&f.churn, &|c| c.other_cpu_pct(cores));
     let mut text = format!(
         "With spectators the machine was {machine:.0} % busy (of {cores:.0} cores, {:.0} % \
          of one core; medians of the runs): the 32 players {players:.0} % together, the \
-         spectators {spectators:.0} %, the relay {relay:.0} %, other work (the bench itself, \
-         other jobs on the machine) about {other:.0} %. ",
+         spectators {spectators:.0} %, the relay {relay:.0} %, the bench process {bench:.0} %, \
+         other jobs on the machine about {other:.0} %. ",
         machine * cores,
     );
     if relay >= SATURATED * cores {
@@ -521,7 +529,7 @@ fn row(md: &mut String, run: usize, label: &str, c: &ConditionFigures, cores: f6
     let _ = writeln!(
         md,
         "| {run} | {label} | {} ({}, {}) | {}/{PLAYERS} | {stayed} | {} | {} | {:.1} | {:.1} | \
-         {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {:.1} |",
+         {:.1} | {:.0} | {:.1} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {} | {:.1} |",
         c.spectators_started,
         c.spectators_killed,
         c.killed_while_watching,
@@ -535,6 +543,7 @@ fn row(md: &mut String, run: usize, label: &str, c: &ConditionFigures, cores: f6
         c.relay_cpu_pct,
         c.players_cpu_pct,
         c.spectators_cpu_pct,
+        c.bench_cpu_pct,
         c.other_cpu_pct(cores),
         c.machine_cpu_pct,
         c.relay_peak_rss_kib
@@ -620,9 +629,9 @@ pub fn render(f: &BigProcsFigures) -> String {
          time on the peer's own clock each turn's bundle arrived. CPU is from \
          `/proc/<pid>/stat` from turn {CPU_FROM_TURN} to turn {} closed, percent of one core \
          (the spectators': each read just before its kill, the last wave's at the window's \
-         end; other: the machine's busy time from `/proc/stat` less the relay's, the players' \
-         and the spectators', i.e. the bench itself and other jobs on this shared machine; \
-         machine: percent of all its cores); peak RSS is the relay's `VmHWM` at the end.\n",
+         end; bench: the process running the bench, which reads every child's output; other: \
+         the machine's busy time from `/proc/stat` less all of those, i.e. other jobs on this \
+         shared machine; machine: percent of all its cores); peak RSS is the relay's `VmHWM` at the end.\n",
         plan.turns - CPU_TAIL,
     );
     md.push_str(
@@ -630,8 +639,8 @@ pub fn render(f: &BigProcsFigures) -> String {
          stayed spectators completed | one final hash | players dropped | turn latency p50 ms \
          (median of players) | p99 ms (median of players) | p99 ms (worst player) | stall ms \
          (median of players) | relay CPU % | players' CPU % (sum) | spectators' CPU % (sum) | \
-         other CPU % | machine CPU % | relay peak RSS MiB | wall s |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         bench CPU % | other CPU % | machine CPU % | relay peak RSS MiB | wall s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let cores = f.relay_threads as f64;
     let mut run = 0;
