@@ -96,7 +96,8 @@ pub struct ConditionFigures {
     pub spectators_completed: usize,
     /// Players that exited 0 having played every turn.
     pub players_completed: usize,
-    /// Distinct final hashes among the players and the spectators that stayed.
+    /// Distinct final hashes among the players and the spectators that
+    /// completed (one that did not ended on an earlier turn's hash).
     pub distinct_hashes: usize,
     /// Players the relay dropped.
     pub players_dropped: usize,
@@ -410,8 +411,8 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
             && s["turns"].as_u64() == Some(u64::from(plan.turns))
         {
             f.players_completed += 1;
+            hashes.insert(s["final_hash"].to_string());
         }
-        hashes.insert(s["final_hash"].to_string());
         f.p50_ms.extend(s["turn_latency_ms"]["p50"].as_f64());
         f.p99_ms.extend(s["turn_latency_ms"]["p99"].as_f64());
         f.stall_ms.extend(s["stall_ms"].as_f64());
@@ -425,10 +426,10 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
             && s["final_turn"].as_u64() == Some(u64::from(plan.turns - 1))
         {
             f.spectators_completed += 1;
+            hashes.insert(s["final_hash"].to_string());
         } else {
             replays::err_println!("[big] a spectator did not complete: {s}");
         }
-        hashes.insert(s["final_hash"].to_string());
     }
     f.distinct_hashes = hashes.len();
     relay.try_wait_event("the recording closed", WAIT, |v| v["event"] == "recorded")?;

@@ -73,9 +73,9 @@ fn udp_bound_ips(pid: u32) -> BTreeSet<Ipv4Addr> {
                 return None;
             }
             let hex = f.get(1)?.split(':').next()?;
-            // The address in host byte order (little-endian on Linux/x86 and arm64).
+            // The kernel prints the network-order address as a native u32.
             let raw = u32::from_str_radix(hex, 16).ok()?;
-            Some(Ipv4Addr::from(raw.swap_bytes()))
+            Some(Ipv4Addr::from(raw.to_ne_bytes()))
         })
         .collect()
 }
