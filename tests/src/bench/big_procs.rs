@@ -101,6 +101,8 @@ pub struct ConditionFigures {
     pub distinct_hashes: usize,
     /// Players the relay dropped.
     pub players_dropped: usize,
+    /// Each drop as the relay logged it: `P<player> at turn <t>: <reason>`.
+    pub drops: Vec<String>,
     /// Per player: turn latency p50 (commands after the first 5 s), ms.
     pub p50_ms: Vec<f64>,
     /// Per player: turn latency p99, ms.
@@ -433,7 +435,15 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
     }
     f.distinct_hashes = hashes.len();
     relay.try_wait_event("the recording closed", WAIT, |v| v["event"] == "recorded")?;
-    f.players_dropped = relay.events_of("dropped").len();
+    let dropped = relay.events_of("dropped");
+    f.players_dropped = dropped.len();
+    f.drops = dropped
+        .iter()
+        .map(|v| format!("P{} at turn {}: {}", v["player"], v["turn"], v["reason"]))
+        .collect();
+    for d in &f.drops {
+        replays::err_println!("[big] {tag}: dropped {d}");
+    }
     f.relay_peak_rss_kib = proc_status_kib(relay.proc.pid(), "VmHWM");
     relay.proc.kill();
     let _ = std::fs::remove_dir_all(&dir);
@@ -659,6 +669,27 @@ pub fn render(f: &BigProcsFigures) -> String {
         }
     }
     md.push('\n');
+    let runs = f
+        .quiet
+        .iter()
+        .zip(&f.churn)
+        .enumerate()
+        .flat_map(|(i, (q, c))| {
+            [Some(q), Some(c), f.churn_idle.get(i)]
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(move |(k, r)| (i * per_pair + k + 1, r))
+        });
+    for (run, c) in runs {
+        if let (Some(first), Some(last)) = (c.drops.first(), c.drops.last()) {
+            let _ = writeln!(
+                md,
+                "Run {run}: the relay dropped {} players, the first {first}, the last {last}.\n",
+                c.drops.len()
+            );
+        }
+    }
     md.push_str(&shift(f, &f.churn, "Spectators at the players' priority"));
     if with_idle {
         md.push(' ');
