@@ -721,6 +721,7 @@ mod tests {
         };
         let churn = ConditionFigures {
             p99_ms: vec![200.0, 210.0, 400.0],
+            drops: vec!["P3 at turn 120: \"silent\"".to_owned()],
             ..ConditionFigures::default()
         };
         let f = BigProcsFigures {
@@ -741,6 +742,10 @@ mod tests {
         );
         assert!(
             md.contains("+2.30 turns (worst player; 0 of 1 pairs within"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Run 2: the relay dropped 1 players, the first P3 at turn 120"),
             "{md}"
         );
     }
