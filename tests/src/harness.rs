@@ -610,6 +610,13 @@ pub fn peer(spec: &PeerSpec) -> Proc {
 /// # Errors
 /// If the peer cannot be started.
 pub fn try_peer(program: &Path, spec: &PeerSpec) -> Result<Proc, String> {
+    Proc::try_spawn(&format!("peer{}", spec.seed), program, &peer_args(spec))
+}
+
+/// The `peer` command line [`peer`] runs for `spec` (without the program),
+/// for callers that start it through another program (`chrt`, `nice`).
+#[must_use]
+pub fn peer_args(spec: &PeerSpec) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--relay".into(),
         spec.relay.to_string(),
@@ -626,7 +633,7 @@ pub fn try_peer(program: &Path, spec: &PeerSpec) -> Result<Proc, String> {
         "--json".into(),
     ];
     args.extend(spec.extra.iter().cloned());
-    Proc::try_spawn(&format!("peer{}", spec.seed), program, &args)
+    args
 }
 
 /// A peer's exit code and its parsed `--json` summary.

@@ -4,6 +4,7 @@
 pub mod bandwidth_bench;
 pub mod benchpeer;
 pub mod big_bench;
+pub mod big_procs;
 pub mod bulk_bench;
 pub mod carrier;
 pub mod crowd_bench;

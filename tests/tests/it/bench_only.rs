@@ -42,3 +42,21 @@ fn bench_only_keeps_the_sections_it_did_not_measure() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs the real-process 32-player bench (`tests::bench::big_procs`) in its
+/// quick form and prints its markdown: six 30 s matches of 32 player
+/// processes, four of them with 64 spectator processes coming and going
+/// (about 3 min 15 s), so it is not part of the suite. Run it on the
+/// release build:
+/// `cargo test --release -p lockstep-tests --test it big_procs -- --ignored --nocapture`
+/// (`BIG_PROCS_FULL=1`: the full form, 600 turns, three rounds, about 10 min).
+#[test]
+#[ignore = "a benchmark of about 3 minutes with up to 49 processes at once; run it by hand"]
+fn big_procs_quick_prints_its_section() {
+    let _cpu = tests::harness::heavy_alone();
+    let quick = std::env::var_os("BIG_PROCS_FULL").is_none();
+    let f = tests::bench::big_procs::measure(quick).unwrap();
+    let md = tests::bench::big_procs::render(&f);
+    println!("{md}");
+    assert!(md.starts_with("### Real processes: 32 players, spectators joining and leaving"));
+}

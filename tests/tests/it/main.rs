@@ -12,6 +12,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod bench_only;
+mod big_battle;
 mod browser;
 mod closed_pipes;
 mod e2e;
