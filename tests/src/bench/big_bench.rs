@@ -3,8 +3,9 @@
 //! own floor at 8, 16 and 32 players and one far player's effect on the
 //! others (`latency_bench`'s clickers), bandwidth per player and per
 //! spectator and the relay's own CPU and memory (`bandwidth_bench::busy`),
-//! all on the seeded virtual network; and the reference game's step and
-//! hash at 32 players against 2 (`sim_bench`).
+//! all on the seeded virtual network; the reference game's step and hash
+//! at 32 players against 2 (`sim_bench`); and a 32-process match through
+//! `relay serve` with spectators coming and going (`big_procs`).
 
 use super::bandwidth_bench::{self, BusyRun, BusySpec, IP_UDP_HEADER, MODEM_BYTES_PER_S};
 use super::benchpeer::Play;
@@ -360,5 +361,18 @@ pub fn measure(quick: bool) -> String {
     latency(&mut md, quick);
     bandwidth_and_relay(&mut md, quick);
     simulation(&mut md, quick);
+    eprintln!("[big] real processes: 32 peers, spectators joining and leaving");
+    md.push('\n');
+    match super::big_procs::measure(quick) {
+        Ok(f) => md.push_str(&super::big_procs::render(&f)),
+        Err(e) => {
+            eprintln!("error: the real-process big battle could not be measured: {e}");
+            let _ = writeln!(
+                md,
+                "### Real processes: 32 players, spectators joining and leaving\n\n\
+                 Not measured in this run: {e}"
+            );
+        }
+    }
     md
 }

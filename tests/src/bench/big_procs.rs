@@ -199,22 +199,6 @@ impl BigProcsFigures {
     }
 }
 
-/// The release binaries beside the running program: `target/<profile>/`
-/// for the `bench` binary, its parent for a test (`target/<profile>/deps/`);
-/// rebuilt first when run through cargo (so they are never stale).
-fn release_bins() -> Result<Bins, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
-    let mut dir = exe
-        .parent()
-        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir = dir
-            .parent()
-            .ok_or_else(|| format!("{} has no parent", dir.display()))?;
-    }
-    Bins::in_dir(dir, std::env::var_os("CARGO").is_some())
-}
-
 /// Player `i`'s source address: 127.0.0.10 to 127.0.0.41.
 fn player_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 10 + (i % 200) as u8)
@@ -466,7 +450,7 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
 /// When the binaries cannot be found or built, a process does not start,
 /// or a wait times out.
 pub fn measure(quick: bool) -> Result<BigProcsFigures, String> {
-    let bins = release_bins()?;
+    let bins = super::relay_procs::release_bins()?;
     let plan = Plan::new(quick);
     let idle = chrt_idle_works();
     let (mut quiet, mut churn, mut churn_idle) = (Vec::new(), Vec::new(), Vec::new());

@@ -11,7 +11,6 @@ use crate::crowd::{
     self, CONNECTION_KIB, CrowdOptions, CrowdReport, EXTRA, HONEST, MEMORY_PARTS,
     PLAYER_BACKLOG_KIB, SPECTATORS, TURN_MS,
 };
-use crate::harness::Bins;
 use std::fmt::Write as _;
 
 /// Connection slots measured: the test's, and four times as many.
@@ -31,16 +30,6 @@ pub struct SlotRuns {
     pub runs: Vec<CrowdReport>,
 }
 
-/// The release binaries beside the running `bench` (in `target/release`),
-/// rebuilt first when run through `cargo run` (so they are never stale).
-fn release_bins() -> Result<Bins, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
-    let dir = exe
-        .parent()
-        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
-    Bins::in_dir(dir, std::env::var_os("CARGO").is_some())
-}
-
 /// Runs the crowd `reps` times at each of [`SLOT_COUNTS`] (once each with
 /// `quick`, three times otherwise).
 ///
@@ -49,7 +38,7 @@ fn release_bins() -> Result<Bins, String> {
 /// (a process that did not start, the relay dying, the honest match not
 /// ending): the section must fail the run, not print a partial table.
 pub fn measure(quick: bool) -> Result<Vec<SlotRuns>, String> {
-    let bins = release_bins()?;
+    let bins = super::relay_procs::release_bins()?;
     let reps = if quick { 1 } else { 3 };
     let mut out = Vec::new();
     for slots in SLOT_COUNTS {
