@@ -184,6 +184,22 @@ pub(crate) fn wait_sampling(children: Vec<Child>, watch: u32) -> Result<Sampled,
     ))
 }
 
+/// The release binaries beside the running program: `target/<profile>/`
+/// for the `bench` binary, its parent for a test (`target/<profile>/deps/`);
+/// rebuilt first when run through cargo (so they are never stale).
+pub fn release_bins() -> Result<crate::harness::Bins, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
+    let mut dir = exe
+        .parent()
+        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir = dir
+            .parent()
+            .ok_or_else(|| format!("{} has no parent", dir.display()))?;
+    }
+    crate::harness::Bins::in_dir(dir, std::env::var_os("CARGO").is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,20 +270,4 @@ mod tests {
         assert_eq!(machine_ticks(stat), Some((160, 1000)));
         assert_eq!(machine_ticks("intr 1 2 3"), None);
     }
-}
-
-/// The release binaries beside the running program: `target/<profile>/`
-/// for the `bench` binary, its parent for a test (`target/<profile>/deps/`);
-/// rebuilt first when run through cargo (so they are never stale).
-pub fn release_bins() -> Result<crate::harness::Bins, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find own binary: {e}"))?;
-    let mut dir = exe
-        .parent()
-        .ok_or_else(|| format!("{} has no directory", exe.display()))?;
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir = dir
-            .parent()
-            .ok_or_else(|| format!("{} has no parent", dir.display()))?;
-    }
-    crate::harness::Bins::in_dir(dir, std::env::var_os("CARGO").is_some())
 }
