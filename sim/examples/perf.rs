@@ -1,4 +1,4 @@
-//! Informal timing of the reference game: `cargo run --release -p lockstep-sim --example perf [units] [turns]`.
+//! Informal timing of the reference game: `cargo run --release -p lockstep-sim --example perf [units] [turns] [players]`.
 //! Prints the median step and hash times for a melee, and how bot matches unfold.
 // Wall-clock timing is this example's whole point; it never feeds the simulation.
 #![allow(clippy::disallowed_types)]
@@ -16,8 +16,9 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let units: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let turns: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(300);
-    let mut world = scenarios::melee(units, 1);
-    println!("melee({units}): {}", world.summary());
+    let players: u8 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    let mut world = scenarios::melee_armies(players, units, 1);
+    println!("melee_armies({players}, {units}): {}", world.summary());
     let a = Instant::now();
     let bytes = world.snapshot();
     let b = Instant::now();

@@ -114,14 +114,21 @@ pub(crate) struct Grid {
     words: u32,
     /// Per row, per 64-column word, per player: a bit for each column
     /// whose cell holds something that player owns (neutral: nothing), at
-    /// `((row * words + word) * slots) + player`. A targeting query
-    /// tests a row of its sight square a word at a time instead of a cell at
-    /// a time, and visits only the cells with a possible target.
+    /// `((row * words + word) * stride) + player`; then, at `+ slots`, the
+    /// union of the players' bits, and at `+ slots + 1` the columns whose
+    /// cell holds two or more owners. A targeting query tests a row of its
+    /// sight square a word at a time instead of a cell at a time, and
+    /// visits only the cells with a possible target. Its usual mask, every
+    /// player present but one, reads three words (the union, that player's
+    /// and the shared cells) instead of one per player: 31 at 32 players.
     occupied: Vec<u64>,
     /// Player slots per word of [`Grid::occupied`]: one more than the
     /// highest owner's id, so that a match of eight players clears and
     /// sums no more words than it needs and each of 32 has its own.
     slots: usize,
+    /// Words per 64 columns of a row in [`Grid::occupied`]: the players'
+    /// slots, the union and the shared cells.
+    stride: usize,
     /// A bit per player owning anything in the grid.
     present: u32,
 }
@@ -169,12 +176,14 @@ impl Grid {
             .map(|o| usize::from(o.0).min(MAX_SLOT) + 1)
             .max()
             .unwrap_or(0);
+        self.stride = self.slots + 2;
         self.occupied.clear();
         self.occupied
-            .resize((self.rows * self.words) as usize * self.slots, 0);
+            .resize((self.rows * self.words) as usize * self.stride, 0);
         self.present = 0;
         // Each entity's cell, counted; `extend` over a slice reserves once.
         let (cols, words, origin, slots) = (self.cols, self.words, self.origin, self.slots);
+        let stride = self.stride;
         let rows = self.rows;
         let (starts, occupied, present) = (&mut self.starts, &mut self.occupied, &mut self.present);
         self.cell_of.extend(entities.iter().map(|e| {
@@ -184,8 +193,14 @@ impl Grid {
             starts[c as usize + 1] += 1;
             if let Some(o) = e.owner {
                 let p = usize::from(o.0).min(MAX_SLOT);
-                let word = (row * words + col / 64) as usize;
-                occupied[word * slots + p] |= 1u64 << (col % 64);
+                let base = (row * words + col / 64) as usize * stride;
+                let bit = 1u64 << (col % 64);
+                // Another owner is there already: the cell is shared.
+                if occupied[base + slots] & !occupied[base + p] & bit != 0 {
+                    occupied[base + slots + 1] |= bit;
+                }
+                occupied[base + p] |= bit;
+                occupied[base + slots] |= bit;
                 *present |= 1u32 << p;
             }
             c
@@ -299,18 +314,31 @@ impl Grid {
     /// owns: a word of 64 cells at a time, so empty stretches cost nothing.
     #[inline(always)]
     fn occupied_cols(&self, row: u32, (c0, c1): (u32, u32), mask: u32, mut f: impl FnMut(u32)) {
+        // The present players the mask leaves out.
+        let left_out = self.present & !mask;
         for w in c0 / 64..=c1 / 64 {
-            let base = (row * self.words + w) as usize * self.slots;
-            let mut bits = 0u64;
-            let mut players = mask;
-            while players != 0 {
-                bits |= self.occupied[base + players.trailing_zeros() as usize];
-                players &= players - 1;
-            }
+            let base = (row * self.words + w) as usize * self.stride;
+            let union = self.occupied[base + self.slots];
+            let bits = if mask & self.present == self.present {
+                union
+            } else if left_out.count_ones() == 1 {
+                // Cells held by someone else than the one left out: its
+                // own cells are out unless another owner shares them.
+                let mine = self.occupied[base + left_out.trailing_zeros() as usize];
+                (union & !mine) | self.occupied[base + self.slots + 1]
+            } else {
+                let mut bits = 0u64;
+                let mut players = mask;
+                while players != 0 {
+                    bits |= self.occupied[base + players.trailing_zeros() as usize];
+                    players &= players - 1;
+                }
+                bits
+            };
             // Only the columns from c0 to c1 of this word.
             let lo = if w == c0 / 64 { c0 % 64 } else { 0 };
             let hi = if w == c1 / 64 { c1 % 64 } else { 63 };
-            bits &= (u64::MAX << lo) & (u64::MAX >> (63 - hi));
+            let mut bits = bits & (u64::MAX << lo) & (u64::MAX >> (63 - hi));
             while bits != 0 {
                 f(w * 64 + bits.trailing_zeros());
                 bits &= bits - 1;
