@@ -184,6 +184,8 @@ pub struct BusyRun {
     pub spectators_completed: usize,
     /// The relay's own CPU by stage (real clock around its entry points).
     pub relay: super::hotpath::Stages,
+    /// Snapshot bytes the relay sent (to the spectators: nobody rejoins).
+    pub snapshot_bytes_out: u64,
     /// The relay's accounted memory at its highest (sampled every simulated
     /// second): connections, backlogs, snapshots (recordings are not held
     /// by a simulated relay).
@@ -354,6 +356,7 @@ pub fn busy(spec: &BusySpec) -> BusyRun {
         spectator_down_bytes_per_s: down / n,
         spectator_up_bytes_per_s: up / n,
         spectators_completed,
+        snapshot_bytes_out: relay.relay.router.counters().snapshot_bytes_out,
         relay: stages,
         relay_memory_peak: memory_peak,
     }

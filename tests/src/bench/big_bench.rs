@@ -201,7 +201,7 @@ fn relay_row(md: &mut String, r: &BusyRun, spectators: usize) {
     let cpu = ns as f64 / secs / 1e9 * 100.0;
     let _ = writeln!(
         md,
-        "| {spectators} | {cpu:.2} % | {:.0} | {:.2} | {:.0} | {:.0} | {} | {:.0} | {} |",
+        "| {spectators} | {cpu:.2} % | {:.0} | {:.2} | {:.0} | {:.0} | {} | {} | {:.0} | {} |",
         s.datagrams() as f64 / secs,
         s.total_per_datagram() / 1000.0,
         r.relay_memory_peak as f64 / 1024.0,
@@ -210,6 +210,14 @@ fn relay_row(md: &mut String, r: &BusyRun, spectators: usize) {
             "–".to_owned()
         } else {
             format!("{:.0}", r.spectator_down_bytes_per_s)
+        },
+        if spectators == 0 {
+            "–".to_owned()
+        } else {
+            format!(
+                "{:.1}",
+                r.snapshot_bytes_out as f64 / spectators as f64 / 1024.0
+            )
         },
         r.spectator_up_bytes_per_s,
         if spectators == 0 {
@@ -302,9 +310,12 @@ fn bandwidth_and_relay(md: &mut String, quick: bool) {
          datagram (the relay capacity section's echo baseline). Memory is the relay's accounted \
          total at its highest (connections, send backlogs, snapshots; sampled every simulated \
          second; a recording's buffer comes on top). Matches per core is 100 % over the CPU \
-         column: how many such matches one core's protocol work holds.\n\n\
-         | spectators | relay CPU (one core) | datagrams/s in + out | µs per datagram | accounted memory peak KiB | matches per core (protocol only) | relay → spectator B/s | spectator → relay B/s | spectators on the final hash |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         column: how many such matches one core's protocol work holds. A spectator's \
+         bytes per second are over the time it watched (from its join to the end), its \
+         snapshot at its join included; its up stream is acks and the hash it reports each turn \
+         (every spectator verifies).\n\n\
+         | spectators | relay CPU (one core) | datagrams/s in + out | µs per datagram | accounted memory peak KiB | matches per core (protocol only) | relay → spectator B/s | of which the snapshot at its join, KiB per spectator | spectator → relay B/s | spectators on the final hash |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         bandwidth_bench::SPECTATOR_EVERY.as_millis(),
     );
     relay_row(md, &runs[2].2, 0);
