@@ -141,6 +141,7 @@ pub fn busy_match(turns: u32, loss: f64, seed: u64, snapshots: bool) -> Busy {
         snapshots,
         play: Play::Game { apm: APM },
         spectators: 0,
+        spectators_from: Duration::ZERO,
     })
     .busy
 }
@@ -160,9 +161,11 @@ pub struct BusySpec {
     pub snapshots: bool,
     /// How every player plays.
     pub play: Play,
-    /// Spectators joining from the match's second second, one every
+    /// Spectators joining from `spectators_from`, one every
     /// [`SPECTATOR_EVERY`], each watching to its end.
     pub spectators: usize,
+    /// When the first spectator joins (from the start of the run).
+    pub spectators_from: Duration,
 }
 
 /// How often another spectator of [`BusySpec::spectators`] joins.
@@ -205,6 +208,7 @@ pub fn busy(spec: &BusySpec) -> BusyRun {
         snapshots,
         play,
         spectators,
+        spectators_from,
     } = *spec;
     let mut config = RelayConfig::default();
     if !snapshots {
@@ -261,7 +265,7 @@ pub fn busy(spec: &BusySpec) -> BusyRun {
     let mut watchers: Vec<(Instant, Autopilot<World, sim::bot::Bot>)> = Vec::new();
     let mut harness = Harness::new(Network::new(seed, link)).with_start(start);
     let limit = Instant::from_millis(u64::from(turns) * 100 + 60_000);
-    let join_from = start + Duration::from_secs(2);
+    let join_from = start + spectators_from;
     let mut memory_peak = 0;
     // The relay never finishes: the run waits for the players, then a few
     // seconds more for the spectators to see the end.
@@ -573,6 +577,7 @@ mod tests {
                 clicks_per_min: 300,
             },
             spectators: 6,
+            spectators_from: Duration::from_secs(2),
         };
         let r = busy(&spec);
         assert!(r.same_hashes);

@@ -242,6 +242,10 @@ fn bandwidth_and_relay(md: &mut String, quick: bool) {
         snapshots: true,
         play,
         spectators,
+        // After the relay's first agreed snapshot (turn 100) is a
+        // spectator delay (3 s) old: they start from it, as late
+        // spectators do.
+        spectators_from: lockstep::Duration::from_secs(15),
     };
     let mut runs = Vec::new();
     for players in [8u8, 16, 32] {
@@ -302,7 +306,8 @@ fn bandwidth_and_relay(md: &mut String, quick: bool) {
          {verdict}\n\n\
          ### The relay at 32 players and {SPECTATORS} spectators\n\n\
          The 32-player match above, once without spectators and once with {SPECTATORS} joining \
-         from its second second (one every {} ms) and watching to its end (real `Peer`s in \
+         from its fifteenth second (one every {} ms: the relay's first agreed snapshot, of turn \
+         100, is then a spectator delay old) and watching to its end (real `Peer`s in \
          spectator mode: each receives the relay's agreed snapshot and every bundle, and checks \
          the hashes). CPU is the relay's own code (transport `Server`, glue, `Router`) timed \
          with the real clock around each of its entry points, per second of match, in percent \
