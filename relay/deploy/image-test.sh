@@ -153,6 +153,7 @@ run_id=$$-$RANDOM
 image=localhost/lockstep-relay:image-test-$run_id
 container=lockstep-relay-image-test-$run_id
 work=$(mktemp -d)
+rootfs=
 cleanup() {
     local rc=$?
     if podman container exists "$container" 2>/dev/null; then
@@ -163,6 +164,8 @@ cleanup() {
         podman rm -f -t 0 "$container" >/dev/null 2>&1 || true
     fi
     podman rmi -f "$image" >/dev/null 2>&1 || true
+    # An interrupted bootstrap leaves no half-made base behind.
+    [[ -z $rootfs ]] || rm -rf "$rootfs" "$base_tar.tmp"
     jobs -p | xargs -r kill 2>/dev/null || true
     rm -rf "$work"
     exit "$rc"
@@ -185,6 +188,8 @@ if ! podman image exists "$base"; then
         [[ -n $mirror ]] || die "no bookworm/main mirror in apt's sources (apt-cache policy)"
         step "bootstrapping the base (debootstrap --variant=minbase bookworm $mirror, once per machine)"
         rootfs=$(mktemp -d "$cache_dir/rootfs.XXXXXX")
+        # The image's / (mktemp makes it 0700: closed to the image's user).
+        chmod 755 "$rootfs"
         nice -n 19 debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 || {
             tail -n 20 "$work/debootstrap.log" >&2
             rm -rf "$rootfs"
@@ -195,6 +200,7 @@ if ! podman image exists "$base"; then
             "$rootfs"/usr/share/doc "$rootfs"/usr/share/man "$rootfs"/usr/share/info
         tar --numeric-owner -C "$rootfs" -cf "$base_tar.tmp" .
         rm -rf "$rootfs"
+        rootfs=
         mv "$base_tar.tmp" "$base_tar"
     fi
     step "importing $base_tar as $base"
