@@ -564,18 +564,18 @@ fn exec_form(rest: &str) -> Option<Vec<String>> {
     )
 }
 
-/// No container tool runs here, so the relay's image recipe is linted
-/// instead of built: every `COPY` source exists in the build context (the
-/// workspace root), the cargo build names a real package and binary, the
-/// entry point is that binary, `relay` accepts the default arguments, the
-/// exposed ports are the ones it serves, and the builder's Rust is the
-/// workspace's `rust-version`.
-#[test]
-fn the_relay_dockerfile_builds_and_runs_what_exists() {
-    let root = workspace_root();
-    let text =
-        std::fs::read_to_string(root.join("relay/Dockerfile")).expect("read relay/Dockerfile");
-    // Instructions with their continuation lines joined.
+/// One stage of a Dockerfile: its base (`FROM` with global `ARG` defaults
+/// substituted), its name (`AS`), and the instructions in it.
+#[derive(Debug, Default)]
+struct Stage {
+    from: String,
+    name: Option<String>,
+    instructions: Vec<(String, String)>,
+}
+
+/// A Dockerfile's stages, continuation lines joined; `ARG`s before the
+/// first `FROM` are replaced by their defaults in the `FROM` lines.
+fn dockerfile_stages(text: &str) -> Vec<Stage> {
     let mut instructions: Vec<(String, String)> = Vec::new();
     let mut pending = String::new();
     for line in text.lines() {
@@ -593,18 +593,82 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
         instructions.push((word.to_ascii_uppercase(), rest.trim().to_owned()));
         pending.clear();
     }
+    let mut globals: Vec<(String, String)> = Vec::new();
+    let mut stages: Vec<Stage> = Vec::new();
+    for (word, rest) in instructions {
+        match (word.as_str(), stages.last_mut()) {
+            ("ARG", None) => {
+                let (k, v) = rest.split_once('=').unwrap_or((&rest, ""));
+                globals.push((k.to_owned(), v.to_owned()));
+            }
+            ("FROM", _) => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                let mut from = words[0].to_owned();
+                for (k, v) in &globals {
+                    from = from.replace(&format!("${{{k}}}"), v);
+                }
+                let name = match words.as_slice() {
+                    [_, as_, name] if as_.eq_ignore_ascii_case("as") => Some((*name).to_owned()),
+                    _ => None,
+                };
+                stages.push(Stage {
+                    from,
+                    name,
+                    instructions: Vec::new(),
+                });
+            }
+            (_, Some(stage)) => stage.instructions.push((word, rest)),
+            (_, None) => panic!("{word} before the first FROM"),
+        }
+    }
+    stages
+}
+
+/// No container tool runs in the test suite (CI builds and runs the image:
+/// relay/deploy/image-test.sh), so the relay's image recipe is linted here:
+/// every `COPY` source exists in the build context (the workspace root), the
+/// cargo build names a real package and binary, the entry point is that
+/// binary, `relay` accepts the default arguments, the exposed ports are the
+/// ones it serves, and the builder's Rust is the workspace's `rust-version`.
+/// The stages: `runtime` (a Debian base by default, the user, ports, health
+/// check, entry point), `prebuilt` (a binary from `target/<profile>`, before
+/// the builder so that target never needs the Rust image), `build` and the
+/// default last stage, which copies what `build` compiled.
+#[test]
+fn the_relay_dockerfile_builds_and_runs_what_exists() {
+    let root = workspace_root();
+    let text =
+        std::fs::read_to_string(root.join("relay/Dockerfile")).expect("read relay/Dockerfile");
+    let stages = dockerfile_stages(&text);
+    let names: Vec<Option<&str>> = stages.iter().map(|s| s.name.as_deref()).collect();
+    assert_eq!(
+        names,
+        [Some("runtime"), Some("prebuilt"), Some("build"), None],
+        "the stages: runtime, prebuilt (before the builder), build, the default"
+    );
+    let [runtime, prebuilt, build, last] = stages.as_slice() else {
+        unreachable!("four stages");
+    };
     let packages = packages();
+
+    // The builder: the workspace's sources and rust-version, the relay binary.
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("read Cargo.toml");
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("workspace rust-version")
+        .trim_matches('"');
+    assert!(
+        build.from.starts_with(&format!("rust:{msrv}-")),
+        "builder {} is not Rust {msrv}",
+        build.from
+    );
     let mut copies = 0;
     let mut built_bin = None;
     let mut built_profile: Option<String> = None;
-    let mut entry = None;
-    let mut cmd = None;
-    let mut exposed = Vec::new();
-    let mut froms = Vec::new();
-    for (word, rest) in &instructions {
+    for (word, rest) in &build.instructions {
         match word.as_str() {
-            "FROM" => froms.push(rest.clone()),
-            "COPY" if !rest.starts_with("--from") => {
+            "COPY" => {
                 let words: Vec<&str> = rest.split_whitespace().collect();
                 let (dest, sources) = words.split_last().expect("COPY has a destination");
                 assert!(!dest.is_empty());
@@ -615,17 +679,6 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
                     );
                     copies += 1;
                 }
-            }
-            "COPY" => {
-                // From the build stage: the binary cargo built there.
-                let src = rest.split_whitespace().nth(1).expect("COPY --from source");
-                let profile = built_profile
-                    .as_deref()
-                    .expect("cargo build before the COPY");
-                assert!(
-                    src.ends_with(&format!("/target/{profile}/relay")),
-                    "copies {src} from the build stage, which built into target/{profile}"
-                );
             }
             "RUN" if rest.contains("cargo build") => {
                 let cargo = &rest[rest.find("cargo build").expect("cargo")..];
@@ -645,9 +698,6 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
                         .map(|w| w[1].to_owned())
                 };
             }
-            "ENTRYPOINT" => entry = exec_form(rest),
-            "CMD" => cmd = exec_form(rest),
-            "EXPOSE" => exposed.extend(rest.split_whitespace().map(str::to_owned)),
             _ => {}
         }
     }
@@ -660,10 +710,40 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
         Some("relay"),
         "the build makes the relay binary"
     );
-    let entry = entry.expect("an exec-form ENTRYPOINT");
+    let profile = built_profile.expect("the builder runs cargo build");
+
+    // The runtime: Debian by default, the entry point, its arguments, ports.
+    assert!(
+        runtime.from.starts_with("debian:"),
+        "the runtime's default base is {}",
+        runtime.from
+    );
+    let find = |word: &str| {
+        runtime
+            .instructions
+            .iter()
+            .filter(|(w, _)| w == word)
+            .map(|(_, rest)| rest.as_str())
+            .collect::<Vec<_>>()
+    };
+    let entry = find("ENTRYPOINT")
+        .last()
+        .and_then(|r| exec_form(r))
+        .expect("an exec-form ENTRYPOINT in the runtime stage");
     assert_eq!(entry, ["/usr/local/bin/relay"]);
-    let args = cmd.expect("an exec-form CMD with relay's arguments");
+    let args = find("CMD")
+        .last()
+        .and_then(|r| exec_form(r))
+        .expect("an exec-form CMD with relay's arguments");
     check("relay", &args).unwrap_or_else(|e| panic!("relay {args:?}: {e}"));
+    assert!(
+        !find("HEALTHCHECK").is_empty(),
+        "the runtime keeps its health check"
+    );
+    let exposed: Vec<String> = find("EXPOSE")
+        .iter()
+        .flat_map(|r| r.split_whitespace().map(str::to_owned))
+        .collect();
     // The ports it binds are the ones exposed, UDP for the game, TCP for metrics.
     let port = |flag: &str| {
         args.iter()
@@ -680,20 +760,45 @@ fn the_relay_dockerfile_builds_and_runs_what_exists() {
         exposed.contains(&format!("{}/tcp", port("--metrics="))),
         "{exposed:?}"
     );
-    // The builder image is the toolchain the workspace says it needs.
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("read Cargo.toml");
-    let msrv = manifest
-        .lines()
-        .find_map(|l| l.strip_prefix("rust-version = "))
-        .expect("workspace rust-version")
-        .trim_matches('"');
-    assert!(
-        froms[0].starts_with(&format!("rust:{msrv}-")),
-        "builder {} is not Rust {msrv}",
-        froms[0]
+
+    // Both images put a relay binary at the entry point, on the runtime.
+    let only_copy = |stage: &Stage| -> Vec<String> {
+        assert_eq!(
+            stage.from, "runtime",
+            "{:?} builds on the runtime",
+            stage.name
+        );
+        let copies: Vec<&String> = stage
+            .instructions
+            .iter()
+            .filter(|(w, _)| w == "COPY")
+            .map(|(_, rest)| rest)
+            .collect();
+        assert_eq!(copies.len(), 1, "{:?} copies the binary only", stage.name);
+        let words: Vec<String> = copies[0].split_whitespace().map(str::to_owned).collect();
+        assert_eq!(words.last().map(String::as_str), Some(entry[0].as_str()));
+        words
+    };
+    // The default: what the builder compiled.
+    let words = only_copy(last);
+    assert_eq!(
+        words[0], "--from=build",
+        "the default copies the build's binary"
     );
+    assert_eq!(
+        words[1],
+        format!("/src/target/{profile}/relay"),
+        "copies from the build stage, which built into target/{profile}"
+    );
+    // Prebuilt: the relay binary from a cargo output directory of the context
+    // (not in the repository: built before the image).
+    let words = only_copy(prebuilt);
+    let dir = words[0]
+        .strip_prefix("target/")
+        .and_then(|p| p.strip_suffix("/relay"))
+        .unwrap_or_else(|| panic!("prebuilt copies {}, not target/<profile>/relay", words[0]));
     assert!(
-        froms.len() == 2 && froms[1].starts_with("debian:"),
-        "{froms:?}"
+        dir == "release" || dir == "debug" || manifest.contains(&format!("[profile.{dir}]")),
+        "target/{dir} is not a cargo profile's output"
     );
 }
