@@ -598,6 +598,21 @@ pub struct PeerSpec {
     pub extra: Vec<String>,
 }
 
+impl PeerSpec {
+    /// Asks the peer to send from `bind` (`--bind IP:0`), and to watch
+    /// instead of playing when `spectate`: for tests that need each peer
+    /// on a source address of its own (127.0.0.x on loopback).
+    #[must_use]
+    pub fn from_address(mut self, bind: std::net::Ipv4Addr, spectate: bool) -> Self {
+        self.extra
+            .extend(["--bind".to_owned(), format!("{bind}:0")]);
+        if spectate {
+            self.extra.push("--spectate".to_owned());
+        }
+        self
+    }
+}
+
 /// Starts a `peer --json` process.
 #[must_use]
 pub fn peer(spec: &PeerSpec) -> Proc {

@@ -211,18 +211,15 @@ fn spectator_ip(w: usize, k: usize) -> Ipv4Addr {
 }
 
 fn spec(relay: SocketAddr, turns: u32, seed: u64, bind: Ipv4Addr, spectate: bool) -> PeerSpec {
-    let mut extra = vec!["--bind".to_owned(), format!("{bind}:0")];
-    if spectate {
-        extra.push("--spectate".to_owned());
-    }
     PeerSpec {
         relay,
         match_name: "big".to_owned(),
         players: PLAYERS,
         turns,
         seed,
-        extra,
+        extra: Vec::new(),
     }
+    .from_address(bind, spectate)
 }
 
 /// Waits until the relay closed turn `at` or a later one.

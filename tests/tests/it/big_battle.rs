@@ -37,18 +37,15 @@ fn spectator_ip(i: usize) -> Ipv4Addr {
 }
 
 fn spec(relay: SocketAddr, seed: u64, bind: Ipv4Addr, spectate: bool) -> PeerSpec {
-    let mut extra = vec!["--bind".to_owned(), format!("{bind}:0")];
-    if spectate {
-        extra.push("--spectate".to_owned());
-    }
     PeerSpec {
         relay,
         match_name: "battle32".to_owned(),
         players: PLAYERS,
         turns: TURNS,
         seed,
-        extra,
+        extra: Vec::new(),
     }
+    .from_address(bind, spectate)
 }
 
 /// The IPv4 addresses the UDP sockets of process `pid` are bound to: its
