@@ -508,6 +508,23 @@ impl Relay {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Waits until the relay logged `turn_closed` for turn `at` or a later
+    /// one (`relay serve --verbose`); returns that event.
+    ///
+    /// # Errors
+    /// As [`Proc::try_wait_line`].
+    pub fn try_wait_turn_closed(&mut self, at: u64, within: Duration) -> Result<Value, String> {
+        self.try_wait_event(&format!("turn {at} closed"), within, |v| {
+            v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(at)
+        })
+    }
+
+    /// [`Relay::try_wait_turn_closed`], panicking on a timeout.
+    pub fn wait_turn_closed(&mut self, at: u64, within: Duration) -> Value {
+        self.try_wait_turn_closed(at, within)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// [`Relay::wait_event`] for callers that report rather than panic.
     ///
     /// # Errors
@@ -611,6 +628,17 @@ impl PeerSpec {
         }
         self
     }
+}
+
+/// The turn of a `peer` progress line on stderr (`turn   42  rtt ...`, see
+/// `lockstep::peer::progress_line`), `None` for any other line.
+#[must_use]
+pub fn progress_turn(line: &str) -> Option<u64> {
+    line.strip_prefix("turn")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Starts a `peer --json` process.
@@ -852,6 +880,15 @@ impl SplitMix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer's progress line gives its turn; no other line does.
+    #[test]
+    fn progress_turn_reads_only_progress_lines() {
+        let line = "turn    42  rtt   12.3 ms  loss  0.0%  stall      0 ms  delay 2";
+        assert_eq!(progress_turn(line), Some(42));
+        assert_eq!(progress_turn("turned 5"), None);
+        assert_eq!(progress_turn("peer 2 error: turn 5"), None);
+    }
 
     #[test]
     fn status_fields_and_metrics_are_read_by_their_exact_name() {

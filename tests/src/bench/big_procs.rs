@@ -11,7 +11,8 @@
 use super::relay_procs::{clock_ticks_per_sec, process_ticks, read_machine_ticks};
 use super::stats::{Summary, percentile};
 use crate::harness::{
-    Bins, PeerSpec, Proc, Relay, peer_args, proc_status_kib, try_finish_peer, try_peer,
+    Bins, PeerSpec, Proc, Relay, peer_args, proc_status_kib, progress_turn, try_finish_peer,
+    try_peer,
 };
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -222,27 +223,11 @@ fn spec(relay: SocketAddr, turns: u32, seed: u64, bind: Ipv4Addr, spectate: bool
     .from_address(bind, spectate)
 }
 
-/// Waits until the relay closed turn `at` or a later one.
-fn wait_turn(relay: &mut Relay, at: u32) -> Result<(), String> {
-    relay
-        .try_wait_event(&format!("turn {at} closed"), WAIT, |v| {
-            v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(at))
-        })
-        .map(drop)
-}
-
 /// Whether spectator `p` has printed a progress line past turn 0 (it had
 /// its world and stepped it), reading only what it printed so far.
 fn was_watching(p: &mut Proc) -> bool {
     p.try_wait_line("a progress line past turn 0", Duration::ZERO, |l| {
-        let t: u64 = l
-            .text
-            .strip_prefix("turn")?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()?;
-        (t > 0).then_some(())
+        (progress_turn(&l.text)? > 0).then_some(())
     })
     .is_ok()
 }
@@ -337,14 +322,14 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
         players.push(try_peer(&bins.peer, &sp)?);
     }
     let mut f = ConditionFigures::default();
-    wait_turn(&mut relay, CPU_FROM_TURN)?;
+    relay.try_wait_turn_closed(u64::from(CPU_FROM_TURN), WAIT)?;
     let before = Ticks::read(&relay, &players);
     let mut alive: Vec<Proc> = Vec::new();
     // CPU ticks of the spectators killed so far (each read just before its kill).
     let mut spectator_ticks = 0;
     if spectators != Spectators::None {
         for (w, at) in plan.wave_turns().into_iter().enumerate() {
-            wait_turn(&mut relay, at)?;
+            relay.try_wait_turn_closed(u64::from(at), WAIT)?;
             for mut p in alive.drain(..) {
                 f.killed_while_watching += usize::from(was_watching(&mut p));
                 spectator_ticks += process_ticks(p.pid()).unwrap_or(0);
@@ -364,7 +349,7 @@ fn run(bins: &Bins, plan: Plan, spectators: Spectators) -> Result<ConditionFigur
             );
         }
     }
-    wait_turn(&mut relay, plan.turns - CPU_TAIL)?;
+    relay.try_wait_turn_closed(u64::from(plan.turns - CPU_TAIL), WAIT)?;
     let after = Ticks::read(&relay, &players);
     spectator_ticks += alive
         .iter()

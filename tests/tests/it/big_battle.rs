@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 use tests::harness::{
-    PeerResult, PeerSpec, Proc, Relay, finish_peer, heavy, peer, replay_verify, scratch_dir,
+    PeerResult, PeerSpec, Proc, Relay, finish_peer, heavy, peer, progress_turn, replay_verify,
+    scratch_dir,
 };
 
 /// Upper bound for any one wait (generous: a loaded 2-core machine).
@@ -77,25 +78,11 @@ fn udp_bound_ips(pid: u32) -> BTreeSet<Ipv4Addr> {
         .collect()
 }
 
-/// Waits until the relay closed turn `at` (or a later one).
-fn wait_turn(relay: &mut Relay, at: u64) {
-    relay.wait_event(&format!("turn {at} closed"), WAIT, |v| {
-        v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(at)
-    });
-}
-
 /// Waits until spectator `p` prints a progress line past turn 0: it has
 /// its world and steps it.
 fn wait_watching(p: &mut Proc) {
     p.wait_line("a progress line past turn 0", WAIT, |l| {
-        let t: u64 = l
-            .text
-            .strip_prefix("turn")?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()?;
-        (t > 0).then_some(())
+        (progress_turn(&l.text)? > 0).then_some(())
     });
 }
 
@@ -151,12 +138,12 @@ fn thirty_two_peer_processes_from_distinct_addresses_play_spectators_come_and_go
     }
     let mut spectators: Vec<Proc> = Vec::new();
     for (i, at) in SPECTATE_AT.iter().enumerate() {
-        wait_turn(&mut relay, *at);
+        relay.wait_turn_closed(*at, WAIT);
         let mut p = peer(&spec(relay.addr, 100 + i as u64, spectator_ip(i), true));
         wait_watching(&mut p);
         spectators.push(p);
     }
-    wait_turn(&mut relay, KILL_AT);
+    relay.wait_turn_closed(KILL_AT, WAIT);
     assert!(
         spectators[LEAVER].is_running(),
         "{}",

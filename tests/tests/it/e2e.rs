@@ -213,9 +213,7 @@ fn a_peer_killed_mid_match_is_dropped_at_one_agreed_turn() {
         .iter()
         .position(|n| n == victim_name.as_str())
         .unwrap();
-    relay.wait_event("the kill turn", MATCH, |v| {
-        v["event"] == "turn_closed" && v["turn"].as_u64() >= Some(u64::from(kill_turn))
-    });
+    relay.wait_turn_closed(u64::from(kill_turn), MATCH);
     procs[victim].kill();
     let mut survivors: Vec<Proc> = procs
         .into_iter()
