@@ -133,6 +133,13 @@ impl RelayEndpoint {
         self.refusals.extend(self.glue.take_refusals());
     }
 
+    /// What the relay holds, by the parts its memory budget counts (a
+    /// simulated relay records nothing, so no recordings).
+    #[must_use]
+    pub fn memory_use(&self) -> crate::limits::MemoryUse {
+        self.glue.memory_use(&self.router, &self.server, 0)
+    }
+
     /// Moves what is pending between the server and the router.
     pub fn settle(&mut self, now: Instant) {
         self.glue.pump(now, &mut self.router, &mut self.server);

@@ -3,7 +3,7 @@
 //! and each connection's link figures feed the input-delay choice. Sans-IO:
 //! the driver owns the socket and the clock and calls [`RouterGlue::pump`].
 
-use crate::limits::{ConnectionQuota, QuotaFull, TokenBucket};
+use crate::limits::{ConnectionQuota, MemoryUse, QuotaFull, TokenBucket};
 use crate::router::{ConnId, JoinRefusal, Router};
 use lockstep::low_level::backlog::{Backlog, DropLog, MAX_BACKLOG, SendDrop, refused};
 use lockstep::low_level::peer_glue::channel;
@@ -188,6 +188,21 @@ impl RouterGlue {
     #[must_use]
     pub fn backlog_bytes(&self) -> usize {
         self.backlog.values().map(Backlog::bytes).sum()
+    }
+
+    /// What `router`, `server` and this glue hold, by the parts the relay's
+    /// memory budget counts (`recordings`: what the caller's recorder
+    /// buffers): the figure each serve loop publishes to the budget, and a
+    /// simulated relay's for tests and benchmarks.
+    #[must_use]
+    pub fn memory_use(&self, router: &Router, server: &Server, recordings: usize) -> MemoryUse {
+        let (snap, upload, tail, _) = router.snapshot_memory();
+        MemoryUse {
+            connections: server.memory().total(),
+            backlogs: self.backlog_bytes(),
+            snapshots: snap + upload + tail,
+            recordings,
+        }
     }
 
     /// Moves everything pending in both directions.

@@ -380,13 +380,8 @@ impl<'a> EventLoop<'a> {
     /// and tells the router whether the relay is at it.
     fn measure_memory(&mut self) {
         let core = &self.core;
-        let (snap, upload, tail, _) = core.router.snapshot_memory();
-        self.memory = MemoryUse {
-            connections: core.server.memory().total(),
-            backlogs: core.glue.backlog_bytes(),
-            snapshots: snap + upload + tail,
-            recordings: self.recorder.as_ref().map_or(0, Recorder::memory),
-        };
+        let recordings = self.recorder.as_ref().map_or(0, Recorder::memory);
+        self.memory = core.glue.memory_use(&core.router, &core.server, recordings);
         let pressure = self.shared.memory.publish(self.index, self.memory);
         self.core.router.set_memory(pressure);
     }

@@ -325,8 +325,7 @@ fn spectated_battle(spectators: usize) -> Watched {
         at += Duration::from_millis(100);
         run(&mut harness, &mut relay, &mut players, &mut watchers, at);
         let now = harness.now();
-        let (snap, upload, tail, _) = relay.router.snapshot_memory();
-        snapshot_bytes_peak = snapshot_bytes_peak.max(snap + upload + tail);
+        snapshot_bytes_peak = snapshot_bytes_peak.max(relay.memory_use().snapshots);
         // Waves at 1.5, 2.5, 3.5 and 4.5 s.
         let wave = now
             .saturating_since(start)

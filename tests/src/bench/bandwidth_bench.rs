@@ -296,10 +296,7 @@ pub fn busy(spec: &BusySpec) -> BusyRun {
         nodes.extend(peers.iter_mut().map(|p| p as &mut dyn Endpoint));
         nodes.extend(watchers.iter_mut().map(|(_, w)| w as &mut dyn Endpoint));
         let stopped = harness.run(&mut nodes, (now + Duration::from_millis(100)).min(limit));
-        let r = &relay.relay;
-        let (snap, upload, tail, _) = r.router.snapshot_memory();
-        memory_peak = memory_peak
-            .max(r.server.memory().total() + r.glue.backlog_bytes() + snap + upload + tail);
+        memory_peak = memory_peak.max(relay.relay.memory_use().total());
         if players_done.is_none() && peers.iter().all(|p| p.peer.is_done()) {
             players_done = Some(harness.now());
         }
