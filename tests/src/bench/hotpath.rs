@@ -196,13 +196,12 @@ fn setup(matches: usize, turns: u32, seed: u64, auth: Auth) -> (Timed, Vec<FakeP
             unix_at_zero: UNIX0,
         });
     }
-    let relay = Timed {
-        relay: RelayEndpoint::new(server, RelayConfig::default(), relay_addr),
-        stages: Stages {
-            matches,
-            ..Stages::default()
-        },
-    };
+    let mut relay = Timed::new(RelayEndpoint::new(
+        server,
+        RelayConfig::default(),
+        relay_addr,
+    ));
+    relay.stages.matches = matches;
     let peers: Vec<FakePeer> = (0..matches)
         .flat_map(|m| (0..4u8).map(move |i| (m, i)))
         .filter_map(|(m, i)| {
